@@ -1,0 +1,48 @@
+# Talkbox — see README.md. `make test` and `make demo` install what they need.
+SHELL := /bin/bash
+PREFIX ?= /usr/local
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export PATH := $(PATH):$(dir $(GO))
+
+# Binaries that talk to libvirt need cgo; the rest are static.
+NOCGO_TOOLS := tb-plan tb-run tb-capture tb-parse tb-allow
+CGO_TOOLS   := tb-lease tb-build
+TOOLS       := $(NOCGO_TOOLS) $(CGO_TOOLS)
+MANPAGES    := $(patsubst man/%.md,build/man/%,$(wildcard man/*.md))
+GOFLAGS_BUILD := -trimpath
+
+.PHONY: all build test deps man install bench clean
+all: build
+
+build: $(addprefix bin/,$(TOOLS))
+
+bin/%: FORCE
+	@mkdir -p bin
+	@if [[ " $(CGO_TOOLS) " == *" $* "* ]]; then cgo=1; else cgo=0; fi; \
+	  CGO_ENABLED=$$cgo $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/$*
+FORCE:
+
+deps:
+	scripts/deps.sh test
+
+# The whole suite: unit, CLI (testscript) and integration tests, for real.
+test: deps build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 35m ./...
+
+man: $(MANPAGES)
+build/man/%: man/%.md
+	@mkdir -p build/man
+	$(GO) tool go-md2man -in $< -out $@
+
+install: build man
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 0755 $(addprefix bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(filter %.1,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 $(filter %.7,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man7/
+
+bench: deps build
+	bench/plan.sh
+
+clean:
+	rm -rf bin build

@@ -1,0 +1,112 @@
+// Package cli holds what every tb-* command shares: exit codes, error
+// reporting, global flags, logging and the kong entry point.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Exit codes, documented in talkbox(7).
+const (
+	ExitOK          = 0
+	ExitFailure     = 1
+	ExitUsage       = 2
+	ExitDataErr     = 65 // bad input data (malformed record, truncated file)
+	ExitUnavailable = 69 // missing dependency or service
+	ExitTempFail    = 75 // retry later (pool exhausted, lock busy)
+)
+
+// Error carries an exit code with the message.
+type Error struct {
+	Code int
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: code, Err: err}
+}
+
+// DataErr marks err as bad input data (exit 65).
+func DataErr(err error) error { return withCode(ExitDataErr, err) }
+
+// Unavailable marks err as a missing dependency or service (exit 69).
+func Unavailable(err error) error { return withCode(ExitUnavailable, err) }
+
+// TempFail marks err as worth retrying later (exit 75).
+func TempFail(err error) error { return withCode(ExitTempFail, err) }
+
+// Usage marks err as a usage error (exit 2).
+func Usage(err error) error { return withCode(ExitUsage, err) }
+
+// Failure marks err as a plain failure (exit 1).
+func Failure(err error) error { return withCode(ExitFailure, err) }
+
+// Errorf is fmt.Errorf with an exit code.
+func Errorf(code int, format string, a ...any) error {
+	return withCode(code, fmt.Errorf(format, a...))
+}
+
+// ExitCode maps an error to the documented exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	var le *records.LineError
+	if errors.As(err, &le) {
+		return ExitDataErr
+	}
+	if errors.Is(err, context.Canceled) {
+		return ExitFailure
+	}
+	return ExitFailure
+}
+
+// Batch collects per-item errors so that a batch keeps going after one bad
+// input; the exit code is that of the first failure.
+type Batch struct {
+	first error
+	count int
+}
+
+// Add records a failure (nil is ignored).
+func (b *Batch) Add(err error) {
+	if err == nil {
+		return
+	}
+	if b.first == nil {
+		b.first = err
+	}
+	b.count++
+}
+
+// Failed is the number of failures seen.
+func (b *Batch) Failed() int { return b.count }
+
+// Err returns an error whose exit code is the first failure's, or nil. The
+// individual failures have already been reported, so its text is a summary.
+func (b *Batch) Err() error {
+	if b.first == nil {
+		return nil
+	}
+	return &Error{Code: ExitCode(b.first), Err: &reported{fmt.Errorf("%d input(s) failed", b.count)}}
+}
+
+// reported marks an error whose details were already printed; Run prints
+// only its short summary at debug level.
+type reported struct{ error }
+
+func (r *reported) Unwrap() error { return r.error }

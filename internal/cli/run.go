@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/version"
+)
+
+// Globals are the flags every tool takes. Embed it in each tool's CLI struct.
+type Globals struct {
+	State     string           `name:"state" env:"TB_STATE" type:"path" placeholder:"DIR" help:"State directory (default /var/lib/talkbox as root, $$XDG_STATE_HOME/talkbox otherwise)."`
+	LogFormat string           `name:"log-format" enum:"text,json" default:"text" help:"Log format on stderr: text or json."`
+	LogLevel  string           `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least severe log level shown."`
+	Version   kong.VersionFlag `name:"version" help:"Print the version and exit."`
+}
+
+// Env is what a command's Run method receives: the streams, a context
+// cancelled on SIGINT/SIGTERM, a logger and the global flags.
+type Env struct {
+	Ctx    context.Context
+	Tool   string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Log    *slog.Logger
+	G      *Globals
+}
+
+// StateDir is the state directory chosen by --state, TB_STATE or default.
+func (e *Env) StateDir() string {
+	if e.G.State != "" {
+		return e.G.State
+	}
+	return state.DefaultDir()
+}
+
+// OpenState opens (creating if needed) the state directory.
+func (e *Env) OpenState(opts ...state.Option) (*state.Store, error) {
+	s, err := state.Open(e.Ctx, e.StateDir(), opts...)
+	if err != nil {
+		return nil, Failure(fmt.Errorf("opening state: %w", err))
+	}
+	return s, nil
+}
+
+// Warnf prints a one-line problem with one input, "tool: message", without
+// stopping the command.
+func (e *Env) Warnf(format string, a ...any) {
+	fmt.Fprintf(e.Stderr, "%s: %s\n", e.Tool, fmt.Sprintf(format, a...))
+}
+
+// hasGlobals lets Run find the embedded Globals of any tool's CLI struct.
+type hasGlobals interface{ globals() *Globals }
+
+func (g *Globals) globals() *Globals { return g }
+
+// Tool describes one tb-* binary for Run.
+type Tool struct {
+	Name        string
+	Description string
+	// Kinds are the record kinds its "list" command shows by default.
+	Kinds string
+}
+
+// Run parses args into cli (a kong struct embedding Globals) and runs the
+// selected command. It returns the process exit code.
+func Run(t Tool, cli any, args []string) int {
+	tool := t.Name
+	hg, ok := cli.(hasGlobals)
+	if !ok {
+		panic("cli.Run: the CLI struct must embed cli.Globals")
+	}
+	g := hg.globals()
+	exit := -1
+	parser, err := kong.New(cli,
+		kong.Name(tool),
+		kong.Description(t.Description),
+		kong.Vars{"version": version.String(tool), "kinds": t.Kinds},
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: false}),
+		kong.Exit(func(code int) { exit = code; panic(exitPanic{}) }),
+	)
+	if err != nil {
+		panic(err)
+	}
+	kctx, code, done := parse(parser, args, &exit)
+	if done {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	env := &Env{
+		Ctx: ctx, Tool: tool, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Log: newLogger(os.Stderr, g.LogFormat, g.LogLevel).With("tool", tool), G: g,
+	}
+	err = kctx.Run(env)
+	if err == nil {
+		return ExitOK
+	}
+	var r *reported
+	if !errors.As(err, &r) {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", tool, err)
+	}
+	return ExitCode(err)
+}
+
+type exitPanic struct{}
+
+// parse runs kong's parser, turning its exits (help, version) and errors into
+// exit codes instead of os.Exit, so that tests can call Run in process.
+func parse(parser *kong.Kong, args []string, exit *int) (kctx *kong.Context, code int, done bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(exitPanic); !ok {
+				panic(r)
+			}
+			kctx, code, done = nil, *exit, true
+		}
+	}()
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v (see %s --help)\n", parser.Model.Name, err, parser.Model.Name)
+		return nil, ExitUsage, true
+	}
+	return kctx, 0, false
+}
+
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Pending is the Run of a command whose issue is not done yet: it says so and
+// exits 1, never producing fake output.
+type Pending struct {
+	Args []string `arg:"" optional:"" passthrough:"" hidden:""`
+}
+
+// Run reports the command as not implemented.
+func (*Pending) Run(kctx *kong.Context) error {
+	var words []string
+	for _, w := range strings.Fields(kctx.Command()) {
+		if !strings.HasPrefix(w, "<") {
+			words = append(words, w)
+		}
+	}
+	return fmt.Errorf("%s: not implemented yet", strings.Join(words, " "))
+}

@@ -1,0 +1,79 @@
+package records
+
+// Plan is the lease-agnostic blueprint for running one sample: what image it
+// needs, what lease to ask for, the network policy and the instrumentation.
+type Plan struct {
+	Meta
+	Sample       string     `json:"sample"`
+	SampleSHA256 string     `json:"sample_sha256"`
+	Profile      ProfileRef `json:"profile"`
+	Runnable     bool       `json:"runnable"`
+	Reason       string     `json:"reason,omitempty"`
+	Image        ImageNeeds `json:"image"`
+	Lease        LeaseNeeds `json:"lease"`
+	Network      NetPolicy  `json:"network"`
+	Execution    Execution  `json:"execution"`
+	Timeouts     Timeouts   `json:"timeouts"`
+	Instrument   string     `json:"instrumentation"`
+	Overrides    []string   `json:"overrides,omitempty"`
+}
+
+// ProfileRef names the profile version a plan was made from.
+type ProfileRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// ImageNeeds is what an image must offer to run the sample.
+type ImageNeeds struct {
+	// Platform is the Debian architecture of a guest that runs the sample
+	// natively (amd64, i386, arm64, armhf, armel, mipsel, mips64el, ppc64el,
+	// s390x, …).
+	Platform   string   `json:"platform,omitempty"`
+	Arch       string   `json:"arch,omitempty"`
+	OS         string   `json:"os,omitempty"`
+	Endianness string   `json:"endianness,omitempty"`
+	Bits       int      `json:"bits,omitempty"`
+	ABI        string   `json:"abi,omitempty"`
+	Features   []string `json:"features,omitempty"`
+	Preferred  []string `json:"preferred,omitempty"`
+}
+
+// LeaseNeeds is the minimum lease to request.
+type LeaseNeeds struct {
+	VCPUs     int      `json:"vcpus"`
+	MemoryMiB int      `json:"memory_mib"`
+	DiskGiB   int      `json:"disk_gib"`
+	TTL       Duration `json:"ttl"`
+}
+
+// NetPolicy is the containment a lease starts with.
+type NetPolicy struct {
+	// Mode is sinkhole (nothing leaves the lab) or allowlist (promoted
+	// destinations are forwarded).
+	Mode string `json:"mode"`
+	// RateLimit caps forwarded traffic per destination, e.g. "64kbytes/second".
+	RateLimit string `json:"rate_limit,omitempty"`
+	// AllowSMTP forwards SMTP ports if promoted; off unless forced.
+	AllowSMTP bool `json:"allow_smtp"`
+	// Promote lets tb-allow promote C2 candidates between cycles.
+	Promote bool `json:"promote"`
+}
+
+// Execution is how the sample is started in the guest.
+type Execution struct {
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	// Detach leaves the sample running across cycles.
+	Detach bool `json:"detach"`
+	// Cycles is how many observation cycles the plan asks for.
+	Cycles int `json:"cycles"`
+}
+
+// Timeouts bound each phase.
+type Timeouts struct {
+	Boot      Duration `json:"boot"`
+	Execution Duration `json:"execution"`
+	Window    Duration `json:"window"`
+}

@@ -1,0 +1,159 @@
+package records
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestIDsSortByTime(t *testing.T) {
+	base := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	var ids []string
+	for i := 0; i < 200; i++ {
+		ids = append(ids, NewID("plan", base.Add(time.Duration(i)*time.Millisecond)))
+	}
+	if !sort.StringsAreSorted(ids) {
+		t.Fatalf("IDs do not sort by creation time: %v", ids[:5])
+	}
+	for i, id := range ids {
+		if err := CheckID(id); err != nil {
+			t.Fatal(err)
+		}
+		got, err := IDTime(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := base.Add(time.Duration(i) * time.Millisecond); !got.Equal(want) {
+			t.Fatalf("IDTime(%s) = %v, want %v", id, got, want)
+		}
+		if KindOf(id) != "plan" {
+			t.Fatalf("KindOf(%s) = %q", id, KindOf(id))
+		}
+	}
+	if NewID("plan", base) == NewID("plan", base) {
+		t.Fatal("two IDs in the same millisecond collide")
+	}
+}
+
+func TestCheckIDRejectsPathsAndJunk(t *testing.T) {
+	good := NewID("image_spec", time.Now())
+	if err := CheckID(good); err != nil {
+		t.Fatalf("%s: %v", good, err)
+	}
+	if KindOf(good) != "image_spec" {
+		t.Fatalf("kind with underscore: %q", KindOf(good))
+	}
+	for _, bad := range []string{"", "plan", "plan_", "../plan_01JD0000000000000000000000", "plan_01JD00000000000000000000/0",
+		"Plan_01JD0000000000000000000000", "plan_01JD000000000000000000000U", "plan_01JD00000000000000000000000"} {
+		if CheckID(bad) == nil {
+			t.Errorf("CheckID(%q) accepted", bad)
+		}
+	}
+}
+
+type widget struct {
+	Meta
+	Colour string `json:"colour"`
+	Size   int    `json:"size,omitempty"`
+}
+
+func TestUnknownFieldsSurviveRoundTrip(t *testing.T) {
+	in := `{"kind":"widget","id":"widget_01JD0000000000000000000000","v":3,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z","colour":"red","future":{"a":[1,2]},"zeta":true}`
+	var w widget
+	if err := Unmarshal([]byte(in), &w); err != nil {
+		t.Fatal(err)
+	}
+	if w.Colour != "red" || w.V != 3 {
+		t.Fatalf("decoded %+v", w)
+	}
+	w.Size = 7
+	out, err := Marshal(&w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("output is not JSON: %s", out)
+	}
+	if string(m["future"]) != `{"a":[1,2]}` || string(m["zeta"]) != "true" || string(m["size"]) != "7" {
+		t.Fatalf("unknown fields lost or changed: %s", out)
+	}
+	if !bytes.HasPrefix(out, []byte(`{"kind":"widget","id":`)) {
+		t.Fatalf("common fields should lead: %s", out)
+	}
+}
+
+func TestGenericKeepsEverything(t *testing.T) {
+	in := `{"kind":"lease","id":"lease_01JD0000000000000000000000","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z","vm_name":"tb-1","limits":{"vcpus":1}}`
+	rec, err := Decode([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.(*Generic); !ok {
+		t.Fatalf("lease decoded as %T", rec)
+	}
+	out, _ := Marshal(rec)
+	var a, b any
+	json.Unmarshal([]byte(in), &a)
+	json.Unmarshal(out, &b)
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if !bytes.Equal(ja, jb) {
+		t.Fatalf("round trip changed the record:\n in %s\nout %s", ja, jb)
+	}
+}
+
+func TestDecodeErrorsAreShort(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"kind":"plan"`: "invalid JSON",
+		`[1,2]`:          "not a JSON object",
+		`{"id":"plan_01JD0000000000000000000000"}`:                                `missing "kind"`,
+		`{"kind":"plan"}`:                                                         `missing "id"`,
+		`{"kind":"plan","id":"x"}`:                                                "malformed id",
+		`{"kind":"sample","id":"plan_01JD0000000000000000000000"}`:                "does not belong",
+		`{"kind":"sample","id":"sample_01JD0000000000000000000000","size":"big"}`: `field "size"`,
+	} {
+		_, err := Decode([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Decode(%s) = %v, want one line containing %q", in, err, want)
+		}
+	}
+}
+
+func TestReaderReportsLineNumbers(t *testing.T) {
+	in := "\n" + `{"kind":"plan","id":"plan_01JD0000000000000000000000","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z"}` + "\n\n{bad\n"
+	r := NewReader(strings.NewReader(in), "stdin")
+	if _, err := r.Record(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Record()
+	var le *LineError
+	if !errors.As(err, &le) || le.Line != 4 || !strings.HasPrefix(err.Error(), "stdin:4: ") {
+		t.Fatalf("got %v, want a stdin:4 error", err)
+	}
+	if _, err := r.Record(); err != io.EOF {
+		t.Fatalf("after the last line: %v", err)
+	}
+}
+
+func TestDurationText(t *testing.T) {
+	var d struct{ D Duration }
+	if err := json.Unmarshal([]byte(`{"D":"1h30m"}`), &d); err != nil || d.D.D() != 90*time.Minute {
+		t.Fatalf("%v %v", d.D, err)
+	}
+	if err := json.Unmarshal([]byte(`{"D":45}`), &d); err != nil || d.D.D() != 45*time.Second {
+		t.Fatalf("%v %v", d.D, err)
+	}
+	if err := json.Unmarshal([]byte(`{"D":"soon"}`), &d); err == nil {
+		t.Fatal("accepted a bad duration")
+	}
+	b, _ := json.Marshal(Duration(2 * time.Minute))
+	if string(b) != `"2m0s"` {
+		t.Fatalf("marshal: %s", b)
+	}
+}

@@ -1,0 +1,159 @@
+package state
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Blob names stored content by its digest.
+type Blob struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// URI is how records refer to a blob.
+func (b Blob) URI() string { return "blob:sha256:" + b.SHA256 }
+
+func validSHA256(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil && h == toLower(h)
+}
+
+func toLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'F' {
+			b[i] = c + 32
+		}
+	}
+	return string(b)
+}
+
+// BlobPath is where the blob with this digest lives (whether or not it exists).
+func (s *Store) BlobPath(sha string) string {
+	if !validSHA256(sha) {
+		// Never a stored blob, and never outside the blob directory.
+		return filepath.Join(s.root, "blobs", "sha256", "invalid")
+	}
+	return filepath.Join(s.root, "blobs", "sha256", sha[:2], sha)
+}
+
+// HasBlob reports whether a blob is stored.
+func (s *Store) HasBlob(sha string) bool {
+	if !validSHA256(sha) {
+		return false
+	}
+	_, err := os.Stat(s.BlobPath(sha))
+	return err == nil
+}
+
+// OpenBlob opens a stored blob for reading.
+func (s *Store) OpenBlob(sha string) (*os.File, error) {
+	if !validSHA256(sha) {
+		return nil, fmt.Errorf("invalid sha256 %q", sha)
+	}
+	f, err := os.Open(s.BlobPath(sha))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("blob %s: %w", sha, ErrNotFound)
+	}
+	return f, err
+}
+
+// PutBlob stores the content of r and returns its digest. Content already
+// stored is not written again.
+func (s *Store) PutBlob(ctx context.Context, r io.Reader) (Blob, error) {
+	return s.putBlob(ctx, "", r)
+}
+
+// PutBlobKnown stores content whose sha256 the caller already computed; when
+// that blob exists nothing is read. The digest is checked while writing.
+func (s *Store) PutBlobKnown(ctx context.Context, sha string, r io.Reader) (Blob, error) {
+	if !validSHA256(sha) {
+		return Blob{}, fmt.Errorf("invalid sha256 %q", sha)
+	}
+	if st, err := os.Stat(s.BlobPath(sha)); err == nil {
+		return Blob{SHA256: sha, Size: st.Size()}, nil
+	}
+	return s.putBlob(ctx, sha, r)
+}
+
+func (s *Store) putBlob(ctx context.Context, want string, r io.Reader) (Blob, error) {
+	if err := ctx.Err(); err != nil {
+		return Blob{}, err
+	}
+	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "blob-*")
+	if err != nil {
+		return Blob{}, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), r)
+	if err != nil {
+		return Blob{}, err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if want != "" && sum != want {
+		return Blob{}, fmt.Errorf("blob content has sha256 %s, expected %s", sum, want)
+	}
+	if s.durability == SyncEachWrite {
+		if err := tmp.Sync(); err != nil {
+			return Blob{}, err
+		}
+	}
+	if err := tmp.Chmod(0o444); err != nil {
+		return Blob{}, err
+	}
+	s.hook(crashBlobTemp)
+	if err := s.linkIntoPlace(tmp.Name(), s.BlobPath(sum), n); err != nil {
+		return Blob{}, err
+	}
+	s.hook(crashBlobLinked)
+	return Blob{SHA256: sum, Size: n}, nil
+}
+
+// linkIntoPlace publishes a finished temp file under its final name. link(2)
+// never replaces an existing blob: blobs are not rewritten, except one whose
+// size is wrong (cut short by a power cut before a Flush), which is replaced.
+func (s *Store) linkIntoPlace(tmp, final string, size int64) error {
+	if err := os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
+		return err
+	}
+	err := os.Link(tmp, final)
+	if errors.Is(err, fs.ErrExist) {
+		err = nil
+		if st, serr := os.Stat(final); serr == nil && st.Size() != size {
+			err = os.Rename(tmp, final)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return s.syncDir(filepath.Dir(final))
+}
+
+// Flush makes every write so far durable with one syncfs(2). Under
+// SyncEachWrite there is nothing left to do.
+func (s *Store) Flush() error {
+	if s.durability == SyncEachWrite {
+		return nil
+	}
+	d, err := os.Open(s.root)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return unix.Syncfs(int(d.Fd()))
+}

@@ -1,0 +1,231 @@
+// Package state is the filesystem state directory every tb-* tool shares:
+// records written atomically under per-record locks, an append-only journal
+// of every change, and a content-addressed blob store.
+//
+// Layout under the root:
+//
+//	records/<kind>/<id>.json   current version of each record
+//	journal/journal.jsonl      every put and delete, in commit order
+//	intents/<kind>~<id>.json   a write in flight (left only by a crash)
+//	intents/<kind>~<id>.delete a delete in flight (likewise)
+//	locks/records/<kind>/<id>  flock(2) file of each record
+//	locks/index/<name>/<key>   flock(2) file of each index key
+//	locks/named/…              Lock and TryLock
+//	blobs/sha256/<aa>/<hex>    content-addressed, read-only blobs
+//	index/<name>/<key>         secondary keys (e.g. sample sha256 -> id)
+//	tmp/                       blob and index files being written
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// ErrNotFound is returned (wrapped) when a record, blob or index key is absent.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists is returned by Create when the record is already there.
+var ErrExists = errors.New("already exists")
+
+// ErrNoChange, returned by an Update callback, leaves the record as it was.
+var ErrNoChange = errors.New("no change")
+
+// Durability chooses when data reaches the disk.
+type Durability int
+
+const (
+	// SyncEachWrite fsyncs every record, journal entry and blob before the
+	// call returns: one write survives a power cut as soon as it is made.
+	SyncEachWrite Durability = iota
+	// SyncOnFlush leaves fsync to Flush (one syncfs for the whole batch).
+	// A killed process still loses nothing (the page cache survives it);
+	// a power cut may lose the writes since the last Flush.
+	SyncOnFlush
+)
+
+// Store is an open state directory. It is safe for concurrent use by
+// goroutines and by processes sharing the directory.
+type Store struct {
+	root       string
+	durability Durability
+	now        func() time.Time
+
+	// crashAt, when set (by tests only), is called at each step of the
+	// write protocol with the step's name (the crash* constants), so that a
+	// test process can kill itself in every crash window.
+	crashAt func(point string)
+}
+
+// Option configures Open.
+type Option func(*Store)
+
+// WithDurability sets when writes are synced (default SyncEachWrite).
+func WithDurability(d Durability) Option { return func(s *Store) { s.durability = d } }
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// DefaultDir is the state directory when neither --state nor TB_STATE is
+// given: /var/lib/talkbox for root, $XDG_STATE_HOME/talkbox otherwise.
+func DefaultDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/talkbox"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "talkbox")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "talkbox")
+	}
+	return filepath.Join(os.TempDir(), "talkbox-state")
+}
+
+var layout = []string{"records", "journal", "intents", "locks", "blobs/sha256", "index", "tmp"}
+
+// Open creates the layout if needed and finishes or discards any write a
+// killed process left in flight.
+func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
+	if root == "" {
+		return nil, errors.New("state directory not set")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{root: abs, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	for _, d := range layout {
+		if err := os.MkdirAll(filepath.Join(abs, d), 0o750); err != nil {
+			return nil, fmt.Errorf("state directory %s: %w", abs, err)
+		}
+	}
+	if err := s.recoverIntents(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Root is the state directory's absolute path.
+func (s *Store) Root() string { return s.root }
+
+// Path joins elements under the state root; tools use it for their own
+// subdirectories (keys, caches) so that everything lives in one place.
+func (s *Store) Path(elem ...string) string {
+	return filepath.Join(append([]string{s.root}, elem...)...)
+}
+
+// Now is the store's clock, truncated as records store time.
+func (s *Store) Now() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+func (s *Store) recordPath(kind, id string) string {
+	return filepath.Join(s.root, "records", kind, id+".json")
+}
+
+const (
+	putIntentSuffix    = ".json"
+	deleteIntentSuffix = ".delete"
+)
+
+func (s *Store) intentPath(kind, id string) string {
+	return filepath.Join(s.root, "intents", kind+"~"+id+putIntentSuffix)
+}
+
+func (s *Store) deleteIntentPath(kind, id string) string {
+	return filepath.Join(s.root, "intents", kind+"~"+id+deleteIntentSuffix)
+}
+
+func (s *Store) recordLockPath(kind, id string) string {
+	return filepath.Join(s.root, "locks", "records", kind, id)
+}
+
+func checkRef(id string) (kind string, err error) {
+	if err := records.CheckID(id); err != nil {
+		return "", err
+	}
+	return records.KindOf(id), nil
+}
+
+// ReadRaw returns the stored bytes of a record.
+func (s *Store) ReadRaw(id string) ([]byte, error) {
+	kind, err := checkRef(id)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(s.recordPath(kind, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	return b, err
+}
+
+// Get decodes the record with the given ID into r, which is reset first so
+// that nothing from an earlier use of the struct survives.
+func (s *Store) Get(id string, r records.Record) error {
+	b, err := s.ReadRaw(id)
+	if err != nil {
+		return err
+	}
+	resetRecord(r)
+	if err := records.Unmarshal(b, r); err != nil {
+		return fmt.Errorf("%s: stored record does not decode: %w", s.recordPath(records.KindOf(id), id), err)
+	}
+	return nil
+}
+
+// Exists reports whether a record is stored.
+func (s *Store) Exists(id string) bool {
+	kind, err := checkRef(id)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(s.recordPath(kind, id))
+	return err == nil
+}
+
+// List returns the IDs of one kind, oldest first.
+func (s *Store) List(kind string) ([]string, error) {
+	if !records.ValidKind(kind) {
+		return nil, fmt.Errorf("invalid kind %q", kind)
+	}
+	ents, err := os.ReadDir(filepath.Join(s.root, "records", kind))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && records.CheckID(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// Kinds lists the record kinds present in the store.
+func (s *Store) Kinds() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(s.root, "records"))
+	if err != nil {
+		return nil, err
+	}
+	var kinds []string
+	for _, e := range ents {
+		if e.IsDir() && records.ValidKind(e.Name()) {
+			kinds = append(kinds, e.Name())
+		}
+	}
+	return kinds, nil
+}

@@ -1,0 +1,340 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Crash points: the test hook (Store.crashAt) is called with these names at
+// the steps of the write protocol, so that tests can kill the process in each
+// window. They are no-ops in production.
+const (
+	crashPutIntent       = "put:intent"       // intent written, journal not yet appended
+	crashPutJournaled    = "put:journaled"    // journal appended (committed), not yet renamed
+	crashPutRenamed      = "put:renamed"      // record file replaced, lock still held
+	crashDeleteIntent    = "delete:intent"    // delete marker written, journal not yet appended
+	crashDeleteJournaled = "delete:journaled" // journal appended (committed), file not yet removed
+	crashDeleteRemoved   = "delete:removed"   // file removed, marker still there
+	crashJournalTorn     = "journal:torn"     // half of a journal line written
+	crashBlobTemp        = "blob:temp"        // blob content in tmp/, not yet linked
+	crashBlobLinked      = "blob:linked"      // blob linked into place
+	crashClaimCreated    = "claim:created"    // Claim's record created, index not yet written
+)
+
+func (s *Store) hook(point string) {
+	if s.crashAt != nil {
+		s.crashAt(point)
+	}
+}
+
+// Create stores a new record. r must already have a kind and ID
+// (records.Init); it fails with ErrExists if that ID is taken, leaving r as
+// it was. The stored version is rev 1.
+func (s *Store) Create(ctx context.Context, r records.Record) error {
+	h := r.Header()
+	return s.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
+		if prev != nil {
+			return nil, fmt.Errorf("%s: %w", h.ID, ErrExists)
+		}
+		return r, nil
+	})
+}
+
+// Put stores r whole, replacing any previous version, under the record's
+// lock. The revision continues from the stored version and its created_at is
+// kept; both are written back into r.
+func (s *Store) Put(ctx context.Context, r records.Record) error {
+	h := r.Header()
+	if err := records.Validate(h); err != nil {
+		return err
+	}
+	return s.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
+		return r, nil
+	})
+}
+
+// Update is the read-modify-write of one record: under the record's lock it
+// loads the stored version into r (when there is one), calls fn, and stores
+// the result. fn may return ErrNoChange to leave the record untouched. When
+// the record does not exist, r is passed as the caller prepared it; if fn
+// leaves its ID and kind empty they are taken from id.
+//
+// r is reset to its zero value before the stored version is decoded into it,
+// so a struct reused across calls never carries stale fields or map entries.
+// fn must not write the same record (its lock is held).
+func (s *Store) Update(ctx context.Context, id string, r records.Record, fn func(exists bool) error) error {
+	return s.commitLocked(ctx, id, func(prev []byte) (records.Record, error) {
+		if prev != nil {
+			resetRecord(r)
+			if err := records.Unmarshal(prev, r); err != nil {
+				return nil, fmt.Errorf("%s: stored record does not decode: %w", id, err)
+			}
+		}
+		if err := fn(prev != nil); err != nil {
+			return nil, err
+		}
+		h := r.Header()
+		if prev == nil && h.ID == "" && h.Kind == "" {
+			h.ID, h.Kind = id, records.KindOf(id)
+		}
+		return r, nil
+	})
+}
+
+// resetRecord zeroes the struct r points to, so that decoding into it gives
+// exactly the stored record (encoding/json merges into maps and leaves absent
+// fields alone).
+func resetRecord(r records.Record) {
+	v := reflect.ValueOf(r)
+	if v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().CanSet() {
+		v.Elem().SetZero()
+	}
+}
+
+// stored is what the store keeps from the version being replaced.
+type stored struct {
+	Rev       int64     `json:"rev"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// prevHeader reads the revision and creation time of the stored version. A
+// version that does not decode falls back on the journal's last entry.
+func (s *Store) prevHeader(id string, prev []byte) stored {
+	var old stored
+	if prev == nil {
+		return old
+	}
+	if json.Unmarshal(prev, &old) == nil {
+		return old
+	}
+	old = stored{}
+	if e, err := s.lastJournalEntry(id); err == nil && e != nil && e.Op == opPut {
+		if json.Unmarshal(e.Record, &old) != nil {
+			old = stored{Rev: e.Rev}
+		}
+	}
+	return old
+}
+
+// stamp sets the fields the store owns — rev, created_at, updated_at, v —
+// and encodes r as one compact line. The revision is the stored one plus
+// one (1 for a new record) whatever r carried.
+func (s *Store) stamp(id string, prev []byte, r records.Record) ([]byte, error) {
+	h := r.Header()
+	if h.ID != id {
+		return nil, fmt.Errorf("write of %s changed its id to %q", id, h.ID)
+	}
+	if err := records.Validate(h); err != nil {
+		return nil, err
+	}
+	old := s.prevHeader(id, prev)
+	now := s.Now()
+	h.Rev = old.Rev + 1
+	h.UpdatedAt = now
+	if !old.CreatedAt.IsZero() {
+		h.CreatedAt = old.CreatedAt
+	} else if h.CreatedAt.IsZero() {
+		h.CreatedAt = now
+	}
+	if h.V == 0 {
+		h.V = records.SchemaVersion
+	}
+	raw, err := records.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	// Extra fields are copied verbatim and may be indented: compact so that
+	// the record is one line and the journal holds the very same bytes.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, fmt.Errorf("%s: encoded record is not JSON: %w", id, err)
+	}
+	data := buf.Bytes()
+	if bytes.IndexByte(data, '\n') >= 0 {
+		return nil, fmt.Errorf("%s: encoded record spans lines", id)
+	}
+	return data, nil
+}
+
+// commitLocked runs the write protocol for one record:
+//  1. lock the record and settle any write a dead process left in flight;
+//  2. write the new version as an intent file;
+//  3. append it to the journal (the commit point);
+//  4. rename the intent over the record file.
+//
+// A process killed between 2 and 3 leaves an intent the journal does not
+// know (discarded at recovery); between 3 and 4, one it does (rolled
+// forward). Either way the files and the journal agree afterwards.
+//
+// build returns the record to store given the stored bytes (nil when
+// absent); its error, or ErrNoChange, ends the write without storing.
+func (s *Store) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error {
+	kind, err := checkRef(id)
+	if err != nil {
+		return err
+	}
+	unlock, err := s.lockRecord(ctx, kind, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.resolveIntent(kind, id); err != nil {
+		return err
+	}
+	path := s.recordPath(kind, id)
+	prev, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		prev, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	r, err := build(prev)
+	if errors.Is(err, ErrNoChange) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	h := r.Header()
+	saved := *h
+	data, err := s.stamp(id, prev, r)
+	if err == nil {
+		err = s.commit(kind, id, data, h.Rev, h.UpdatedAt)
+	}
+	if err != nil {
+		// Not stored (or not known to be): give the caller back its record.
+		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
+		return err
+	}
+	return nil
+}
+
+// commit writes data as the new version of a record whose lock is held.
+func (s *Store) commit(kind, id string, data []byte, rev int64, at time.Time) error {
+	path := s.recordPath(kind, id)
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	intent := s.intentPath(kind, id)
+	if err := s.writeFile(intent, data); err != nil {
+		os.Remove(intent)
+		return err
+	}
+	// The intent must be on disk before the journal says it is committed.
+	if err := s.syncDir(filepath.Dir(intent)); err != nil {
+		os.Remove(intent)
+		return err
+	}
+	s.hook(crashPutIntent)
+	if err := s.appendJournal(&entry{At: at, Op: opPut, Kind: kind, ID: id, Rev: rev, Record: data}); err != nil {
+		// The entry may or may not have reached the journal: let the journal
+		// decide, as recovery would.
+		if rerr := s.resolveIntent(kind, id); rerr != nil {
+			return fmt.Errorf("%w (and settling the write: %v)", err, rerr)
+		}
+		return err
+	}
+	s.hook(crashPutJournaled)
+	if err := os.Rename(intent, path); err != nil {
+		return fmt.Errorf("%s: committed but not yet in place (recovered on next write): %w", id, err)
+	}
+	s.hook(crashPutRenamed)
+	return s.syncDir(filepath.Dir(path))
+}
+
+// Delete removes a record; the journal keeps its history. Like a write, it
+// leaves a marker in intents/ while it is in flight, so that a process killed
+// after the journal entry and before the file is removed is rolled forward.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	kind, err := checkRef(id)
+	if err != nil {
+		return err
+	}
+	unlock, err := s.lockRecord(ctx, kind, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.resolveIntent(kind, id); err != nil {
+		return err
+	}
+	path := s.recordPath(kind, id)
+	prev, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	marker := s.deleteIntentPath(kind, id)
+	if err := s.writeFile(marker, nil); err != nil {
+		os.Remove(marker)
+		return err
+	}
+	if err := s.syncDir(filepath.Dir(marker)); err != nil {
+		os.Remove(marker)
+		return err
+	}
+	s.hook(crashDeleteIntent)
+	old := s.prevHeader(id, prev)
+	if err := s.appendJournal(&entry{At: s.Now(), Op: opDelete, Kind: kind, ID: id, Rev: old.Rev}); err != nil {
+		if rerr := s.resolveIntent(kind, id); rerr != nil {
+			return fmt.Errorf("%w (and settling the delete: %v)", err, rerr)
+		}
+		return err
+	}
+	s.hook(crashDeleteJournaled)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: deleted in the journal but the file remains (recovered on next write): %w", id, err)
+	}
+	if err := s.syncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	s.hook(crashDeleteRemoved)
+	if err := os.Remove(marker); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// writeFile creates path with data, synced when each write must be durable.
+func (s *Store) writeFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if s.durability == SyncEachWrite {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+func (s *Store) syncDir(dir string) error {
+	if s.durability != SyncEachWrite {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
