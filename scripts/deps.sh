@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Installs and starts what Talkbox needs on a Debian 12 host. Idempotent:
-# only missing packages are installed. Usage: scripts/deps.sh [test|demo|build]
+# only missing packages are installed and only stopped daemons started.
+# Usage: scripts/deps.sh [test|demo]
 set -euo pipefail
 what=${1:-test}
+case "$what" in test|demo) ;; *) echo "deps.sh: unknown set '$what' (test, demo)" >&2; exit 2 ;; esac
 
-# Debian packages by purpose. Everything the test suite touches is real, so
-# the test set is the union of what every tool drives.
-base=(ca-certificates git make gcc pkg-config file)
-test_pkgs=("${base[@]}" iproute2 tcpdump tshark busybox-static)
-
-case "$what" in
-  test|demo|build) pkgs=("${test_pkgs[@]}") ;;
-  *) echo "deps.sh: unknown set '$what' (test, demo, build)" >&2; exit 2 ;;
-esac
+# Everything the suite touches is real (libvirt guests, nftables, captures),
+# so tests and the demo need the same packages.
+pkgs=(
+  ca-certificates git make gcc pkg-config file xz-utils zstd
+  libvirt-daemon-system libvirt-dev qemu-utils qemu-system-x86 qemu-system-arm
+  qemu-system-mips qemu-system-ppc qemu-system-misc qemu-user-static binfmt-support
+  debootstrap mmdebstrap e2fsprogs
+  nftables iproute2 tcpdump tshark inetsim dnsmasq-base busybox-static
+)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -26,7 +28,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "deps.sh: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
+  # tshark asks whether non-root users may capture; the default (no) is right.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Daemons: started by hand where no service manager runs them.
+if [ "$(id -u)" -eq 0 ]; then
+  if ! pgrep -x virtlogd >/dev/null; then virtlogd -d; fi
+  if ! pgrep -x libvirtd >/dev/null; then libvirtd -d; fi
+  for _ in $(seq 1 100); do
+    virsh -c qemu:///system version >/dev/null 2>&1 && break
+    sleep 0.1 # waiting for a daemon's socket; no event to wait on
+  done
+  virsh -c qemu:///system version >/dev/null 2>&1 || { echo "deps.sh: libvirtd did not start (see /var/log/libvirt/)" >&2; exit 69; }
+  # Foreign-architecture chroots run through qemu-user via binfmt_misc.
+  if [ ! -e /proc/sys/fs/binfmt_misc/status ]; then
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+  fi
+  if [ -e /proc/sys/fs/binfmt_misc/status ] && command -v update-binfmts >/dev/null; then
+    update-binfmts --enable >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then

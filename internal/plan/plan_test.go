@@ -145,7 +145,7 @@ func TestMakePlansAndRunnability(t *testing.T) {
 			t.Fatal(err)
 		}
 		if pl.Image.Platform != c.platform || pl.Runnable != c.runnable || !strings.Contains(pl.Reason, c.reason) {
-			t.Errorf("%s/%s/%s: platform=%q runnable=%v reason=%q; want %q %v ~%q",
+			t.Errorf("%s/%s/%+v: platform=%q runnable=%v reason=%q; want %q %v ~%q",
 				c.s.Arch, c.s.Endianness, c.s.ABI, pl.Image.Platform, pl.Runnable, pl.Reason, c.platform, c.runnable, c.reason)
 		}
 		if pl.Runnable && pl.Reason != "" {

@@ -154,6 +154,9 @@ func parseStdinLine(l records.Line) (input, error) {
 		return input{sha256: sha, where: where}, nil
 	case hex64.MatchString(text):
 		return input{sha256: bytes2lower(text), where: where}, nil
+	case len(text) > 66 && hex64.MatchString(text[:64]) && (text[64] == ' ' || text[64] == '\t'):
+		// sha256sum(1) output: the digest names a stored sample.
+		return input{sha256: bytes2lower(text[:64]), where: where}, nil
 	default:
 		return input{path: text, where: where}, nil
 	}

@@ -16,6 +16,10 @@ func New(kind string) Record {
 		return &Sample{}
 	case KindPlan:
 		return &Plan{}
+	case KindImage:
+		return &SandboxImage{}
+	case KindBuild:
+		return &ImageBuildRun{}
 	}
 	return &Generic{}
 }

@@ -128,7 +128,7 @@ func (s *Store) putBlob(ctx context.Context, want string, r io.Reader) (Blob, er
 // never replaces an existing blob: blobs are not rewritten, except one whose
 // size is wrong (cut short by a power cut before a Flush), which is replaced.
 func (s *Store) linkIntoPlace(tmp, final string, size int64) error {
-	if err := os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
+	if err := s.ensureDir(filepath.Dir(final)); err != nil {
 		return err
 	}
 	err := os.Link(tmp, final)

@@ -102,7 +102,7 @@ func (s *Store) SetIndex(name, key, id string) error {
 
 // writeAtomic replaces path with data through a temp file and rename.
 func (s *Store) writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := s.ensureDir(filepath.Dir(path)); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "idx-*")

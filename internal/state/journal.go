@@ -34,6 +34,17 @@ type entry struct {
 	Record json.RawMessage `json:"record,omitempty"`
 }
 
+// valid reports whether a decoded line is a whole entry.
+func (e *entry) valid() bool {
+	switch e.Op {
+	case opPut:
+		return e.ID != "" && len(e.Record) > 0
+	case opDelete:
+		return e.ID != ""
+	}
+	return false
+}
+
 func (s *Store) journalPath() string { return filepath.Join(s.root, "journal", "journal.jsonl") }
 
 // appendJournal appends one entry as a single write under the journal's
@@ -55,7 +66,7 @@ func (s *Store) appendJournal(e *entry) error {
 	if bytes.IndexByte(line[:len(line)-1], '\n') >= 0 {
 		return fmt.Errorf("journal entry for %s spans lines", e.ID)
 	}
-	f, err := os.OpenFile(s.journalPath(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640) // read too: the last byte is checked
 	if err != nil {
 		return err
 	}
@@ -153,7 +164,7 @@ func (s *Store) scanJournal(ctx context.Context, fn func(*entry)) (JournalStats,
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
 			var e entry
-			if json.Unmarshal(line, &e) != nil || e.ID == "" || (e.Op != opPut && e.Op != opDelete) {
+			if json.Unmarshal(line, &e) != nil || !e.valid() {
 				stats.Torn++
 			} else {
 				stats.Entries++
@@ -204,14 +215,41 @@ func (s *Store) lastJournalEntryOnce(id string) (*entry, error) {
 		return nil, err
 	}
 	needle := []byte(`"id":"` + id + `"`)
+	match := func(line []byte) *entry {
+		if !bytes.Contains(line, needle) {
+			return nil
+		}
+		var e entry
+		if json.Unmarshal(line, &e) == nil && e.ID == id && e.valid() {
+			return &e
+		}
+		return nil
+	}
 	chunk := journalChunk
 	end := st.Size()
-	// carry is the start of the line that the previous (later) chunk began
-	// with: it may have begun before that chunk, i.e. in this one.
-	var carry []byte
+	// tail holds, latest first, the pieces of the line that began before
+	// the chunks read so far; it is joined once, when its start is found, so
+	// a line spanning many chunks costs its length and no more.
+	var tail [][]byte
+	line := func(head []byte) []byte {
+		if len(tail) == 0 {
+			return head
+		}
+		n := len(head)
+		for _, p := range tail {
+			n += len(p)
+		}
+		out := make([]byte, 0, n)
+		out = append(out, head...)
+		for i := len(tail) - 1; i >= 0; i-- {
+			out = append(out, tail[i]...)
+		}
+		tail = tail[:0]
+		return out
+	}
 	for end > 0 {
 		start := max(end-chunk, 0)
-		buf := make([]byte, end-start, int(end-start)+len(carry))
+		buf := make([]byte, end-start)
 		n, err := f.ReadAt(buf, start)
 		if err == io.EOF && n < len(buf) {
 			return nil, errJournalShrank
@@ -219,24 +257,24 @@ func (s *Store) lastJournalEntryOnce(id string) (*entry, error) {
 		if err != nil && err != io.EOF {
 			return nil, err
 		}
-		buf = append(buf, carry...)
-		lines := bytes.Split(buf, []byte{'\n'})
-		// lines[0] may be cut by the chunk boundary: keep it for the next round.
-		first := 0
-		if start > 0 {
-			carry = append(carry[:0:0], lines[0]...)
-			first = 1
+		hi := len(buf)
+		for {
+			nl := bytes.LastIndexByte(buf[:hi], '\n')
+			if nl < 0 {
+				break
+			}
+			if e := match(line(buf[nl+1 : hi])); e != nil {
+				return e, nil
+			}
+			hi = nl
 		}
-		for i := len(lines) - 1; i >= first; i-- {
-			if !bytes.Contains(lines[i], needle) {
-				continue
-			}
-			var e entry
-			if json.Unmarshal(lines[i], &e) == nil && e.ID == id && (e.Op == opPut || e.Op == opDelete) {
-				return &e, nil
-			}
+		if hi > 0 {
+			tail = append(tail, buf[:hi])
 		}
 		end = start
+	}
+	if e := match(line(nil)); e != nil {
+		return e, nil
 	}
 	return nil, nil
 }
@@ -270,7 +308,7 @@ func (s *Store) resolveIntent(kind, id string) error {
 	switch {
 	case havePut && last != nil && last.Op == opPut && bytes.Equal(bytes.TrimSpace(last.Record), bytes.TrimSpace(data)):
 		// Committed to the journal but not yet renamed: roll forward.
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		if err := s.ensureDir(filepath.Dir(path)); err != nil {
 			return err
 		}
 		if err := os.Rename(putIntent, path); err != nil {

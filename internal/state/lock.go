@@ -10,6 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// lockWaitHook, when set (by tests only), is called when a wait for a busy
+// lock begins.
+var lockWaitHook func(path string)
+
 // flockRetry is flock(2) restarted after EINTR.
 func flockRetry(fd, how int) error {
 	for {
@@ -62,6 +66,9 @@ func lockFile(ctx context.Context, path string, wait bool) (unlock func(), ok bo
 	}
 	// flock(2) cannot be interrupted from Go: wait in a goroutine, and if
 	// ctx ends first, let that goroutine drop the lock when it gets it.
+	if lockWaitHook != nil {
+		lockWaitHook(path)
+	}
 	got := make(chan error, 1)
 	go func() { got <- flockRetry(fd, unix.LOCK_EX) }()
 	select {

@@ -71,7 +71,9 @@ func (s *Store) Put(ctx context.Context, r records.Record) error {
 //
 // r is reset to its zero value before the stored version is decoded into it,
 // so a struct reused across calls never carries stale fields or map entries.
-// fn must not write the same record (its lock is held).
+// The store owns rev (the stored one plus one), updated_at and, for a record
+// that exists, created_at: what fn sets there is overwritten. fn must not
+// write the same record (its lock is held).
 func (s *Store) Update(ctx context.Context, id string, r records.Record, fn func(exists bool) error) error {
 	return s.commitLocked(ctx, id, func(prev []byte) (records.Record, error) {
 		if prev != nil {
@@ -223,7 +225,7 @@ func (s *Store) commitLocked(ctx context.Context, id string, build func(prev []b
 // commit writes data as the new version of a record whose lock is held.
 func (s *Store) commit(kind, id string, data []byte, rev int64, at time.Time) error {
 	path := s.recordPath(kind, id)
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := s.ensureDir(filepath.Dir(path)); err != nil {
 		return err
 	}
 	intent := s.intentPath(kind, id)
@@ -325,6 +327,19 @@ func (s *Store) writeFile(path string, data []byte) error {
 		}
 	}
 	return f.Close()
+}
+
+// ensureDir creates dir (records/<kind>, a blob prefix, an index) if it is
+// missing, and makes its entry durable when each write must be: the files
+// about to be written in it are worth nothing if the directory is lost.
+func (s *Store) ensureDir(dir string) error {
+	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	return s.syncDir(filepath.Dir(dir))
 }
 
 func (s *Store) syncDir(dir string) error {

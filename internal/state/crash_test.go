@@ -1,0 +1,604 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// ---- random kill points ----
+
+var claimKeys = []string{"k0", "k1", "k2"}
+
+// workerChaos writes, updates, puts and deletes records, stores blobs and
+// claims index keys in a loop until it is killed. It prints "begin …" before
+// and "done …" after each operation.
+func workerChaos() {
+	ctx := context.Background()
+	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(durabilityFromEnv()))
+	if err != nil {
+		fail("open: %v", err)
+	}
+	rng := rand.New(rand.NewSource(int64(envInt("TB_SEED"))))
+	seq := envInt("TB_SEQ")
+	if pm := envInt("TB_SELFKILL_PERMILLE"); pm > 0 {
+		// Also die at a random step of the write protocol.
+		hookRng := rand.New(rand.NewSource(rng.Int63()))
+		s.crashAt = func(string) {
+			if hookRng.Intn(1000) < pm {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		}
+	}
+	live, err := s.List(testKind)
+	if err != nil {
+		fail("list: %v", err)
+	}
+	say := func(format string, args ...any) {
+		if _, err := fmt.Fprintf(os.Stdout, format+"\n", args...); err != nil {
+			os.Exit(4)
+		}
+	}
+	note := func() string {
+		// Characters json.Marshal would escape, and sizes up to a few KiB.
+		return strings.Repeat("<a&b> ", rng.Intn(500))
+	}
+	for ops := 0; ops < 100000; ops++ {
+		seq++
+		r := rng.Intn(100)
+		switch {
+		case len(live) == 0 || r < 25:
+			c := newCounter(s)
+			c.Seq, c.Note = seq, note()
+			say("begin create %s %d", c.ID, seq)
+			if err := s.Create(ctx, c); err != nil {
+				fail("create: %v", err)
+			}
+			live = append(live, c.ID)
+			say("done create %s %d %d", c.ID, c.Rev, seq)
+		case r < 55:
+			id := live[rng.Intn(len(live))]
+			say("begin update %s %d", id, seq)
+			var c counterRec
+			err := s.Update(ctx, id, &c, func(exists bool) error {
+				if !exists {
+					return ErrNotFound
+				}
+				c.Seq, c.Note = seq, note()
+				c.Total++
+				return nil
+			})
+			if err != nil {
+				fail("update: %v", err)
+			}
+			say("done update %s %d %d", id, c.Rev, seq)
+		case r < 65:
+			id := live[rng.Intn(len(live))]
+			say("begin put %s %d", id, seq)
+			var g records.Generic
+			if err := s.Get(id, &g); err != nil {
+				fail("get: %v", err)
+			}
+			g.Extra["seq"] = json.RawMessage(strconv.Itoa(seq))
+			g.Extra["future"] = json.RawMessage(`{ "kept": [1, 2, "<&>"] }`)
+			if err := s.Put(ctx, &g); err != nil {
+				fail("put: %v", err)
+			}
+			say("done put %s %d %d", id, g.Rev, seq)
+		case r < 75:
+			i := rng.Intn(len(live))
+			id := live[i]
+			say("begin delete %s", id)
+			if err := s.Delete(ctx, id); err != nil {
+				fail("delete: %v", err)
+			}
+			live = append(live[:i], live[i+1:]...)
+			say("done delete %s", id)
+		case r < 90:
+			content := make([]byte, rng.Intn(64<<10))
+			rng.Read(content)
+			sum := sha256.Sum256(content)
+			sha := hex.EncodeToString(sum[:])
+			say("begin blob %s", sha)
+			var err error
+			if rng.Intn(2) == 0 {
+				_, err = s.PutBlob(ctx, bytes.NewReader(content))
+			} else {
+				_, err = s.PutBlobKnown(ctx, sha, bytes.NewReader(content))
+			}
+			if err != nil {
+				fail("blob: %v", err)
+			}
+			say("done blob %s", sha)
+		default:
+			key := claimKeys[rng.Intn(len(claimKeys))]
+			say("begin claim %s", key)
+			id, _, err := s.Claim(ctx, "chaos", key, func() (string, error) {
+				var g records.Generic
+				records.Init(&g, "claimed", s.Now())
+				return g.ID, s.Create(ctx, &g)
+			})
+			if err != nil {
+				fail("claim: %v", err)
+			}
+			say("done claim %s %s", key, id)
+		}
+	}
+	fail("never killed")
+}
+
+type recState struct {
+	rev int64
+	seq int
+}
+
+// chaosModel is what the worker reported as done.
+type chaosModel struct {
+	recs   map[string]recState
+	blobs  map[string]bool
+	claims map[string]string
+}
+
+// apply replays one "done" line (or a "begin" line, for the operation in
+// flight, as if it had completed).
+func (m *chaosModel) apply(t *testing.T, f []string) {
+	t.Helper()
+	atoi := func(s string) int {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("bad line %q", f)
+		}
+		return n
+	}
+	begin := f[0] == "begin"
+	switch f[1] {
+	case "create", "update", "put":
+		id := f[2]
+		if begin {
+			old, ok := m.recs[id]
+			if f[1] == "create" {
+				old, ok = recState{}, true
+			}
+			if !ok {
+				t.Fatalf("%q of a record the model does not have", f)
+			}
+			m.recs[id] = recState{old.rev + 1, atoi(f[3])}
+		} else {
+			m.recs[id] = recState{int64(atoi(f[3])), atoi(f[4])}
+		}
+	case "delete":
+		delete(m.recs, f[2])
+	case "blob":
+		m.blobs[f[2]] = true
+	case "claim":
+		if !begin {
+			m.claims[f[2]] = f[3]
+		}
+	}
+}
+
+func (m *chaosModel) clone() *chaosModel {
+	c := &chaosModel{recs: map[string]recState{}, blobs: map[string]bool{}, claims: map[string]string{}}
+	for k, v := range m.recs {
+		c.recs[k] = v
+	}
+	for k, v := range m.blobs {
+		c.blobs[k] = v
+	}
+	for k, v := range m.claims {
+		c.claims[k] = v
+	}
+	return c
+}
+
+func observe(t *testing.T, s *Store) map[string]recState {
+	t.Helper()
+	ids, err := s.List(testKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]recState)
+	for _, id := range ids {
+		c := getCounter(t, s, id)
+		var g records.Generic
+		if err := s.Get(id, &g); err != nil {
+			t.Fatal(err)
+		}
+		seq := c.Seq
+		if raw, ok := g.Extra["seq"]; ok {
+			seq, _ = strconv.Atoi(string(raw))
+		}
+		out[id] = recState{c.Rev, seq}
+	}
+	return out
+}
+
+func sameRecs(a, b map[string]recState) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCrashRandomKill(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("TB_STATE_TEST_SEED"); s != "" {
+		seed, _ = strconv.ParseInt(s, 10, 64)
+	}
+	t.Logf("seed %d (set TB_STATE_TEST_SEED to repeat)", seed)
+	rng := rand.New(rand.NewSource(seed))
+	rounds, budget := 25, 20*time.Second
+	if raceEnabled || testing.Short() {
+		rounds, budget = 8, 15*time.Second
+	}
+	dir := t.TempDir()
+	model := &chaosModel{recs: map[string]recState{}, blobs: map[string]bool{}, claims: map[string]string{}}
+	start := time.Now()
+	var done, inFlight int
+	tally := make(map[string]int)
+	for round := 0; round < rounds; round++ {
+		if round >= 5 && time.Since(start) > budget {
+			t.Logf("stopping after %d rounds: %v spent", round, time.Since(start))
+			break
+		}
+		durability := "flush"
+		if round%2 == 1 {
+			durability = "each"
+		}
+		// Every third round the worker also kills itself at random steps
+		// of the write protocol, which the parent's kill rarely hits.
+		selfKill := 0
+		if round%3 == 2 {
+			selfKill = 15
+		}
+		cmd := workerCmd(t, "chaos", "TB_DIR="+dir, "TB_DURABILITY="+durability,
+			"TB_SEED="+strconv.FormatInt(rng.Int63(), 10), "TB_SEQ="+strconv.Itoa(round*1000000),
+			"TB_SELFKILL_PERMILLE="+strconv.Itoa(selfKill))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		var lines [][]string
+		want := rng.Intn(60)
+		for n := 0; n < want && sc.Scan(); {
+			f := strings.Fields(sc.Text())
+			lines = append(lines, f)
+			if f[0] == "done" {
+				n++
+			}
+		}
+		// Move the kill point off line boundaries by up to about one
+		// operation's time of busy waiting.
+		spin := time.Duration(rng.Intn(3000)) * time.Microsecond
+		for t0 := time.Now(); time.Since(t0) < spin; {
+		}
+		cmd.Process.Signal(syscall.SIGKILL) // if it already died, waitKilled says why
+		for sc.Scan() {                     // what it printed before it died
+			lines = append(lines, strings.Fields(sc.Text()))
+		}
+		if os.Getenv("TB_DEBUG") != "" {
+			t.Logf("round %d: want %d, %d lines, last %v", round, want, len(lines), lines[max(0, len(lines)-3):])
+		}
+		if err := waitKilled(cmd); err != nil {
+			t.Fatalf("round %d: %v\n%s", round, err, stderr.Bytes())
+		}
+
+		// Everything done must be there; the operation in flight may or
+		// may not be.
+		var pending []string
+		for _, f := range lines {
+			if f[0] == "begin" {
+				pending = f
+			} else {
+				model.apply(t, f)
+				pending = nil
+			}
+		}
+		s := openT(t, dir) // recovers
+		assertConsistent(t, s)
+		obs := observe(t, s)
+		alt := model
+		if pending != nil {
+			alt = model.clone()
+			alt.apply(t, pending)
+		}
+		switch {
+		case pending == nil:
+			tally["between operations"]++
+		case pending[1] == "blob" || pending[1] == "claim":
+			tally[pending[1]+" in flight"]++
+		}
+		switch {
+		case sameRecs(obs, model.recs):
+			if pending != nil && pending[1] != "blob" && pending[1] != "claim" {
+				tally[pending[1]+" in flight, not committed"]++
+			}
+		case pending != nil && sameRecs(obs, alt.recs):
+			inFlight++
+			tally[pending[1]+" in flight, committed"]++
+		default:
+			t.Fatalf("round %d: store %v\nwant %v\nor (with %v) %v", round, obs, model.recs, pending, alt.recs)
+		}
+		for sha := range model.blobs {
+			if !s.HasBlob(sha) {
+				t.Fatalf("round %d: blob %s reported stored is missing", round, sha)
+			}
+		}
+		for key, id := range model.claims {
+			if got, err := s.Lookup("chaos", key); err != nil || got != id {
+				t.Fatalf("round %d: claim %s = %q, %v; want %s", round, key, got, err, id)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		model.recs = obs
+		done += len(lines)
+	}
+	t.Logf("%d lines of operations, %d committed in-flight operations, in %v; kill points: %v", done, inFlight, time.Since(start), tally)
+}
+
+// ---- deterministic kill points ----
+
+const crashBlob = "content of the crash test blob"
+
+func workerCrashAt() {
+	ctx := context.Background()
+	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(SyncEachWrite))
+	if err != nil {
+		fail("open: %v", err)
+	}
+	point, id := mustEnv("TB_POINT"), mustEnv("TB_ID")
+	s.crashAt = func(p string) {
+		if p == point {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	switch op := mustEnv("TB_OP"); op {
+	case "update":
+		var c counterRec
+		err = s.Update(ctx, id, &c, func(bool) error { c.Total++; return nil })
+	case "put":
+		var g records.Generic
+		if err = s.Get(id, &g); err == nil {
+			g.Extra["total"] = json.RawMessage("5")
+			err = s.Put(ctx, &g)
+		}
+	case "create":
+		c := newCounter(s)
+		c.ID = id
+		err = s.Create(ctx, c)
+	case "delete":
+		err = s.Delete(ctx, id)
+	case "blob":
+		_, err = s.PutBlob(ctx, strings.NewReader(crashBlob))
+	case "claim":
+		_, _, err = s.Claim(ctx, "crash", "key", func() (string, error) {
+			var g records.Generic
+			records.Init(&g, "claimed", s.Now())
+			g.ID = id
+			return id, s.Create(ctx, &g)
+		})
+	default:
+		fail("unknown op %q", op)
+	}
+	if err != nil {
+		fail("%v", err)
+	}
+	fmt.Fprintln(os.Stderr, "crash point never reached")
+	os.Exit(3)
+}
+
+func TestCrashPoints(t *testing.T) {
+	type want struct {
+		rev   int64 // of the target record after recovery; 0: absent
+		total int
+	}
+	// The base record is at rev 2 with total 0 (created, then Put with an
+	// unknown field).
+	cases := []struct {
+		op, point string
+		want      want
+		// open: what must be on disk before recovery for the window to
+		// be the one named.
+		intent, marker, torn bool
+	}{
+		{"update", crashPutIntent, want{2, 0}, true, false, false},
+		{"update", crashJournalTorn, want{2, 0}, true, false, true},
+		{"update", crashPutJournaled, want{3, 1}, true, false, false},
+		{"update", crashPutRenamed, want{3, 1}, false, false, false},
+		{"put", crashPutIntent, want{2, 0}, true, false, false},
+		{"put", crashPutJournaled, want{3, 5}, true, false, false},
+		{"create", crashPutIntent, want{0, 0}, true, false, false},
+		{"create", crashJournalTorn, want{0, 0}, true, false, true},
+		{"create", crashPutJournaled, want{1, 0}, true, false, false},
+		{"delete", crashDeleteIntent, want{2, 0}, false, true, false},
+		{"delete", crashJournalTorn, want{2, 0}, false, true, true},
+		{"delete", crashDeleteJournaled, want{0, 0}, false, true, false},
+		{"delete", crashDeleteRemoved, want{0, 0}, false, true, false},
+		{"blob", crashBlobTemp, want{}, false, false, false},
+		{"blob", crashBlobLinked, want{}, false, false, false},
+		{"claim", crashPutJournaled, want{}, true, false, false},
+		{"claim", crashClaimCreated, want{}, false, false, false},
+	}
+	for _, tc := range cases {
+		for _, via := range []string{"open", "writer"} {
+			if via == "writer" && (tc.op == "blob" || tc.op == "claim") {
+				continue
+			}
+			t.Run(tc.op+"/"+tc.point+"/"+via, func(t *testing.T) {
+				ctx := context.Background()
+				dir := t.TempDir()
+				s0 := openT(t, dir)
+				base := newCounter(s0)
+				base.Note = "<a&b>\u2028"
+				if err := s0.Create(ctx, base); err != nil {
+					t.Fatal(err)
+				}
+				var g records.Generic
+				if err := s0.Get(base.ID, &g); err != nil {
+					t.Fatal(err)
+				}
+				g.Extra["future"] = json.RawMessage("{ \"kept\":\n [1, 2] }")
+				if err := s0.Put(ctx, &g); err != nil {
+					t.Fatal(err)
+				}
+				target := base.ID
+				if tc.op == "create" || tc.op == "claim" {
+					kind := testKind
+					if tc.op == "claim" {
+						kind = "claimed"
+					}
+					target = records.NewID(kind, s0.Now())
+				}
+				cmd := workerCmd(t, "crashat", "TB_DIR="+dir, "TB_POINT="+tc.point, "TB_OP="+tc.op, "TB_ID="+target)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				if err := waitKilled(cmd); err != nil {
+					t.Fatalf("%v\n%s", err, stderr.Bytes())
+				}
+
+				// The window is the one named.
+				kind := records.KindOf(target)
+				if _, err := os.Stat(s0.intentPath(kind, target)); (err == nil) != tc.intent {
+					t.Errorf("write intent present = %v, want %v", err == nil, tc.intent)
+				}
+				if _, err := os.Stat(s0.deleteIntentPath(kind, target)); (err == nil) != tc.marker {
+					t.Errorf("delete intent present = %v, want %v", err == nil, tc.marker)
+				}
+				j := journalBytes(t, s0)
+				if torn := len(j) > 0 && j[len(j)-1] != '\n'; torn != tc.torn {
+					t.Errorf("journal torn = %v, want %v", torn, tc.torn)
+				}
+
+				s := s0
+				w := tc.want
+				if via == "open" {
+					s = openT(t, dir)
+					if in := intents(t, s); len(in) > 0 {
+						t.Fatalf("Open left intents %v", in)
+					}
+					if tc.op != "blob" && tc.op != "claim" {
+						checkTarget(t, s, target, w.rev, w.total)
+					}
+				}
+				switch tc.op {
+				case "blob":
+					sum := sha256.Sum256([]byte(crashBlob))
+					sha := hex.EncodeToString(sum[:])
+					if s.HasBlob(sha) != (tc.point == crashBlobLinked) {
+						t.Errorf("HasBlob = %v after a crash at %s", s.HasBlob(sha), tc.point)
+					}
+					if _, err := s.PutBlob(ctx, strings.NewReader(crashBlob)); err != nil || !s.HasBlob(sha) {
+						t.Errorf("PutBlob after crash: %v", err)
+					}
+				case "claim":
+					// The record was made (and is kept) but never indexed.
+					if !s.Exists(target) {
+						t.Errorf("claimed record %s missing", target)
+					}
+					if _, err := s.Lookup("crash", "key"); !errors.Is(err, ErrNotFound) {
+						t.Errorf("Lookup after crash: %v, want ErrNotFound", err)
+					}
+					id, created, err := s.Claim(ctx, "crash", "key", func() (string, error) {
+						var g records.Generic
+						records.Init(&g, "claimed", s.Now())
+						return g.ID, s.Create(ctx, &g)
+					})
+					if err != nil || !created || id == target {
+						t.Errorf("Claim after crash = %s, %v, %v", id, created, err)
+					}
+				default:
+					// A later write of the record (which, in the writer
+					// variant, is what settles the crashed one).
+					var c counterRec
+					err := s.Update(ctx, target, &c, func(exists bool) error {
+						if !exists {
+							return ErrNotFound
+						}
+						c.Total += 100
+						return nil
+					})
+					if w.rev == 0 {
+						if !errors.Is(err, ErrNotFound) {
+							t.Fatalf("Update of a record that should be absent: %v", err)
+						}
+					} else {
+						if err != nil {
+							t.Fatal(err)
+						}
+						w.rev, w.total = w.rev+1, w.total+100
+					}
+					checkTarget(t, s, target, w.rev, w.total)
+					if target == base.ID && w.rev != 0 {
+						var g records.Generic
+						if err := s.Get(target, &g); err != nil {
+							t.Fatal(err)
+						}
+						if string(g.Extra["future"]) != `{"kept":[1,2]}` {
+							t.Errorf("unknown field lost or changed: %s", g.Extra["future"])
+						}
+					}
+				}
+				assertConsistent(t, s)
+				_, stats, err := s.Replay(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := map[bool]int{true: 1, false: 0}[tc.torn]; stats.Torn != want {
+					t.Errorf("journal has %d torn lines, want %d", stats.Torn, want)
+				}
+				if t.Failed() {
+					t.Logf("journal:\n%s", journalBytes(t, s))
+				}
+			})
+		}
+	}
+}
+
+func checkTarget(t *testing.T, s *Store, id string, rev int64, total int) {
+	t.Helper()
+	if records.KindOf(id) != testKind {
+		return
+	}
+	if rev == 0 {
+		if s.Exists(id) {
+			t.Fatalf("%s exists, want it absent", id)
+		}
+		return
+	}
+	c := getCounter(t, s, id)
+	if c.Rev != rev || c.Total != total {
+		t.Fatalf("%s at rev %d total %d, want rev %d total %d", id, c.Rev, c.Total, rev, total)
+	}
+}
