@@ -209,7 +209,7 @@ func (s *Store) checkIntents(ctx context.Context, rep *CheckReport) error {
 			rep.problem("", path, "unexpected file in intents/")
 			continue
 		}
-		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind, id), false)
+		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind), lockOffset(id), false)
 		if err != nil {
 			return err
 		}

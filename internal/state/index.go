@@ -44,7 +44,7 @@ func (s *Store) Lookup(name, key string) (string, error) {
 }
 
 func (s *Store) lockIndex(ctx context.Context, name, key string) (func(), error) {
-	unlock, _, err := lockFile(ctx, filepath.Join(s.root, "locks", "index", name, key), true)
+	unlock, _, err := lockFile(ctx, filepath.Join(s.root, "locks", "index", name), lockOffset(key), true)
 	return unlock, err
 }
 

@@ -66,14 +66,22 @@ func (s *Store) appendJournal(e *entry) error {
 	if bytes.IndexByte(line[:len(line)-1], '\n') >= 0 {
 		return fmt.Errorf("journal entry for %s spans lines", e.ID)
 	}
-	f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640) // read too: the last byte is checked
-	if err != nil {
-		return err
+	s.journalMu.Lock()
+	defer s.journalMu.Unlock()
+	if s.journal == nil {
+		f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640) // read too: the last byte is checked
+		if err != nil {
+			return err
+		}
+		s.journal = f
 	}
-	defer f.Close()
+	f := s.journal
+	// The flock orders appends between processes; journalMu, between this
+	// process's goroutines, which share the descriptor and so the flock.
 	if err := flockRetry(int(f.Fd()), unix.LOCK_EX); err != nil {
 		return err
 	}
+	defer flockRetry(int(f.Fd()), unix.LOCK_UN)
 	st, err := f.Stat()
 	if err != nil {
 		return err
@@ -371,7 +379,7 @@ func (s *Store) recoverIntents(ctx context.Context) error {
 			continue
 		}
 		done[id] = true
-		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind, id), false)
+		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind), lockOffset(id), false)
 		if err != nil {
 			return err
 		}

@@ -14,24 +14,22 @@ import (
 // lock begins.
 var lockWaitHook func(path string)
 
-// flockRetry is flock(2) restarted after EINTR.
-func flockRetry(fd, how int) error {
-	for {
-		err := unix.Flock(fd, how)
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
-
-// lockFile takes an exclusive flock(2) on path, creating it. Lock files are
+// lockFile locks byte off of path (created if needed) with an
+// open-file-description lock (fcntl F_OFD_SETLKW): the kernel drops it when
+// the holder's descriptor closes, and so when its process dies. Lock files are
 // never removed: removing one would let two processes lock different inodes
-// under the same name. The kernel drops the lock when its holder dies.
+// under the same name.
+//
+// Record and index locks are single bytes, at a 62-bit hash of their name, in
+// one file per kind: per-record locking without creating a file per record
+// (file creation is the dominant cost of a write on ext4), and without the
+// self-deadlock lock stripes would risk when one record's lock is taken while
+// another's is held.
 //
 // Each call opens its own descriptor, so the lock also excludes other
 // goroutines of this process. A wait for a busy lock ends early when ctx is
 // cancelled.
-func lockFile(ctx context.Context, path string, wait bool) (unlock func(), ok bool, err error) {
+func lockFile(ctx context.Context, path string, off int64, wait bool) (unlock func(), ok bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -45,11 +43,11 @@ func lockFile(ctx context.Context, path string, wait bool) (unlock func(), ok bo
 		}
 	}
 	fd := int(f.Fd())
-	err = flockRetry(fd, unix.LOCK_EX|unix.LOCK_NB)
+	err = ofdLock(fd, off, false)
 	if err == nil {
 		return func() { f.Close() }, true, nil
 	}
-	if err != unix.EWOULDBLOCK {
+	if err != unix.EAGAIN && err != unix.EACCES {
 		f.Close()
 		return nil, false, fmt.Errorf("lock %s: %w", path, err)
 	}
@@ -58,19 +56,19 @@ func lockFile(ctx context.Context, path string, wait bool) (unlock func(), ok bo
 		return nil, false, nil
 	}
 	if ctx.Done() == nil {
-		if err := flockRetry(fd, unix.LOCK_EX); err != nil {
+		if err := ofdLock(fd, off, true); err != nil {
 			f.Close()
 			return nil, false, fmt.Errorf("lock %s: %w", path, err)
 		}
 		return func() { f.Close() }, true, nil
 	}
-	// flock(2) cannot be interrupted from Go: wait in a goroutine, and if
-	// ctx ends first, let that goroutine drop the lock when it gets it.
+	// A blocking fcntl cannot be interrupted from Go: wait in a goroutine,
+	// and if ctx ends first, let that goroutine drop the lock when it gets it.
 	if lockWaitHook != nil {
 		lockWaitHook(path)
 	}
 	got := make(chan error, 1)
-	go func() { got <- flockRetry(fd, unix.LOCK_EX) }()
+	go func() { got <- ofdLock(fd, off, true) }()
 	select {
 	case err := <-got:
 		if err != nil {
@@ -87,8 +85,44 @@ func lockFile(ctx context.Context, path string, wait bool) (unlock func(), ok bo
 	}
 }
 
+// ofdLock takes an exclusive lock on one byte, restarting after EINTR.
+func ofdLock(fd int, off int64, wait bool) error {
+	cmd := unix.F_OFD_SETLK
+	if wait {
+		cmd = unix.F_OFD_SETLKW
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: off, Len: 1}
+	for {
+		err := unix.FcntlFlock(uintptr(fd), cmd, &lk)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// flockRetry is flock(2) restarted after EINTR (the journal's lock).
+func flockRetry(fd, how int) error {
+	for {
+		err := unix.Flock(fd, how)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// lockOffset places a name's lock byte: FNV-1a, kept below 2^62 so that
+// every offset is a valid off_t.
+func lockOffset(name string) int64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return int64(h >> 2)
+}
+
 func (s *Store) lockRecord(ctx context.Context, kind, id string) (func(), error) {
-	unlock, _, err := lockFile(ctx, s.recordLockPath(kind, id), true)
+	unlock, _, err := lockFile(ctx, s.recordLockPath(kind), lockOffset(id), true)
 	return unlock, err
 }
 
@@ -108,7 +142,7 @@ func (s *Store) Lock(ctx context.Context, name string) (unlock func(), err error
 	if err != nil {
 		return nil, err
 	}
-	unlock, _, err = lockFile(ctx, path, true)
+	unlock, _, err = lockFile(ctx, path, 0, true)
 	return unlock, err
 }
 
@@ -118,5 +152,5 @@ func (s *Store) TryLock(ctx context.Context, name string) (unlock func(), ok boo
 	if err != nil {
 		return nil, false, err
 	}
-	return lockFile(ctx, path, false)
+	return lockFile(ctx, path, 0, false)
 }

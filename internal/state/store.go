@@ -8,8 +8,8 @@
 //	journal/journal.jsonl      every put and delete, in commit order
 //	intents/<kind>~<id>.json   a write in flight (left only by a crash)
 //	intents/<kind>~<id>.delete a delete in flight (likewise)
-//	locks/records/<kind>/<id>  flock(2) file of each record
-//	locks/index/<name>/<key>   flock(2) file of each index key
+//	locks/records/<kind>       one byte lock per record (fcntl OFD locks)
+//	locks/index/<name>         one byte lock per index key
 //	locks/named/…              Lock and TryLock
 //	blobs/sha256/<aa>/<hex>    content-addressed, read-only blobs
 //	index/<name>/<key>         secondary keys (e.g. sample sha256 -> id)
@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -63,6 +64,22 @@ type Store struct {
 	// write protocol with the step's name (the crash* constants), so that a
 	// test process can kill itself in every crash window.
 	crashAt func(point string)
+
+	journalMu sync.Mutex
+	journal   *os.File // opened on the first append, kept for the Store's life
+}
+
+// Close releases the journal's descriptor. A Store is usable until then;
+// tools that exit need not call it.
+func (s *Store) Close() error {
+	s.journalMu.Lock()
+	defer s.journalMu.Unlock()
+	if s.journal == nil {
+		return nil
+	}
+	err := s.journal.Close()
+	s.journal = nil
+	return err
 }
 
 // Option configures Open.
@@ -145,8 +162,8 @@ func (s *Store) deleteIntentPath(kind, id string) string {
 	return filepath.Join(s.root, "intents", kind+"~"+id+deleteIntentSuffix)
 }
 
-func (s *Store) recordLockPath(kind, id string) string {
-	return filepath.Join(s.root, "locks", "records", kind, id)
+func (s *Store) recordLockPath(kind string) string {
+	return filepath.Join(s.root, "locks", "records", kind)
 }
 
 func checkRef(id string) (kind string, err error) {
