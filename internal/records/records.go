@@ -97,6 +97,11 @@ func Unmarshal(data []byte, r Record) error {
 	if len(data) == 0 || data[0] != '{' {
 		return fmt.Errorf("not a JSON object")
 	}
+	// encoding/json merges into maps and keeps fields the input lacks: start
+	// from zero so a reused struct cannot carry stale values into a write.
+	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer && !v.IsNil() {
+		v.Elem().SetZero()
+	}
 	if err := json.Unmarshal(data, r); err != nil {
 		return cleanJSONError(err)
 	}
@@ -114,7 +119,12 @@ func Unmarshal(data []byte, r Record) error {
 		if h.Extra == nil {
 			h.Extra = make(map[string]json.RawMessage)
 		}
-		h.Extra[k] = v
+		// Compact, so a record stays one line whatever its writer indented.
+		var c bytes.Buffer
+		if err := json.Compact(&c, v); err != nil {
+			return cleanJSONError(err)
+		}
+		h.Extra[k] = c.Bytes()
 	}
 	return Validate(h)
 }

@@ -157,3 +157,30 @@ func TestDurationText(t *testing.T) {
 		t.Fatalf("marshal: %s", b)
 	}
 }
+
+func TestUnmarshalResetsReusedStruct(t *testing.T) {
+	var w widget
+	a := `{"kind":"widget","id":"widget_01JD0000000000000000000000","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z","colour":"red","size":3,"extra":1}`
+	b := `{"kind":"widget","id":"widget_01JD0000000000000000000001","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z","colour":"blue"}`
+	if err := Unmarshal([]byte(a), &w); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unmarshal([]byte(b), &w); err != nil {
+		t.Fatal(err)
+	}
+	if w.Size != 0 || w.Extra != nil || w.Colour != "blue" {
+		t.Fatalf("stale fields survived a second Unmarshal: %+v", w)
+	}
+}
+
+func TestIndentedUnknownFieldsStayOnOneLine(t *testing.T) {
+	in := "{\"kind\":\"widget\",\"id\":\"widget_01JD0000000000000000000000\",\"v\":1,\"created_at\":\"2026-11-21T00:00:00Z\",\"updated_at\":\"2026-11-21T00:00:00Z\",\"later\":{\n  \"a\": 1\n}}"
+	var w widget
+	if err := Unmarshal([]byte(in), &w); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := Marshal(&w)
+	if bytes.ContainsRune(out, '\n') || !bytes.Contains(out, []byte(`"later":{"a":1}`)) {
+		t.Fatalf("not one compact line: %s", out)
+	}
+}
