@@ -93,7 +93,7 @@ func (s *Store) putBlob(ctx context.Context, want string, r io.Reader) (Blob, er
 	if err := ctx.Err(); err != nil {
 		return Blob{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "blob-*")
+	tmp, err := createTemp(filepath.Join(s.root, "tmp"), "blob-")
 	if err != nil {
 		return Blob{}, err
 	}

@@ -29,7 +29,7 @@ func (s *Store) Lookup(name, key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("%s %s: %w", name, key, ErrNotFound)
 	}
@@ -105,25 +105,20 @@ func (s *Store) writeAtomic(path string, data []byte) error {
 	if err := s.ensureDir(filepath.Dir(path)); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "idx-*")
+	tmp, err := createTemp(filepath.Join(s.root, "tmp"), "idx-")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
+	name := tmp.Name()
+	err = writeAll(int(tmp.Fd()), name, data, s.durability == SyncEachWrite)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if s.durability == SyncEachWrite {
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return err
-		}
+	if err == nil {
+		err = rename(name, path)
 	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err != nil {
+		os.Remove(name)
 		return err
 	}
 	return s.syncDir(filepath.Dir(path))

@@ -295,7 +295,7 @@ func (s *Store) lastJournalEntryOnce(id string) (*entry, error) {
 func (s *Store) resolveIntent(kind, id string) error {
 	putIntent := s.intentPath(kind, id)
 	delIntent := s.deleteIntentPath(kind, id)
-	data, err := os.ReadFile(putIntent)
+	data, err := readFile(putIntent)
 	havePut := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -319,7 +319,7 @@ func (s *Store) resolveIntent(kind, id string) error {
 		if err := s.ensureDir(filepath.Dir(path)); err != nil {
 			return err
 		}
-		if err := os.Rename(putIntent, path); err != nil {
+		if err := rename(putIntent, path); err != nil {
 			return err
 		}
 		havePut = false

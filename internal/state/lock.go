@@ -33,16 +33,16 @@ func lockFile(ctx context.Context, path string, off int64, wait bool) (unlock fu
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	fd, err := openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
 	if err != nil {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, false, err
 		}
-		if f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640); err != nil {
+		if fd, err = openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640); err != nil {
 			return nil, false, err
 		}
 	}
-	fd := int(f.Fd())
+	f := fdCloser(fd)
 	err = ofdLock(fd, off, false)
 	if err == nil {
 		return func() { f.Close() }, true, nil
@@ -84,6 +84,11 @@ func lockFile(ctx context.Context, path string, off int64, wait bool) (unlock fu
 		return nil, false, ctx.Err()
 	}
 }
+
+// fdCloser closes a lock's descriptor, which releases the lock.
+type fdCloser int
+
+func (fd fdCloser) Close() error { return unix.Close(int(fd)) }
 
 // ofdLock takes an exclusive lock on one byte, restarting after EINTR.
 func ofdLock(fd int, off int64, wait bool) error {

@@ -65,6 +65,8 @@ type Store struct {
 	// test process can kill itself in every crash window.
 	crashAt func(point string)
 
+	dirs sync.Map // directories known to exist (ensureDir)
+
 	journalMu sync.Mutex
 	journal   *os.File // opened on the first append, kept for the Store's life
 }
@@ -179,7 +181,7 @@ func (s *Store) ReadRaw(id string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(s.recordPath(kind, id))
+	b, err := readFile(s.recordPath(kind, id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}

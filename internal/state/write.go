@@ -194,7 +194,7 @@ func (s *Store) commitLocked(ctx context.Context, id string, build func(prev []b
 		return err
 	}
 	path := s.recordPath(kind, id)
-	prev, err := os.ReadFile(path)
+	prev, err := readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		prev, err = nil, nil
 	}
@@ -248,7 +248,7 @@ func (s *Store) commit(kind, id string, data []byte, rev int64, at time.Time) er
 		return err
 	}
 	s.hook(crashPutJournaled)
-	if err := os.Rename(intent, path); err != nil {
+	if err := rename(intent, path); err != nil {
 		return fmt.Errorf("%s: committed but not yet in place (recovered on next write): %w", id, err)
 	}
 	s.hook(crashPutRenamed)
@@ -312,34 +312,28 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 
 // writeFile creates path with data, synced when each write must be durable.
 func (s *Store) writeFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if s.durability == SyncEachWrite {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
+	return createFile(path, data, s.durability == SyncEachWrite)
 }
 
 // ensureDir creates dir (records/<kind>, a blob prefix, an index) if it is
 // missing, and makes its entry durable when each write must be: the files
 // about to be written in it are worth nothing if the directory is lost.
 func (s *Store) ensureDir(dir string) error {
+	if _, ok := s.dirs.Load(dir); ok {
+		return nil
+	}
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		s.dirs.Store(dir, true)
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	return s.syncDir(filepath.Dir(dir))
+	if err := s.syncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	s.dirs.Store(dir, true)
+	return nil
 }
 
 func (s *Store) syncDir(dir string) error {
