@@ -8,22 +8,6 @@ const (
 	KindPlan   = "plan"
 )
 
-// New returns an empty typed record for a kind, or a Generic one for kinds
-// this build does not model.
-func New(kind string) Record {
-	switch kind {
-	case KindSample:
-		return &Sample{}
-	case KindPlan:
-		return &Plan{}
-	case KindImage:
-		return &SandboxImage{}
-	case KindBuild:
-		return &ImageBuildRun{}
-	}
-	return &Generic{}
-}
-
 // Sample is a submitted file, stored once in the blob store.
 type Sample struct {
 	Meta

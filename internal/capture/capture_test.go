@@ -1,0 +1,402 @@
+package capture_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
+	"github.com/talkbox-sandbox/talkbox/internal/netns"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// link is a veth between two test namespaces: "guest" sends, "host" holds
+// the tap-like end that is captured.
+type link struct {
+	guest, host string
+	tap         string
+	dst         netip.Addr
+}
+
+func newLink(t *testing.T) *link {
+	l := labtest.New(t) // unique names, cleaned up
+	g := l.AddGuest("c", netip.MustParseAddr("10.13.37.2"))
+	h := l.Handle(l.Config.HostNS)
+	port, err := h.LinkByName(g.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := netlink.ParseAddr("10.13.37.1/24")
+	if err := h.AddrAdd(port, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetUp(port); err != nil {
+		t.Fatal(err)
+	}
+	return &link{guest: g.NS, host: l.Config.HostNS, tap: g.Port, dst: netip.MustParseAddr("10.13.37.1")}
+}
+
+// send sends n UDP datagrams with numbered payloads from the guest.
+func (l *link) send(t *testing.T, n int, tag string) {
+	t.Helper()
+	labtest.In(t, l.guest, func() error {
+		// Unconnected, so that the host's port-unreachable answers do
+		// not fail the next write.
+		c, err := net.ListenPacket("udp", ":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		to := &net.UDPAddr{IP: l.dst.AsSlice(), Port: 9}
+		for i := 0; i < n; i++ {
+			if _, err := c.WriteTo([]byte(fmt.Sprintf("%s-%06d", tag, i)), to); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+type running struct {
+	st   *state.Store
+	rec  *records.Capture
+	done chan error
+}
+
+func startDaemon(t *testing.T, l *link, spool, filter string, sensors ...capture.Sensor) *running {
+	t.Helper()
+	ctx := context.Background()
+	st, err := state.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &records.Capture{Iface: l.tap, NetNS: netns.Path(l.host), Snaplen: 65535, Spool: spool, State: capture.StateStarting,
+		Cycle: records.NewID("cycle", time.Now()), Clock: capture.ClockNow(), Filter: filter}
+	var prog []unix.SockFilter
+	if filter != "" {
+		if prog, err = capture.CompileFilter(ctx, filter, rec.Snaplen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	records.Init(rec, records.KindCapture, st.Now())
+	if err := st.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	src, err := capture.OpenAFPacket(rec.NetNS, rec.Iface, rec.Snaplen, prog, capture.DefaultRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &capture.Daemon{St: st, ID: rec.ID, Source: src, Sensors: sensors, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r := &running{st: st, rec: rec, done: make(chan error, 1)}
+	go func() {
+		err := d.Serve(ctx)
+		src.Close()
+		r.done <- err
+	}()
+	waitFor(t, "daemon up", func() bool {
+		_, err := capture.Call(ctx, st, rec.ID, "status", "")
+		return err == nil
+	})
+	return r
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with no event
+	}
+}
+
+// readPcap returns the UDP payloads of a stored pcap blob.
+func readPcap(t *testing.T, st *state.Store, a records.Artifact) (payloads []string, n int) {
+	t.Helper()
+	f, err := st.OpenBlob(a.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		data, _, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("pcap %s: %v", a.ID, err)
+		}
+		n++
+		p := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.NoCopy)
+		if u, ok := p.TransportLayer().(*layers.UDP); ok && u.DstPort == 9 {
+			payloads = append(payloads, string(u.Payload))
+		}
+	}
+	return payloads, n
+}
+
+// TestCaptureKnownTraffic sends known packets through a tap and checks
+// that every one is in the artifacts, whose counts match their files.
+func TestCaptureKnownTraffic(t *testing.T) {
+	l := newLink(t)
+	// Only the test's datagrams: no neighbour discovery, no ICMP errors.
+	r := startDaemon(t, l, t.TempDir(), "udp dst port 9")
+	ctx := context.Background()
+
+	l.send(t, 500, "one")
+	waitFor(t, "500 packets captured", func() bool {
+		rep, err := capture.Call(ctx, r.st, r.rec.ID, "status", "")
+		return err == nil && rep.Packets >= 500
+	})
+	arts, err := capture.Rotate(ctx, r.st, r.rec, "")
+	if err != nil || len(arts) != 1 {
+		t.Fatalf("rotate: %v %v", arts, err)
+	}
+	l.send(t, 300, "two")
+	waitFor(t, "800 packets captured", func() bool {
+		rep, err := capture.Call(ctx, r.st, r.rec.ID, "status", "")
+		return err == nil && rep.Packets >= 800
+	})
+	// The second window belongs to the next cycle, named at its rotate.
+	cycle2 := records.NewID("cycle", time.Now())
+	arts2, err := capture.Rotate(ctx, r.st, r.rec, cycle2)
+	if err != nil || len(arts2) != 1 {
+		t.Fatalf("rotate: %v %v", arts2, err)
+	}
+	arts = append(arts, arts2...)
+	// Nothing since: stop registers no empty file.
+	rep2, err := capture.Call(ctx, r.st, r.rec.ID, "stop", "")
+	if err != nil || len(rep2.Artifacts) != 0 {
+		t.Fatalf("stop: %+v %v", rep2, err)
+	}
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+
+	for i, a := range arts {
+		payloads, n := readPcap(t, r.st, a)
+		want := map[int]string{0: "one", 1: "two"}[i]
+		wantN := map[int]int{0: 500, 1: 300}[i]
+		got := 0
+		for j, p := range payloads {
+			if p != fmt.Sprintf("%s-%06d", want, j) {
+				t.Fatalf("%s: payload %d is %q", a.ID, j, p)
+			}
+			got++
+		}
+		if got != wantN {
+			t.Fatalf("%s: %d of %d datagrams captured", a.ID, got, wantN)
+		}
+		if uint64(n) != a.Packets || n != wantN || a.Drops != 0 || a.Type != "pcap" || a.Iface != l.tap || a.FirstTS == nil || a.LastTS.Before(*a.FirstTS) {
+			t.Fatalf("%s: artifact says %d packets (file has %d), drops %d: %+v", a.ID, a.Packets, n, a.Drops, a)
+		}
+		if a.Lease != r.rec.Lease || a.Capture != r.rec.ID || a.Filter != "udp dst port 9" {
+			t.Fatalf("artifact not linked: %+v", a)
+		}
+	}
+	if arts[0].Cycle != r.rec.Cycle || arts[1].Cycle != cycle2 {
+		t.Fatalf("cycles: %s %s, want %s %s", arts[0].Cycle, arts[1].Cycle, r.rec.Cycle, cycle2)
+	}
+	var c records.Capture
+	if err := r.st.Get(r.rec.ID, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.State != capture.StateStopped || c.Files != 2 || c.Packets != arts[0].Packets+arts[1].Packets || len(c.Artifacts) != 2 {
+		t.Fatalf("capture record: %+v", c)
+	}
+}
+
+// TestDiskFull fills a small spool: the capture stops cleanly and what was
+// written is registered, each file a valid pcap.
+func TestDiskFull(t *testing.T) {
+	l := newLink(t)
+	spool := t.TempDir()
+	if err := unix.Mount("tmpfs", spool, "tmpfs", 0, "size=256k"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(spool, unix.MNT_DETACH) })
+	r := startDaemon(t, l, spool, "")
+	// About 3 MB of datagrams: far more than the spool holds.
+	labtest.In(t, l.guest, func() error {
+		c, err := net.ListenPacket("udp", ":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := make([]byte, 1400)
+		for i := 0; i < 2000; i++ {
+			c.WriteTo(buf, &net.UDPAddr{IP: l.dst.AsSlice(), Port: 9})
+		}
+		return nil
+	})
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("capture did not stop on a full disk")
+	}
+	var c records.Capture
+	if err := r.st.Get(r.rec.ID, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.State != capture.StateStopped || c.Error == "" || len(c.Artifacts) == 0 || c.Packets == 0 {
+		t.Fatalf("after a full disk: %+v", c)
+	}
+	for _, id := range c.Artifacts {
+		var a records.Artifact
+		if err := r.st.Get(id, &a); err != nil {
+			t.Fatal(err)
+		}
+		if _, n := readPcap(t, r.st, a); uint64(n) != a.Packets {
+			t.Fatalf("%s: %d packets in the file, artifact says %d", a.ID, n, a.Packets)
+		}
+		if a.Reason != "disk-full" {
+			t.Fatalf("reason %q", a.Reason)
+		}
+	}
+}
+
+// TestRotateBySize closes files at the size limit.
+func TestRotateBySize(t *testing.T) {
+	dir := t.TempDir()
+	w, err := capture.NewWriter(dir, "t", 65535, 10000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []capture.File
+	done := func(f capture.File) error { files = append(files, f); return nil }
+	pkt := make([]byte, 1000)
+	for i := 0; i < 50; i++ {
+		if err := w.Write(time.Unix(int64(i), 0), pkt, 1000, done); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Rotate("stop", done); err != nil {
+		t.Fatal(err)
+	}
+	total := uint64(0)
+	for _, f := range files {
+		st, err := os.Stat(f.Path)
+		if err != nil || st.Size() != f.Size || f.Size > 10000 {
+			t.Fatalf("%+v: %v", f, err)
+		}
+		total += f.Packets
+	}
+	if total != 50 || len(files) < 5 {
+		t.Fatalf("%d files, %d packets", len(files), total)
+	}
+}
+
+// TestRotateByTime: a file older than the period is due.
+func TestRotateByTime(t *testing.T) {
+	w, err := capture.NewWriter(t.TempDir(), "t", 65535, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Due(time.Now()) {
+		t.Fatal("due before a file is open")
+	}
+	if err := w.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Due(time.Now()) || !w.Due(time.Now().Add(61*time.Minute)) {
+		t.Fatal("age rotation")
+	}
+	var got []capture.File
+	if err := w.Rotate("time", func(f capture.File) error { got = append(got, f); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Reason != "time" || got[0].Packets != 0 || got[0].Size != 24 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// TestSensorRestart kills the tcpdump sensor: it is restarted and the
+// death is on the capture record; its pcap is collected at stop.
+func TestSensorRestart(t *testing.T) {
+	l := newLink(t)
+	s, err := capture.Builtin("tcpdump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startDaemon(t, l, t.TempDir(), "", s)
+	ctx := context.Background()
+	sensor := func() records.SensorStatus {
+		var c records.Capture
+		r.st.Get(r.rec.ID, &c)
+		if len(c.Sensors) == 0 {
+			return records.SensorStatus{}
+		}
+		return c.Sensors[0]
+	}
+	waitFor(t, "sensor running", func() bool { return sensor().PID > 0 })
+	first := sensor().PID
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "sensor restarted", func() bool { s := sensor(); return s.Restarts == 1 && s.PID != first && s.PID > 0 })
+	if s := sensor(); s.Error == "" || s.State != capture.StateRunning {
+		t.Fatalf("sensor after restart: %+v", s)
+	}
+	// tcpdump opens its file once it is capturing; then traffic goes in.
+	spool := r.rec.Spool
+	waitFor(t, "tcpdump capturing", func() bool {
+		_, err := os.Stat(filepath.Join(spool, "sensors", "tcpdump", "tcpdump.pcap"))
+		return err == nil
+	})
+	l.send(t, 20, "sensor")
+	rep, err := capture.Call(ctx, r.st, r.rec.ID, "stop", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-r.done
+	found := false
+	for _, id := range rep.Artifacts {
+		var a records.Artifact
+		if r.st.Get(id, &a) == nil && a.Sensor == "tcpdump" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no tcpdump artifact among %v", rep.Artifacts)
+	}
+}
+
+func TestParseBPF(t *testing.T) {
+	p, err := capture.ParseBPF("4\n40 0 0 12\n21 0 1 2048\n6 0 0 262144\n6 0 0 0\n")
+	if err != nil || len(p) != 4 || p[1].K != 2048 || p[1].Jf != 1 {
+		t.Fatalf("%v %v", p, err)
+	}
+	if _, err := capture.ParseBPF("4,40 0 0 12,21 0 1 2048,6 0 0 262144,6 0 0 0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "2\n40 0 0 12\n", "1\n40 0 12\n", "1\n40 0 999 12\n", "x"} {
+		if _, err := capture.ParseBPF(bad); err == nil {
+			t.Errorf("ParseBPF(%q) accepted", bad)
+		}
+	}
+}

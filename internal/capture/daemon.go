@@ -1,0 +1,535 @@
+package capture
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// Capture states.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateStopped  = "stopped"
+	StateFailed   = "failed"
+)
+
+// SensorRestarts is how often a sensor that dies is restarted before it
+// is marked failed.
+const SensorRestarts = 3
+
+// request and reply are the control protocol: one JSON line each way.
+type request struct {
+	Op    string `json:"op"` // rotate, stop, status
+	Cycle string `json:"cycle,omitempty"`
+}
+
+type reply struct {
+	Artifacts []string `json:"artifacts,omitempty"`
+	Packets   uint64   `json:"packets"`
+	Drops     uint64   `json:"drops"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// ControlAddr is the abstract unix socket of a capture's daemon, unique
+// per state directory.
+func ControlAddr(st *state.Store, captureID string) string {
+	h := sha256.Sum256([]byte(st.Root()))
+	return "@talkbox-capture/" + hex.EncodeToString(h[:6]) + "/" + captureID
+}
+
+// Daemon is one running capture: the packet source feeding the rotating
+// writer, the sensors, and the control socket.
+type Daemon struct {
+	St      *state.Store
+	ID      string
+	Source  Source
+	Sensors []Sensor
+	Log     *slog.Logger
+
+	mu        sync.Mutex
+	rec       records.Capture
+	w         *Writer
+	drops     uint64 // kernel drops since the last file was closed
+	pktsTotal uint64 // packets handed to the writer
+	kernPkts  uint64 // packets the kernel accepted (passed the filter), drops included
+	kernDrops uint64
+	failed    error
+	sensorSt  map[string]*records.SensorStatus
+}
+
+// Serve runs the capture until a stop request, ctx's end, or a fatal
+// error (a full disk stops it cleanly).
+func (d *Daemon) Serve(ctx context.Context) error {
+	if err := d.St.Get(d.ID, &d.rec); err != nil {
+		return err
+	}
+	var err error
+	d.w, err = NewWriter(d.rec.Spool, "capture", d.rec.Snaplen, d.rec.RotateSize, d.rec.RotateEvery.D())
+	if err != nil {
+		return d.fail(ctx, err)
+	}
+	if err := d.w.Open(); err != nil {
+		return d.fail(ctx, err)
+	}
+	ln, err := net.Listen("unix", ControlAddr(d.St, d.ID))
+	if err != nil {
+		return d.fail(ctx, fmt.Errorf("control socket: %w", err))
+	}
+	defer ln.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d.startSensors(ctx)
+	if err := d.update(ctx, func(c *records.Capture) { c.State, c.PID = StateRunning, os.Getpid() }); err != nil {
+		return err
+	}
+
+	capErr := make(chan error, 1)
+	go func() { capErr <- d.Source.Run(ctx, d.packet) }()
+	reqs := make(chan net.Conn)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(reqs)
+				return
+			}
+			reqs <- c
+		}
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-capErr:
+			// The source stopped by itself: a full disk, or an error.
+			reason, state := "stop", StateStopped
+			if errors.Is(err, ErrDiskFull) {
+				reason = "disk-full"
+			} else if err != nil && ctx.Err() == nil {
+				reason, state = "error", StateFailed
+			}
+			_, ferr := d.finish(context.WithoutCancel(ctx), reason, false)
+			d.stopSensors(context.WithoutCancel(ctx))
+			d.collectSensors(context.WithoutCancel(ctx))
+			msg := ""
+			if err != nil && ctx.Err() == nil {
+				msg = err.Error()
+			}
+			return errors.Join(ferr, d.update(context.WithoutCancel(ctx), func(c *records.Capture) {
+				c.State, c.Error = state, msg
+				now := d.St.Now()
+				c.StoppedAt = &now
+			}))
+		case c, ok := <-reqs:
+			if !ok {
+				return errors.New("control socket closed")
+			}
+			if stop := d.handle(ctx, c, cancel, capErr); stop {
+				return nil
+			}
+		case <-tick.C:
+			d.mu.Lock()
+			var err error
+			if d.w.Due(time.Now()) {
+				_, err = d.rotateLocked(ctx, "time", true)
+			} else {
+				err = d.w.Flush()
+			}
+			d.mu.Unlock()
+			if err != nil {
+				d.Log.Error("capture write", "err", err)
+			}
+		case <-ctx.Done():
+			// Killed (SIGTERM): finish like a stop request.
+			<-capErr
+			bg := context.WithoutCancel(ctx)
+			_, err := d.finish(bg, "stop", false)
+			d.stopSensors(bg)
+			d.collectSensors(bg)
+			return errors.Join(err, d.update(bg, func(c *records.Capture) {
+				c.State = StateStopped
+				now := d.St.Now()
+				c.StoppedAt = &now
+			}))
+		}
+	}
+}
+
+func (d *Daemon) packet(ts time.Time, data []byte, origLen int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pktsTotal++
+	err := d.w.Write(ts, data, origLen, d.registerLocked(context.Background(), "size"))
+	if errors.Is(err, ErrDiskFull) {
+		return ErrDiskFull
+	}
+	return err
+}
+
+// handle answers one control request; it reports whether the daemon is done.
+func (d *Daemon) handle(ctx context.Context, c net.Conn, cancel context.CancelFunc, capErr chan error) bool {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	var req request
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &req)
+	}
+	var rep reply
+	stop := false
+	switch {
+	case err != nil:
+		rep.Error = "bad request: " + err.Error()
+	case req.Op == "status":
+	case req.Op == "rotate":
+		if req.Cycle != "" {
+			if err := d.update(ctx, func(c *records.Capture) { c.Cycle = req.Cycle }); err != nil {
+				rep.Error = err.Error()
+				break
+			}
+		}
+		d.drain(ctx)
+		d.mu.Lock()
+		rep.Artifacts, err = d.rotateLocked(ctx, "rotate", true)
+		d.mu.Unlock()
+		if err != nil {
+			rep.Error = err.Error()
+		}
+	case req.Op == "stop":
+		// Stop the source first, so that every packet in the ring is
+		// written before the last file is closed.
+		d.drain(ctx)
+		cancel()
+		<-capErr
+		arts, err := d.finish(context.WithoutCancel(ctx), "stop", false)
+		rep.Artifacts = arts
+		d.stopSensors(context.WithoutCancel(ctx))
+		rep.Artifacts = append(rep.Artifacts, d.collectSensors(context.WithoutCancel(ctx))...)
+		uerr := d.update(context.WithoutCancel(ctx), func(c *records.Capture) {
+			c.State = StateStopped
+			now := d.St.Now()
+			c.StoppedAt = &now
+		})
+		if err = errors.Join(err, uerr); err != nil {
+			rep.Error = err.Error()
+		}
+		stop = true
+	default:
+		rep.Error = "unknown op " + req.Op
+	}
+	d.mu.Lock()
+	rep.Packets, rep.Drops = d.pktsTotal, d.rec.Drops+d.drops
+	d.mu.Unlock()
+	b, _ := json.Marshal(rep)
+	c.Write(append(b, '\n'))
+	return stop
+}
+
+// readStatsLocked adds the kernel's counts since the last read (reading
+// resets them); d.mu is held.
+func (d *Daemon) readStatsLocked() {
+	p, dr, err := d.Source.Stats()
+	if err != nil {
+		return
+	}
+	d.kernPkts += p
+	d.kernDrops += dr
+	d.drops += dr
+}
+
+// drain waits until every packet the kernel accepted so far has been
+// written (TPACKET_V3 hands a block over only when it is full or its
+// timeout expires), so that a rotate or stop includes everything sent
+// before it. It gives up after a second.
+func (d *Daemon) drain(ctx context.Context) {
+	d.mu.Lock()
+	d.readStatsLocked()
+	want := d.kernPkts - d.kernDrops
+	d.mu.Unlock()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		d.mu.Lock()
+		got := d.pktsTotal
+		d.mu.Unlock()
+		if got >= want {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // the reader goroutine has no completion event
+	}
+}
+
+func (d *Daemon) finish(ctx context.Context, reason string, reopen bool) ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rotateLocked(ctx, reason, reopen)
+}
+
+// rotateLocked closes the current file, registers it and, with reopen,
+// starts the next one; d.mu is held.
+func (d *Daemon) rotateLocked(ctx context.Context, reason string, reopen bool) ([]string, error) {
+	var ids []string
+	reg := d.registerLocked(ctx, reason)
+	err := d.w.Rotate(reason, func(f File) error {
+		n := len(d.rec.Artifacts)
+		if err := reg(f); err != nil {
+			return err
+		}
+		if len(d.rec.Artifacts) > n {
+			ids = append(ids, d.rec.Artifacts[n])
+		}
+		return nil
+	})
+	if err == nil && reopen {
+		err = d.w.Open()
+	}
+	return ids, err
+}
+
+// registerLocked returns the callback that stores a closed file as an
+// artifact of the current cycle and updates the capture record.
+func (d *Daemon) registerLocked(ctx context.Context, reason string) func(File) error {
+	return func(f File) error {
+		d.readStatsLocked()
+		if f.Packets == 0 && f.Reason == "stop" && d.drops == 0 {
+			// Nothing since the last rotate: no empty artifact.
+			return os.Remove(f.Path)
+		}
+		a := &records.Artifact{Cycle: d.rec.Cycle, Lease: d.rec.Lease, Capture: d.ID, Type: "pcap",
+			SHA256: f.SHA256, Size: f.Size, ContentType: "application/vnd.tcpdump.pcap", ParserStatus: "pending",
+			Packets: f.Packets, Iface: d.rec.Iface, Filter: d.rec.Filter, Snaplen: d.rec.Snaplen, Drops: d.drops,
+			Reason: f.Reason}
+		if f.Reason == "" {
+			a.Reason = reason
+		}
+		if f.Packets > 0 {
+			first, last := f.First.UTC(), f.Last.UTC()
+			a.FirstTS, a.LastTS = &first, &last
+		}
+		records.Init(a, records.KindArtifact, d.St.Now())
+		fh, err := os.Open(f.Path)
+		if err != nil {
+			return err
+		}
+		blob, err := d.St.PutBlobKnown(ctx, f.SHA256, fh)
+		fh.Close()
+		if err != nil {
+			// The state's disk is full too: keep the file where it is.
+			a.URI = "file://" + f.Path
+			a.Metadata = map[string]any{"blob_error": err.Error()}
+		} else {
+			a.URI = blob.URI()
+		}
+		if err := d.St.Create(ctx, a); err != nil {
+			return err
+		}
+		if a.Metadata == nil {
+			os.Remove(f.Path) // stored as a blob
+		}
+		d.drops = 0
+		return d.updateLocked(ctx, func(c *records.Capture) {
+			c.Artifacts = append(c.Artifacts, a.ID)
+			c.Files++
+			c.Packets += f.Packets
+			c.Drops += a.Drops
+		})
+	}
+}
+
+func (d *Daemon) update(ctx context.Context, fn func(*records.Capture)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.updateLocked(ctx, fn)
+}
+
+func (d *Daemon) updateLocked(ctx context.Context, fn func(*records.Capture)) error {
+	var c records.Capture
+	err := d.St.Update(ctx, d.ID, &c, func(bool) error {
+		fn(&c)
+		return nil
+	})
+	if err == nil {
+		d.rec = c
+	}
+	return err
+}
+
+func (d *Daemon) fail(ctx context.Context, err error) error {
+	d.update(context.WithoutCancel(ctx), func(c *records.Capture) { c.State, c.Error = StateFailed, err.Error() })
+	return err
+}
+
+// ---- sensors ----
+
+func (d *Daemon) meta(s Sensor) Meta {
+	return Meta{Capture: d.ID, Lease: d.rec.Lease, Cycle: d.rec.Cycle, Plan: d.rec.Plan, Iface: d.rec.Iface,
+		NetNS: d.rec.NetNS, IP: d.rec.IP, Snaplen: d.rec.Snaplen, Filter: d.rec.Filter,
+		Dir: filepath.Join(d.rec.Spool, "sensors", s.Name())}
+}
+
+func (d *Daemon) setSensor(ctx context.Context, st records.SensorStatus) {
+	d.update(ctx, func(c *records.Capture) {
+		for i := range c.Sensors {
+			if c.Sensors[i].Name == st.Name {
+				c.Sensors[i] = st
+				return
+			}
+		}
+		c.Sensors = append(c.Sensors, st)
+	})
+}
+
+// startSensors starts each sensor with a supervisor that restarts it when
+// it dies, up to SensorRestarts times, recording each death.
+func (d *Daemon) startSensors(ctx context.Context) {
+	for _, s := range d.Sensors {
+		st := records.SensorStatus{Name: s.Name(), State: StateRunning}
+		if err := s.Prepare(ctx, d.meta(s)); err != nil {
+			st.State, st.Error = StateFailed, err.Error()
+			d.setSensor(ctx, st)
+			continue
+		}
+		go d.supervise(ctx, s, st)
+	}
+}
+
+func (d *Daemon) supervise(ctx context.Context, s Sensor, st records.SensorStatus) {
+	for {
+		pid, exited, err := s.Start(ctx)
+		if err != nil {
+			st.State, st.Error = StateFailed, err.Error()
+			d.setSensor(ctx, st)
+			return
+		}
+		st.PID, st.State = pid, StateRunning
+		d.setSensor(ctx, st)
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-exited:
+			if ctx.Err() != nil {
+				return
+			}
+			st.Error = fmt.Sprintf("exited: %v", err)
+			if st.Restarts >= SensorRestarts {
+				st.State, st.PID = StateFailed, 0
+				d.setSensor(ctx, st)
+				d.Log.Error("sensor failed", "sensor", s.Name(), "err", err)
+				return
+			}
+			st.Restarts++
+			d.Log.Warn("sensor died; restarting", "sensor", s.Name(), "err", err, "restarts", st.Restarts)
+		}
+	}
+}
+
+func (d *Daemon) stopSensors(ctx context.Context) {
+	for _, s := range d.Sensors {
+		s.Stop(ctx)
+		d.update(ctx, func(c *records.Capture) {
+			for i := range c.Sensors {
+				if c.Sensors[i].Name == s.Name() && c.Sensors[i].State == StateRunning {
+					c.Sensors[i].State, c.Sensors[i].PID = StateStopped, 0
+				}
+			}
+		})
+	}
+}
+
+// collectSensors registers the sensors' files as artifacts.
+func (d *Daemon) collectSensors(ctx context.Context) []string {
+	var ids []string
+	for _, s := range d.Sensors {
+		files, err := s.Collect(ctx)
+		if err != nil {
+			continue
+		}
+		for _, p := range files {
+			fh, err := os.Open(p)
+			if err != nil {
+				continue
+			}
+			blob, err := d.St.PutBlob(ctx, fh)
+			fh.Close()
+			if err != nil {
+				d.Log.Error("registering sensor output", "file", p, "err", err)
+				continue
+			}
+			a := &records.Artifact{Cycle: d.rec.Cycle, Lease: d.rec.Lease, Capture: d.ID, Type: "sensor-output",
+				Sensor: s.Name(), URI: blob.URI(), SHA256: blob.SHA256, Size: blob.Size, ParserStatus: "pending",
+				ContentType: contentType(p), Iface: d.rec.Iface, Metadata: map[string]any{"file": filepath.Base(p)}}
+			records.Init(a, records.KindArtifact, d.St.Now())
+			if err := d.St.Create(ctx, a); err == nil {
+				ids = append(ids, a.ID)
+				d.update(ctx, func(c *records.Capture) { c.Artifacts = append(c.Artifacts, a.ID) })
+			}
+		}
+	}
+	return ids
+}
+
+func contentType(p string) string {
+	switch filepath.Ext(p) {
+	case ".pcap":
+		return "application/vnd.tcpdump.pcap"
+	case ".log", ".json":
+		return "text/plain"
+	}
+	return "application/octet-stream"
+}
+
+// Call sends one request to a capture's daemon and returns its reply.
+func Call(ctx context.Context, st *state.Store, captureID string, op, cycle string) (*reply, error) {
+	var dl net.Dialer
+	c, err := dl.DialContext(ctx, "unix", ControlAddr(st, captureID))
+	if err != nil {
+		return nil, fmt.Errorf("capture %s is not running: %w", captureID, errNotRunning)
+	}
+	defer c.Close()
+	b, _ := json.Marshal(request{Op: op, Cycle: cycle})
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		return nil, fmt.Errorf("capture %s: no answer: %w", captureID, err)
+	}
+	var rep reply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Error != "" {
+		return &rep, errors.New(rep.Error)
+	}
+	return &rep, nil
+}
+
+var errNotRunning = errors.New("no daemon")
+
+// ClockNow reads the wall and monotonic clocks at one instant.
+func ClockNow() records.ClockMarker {
+	var mono, boot unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
+	wall := time.Now().UTC()
+	unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot)
+	return records.ClockMarker{Wall: wall, MonotonicNS: mono.Nano(), BoottimeNS: boot.Nano()}
+}

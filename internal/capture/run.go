@@ -1,0 +1,489 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/netns"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// Lease is what tb-capture reads from a lease record (written by tb-lease).
+type Lease struct {
+	records.Meta
+	Tap    string `json:"tap"`
+	IP     string `json:"ip"`
+	MAC    string `json:"mac"`
+	VMName string `json:"vm_name"`
+	Plan   string `json:"plan"`
+	State  string `json:"state"`
+}
+
+// Gone reports whether a lease no longer holds its VM.
+func (l *Lease) Gone() bool {
+	switch l.State {
+	case "released", "expired", "failed", "deleted":
+		return true
+	}
+	return false
+}
+
+// LabDir is where a lab's state lives in the state directory.
+func LabDir(st *state.Store, lab string) string {
+	if lab == "" {
+		lab = "default"
+	}
+	return st.Path("capture", "labs", lab)
+}
+
+// LabFirewall is the containment driver of a lab that is up: what tb-allow
+// uses to change a lease's live allow set (ApplyAllowSet, AllowSet).
+func LabFirewall(st *state.Store, lab string) (*firewall.NFT, error) {
+	m, err := netlab.Load(LabDir(st, lab))
+	if err != nil {
+		return nil, fmt.Errorf("lab %q is not up (tb-capture net up): %w", first(lab, "default"), err)
+	}
+	return m.Config.Firewall()
+}
+
+// StartRequest is "tb-capture start".
+type StartRequest struct {
+	Lease, Plan, Cycle, Lab string
+	// Iface, IP, NetNS override (or replace) what the lease record says.
+	Iface, IP, NetNS string
+	Snaplen          int
+	Filter, BPF      string
+	RotateSize       int64
+	RotateEvery      time.Duration
+	Sensors          []string
+	Spool            string
+	// NoRules captures without applying containment rules.
+	NoRules bool
+	// Daemon is the command line that runs "tb-capture daemon".
+	Daemon []string
+}
+
+// Start validates everything, applies the lease's rules, and starts the
+// capture daemon. Nothing is changed when validation fails; rules applied
+// are removed again if the daemon does not come up.
+func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequest) (*records.Capture, error) {
+	rec := &records.Capture{Lease: req.Lease, Plan: req.Plan, Cycle: req.Cycle, Iface: req.Iface, IP: req.IP,
+		NetNS: req.NetNS, Snaplen: req.Snaplen, RotateSize: req.RotateSize, RotateEvery: records.Duration(req.RotateEvery)}
+	if rec.Snaplen <= 0 {
+		rec.Snaplen = 262144
+	}
+	var mac string
+	if req.Lease != "" {
+		var l Lease
+		if err := st.Get(req.Lease, &l); err != nil {
+			return nil, &InputError{fmt.Errorf("lease %s: %w", req.Lease, err)}
+		}
+		if l.Gone() {
+			return nil, &InputError{fmt.Errorf("lease %s is %s", req.Lease, l.State)}
+		}
+		rec.Iface = first(req.Iface, l.Tap)
+		rec.IP = first(req.IP, l.IP)
+		rec.Plan = first(req.Plan, l.Plan)
+		mac = l.MAC
+	}
+	if rec.Iface == "" {
+		return nil, &InputError{errors.New("no interface: give --lease (with a tap) or --iface")}
+	}
+	// The lab, when up, decides the namespace the taps live in.
+	labDir := LabDir(st, req.Lab)
+	lab, labErr := netlab.Load(labDir)
+	if lab != nil {
+		rec.Lab = lab.Config.Name
+		if rec.NetNS == "" {
+			rec.NetNS = lab.Config.HostNSPath()
+		}
+	}
+	rec.NetNS = netns.Path(rec.NetNS)
+
+	// Validate before any change.
+	var prog []unix.SockFilter
+	var err error
+	switch {
+	case req.BPF != "" && req.Filter != "":
+		return nil, &InputError{errors.New("--filter and --bpf are exclusive")}
+	case req.BPF != "":
+		if prog, err = ParseBPF(req.BPF); err != nil {
+			return nil, &InputError{err}
+		}
+		rec.Filter = "bpf"
+	case req.Filter != "":
+		if prog, err = CompileFilter(ctx, req.Filter, rec.Snaplen); err != nil {
+			return nil, &InputError{err}
+		}
+		rec.Filter = req.Filter
+	}
+	for _, name := range req.Sensors {
+		if _, err := Builtin(name); err != nil {
+			return nil, &InputError{err}
+		}
+	}
+	var rules *firewall.LeaseRules
+	var fw *firewall.NFT
+	if !req.NoRules && req.Lease != "" {
+		if lab == nil {
+			return nil, fmt.Errorf("lab %q is not up (tb-capture net up), so no rules can be applied for %s (or --no-rules): %w",
+				filepath.Base(labDir), req.Lease, labErr)
+		}
+		if fw, err = lab.Config.Firewall(); err != nil {
+			return nil, err
+		}
+		rules, rec.Rules, err = leaseRules(st, req.Lease, rec, lab)
+		if err != nil {
+			return nil, err
+		}
+	}
+	// Probe the interface now, so that a typo fails before rules change.
+	probe, err := OpenAFPacket(rec.NetNS, rec.Iface, rec.Snaplen, prog, RingConfig{BlockSize: 1 << 12, Blocks: 1, Timeout: time.Second})
+	if err != nil {
+		return nil, &InputError{err}
+	}
+	probe.Close()
+
+	unlock, ok, err := st.TryLock(ctx, "capture/lease/"+first(req.Lease, rec.Iface))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &BusyError{fmt.Errorf("a capture is starting or stopping for %s", first(req.Lease, rec.Iface))}
+	}
+	defer unlock()
+	if id := runningFor(st, req.Lease, rec.Iface); id != "" {
+		return nil, &BusyError{fmt.Errorf("capture %s is already running for %s", id, first(req.Lease, rec.Iface))}
+	}
+
+	records.Init(rec, records.KindCapture, st.Now())
+	rec.State = StateStarting
+	rec.Clock = ClockNow()
+	rec.Spool = first(req.Spool, st.Path("capture", "spool"))
+	rec.Spool = filepath.Join(rec.Spool, rec.ID)
+	if err := os.MkdirAll(rec.Spool, 0o750); err != nil {
+		return nil, err
+	}
+	if len(prog) > 0 {
+		if err := writeBPF(filepath.Join(rec.Spool, "filter.bpf"), prog); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeSensors(filepath.Join(rec.Spool, "sensors.list"), req.Sensors); err != nil {
+		return nil, err
+	}
+	if err := st.Create(ctx, rec); err != nil {
+		return nil, err
+	}
+	if rules != nil {
+		if err := netlab.AttachPort(ctx, lab.Config, rec.Iface); err != nil {
+			return nil, failStart(ctx, st, rec, err)
+		}
+		if err := fw.ApplyLease(ctx, *rules); err != nil {
+			return nil, failStart(ctx, st, rec, err)
+		}
+		if lab.Config.DHCP && mac != "" {
+			// The guest's fixed address, served by the lab's DHCP.
+			if err := netlab.SetDHCPHost(labDir, req.Lease, mac, rules.IP); err != nil {
+				return nil, failStart(ctx, st, rec, err)
+			}
+		}
+	}
+	if err := spawn(ctx, st, rec, req.Daemon); err != nil {
+		if rules != nil {
+			if rerr := fw.RemoveLease(context.WithoutCancel(ctx), rules.Lease); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("rolling back rules: %w", rerr))
+			}
+		}
+		return nil, failStart(ctx, st, rec, err)
+	}
+	if err := st.Get(rec.ID, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+func failStart(ctx context.Context, st *state.Store, rec *records.Capture, err error) error {
+	var c records.Capture
+	st.Update(context.WithoutCancel(ctx), rec.ID, &c, func(bool) error {
+		c.State, c.Error = StateFailed, err.Error()
+		if c.Rules != nil {
+			c.Rules.Applied = false
+		}
+		return nil
+	})
+	return err
+}
+
+// InputError is a refused request (bad plan, filter, interface): exit 65.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// BusyError is a capture already running or being changed: exit 75.
+type BusyError struct{ Err error }
+
+func (e *BusyError) Error() string { return e.Err.Error() }
+func (e *BusyError) Unwrap() error { return e.Err }
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// leaseRules compiles the lease's plan into its rule plan.
+func leaseRules(st *state.Store, lease string, rec *records.Capture, lab *netlab.Made) (*firewall.LeaseRules, *records.RuleSummary, error) {
+	ip, err := netip.ParseAddr(rec.IP)
+	if err != nil {
+		return nil, nil, &InputError{fmt.Errorf("lease %s: no valid IP (%q); give --ip", lease, rec.IP)}
+	}
+	pol := records.NetPolicy{Mode: "sinkhole"}
+	if rec.Plan != "" {
+		var p records.Plan
+		if err := st.Get(rec.Plan, &p); err != nil {
+			return nil, nil, &InputError{fmt.Errorf("plan %s: %w", rec.Plan, err)}
+		}
+		pol = p.Network
+	}
+	if pol.Mode != "sinkhole" && pol.Mode != "allowlist" {
+		return nil, nil, &InputError{fmt.Errorf("plan %s: network mode %q (sinkhole or allowlist)", rec.Plan, pol.Mode)}
+	}
+	rate, err := firewall.ParseRate(pol.RateLimit)
+	if err != nil {
+		return nil, nil, &InputError{fmt.Errorf("plan %s: %w", rec.Plan, err)}
+	}
+	lr := &firewall.LeaseRules{Lease: lease, IP: ip, Port: rec.Iface, Rate: rate, AllowSMTP: pol.AllowSMTP}
+	return lr, &records.RuleSummary{Table: lab.Config.Table, Mode: pol.Mode, RateLimit: rate.String(),
+		AllowSMTP: pol.AllowSMTP, Applied: true}, nil
+}
+
+func writeBPF(path string, prog []unix.SockFilter) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d\n", len(prog))
+	for _, in := range prog {
+		fmt.Fprintf(&b, "%d %d %d %d\n", in.Code, in.Jt, in.Jf, in.K)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o640)
+}
+
+func writeSensors(path string, names []string) error {
+	return os.WriteFile(path, []byte(strings.Join(names, "\n")), 0o640)
+}
+
+// spawn starts the daemon detached and waits until it answers.
+func spawn(ctx context.Context, st *state.Store, rec *records.Capture, argv []string) error {
+	logf, err := os.OpenFile(filepath.Join(rec.Spool, "daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], append(argv[1:], "--state", st.Root(), "daemon", rec.ID)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the capture daemon: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := Call(cctx, st, rec.ID, "status", "")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(filepath.Join(rec.Spool, "daemon.log"))
+			return fmt.Errorf("capture daemon exited (%v): %s", err, strings.TrimSpace(lastLines(string(b), 3)))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // the socket appears without an event to wait on
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			return errors.New("capture daemon did not answer within 15s")
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+// RunDaemon is "tb-capture daemon ID": it opens the capture and serves it.
+func RunDaemon(ctx context.Context, st *state.Store, log *slog.Logger, id string) error {
+	var rec records.Capture
+	if err := st.Get(id, &rec); err != nil {
+		return err
+	}
+	var prog []unix.SockFilter
+	if b, err := os.ReadFile(filepath.Join(rec.Spool, "filter.bpf")); err == nil {
+		if prog, err = ParseBPF(string(b)); err != nil {
+			return err
+		}
+	}
+	d := &Daemon{St: st, ID: id, Log: log}
+	if b, err := os.ReadFile(filepath.Join(rec.Spool, "sensors.list")); err == nil {
+		for _, name := range strings.Fields(string(b)) {
+			s, err := Builtin(name)
+			if err != nil {
+				return err
+			}
+			d.Sensors = append(d.Sensors, s)
+		}
+	}
+	src, err := OpenAFPacket(rec.NetNS, rec.Iface, rec.Snaplen, prog, DefaultRing)
+	if err != nil {
+		return d.fail(ctx, err)
+	}
+	d.Source = src
+	defer src.Close()
+	return d.Serve(ctx)
+}
+
+// runningFor finds a running capture of a lease (or, without lease, of an
+// interface) whose daemon is alive.
+func runningFor(st *state.Store, lease, iface string) string {
+	ids, _ := st.List(records.KindCapture)
+	for _, id := range ids {
+		var c records.Capture
+		if st.Get(id, &c) != nil || (c.State != StateRunning && c.State != StateStarting) {
+			continue
+		}
+		if (lease != "" && c.Lease == lease) || (lease == "" && c.Lease == "" && c.Iface == iface) {
+			if alive(st, &c) {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
+func alive(st *state.Store, c *records.Capture) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := Call(ctx, st, c.ID, "status", "")
+	return err == nil
+}
+
+// Find resolves --capture or --lease to the capture to act on: the given
+// capture, or the lease's newest capture.
+func Find(st *state.Store, captureID, lease string) (*records.Capture, error) {
+	var c records.Capture
+	if captureID != "" {
+		if err := st.Get(captureID, &c); err != nil {
+			return nil, err
+		}
+		return &c, nil
+	}
+	if lease == "" {
+		return nil, &InputError{errors.New("give --lease or --capture")}
+	}
+	ids, err := st.List(records.KindCapture)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(ids) - 1; i >= 0; i-- {
+		if st.Get(ids[i], &c) == nil && c.Lease == lease {
+			return &c, nil
+		}
+	}
+	return nil, fmt.Errorf("no capture for lease %s: %w", lease, state.ErrNotFound)
+}
+
+// Rotate closes the current file of a running capture and returns the
+// artifacts registered.
+func Rotate(ctx context.Context, st *state.Store, c *records.Capture, cycle string) ([]records.Artifact, error) {
+	rep, err := Call(ctx, st, c.ID, "rotate", cycle)
+	if err != nil {
+		return nil, err
+	}
+	return artifacts(st, rep.Artifacts)
+}
+
+func artifacts(st *state.Store, ids []string) ([]records.Artifact, error) {
+	var out []records.Artifact
+	for _, id := range ids {
+		var a records.Artifact
+		if err := st.Get(id, &a); err != nil {
+			return out, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// Stop stops a capture (flushing and registering its last file), then
+// removes the lease's rules. A capture whose daemon is gone is marked
+// stopped and its rules are removed all the same.
+func Stop(ctx context.Context, st *state.Store, c *records.Capture) (*records.Capture, []records.Artifact, error) {
+	var arts []records.Artifact
+	var errs []error
+	if rep, err := Call(ctx, st, c.ID, "stop", ""); err == nil {
+		arts, err = artifacts(st, rep.Artifacts)
+		errs = append(errs, err)
+	} else if !errors.Is(err, errNotRunning) {
+		errs = append(errs, err)
+	}
+	if err := removeRules(ctx, st, c); err != nil {
+		errs = append(errs, err)
+	}
+	var out records.Capture
+	err := st.Update(ctx, c.ID, &out, func(bool) error {
+		if out.State == StateRunning || out.State == StateStarting {
+			out.State = StateStopped
+			if out.Error == "" {
+				out.Error = "daemon was not running at stop"
+			}
+			now := st.Now()
+			out.StoppedAt = &now
+		}
+		if out.Rules != nil {
+			out.Rules.Applied = false
+		}
+		return nil
+	})
+	errs = append(errs, err)
+	return &out, arts, errors.Join(errs...)
+}
+
+func removeRules(ctx context.Context, st *state.Store, c *records.Capture) error {
+	if c.Rules == nil || !c.Rules.Applied || c.Lease == "" {
+		return nil
+	}
+	lab, err := netlab.Load(LabDir(st, c.Lab))
+	if err != nil {
+		return nil // the lab is down: its tables, and the rules, are gone
+	}
+	fw, err := lab.Config.Firewall()
+	if err != nil {
+		return err
+	}
+	if err := netlab.SetDHCPHost(LabDir(st, c.Lab), c.Lease, "", netip.Addr{}); err != nil {
+		return err
+	}
+	return fw.RemoveLease(ctx, c.Lease)
+}

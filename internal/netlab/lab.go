@@ -1,0 +1,545 @@
+// Package netlab is the lab network of one host: the guests' bridge, the
+// sinkhole namespace with its fake services (INetSim, dnsmasq), the
+// containment tables, and the bookkeeping that lets "down" remove exactly
+// what "up" made and "reconcile" find what a crash left.
+package netlab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/netns"
+)
+
+// Config is one lab instance. The zero value of each field takes the
+// default of design §4; tests change names and subnets to run a private lab.
+type Config struct {
+	Name string `json:"name"`
+	// HostNS is the network namespace playing the host ("" = this one).
+	HostNS   string       `json:"host_ns,omitempty"`
+	Bridge   string       `json:"bridge"`
+	LabNet   netip.Prefix `json:"lab_net"`
+	SinkNS   string       `json:"sink_ns"`
+	SinkVeth string       `json:"sink_veth"`
+	SinkNet  netip.Prefix `json:"sink_net"`
+	Table    string       `json:"table"`
+	// Uplink is where forwarded traffic leaves; Upstream the resolver
+	// allow-listed names are forwarded to.
+	Uplink   string     `json:"uplink,omitempty"`
+	Upstream netip.Addr `json:"upstream,omitempty"`
+	// Documentation lets documentation ranges stand in for the internet.
+	Documentation bool     `json:"documentation,omitempty"`
+	SMTPPorts     []uint16 `json:"smtp_ports,omitempty"`
+	// Services to run: INetSim and the DNS sinkhole in the sinkhole
+	// namespace, DHCP for guests on the bridge.
+	INetSim bool `json:"inetsim"`
+	DNS     bool `json:"dns"`
+	DHCP    bool `json:"dhcp"`
+	// INetSimServices overrides the INetSim services started.
+	INetSimServices []string `json:"inetsim_services,omitempty"`
+	// Dir holds the lab's generated configs, pid files and logs.
+	Dir string `json:"dir"`
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Name, "default")
+	def(&c.Bridge, "tb-lab0")
+	def(&c.SinkNS, "tb-sink")
+	def(&c.SinkVeth, "tb-sink0")
+	def(&c.Table, "talkbox")
+	if !c.LabNet.IsValid() {
+		c.LabNet = netip.MustParsePrefix("10.13.37.0/24")
+	}
+	if !c.SinkNet.IsValid() {
+		c.SinkNet = netip.MustParsePrefix("10.13.38.0/24")
+	}
+	if c.SMTPPorts == nil {
+		c.SMTPPorts = firewall.DefaultSMTPPorts
+	}
+}
+
+// Check refuses configs that cannot work.
+func (c *Config) Check() error {
+	var errs []string
+	for what, n := range map[string]string{"bridge": c.Bridge, "sink veth": c.SinkVeth, "uplink": c.Uplink} {
+		if len(n) > 15 {
+			errs = append(errs, fmt.Sprintf("%s name %q longer than 15 characters", what, n))
+		}
+	}
+	if !c.LabNet.Addr().Is4() || c.LabNet.Bits() > 29 || !c.SinkNet.Addr().Is4() || c.SinkNet.Bits() > 30 {
+		errs = append(errs, "lab_net and sink_net must be IPv4 prefixes of at least /29 and /30")
+	}
+	if c.LabNet.Overlaps(c.SinkNet) {
+		errs = append(errs, "lab_net and sink_net overlap")
+	}
+	if !strings.HasPrefix(c.Table, "talkbox") {
+		errs = append(errs, fmt.Sprintf("table %q must start with talkbox", c.Table))
+	}
+	if c.Dir == "" {
+		errs = append(errs, "no lab directory")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// ConfigChangedError refuses "up" with another config for a lab that is up.
+type ConfigChangedError struct{ Lab string }
+
+func (e *ConfigChangedError) Error() string {
+	return fmt.Sprintf("lab %q is up with a different configuration: take it down first (tb-capture net down --lab %s)", e.Lab, e.Lab)
+}
+
+func sameConfig(a, b Config) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// Gateway is the host's address on the bridge (first host address).
+func (c *Config) Gateway() netip.Addr { return c.LabNet.Masked().Addr().Next() }
+
+// SinkHost is the host's end of the sinkhole link.
+func (c *Config) SinkHost() netip.Addr { return c.SinkNet.Masked().Addr().Next() }
+
+// Sinkhole is the sinkhole namespace's address.
+func (c *Config) Sinkhole() netip.Addr { return c.SinkHost().Next() }
+
+// HostNSPath is the host namespace's path ("" for this process's).
+func (c *Config) HostNSPath() string { return netns.Path(c.HostNS) }
+
+// Firewall is the lab's containment driver.
+func (c *Config) Firewall() (*firewall.NFT, error) {
+	return firewall.New(firewall.Config{
+		Table: c.Table, NetNS: c.HostNSPath(), Bridge: c.Bridge, LabNet: c.LabNet, Gateway: c.Gateway(),
+		SinkIface: c.SinkVeth, SinkNet: c.SinkNet, Sinkhole: c.Sinkhole(), Uplink: c.Uplink, Upstream: c.Upstream,
+		SMTPPorts: c.SMTPPorts, DHCP: c.DHCP, Documentation: c.Documentation,
+	})
+}
+
+// Made records what Up created, so that Down removes exactly that.
+type Made struct {
+	Config       Config `json:"config"`
+	Bridge       bool   `json:"bridge"`
+	SinkNS       bool   `json:"sink_ns"`
+	SinkVeth     bool   `json:"sink_veth"`
+	Table        bool   `json:"table"`
+	IPForwardWas string `json:"ip_forward_was,omitempty"`
+}
+
+func statePath(dir string) string { return filepath.Join(dir, "lab.json") }
+
+// Load reads the state of a lab that is up (os.ErrNotExist otherwise).
+func Load(dir string) (*Made, error) {
+	b, err := os.ReadFile(statePath(dir))
+	if err != nil {
+		return nil, err
+	}
+	var m Made
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", statePath(dir), err)
+	}
+	return &m, nil
+}
+
+func save(m *Made) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(statePath(m.Config.Dir), b, 0o644)
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func handleAt(path string) (*netlink.Handle, error) {
+	if path == "" {
+		return netlink.NewHandle()
+	}
+	ns, err := vnetns.GetFromPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", path, err)
+	}
+	defer ns.Close()
+	return netlink.NewHandleAt(ns)
+}
+
+func addrOn(h *netlink.Handle, l netlink.Link, p netip.Prefix) error {
+	a, _ := netlink.ParseAddr(p.String())
+	if err := h.AddrAdd(l, a); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("address %s on %s: %w", p, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func sysctl(ns, key, val string) (old string, err error) {
+	p := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	err = netns.Do(ns, func() error {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		old = strings.TrimSpace(string(b))
+		if val == "" || old == val {
+			return nil
+		}
+		return os.WriteFile(p, []byte(val), 0o644)
+	})
+	return old, err
+}
+
+// Up builds the lab (idempotent): each part is made only when missing, and
+// what was made is recorded before the next part is attempted.
+func Up(ctx context.Context, cfg Config) (*Made, error) {
+	cfg.Defaults()
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	m, err := Load(cfg.Dir)
+	if err != nil {
+		m = &Made{}
+	} else if !sameConfig(m.Config, cfg) {
+		// Down must remove what was made: it cannot once the config changed.
+		return nil, &ConfigChangedError{Lab: cfg.Name}
+	}
+	m.Config = cfg
+	if err := save(m); err != nil {
+		return nil, err
+	}
+	h, err := handleAt(cfg.HostNSPath())
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+
+	// Bridge with the gateway address; no IPv6 on it, so guests have no
+	// IPv6 path to the host at all.
+	br, err := h.LinkByName(cfg.Bridge)
+	if err != nil {
+		la := netlink.NewLinkAttrs()
+		la.Name = cfg.Bridge
+		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+			return m, fmt.Errorf("creating bridge %s: %w", cfg.Bridge, err)
+		}
+		m.Bridge = true
+		if err := save(m); err != nil {
+			return m, err
+		}
+		if br, err = h.LinkByName(cfg.Bridge); err != nil {
+			return m, err
+		}
+	}
+	if _, err := sysctl(cfg.HostNSPath(), "net.ipv6.conf."+cfg.Bridge+".disable_ipv6", "1"); err != nil {
+		return m, err
+	}
+	if err := addrOn(h, br, netip.PrefixFrom(cfg.Gateway(), cfg.LabNet.Bits())); err != nil {
+		return m, err
+	}
+	if err := h.LinkSetUp(br); err != nil {
+		return m, err
+	}
+
+	// Sinkhole namespace and its link.
+	if !netns.Exists(cfg.SinkNS) {
+		if err := netns.Create(cfg.SinkNS); err != nil {
+			return m, err
+		}
+		m.SinkNS = true
+		if err := save(m); err != nil {
+			return m, err
+		}
+	}
+	if err := sinkLink(h, &cfg, m); err != nil {
+		return m, err
+	}
+
+	old, err := sysctl(cfg.HostNSPath(), "net.ipv4.ip_forward", "1")
+	if err != nil {
+		return m, err
+	}
+	if old != "1" && m.IPForwardWas == "" {
+		m.IPForwardWas = old
+	}
+
+	fw, err := cfg.Firewall()
+	if err != nil {
+		return m, err
+	}
+	if err := fw.Up(ctx); err != nil {
+		return m, err
+	}
+	m.Table = true
+	if err := save(m); err != nil {
+		return m, err
+	}
+	// Ports already on the bridge are guests too.
+	if ports, err := bridgePorts(h, br); err == nil && len(ports) > 0 {
+		if err := fw.SetPorts(ctx, ports, nil); err != nil {
+			return m, err
+		}
+	}
+	if err := startServices(ctx, &cfg); err != nil {
+		return m, err
+	}
+	return m, save(m)
+}
+
+func sinkLink(h *netlink.Handle, cfg *Config, m *Made) error {
+	host, err := h.LinkByName(cfg.SinkVeth)
+	if err != nil {
+		la := netlink.NewLinkAttrs()
+		la.Name = cfg.SinkVeth
+		peer := cfg.SinkVeth + "p"
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: peer}); err != nil {
+			return fmt.Errorf("creating %s: %w", cfg.SinkVeth, err)
+		}
+		m.SinkVeth = true
+		if err := save(m); err != nil {
+			return err
+		}
+		pl, err := h.LinkByName(peer)
+		if err != nil {
+			return err
+		}
+		ns, err := os.Open(netns.Path(cfg.SinkNS))
+		if err != nil {
+			return err
+		}
+		err = h.LinkSetNsFd(pl, int(ns.Fd()))
+		ns.Close()
+		if err != nil {
+			return fmt.Errorf("moving %s into %s: %w", peer, cfg.SinkNS, err)
+		}
+		if host, err = h.LinkByName(cfg.SinkVeth); err != nil {
+			return err
+		}
+	}
+	if err := addrOn(h, host, netip.PrefixFrom(cfg.SinkHost(), cfg.SinkNet.Bits())); err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(host); err != nil {
+		return err
+	}
+	sh, err := handleAt(netns.Path(cfg.SinkNS))
+	if err != nil {
+		return err
+	}
+	defer sh.Close()
+	if lo, err := sh.LinkByName("lo"); err == nil {
+		_ = sh.LinkSetUp(lo)
+	}
+	in, err := sh.LinkByName(cfg.SinkVeth + "p")
+	if err != nil {
+		return fmt.Errorf("sinkhole end of %s: %w", cfg.SinkVeth, err)
+	}
+	if err := addrOn(sh, in, netip.PrefixFrom(cfg.Sinkhole(), cfg.SinkNet.Bits())); err != nil {
+		return err
+	}
+	if err := sh.LinkSetUp(in); err != nil {
+		return err
+	}
+	gw := net.IP(cfg.SinkHost().AsSlice())
+	if err := sh.RouteReplace(&netlink.Route{LinkIndex: in.Attrs().Index, Gw: gw}); err != nil {
+		return fmt.Errorf("sinkhole default route: %w", err)
+	}
+	return nil
+}
+
+func bridgePorts(h *netlink.Handle, br netlink.Link) ([]string, error) {
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out, nil
+}
+
+// AttachPort puts a guest's interface (a tap, or a veth in tests) on the
+// bridge, isolated from the other ports, and registers it as a lab port.
+func AttachPort(ctx context.Context, cfg Config, port string) error {
+	cfg.Defaults()
+	h, err := handleAt(cfg.HostNSPath())
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	br, err := h.LinkByName(cfg.Bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w (tb-capture net up)", cfg.Bridge, err)
+	}
+	l, err := h.LinkByName(port)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", port, err)
+	}
+	if l.Attrs().MasterIndex != br.Attrs().Index {
+		if err := h.LinkSetMaster(l, br); err != nil {
+			return fmt.Errorf("attaching %s to %s: %w", port, cfg.Bridge, err)
+		}
+	}
+	if err := h.LinkSetIsolated(l, true); err != nil {
+		return fmt.Errorf("isolating %s: %w", port, err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		return err
+	}
+	fw, err := cfg.Firewall()
+	if err != nil {
+		return err
+	}
+	return fw.SetPorts(ctx, []string{port}, nil)
+}
+
+// Down removes what Up made, in reverse order, and forgets the lab. Parts
+// already gone are skipped; the first failure stops it with the state
+// kept, so that it can be run again.
+func Down(ctx context.Context, dir string) error {
+	m, err := Load(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cfg := m.Config
+	stopServices(&cfg)
+	if m.Table {
+		fw, err := cfg.Firewall()
+		if err != nil {
+			return err
+		}
+		if err := fw.Down(ctx); err != nil {
+			return err
+		}
+	}
+	h, err := handleAt(cfg.HostNSPath())
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if m.SinkVeth {
+		if l, err := h.LinkByName(cfg.SinkVeth); err == nil {
+			if err := h.LinkDel(l); err != nil {
+				return fmt.Errorf("deleting %s: %w", cfg.SinkVeth, err)
+			}
+		}
+	}
+	if m.SinkNS {
+		if err := netns.Delete(cfg.SinkNS); err != nil {
+			return err
+		}
+	}
+	if m.Bridge {
+		if l, err := h.LinkByName(cfg.Bridge); err == nil {
+			if err := h.LinkDel(l); err != nil {
+				return fmt.Errorf("deleting %s: %w", cfg.Bridge, err)
+			}
+		}
+	}
+	if m.IPForwardWas != "" {
+		if _, err := sysctl(cfg.HostNSPath(), "net.ipv4.ip_forward", m.IPForwardWas); err != nil {
+			return err
+		}
+	}
+	os.RemoveAll(RunDir(&cfg))
+	return os.RemoveAll(dir)
+}
+
+// Status is what the lab looks like now.
+type Status struct {
+	Name     string           `json:"name"`
+	Up       bool             `json:"up"`
+	Bridge   bool             `json:"bridge"`
+	SinkNS   bool             `json:"sink_ns"`
+	Uplink   string           `json:"uplink,omitempty"`
+	UplinkUp bool             `json:"uplink_up"`
+	Ports    []string         `json:"ports,omitempty"`
+	Services []ServiceStatus  `json:"services,omitempty"`
+	Firewall *firewall.Status `json:"firewall,omitempty"`
+	Config   Config           `json:"config"`
+}
+
+// Inspect reports the lab's parts and counters.
+func Inspect(ctx context.Context, dir string) (*Status, error) {
+	m, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg := m.Config
+	st := &Status{Name: cfg.Name, Config: cfg, Uplink: cfg.Uplink}
+	h, err := handleAt(cfg.HostNSPath())
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if br, err := h.LinkByName(cfg.Bridge); err == nil {
+		st.Bridge = br.Attrs().Flags&net.FlagUp != 0
+		st.Ports, _ = bridgePorts(h, br)
+	}
+	if cfg.Uplink != "" {
+		if l, err := h.LinkByName(cfg.Uplink); err == nil {
+			st.UplinkUp = l.Attrs().Flags&net.FlagUp != 0
+		}
+	}
+	st.SinkNS = netns.Exists(cfg.SinkNS)
+	st.Services = serviceStatus(&cfg)
+	fw, err := cfg.Firewall()
+	if err != nil {
+		return nil, err
+	}
+	if st.Firewall, err = fw.Status(ctx); err != nil {
+		return nil, err
+	}
+	st.Up = st.Bridge && st.SinkNS && st.Firewall.Up
+	for _, s := range st.Services {
+		st.Up = st.Up && s.Running
+	}
+	return st, nil
+}

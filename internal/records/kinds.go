@@ -1,0 +1,24 @@
+package records
+
+// New returns an empty typed record for a kind, or a Generic one for kinds
+// this build does not model (Generic keeps every field, so such records
+// still pass through the tools unchanged).
+func New(kind string) Record {
+	switch kind {
+	case KindSample:
+		return &Sample{}
+	case KindPlan:
+		return &Plan{}
+	case KindImage:
+		return &SandboxImage{}
+	case KindBuild:
+		return &ImageBuildRun{}
+	case KindCapture:
+		return &Capture{}
+	case KindArtifact:
+		return &Artifact{}
+	case KindObservable:
+		return &Observable{}
+	}
+	return &Generic{}
+}
