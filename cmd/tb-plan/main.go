@@ -37,6 +37,7 @@ type planCmd struct {
 	Platform    string            `name:"platform" help:"Force the guest platform (Debian architecture), overriding triage."`
 	Priority    int               `name:"priority" help:"Priority recorded on new samples."`
 	Strict      bool              `name:"strict" help:"Exit 1 when any plan is not runnable."`
+	Jobs        int               `name:"jobs" short:"j" help:"Files read, hashed and triaged at once (default: one per CPU); output stays in input order."`
 }
 
 func (c *planCmd) Run(env *cli.Env) error {
@@ -51,7 +52,7 @@ func (c *planCmd) Run(env *cli.Env) error {
 	}
 	return plan.Run(env, plan.Request{
 		Inputs: c.Inputs, FromStdin: fromStdin, Profile: c.Profile, ProfilesDir: profilesDir(c.ProfilesDir),
-		Priority: c.Priority, Strict: c.Strict,
+		Priority: c.Priority, Strict: c.Strict, Jobs: c.Jobs,
 		Overrides: plan.Overrides{
 			File: c.Overrides, VCPUs: c.VCPUs, MemoryMiB: c.Memory, DiskGiB: c.Disk, TTL: c.TTL,
 			BootTimeout: c.BootTimeout, Timeout: c.Timeout, Window: c.Window, Network: c.Network,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"runtime"
+	"sync"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -26,6 +28,9 @@ type Request struct {
 	Priority    int
 	// Strict makes a plan that no image can run a failure (exit 1).
 	Strict bool
+	// Jobs is how many files are read, digested and triaged at once
+	// (0: one per CPU). Records are still written and printed in input order.
+	Jobs int
 }
 
 // input is one thing to plan: a file path or a stored sample's sha256.
@@ -82,17 +87,11 @@ func Run(env *cli.Env, req Request) error {
 	}
 	p := &planner{env: env, ing: &sample.Ingester{Store: st, Priority: req.Priority},
 		profile: resolved, applied: applied, forced: req.Overrides.Platform, out: records.NewWriter(env.Stdout)}
-	for _, in := range inputs {
-		if env.Ctx.Err() != nil {
-			break
-		}
-		switch {
-		case in.sha256 != "":
-			p.planStored(in)
-		default:
-			sample.Walk(env.Ctx, in.path, p.planFile, p.fail)
-		}
+	jobs := req.Jobs
+	if jobs <= 0 {
+		jobs = runtime.GOMAXPROCS(0)
 	}
+	p.pipeline(inputs, jobs)
 	if err := p.out.Flush(); err != nil {
 		return err
 	}
@@ -200,8 +199,86 @@ func (p *planner) fail(err error) {
 	p.batch.Add(err)
 }
 
-func (p *planner) planFile(path string) {
-	smp, _, err := p.ing.AddFile(p.env.Ctx, path)
+// job is one input in flight: a file being prepared by a worker, a stored
+// sample's sha256, or a walk error, kept in input order.
+type job struct {
+	in   input
+	path string
+	err  error
+	done chan struct{}
+	prep *sample.Prepared
+}
+
+// pipeline prepares files (read, digest, triage) on jobs workers while this
+// goroutine stores them and prints their records in input order. At most
+// 2×jobs prepared files wait in memory.
+func (p *planner) pipeline(inputs []input, jobs int) {
+	ctx := p.env.Ctx
+	order := make(chan *job, 2*jobs)
+	work := make(chan *job, 2*jobs)
+	buffers := make(chan []byte, 3*jobs+1)
+	var workers sync.WaitGroup
+	for range jobs {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for j := range work {
+				var buf []byte
+				select {
+				case buf = <-buffers:
+				default:
+				}
+				j.prep, j.err = sample.Prepare(j.path, buf)
+				close(j.done)
+			}
+		}()
+	}
+	go func() {
+		defer close(order)
+		defer close(work)
+		ready := func(j *job) *job { close(j.done); return j }
+		for _, in := range inputs {
+			if ctx.Err() != nil {
+				return
+			}
+			if in.sha256 != "" {
+				order <- ready(&job{in: in, done: make(chan struct{})})
+				continue
+			}
+			sample.Walk(ctx, in.path, func(path string) {
+				j := &job{path: path, done: make(chan struct{})}
+				order <- j
+				work <- j
+			}, func(err error) {
+				order <- ready(&job{err: err, done: make(chan struct{})})
+			})
+		}
+	}()
+	for j := range order {
+		<-j.done
+		switch {
+		case j.err != nil:
+			p.fail(j.err)
+		case j.in.sha256 != "":
+			p.planStored(j.in)
+		case ctx.Err() != nil:
+			j.prep.Close()
+		default:
+			p.planPrepared(j.prep)
+			if data := j.prep.Data(); data != nil {
+				select {
+				case buffers <- data[:0]:
+				default:
+				}
+			}
+		}
+	}
+	workers.Wait()
+}
+
+func (p *planner) planPrepared(prep *sample.Prepared) {
+	path := prep.Path
+	smp, _, err := p.ing.Save(p.env.Ctx, prep)
 	if err != nil {
 		p.fail(err)
 		return

@@ -22,65 +22,91 @@ const IndexSHA256 = "sample_sha256"
 
 // inMemoryLimit is the largest file read whole into memory; bigger ones are
 // streamed twice (digest, then copy) so memory stays bounded.
-const inMemoryLimit = 32 << 20
+const inMemoryLimit = 16 << 20
 
 // Ingester stores samples in a state directory. Not safe for concurrent use.
 type Ingester struct {
 	Store    *state.Store
 	Priority int
-	buf      []byte
 }
 
-// AddFile digests, triages and stores the file at path. It returns the sample
-// record (the existing one when the content was seen before, with this name
-// added) and whether it is new.
-func (in *Ingester) AddFile(ctx context.Context, path string) (*records.Sample, bool, error) {
+// Prepared is a file read, digested and triaged, ready to be stored.
+type Prepared struct {
+	Path    string
+	Digests triage.Digests
+	Triage  records.Triage
+	data    []byte   // the content when it was small enough to keep
+	file    *os.File // otherwise the open file, re-read when stored
+}
+
+// Close releases what a Prepared holds; Store calls it.
+func (p *Prepared) Close() {
+	if p.file != nil {
+		p.file.Close()
+	}
+}
+
+func (p *Prepared) content() (io.Reader, error) {
+	if p.file == nil {
+		return bytes.NewReader(p.data), nil
+	}
+	_, err := p.file.Seek(0, io.SeekStart)
+	return p.file, err
+}
+
+// Prepare reads, digests and triages the file at path: the CPU-heavy part of
+// ingesting, safe to run on many files at once. buf is reused for the
+// content when it fits (nil: allocate).
+func Prepare(path string, buf []byte) (*Prepared, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, false, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+		return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, false, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+		f.Close()
+		return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
 	}
-	if !st.Mode().IsRegular() {
-		return nil, false, cli.Failure(fmt.Errorf("%s: not a regular file", path))
+	switch {
+	case !st.Mode().IsRegular():
+		f.Close()
+		return nil, cli.Failure(fmt.Errorf("%s: not a regular file", path))
+	case st.Size() == 0:
+		f.Close()
+		return nil, cli.DataErr(fmt.Errorf("%s: empty file", path))
 	}
-	if st.Size() == 0 {
-		return nil, false, cli.DataErr(fmt.Errorf("%s: empty file", path))
-	}
-	var (
-		dig     triage.Digests
-		tri     records.Triage
-		content func() (io.Reader, error)
-	)
+	p := &Prepared{Path: path}
 	if st.Size() <= inMemoryLimit {
-		data, err := in.readAll(f, st.Size())
+		data, err := readAll(f, st.Size(), buf)
+		f.Close()
 		if err != nil {
-			return nil, false, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+			return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
 		}
-		dig = triage.DigestBytes(data)
-		tri = triage.Inspect(bytes.NewReader(data), int64(len(data)))
-		content = func() (io.Reader, error) { return bytes.NewReader(data), nil }
-	} else {
-		if dig, err = triage.Digest(f); err != nil {
-			return nil, false, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
-		}
-		tri = triage.Inspect(f, st.Size())
-		content = func() (io.Reader, error) {
-			_, err := f.Seek(0, io.SeekStart)
-			return f, err
-		}
+		p.data = data
+		p.Digests = triage.DigestBytes(data)
+		p.Triage = triage.Inspect(bytes.NewReader(data), int64(len(data)))
+		return p, nil
 	}
-	return in.store(ctx, path, dig, tri, content)
+	if p.Digests, err = triage.Digest(f); err != nil {
+		f.Close()
+		return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+	}
+	p.Triage = triage.Inspect(f, st.Size())
+	p.file = f
+	return p, nil
 }
 
-func (in *Ingester) readAll(f *os.File, size int64) ([]byte, error) {
-	if int64(cap(in.buf)) < size+1 {
-		in.buf = make([]byte, size+1)
+// Save writes a prepared file: blob, sample record, sha256 index.
+func (in *Ingester) Save(ctx context.Context, p *Prepared) (*records.Sample, bool, error) {
+	defer p.Close()
+	return in.store(ctx, p.Path, p.Digests, p.Triage, p.content)
+}
+
+func readAll(f *os.File, size int64, buf []byte) ([]byte, error) {
+	if int64(cap(buf)) < size+1 {
+		buf = make([]byte, size+1)
 	}
-	buf := in.buf[:size+1]
+	buf = buf[:size+1]
 	n, err := io.ReadFull(f, buf)
 	if err != io.ErrUnexpectedEOF && err != nil {
 		return nil, err
@@ -174,3 +200,7 @@ func unwrapPathErr(err error) error {
 	}
 	return err
 }
+
+// Data is the content kept in memory (nil for a large file read from disk);
+// callers may reuse its array once the Prepared is saved.
+func (p *Prepared) Data() []byte { return p.data }
