@@ -3,26 +3,178 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/image"
 )
+
+type specsFlag struct {
+	SpecsDir string `name:"specs-dir" env:"TB_SPECS" type:"path" placeholder:"DIR" help:"Directory of user specs (*.json); default /etc/talkbox/specs as root, $$XDG_CONFIG_HOME/talkbox/specs otherwise."`
+}
+
+func (f specsFlag) dir() string {
+	if f.SpecsDir != "" {
+		return f.SpecsDir
+	}
+	if os.Geteuid() == 0 {
+		return "/etc/talkbox/specs"
+	}
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "talkbox", "specs")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".config", "talkbox", "specs")
+}
+
+type specsCmd struct{ specsFlag }
+
+func (c *specsCmd) Run(env *cli.Env) error { return image.ListSpecs(env, c.dir()) }
+
+type specShowCmd struct {
+	ID string `arg:"" help:"Spec id."`
+	specsFlag
+}
+
+func (c *specShowCmd) Run(env *cli.Env) error {
+	ss, err := image.LoadSpecs(c.dir())
+	if err != nil {
+		return err
+	}
+	s, err := ss.Get(c.ID)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+type buildCmd struct {
+	Spec  string `arg:"" help:"Spec id (see 'tb-build specs')."`
+	URI   string `name:"connect" default:"qemu:///system" help:"libvirt URI for the smoke test."`
+	Accel string `name:"accel" enum:"auto,kvm,tcg" default:"auto" help:"Smoke-test acceleration: auto (probe KVM, fall back to TCG), kvm or tcg."`
+	Cache string `name:"cache-dir" env:"TB_APT_CACHE" type:"path" placeholder:"DIR" help:"Package download cache (default <state>/cache/apt)."`
+	specsFlag
+}
+
+func (c *buildCmd) Run(env *cli.Env) error {
+	return image.Build(env, image.BuildRequest{Spec: c.Spec, SpecsDir: c.dir(), URI: c.URI, Accel: c.Accel, CacheDir: c.Cache})
+}
+
+type refCmd struct {
+	Image string `arg:"" help:"Image ID, spec id (its active image) or SPEC@VERSION."`
+}
+
+type verifyCmd struct{ refCmd }
+
+func (c *verifyCmd) Run(env *cli.Env) error {
+	l, err := lifecycle(env)
+	if err != nil {
+		return err
+	}
+	return l.Verify(c.Image)
+}
+
+type pinCmd struct {
+	refCmd
+	Remove bool `name:"remove" help:"Unpin instead."`
+}
+
+func (c *pinCmd) Run(env *cli.Env) error {
+	l, err := lifecycle(env)
+	if err != nil {
+		return err
+	}
+	return l.Pin(env.Ctx, c.Image, !c.Remove)
+}
+
+type supersedeCmd struct{ refCmd }
+
+func (c *supersedeCmd) Run(env *cli.Env) error {
+	l, err := lifecycle(env)
+	if err != nil {
+		return err
+	}
+	return l.Supersede(env.Ctx, c.Image)
+}
+
+type rollbackCmd struct {
+	Spec string `arg:"" help:"Spec id."`
+}
+
+func (c *rollbackCmd) Run(env *cli.Env) error {
+	l, err := lifecycle(env)
+	if err != nil {
+		return err
+	}
+	return l.Rollback(env.Ctx, c.Spec)
+}
+
+type rmCmd struct {
+	refCmd
+	Force bool `name:"force" help:"Also remove an active or pinned image."`
+}
+
+func (c *rmCmd) Run(env *cli.Env) error {
+	l, err := lifecycle(env)
+	if err != nil {
+		return err
+	}
+	return l.Rm(env.Ctx, c.Image, c.Force)
+}
+
+type smokeCmd struct {
+	refCmd
+	URI   string `name:"connect" default:"qemu:///system" help:"libvirt URI."`
+	Accel string `name:"accel" enum:"auto,kvm,tcg" default:"auto" help:"Acceleration: auto, kvm or tcg."`
+	specsFlag
+}
+
+func (c *smokeCmd) Run(env *cli.Env) error {
+	l, err := lifecycle(env)
+	if err != nil {
+		return err
+	}
+	return l.SmokeAgain(env.Ctx, c.Image, c.URI, c.Accel, c.dir())
+}
+
+type gcCmd struct{}
+
+func (c *gcCmd) Run(env *cli.Env) error {
+	l, err := lifecycle(env)
+	if err != nil {
+		return err
+	}
+	return l.GC(env.Ctx)
+}
+
+func lifecycle(env *cli.Env) (*image.Lifecycle, error) {
+	st, err := env.OpenState()
+	if err != nil {
+		return nil, err
+	}
+	return &image.Lifecycle{Env: env, St: st}, nil
+}
 
 type tbBuild struct {
 	cli.Globals
-	Specs cli.Pending `cmd:"" help:"List image specs (embedded and user)."`
+	Specs specsCmd `cmd:"" help:"List image specs (embedded and user)."`
 	Spec  struct {
-		Show cli.Pending `cmd:"" help:"Print one spec, resolved."`
+		Show specShowCmd `cmd:"" help:"Print one spec, resolved, as JSON."`
 	} `cmd:"" help:"Inspect image specs."`
-	Build     cli.Pending `cmd:"" help:"Build, smoke-test and publish an image from a spec."`
-	List      cli.ListCmd `cmd:"" help:"List images and builds."`
-	Get       cli.GetCmd  `cmd:"" help:"Print stored records by ID."`
-	Verify    cli.Pending `cmd:"" help:"Check an image's checksums and signature."`
-	Pin       cli.Pending `cmd:"" help:"Pin an image version."`
-	Supersede cli.Pending `cmd:"" help:"Mark an image superseded."`
-	Rollback  cli.Pending `cmd:"" help:"Make the previous stable image active again."`
-	Rm        cli.Pending `cmd:"" help:"Remove an image."`
-	Gc        cli.Pending `cmd:"" help:"Remove unreferenced image files and build leftovers."`
+	Build     buildCmd     `cmd:"" help:"Build, smoke-test and publish an image from a spec."`
+	List      cli.ListCmd  `cmd:"" help:"List images and builds."`
+	Get       cli.GetCmd   `cmd:"" help:"Print stored records by ID."`
+	Verify    verifyCmd    `cmd:"" help:"Check an image's checksums and signature."`
+	Pin       pinCmd       `cmd:"" help:"Pin an image: gc and rm keep it, and new builds do not replace it while it is active."`
+	Supersede supersedeCmd `cmd:"" help:"Retire an image; if it was active, the newest stable image becomes active."`
+	Rollback  rollbackCmd  `cmd:"" help:"Make the previous stable image of a spec active again."`
+	Rm        rmCmd        `cmd:"" help:"Remove an image's files and record."`
+	Gc        gcCmd        `cmd:"" help:"Remove build leftovers, superseded images and unreferenced image files."`
+	Smoke     smokeCmd     `cmd:"" help:"Boot a published image again and run its smoke test (changes nothing; measures boot time)."`
 }
 
 func main() {

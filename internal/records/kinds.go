@@ -19,6 +19,10 @@ func New(kind string) Record {
 		return &Artifact{}
 	case KindObservable:
 		return &Observable{}
+	case KindLease:
+		return &SandboxLease{}
+	case KindSnapshot:
+		return &LeaseSnapshot{}
 	}
 	return &Generic{}
 }

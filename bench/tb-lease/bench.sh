@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tb-lease figures, all in one run on one host: cold acquire (boot to guest
+# agent ready), warm acquire (reuse of an idle lease), snapshot, restore
+# from a snapshot to agent ready, and, as the peer, libvirt's own restore
+# of the same save file with virsh (no checksums, no re-addressing).
+# Usage: bench/tb-lease/bench.sh   (root, after `make build`; RUNS=5)
+# TB_STATE may name a state directory that already has the
+# debian-bookworm-amd64 image; otherwise one is built (TB_APT_CACHE reused).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${RUNS:-5}
+accel=${ACCEL:-tcg}
+work=$(mktemp -d /var/tmp/tb-lease-bench.XXXXXX)
+chmod 755 "$work"
+if [ -z "${TB_STATE:-}" ]; then
+  export TB_STATE=$work/state
+  bin/tb-build build debian-bookworm-amd64 >"$work/build.out" 2>"$work/build.log"
+fi
+br=tbbench$$
+ip link add "$br" type bridge && ip link set "$br" up
+export TB_LEASE_BRIDGE=$br
+tl=bin/tb-lease
+cleanup() {
+  $tl list --live 2>/dev/null | grep -o '"id":"lease_[^"]*"' | cut -d'"' -f4 | xargs -r $tl release >/dev/null 2>&1 || true
+  ip link del "$br" 2>/dev/null || true
+}
+trap cleanup EXIT
+field() { grep -o "\"$1\":\"[^\"]*\"" | head -1 | cut -d'"' -f4; }
+plan='{"kind":"plan","id":"plan_01JD0000000000000000000000","v":1,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z","image":{"platform":"amd64"},"lease":{"vcpus":1,"memory_mib":512,"ttl":"1h"}}'
+ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+
+printf '# %s, %s, %d CPUs, load %s, accel %s, 512 MiB guest, %d runs\n' "$(date -u +%FT%TZ)" "$(uname -r)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$accel" "$runs"
+printf '%-4s %12s %12s %12s %12s %14s %12s\n' run cold_ms warm_ms snapshot_ms restore_ms virsh_restore_ms snap_MiB
+for i in $(seq "$runs"); do
+  t=$(date +%s%N); out=$(echo "$plan" | $tl acquire --fresh --accel "$accel"); cold=$(ms "$t")
+  l=$(printf '%s' "$out" | field id)
+  $tl release --keep "$l" >/dev/null
+  t=$(date +%s%N); out=$(echo "$plan" | $tl acquire --accel "$accel"); warm=$(ms "$t")
+  [ "$(printf '%s' "$out" | field id)" = "$l" ] || { echo "warm acquire did not reuse $l" >&2; exit 1; }
+  t=$(date +%s%N); s=$($tl snapshot "$l"); snap=$(ms "$t")
+  sid=$(printf '%s' "$s" | field id)
+  size=$(printf '%s' "$s" | grep -o '"size_bytes":[0-9]*' | cut -d: -f2)
+  t=$(date +%s%N); r=$($tl restore "$sid"); restore=$(ms "$t")
+  rid=$(printf '%s' "$r" | field id)
+  # Peer: libvirt alone, virsh save and restore of the same guest in
+  # place (its name, UUID, MAC and overlay unchanged), to running.
+  vm=$(printf '%s' "$out" | field vm_name)
+  virsh -c qemu:///system save "$vm" "$work/peer.save" >/dev/null
+  t=$(date +%s%N); virsh -c qemu:///system restore "$work/peer.save" --running >/dev/null; vr=$(ms "$t")
+  rm -f "$work/peer.save"
+  $tl release "$l" "$rid" >/dev/null
+  $tl snapshot-rm "$sid"
+  printf '%-4s %12s %12s %12s %12s %14s %12s\n' "$i" "$cold" "$warm" "$snap" "$restore" "$vr" "$((size / 1048576))"
+done
+echo "# state: $TB_STATE"

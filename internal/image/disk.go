@@ -1,0 +1,141 @@
+package image
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// makeDisk turns a root tree into a compressed qcow2 holding one ext4
+// filesystem (no partition table: the guest mounts /dev/vda). mkfs.ext4 -d
+// copies the tree, so no loop device or mount is needed.
+func makeDisk(ctx context.Context, root, out string, sizeMiB int, log io.Writer) error {
+	mkfs, err := need("mkfs.ext4", "e2fsprogs", "makes the root filesystem")
+	if err != nil {
+		return err
+	}
+	qimg, err := need("qemu-img", "qemu-utils", "writes the qcow2 disk")
+	if err != nil {
+		return err
+	}
+	raw := out + ".raw"
+	defer os.Remove(raw)
+	f, err := os.Create(raw)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(int64(sizeMiB) << 20); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	if err := run(ctx, log, mkfs, "-q", "-F", "-L", "talkbox-root", "-E", "root_owner=0:0", "-d", root, raw); err != nil {
+		return err
+	}
+	return run(ctx, log, qimg, "convert", "-c", "-f", "raw", "-O", "qcow2", raw, out)
+}
+
+func run(ctx context.Context, log io.Writer, prog string, args ...string) error {
+	fmt.Fprintf(log, "+ %s %s\n", prog, strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s failed: %v (see the build log)", filepath.Base(prog), err)
+	}
+	return nil
+}
+
+// removeTree deletes a build directory. A build killed while mmdebstrap ran
+// leaves /proc, /sys and /dev mounted inside its chroot; those are detached
+// first, and nothing is deleted while any mount remains, so a host /dev
+// bind mount can never be emptied.
+func removeTree(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	killChrooted(abs)
+	for range 3 {
+		mounts, err := mountsUnder(abs)
+		if err != nil {
+			return err
+		}
+		if len(mounts) == 0 {
+			return os.RemoveAll(abs)
+		}
+		for _, m := range mounts {
+			unix.Unmount(m, unix.MNT_DETACH)
+		}
+	}
+	mounts, _ := mountsUnder(abs)
+	return fmt.Errorf("cannot remove %s: still mounted: %s", abs, strings.Join(mounts, ", "))
+}
+
+// killChrooted kills processes whose root directory is inside dir: the
+// apt and dpkg of a build whose mmdebstrap was killed.
+func killChrooted(dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/root")
+	for _, p := range procs {
+		root, err := os.Readlink(p)
+		if err != nil || (root != dir && !strings.HasPrefix(root, dir+"/")) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// mountsUnder lists mount points at or below dir, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,86 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Builder makes a Debian root filesystem for a spec.
+type Builder interface {
+	// Name is the tool and its version, recorded with each build.
+	Name(ctx context.Context) string
+	// Check reports missing tools (exit 69, naming the Debian package).
+	Check(ctx context.Context, s *Spec) error
+	// Rootfs installs the spec's packages into dir (which must not exist),
+	// reusing and refilling the .deb cache in cacheDir.
+	Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log io.Writer) error
+}
+
+// MMDebstrap builds with mmdebstrap, which installs foreign architectures
+// through qemu-user and binfmt_misc and runs much faster than debootstrap.
+type MMDebstrap struct{}
+
+var _ Builder = MMDebstrap{}
+
+func (MMDebstrap) Name(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "mmdebstrap", "--version").Output()
+	if err != nil {
+		return "mmdebstrap"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (MMDebstrap) Check(ctx context.Context, s *Spec) error {
+	if _, err := need("mmdebstrap", "mmdebstrap", "builds the root filesystem"); err != nil {
+		return err
+	}
+	return EnsureBinfmt(ctx, s.Arch)
+}
+
+// shq quotes s for sh.
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log io.Writer) error {
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return err
+	}
+	args := []string{
+		"--mode=root", "--variant=" + s.OS.Variant, "--architectures=" + s.Arch,
+		"--components=" + strings.Join(s.OS.Components, ","),
+		"--include=" + strings.Join(s.Packages, ","),
+		// Keep the essential packages' .debs so the cache gets them too.
+		"--skip=essential/unlink",
+		"--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
+		"--setup-hook=sync-in " + shq(cacheDir) + " /var/cache/apt/archives/",
+		// Talkbox builds its own small initramfs; running update-initramfs
+		// (slow, and slower still under qemu-user) would be wasted.
+		`--essential-hook=chroot "$1" dpkg-divert --quiet --local --rename --add /usr/sbin/update-initramfs && ln -sf /bin/true "$1"/usr/sbin/update-initramfs`,
+		"--customize-hook=sync-out /var/cache/apt/archives " + shq(cacheDir),
+	}
+	for _, x := range s.Hardening.Exclude {
+		args = append(args, "--dpkgopt=path-exclude="+x)
+	}
+	args = append(args, s.OS.Release, dir, s.OS.Mirror)
+	fmt.Fprintf(log, "+ mmdebstrap %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// If tb-build is killed outright, mmdebstrap goes with it; what it
+	// leaves is cleaned up by the next build (removeTree).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// On cancellation let mmdebstrap unmount what it mounted in the chroot.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("mmdebstrap failed (%v); see the build log", err)
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package image
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+)
+
+func TestEmbeddedSpecsResolve(t *testing.T) {
+	ss, err := LoadSpecs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"amd64", "i386", "arm64", "armhf", "mipsel", "mips64el", "ppc64el", "s390x"}
+	got := map[string]bool{}
+	for _, id := range ss.IDs() {
+		s, err := ss.Get(id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		got[s.Arch] = true
+		has := strings.Join(s.Packages, " ")
+		for _, p := range []string{"qemu-guest-agent", "busybox-static", s.Kernel.Package} {
+			if !strings.Contains(has, p) {
+				t.Errorf("%s: packages %v lack %s", id, s.Packages, p)
+			}
+		}
+		if s.VM.Emulator == "" || s.VM.Machine == "" || s.VM.QEMUArch == "" || s.Boot.Console == "" {
+			t.Errorf("%s: VM not resolved: %+v %+v", id, s.VM, s.Boot)
+		}
+		if s.Smoke.Commands[0].Expect != UnameMachine(s.Arch) || s.Smoke.Commands[0].Expect == "" {
+			t.Errorf("%s: smoke command %+v", id, s.Smoke.Commands)
+		}
+		if len(s.SHA256()) != 64 {
+			t.Errorf("%s: spec digest %q", id, s.SHA256())
+		}
+	}
+	for _, a := range want {
+		if !got[a] {
+			t.Errorf("no embedded spec for %s", a)
+		}
+	}
+}
+
+func TestSpecDigestFollowsContent(t *testing.T) {
+	ss, _ := LoadSpecs("")
+	a, _ := ss.Get("debian-bookworm-amd64")
+	b, _ := ss.Get("debian-bookworm-amd64")
+	if a.SHA256() != b.SHA256() {
+		t.Fatal("the same spec resolves to different digests")
+	}
+	b.Packages = append(b.Packages, "curl")
+	if a.SHA256() == b.SHA256() {
+		t.Fatal("a changed package list keeps the digest")
+	}
+}
+
+func writeSpec(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUserSpecsOverrideAndDefaults(t *testing.T) {
+	dir := t.TempDir()
+	writeSpec(t, dir, "a.json", `{"id":"debian-bookworm-amd64","version":"2.1.0","arch":"amd64","packages":["curl"],"network":{"mode":"none"}}`)
+	writeSpec(t, dir, "b.json", `{"id":"tiny-armhf","arch":"armhf","disk":{"size_mib":512}}`)
+	ss, err := LoadSpecs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ss.Get("debian-bookworm-amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Version != "2.1.0" || s.Source != filepath.Join(dir, "a.json") || s.Network.Mode != "none" {
+		t.Fatalf("user spec did not replace the embedded one: %+v", s)
+	}
+	if !strings.Contains(strings.Join(s.Packages, ","), "curl") || s.Kernel.Package != "linux-image-amd64" {
+		t.Fatalf("packages %v kernel %s", s.Packages, s.Kernel.Package)
+	}
+	a, err := ss.Get("tiny-armhf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Version != "1.0.0" || a.VM.Emulator != "qemu-system-arm" || a.VM.Machine != "virt" || a.Boot.Console != "ttyAMA0" ||
+		a.Network.Address != "10.13.37.10/24" || a.Disk.SizeMiB != 512 || a.OS.Release != "bookworm" {
+		t.Fatalf("defaults not applied: %+v", a)
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	for name, c := range map[string]struct {
+		body string
+		code int
+		want string
+	}{
+		"arch":     {`{"id":"x","arch":"sparc64"}`, cli.ExitUnavailable, `unsupported architecture "sparc64"`},
+		"bigmips":  {`{"id":"x","arch":"mips"}`, cli.ExitUnavailable, "no big-endian MIPS port"},
+		"version":  {`{"id":"x","arch":"amd64","version":"1.0"}`, cli.ExitDataErr, "MAJOR.MINOR.PATCH"},
+		"gateway":  {`{"id":"x","arch":"amd64","network":{"address":"10.0.0.5/24","gateway":"10.1.0.1"}}`, cli.ExitDataErr, "network.gateway"},
+		"address":  {`{"id":"x","arch":"amd64","network":{"address":"nonsense"}}`, cli.ExitDataErr, "network.address"},
+		"bootmode": {`{"id":"x","arch":"amd64","boot":{"mode":"openrc"}}`, cli.ExitDataErr, "boot.mode"},
+		"disk":     {`{"id":"x","arch":"amd64","disk":{"size_mib":10}}`, cli.ExitDataErr, "too small"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeSpec(t, dir, "x.json", c.body)
+			ss, err := LoadSpecs(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ss.Get("x")
+			if err == nil || cli.ExitCode(err) != c.code || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("got %v (exit %d), want one line with %q, exit %d", err, cli.ExitCode(err), c.want, c.code)
+			}
+		})
+	}
+	dir := t.TempDir()
+	writeSpec(t, dir, "bad.json", `{"id":"x","arch":"amd64","pakages":[]}`)
+	if _, err := LoadSpecs(dir); err == nil || cli.ExitCode(err) != cli.ExitDataErr || !strings.Contains(err.Error(), "bad.json") {
+		t.Fatalf("unknown field: %v", err)
+	}
+	ss, _ := LoadSpecs("")
+	_, err := ss.Get("nope")
+	var ce *cli.Error
+	if !errors.As(err, &ce) || ce.Code != cli.ExitUnavailable || !strings.Contains(err.Error(), "debian-bookworm-amd64") {
+		t.Fatalf("unknown spec: %v", err)
+	}
+}
+
+func TestVersions(t *testing.T) {
+	v, err := ParseVersion("1.2.3+build.10")
+	if err != nil || v.Spec != "1.2.3" || v.Build != 10 || v.String() != "1.2.3+build.10" {
+		t.Fatalf("%+v %v", v, err)
+	}
+	order := []string{"0.9.9+build.5", "1.0.0+build.1", "1.0.0+build.2", "1.0.0+build.10", "1.2.0+build.1", "10.0.0+build.1"}
+	for i := 0; i+1 < len(order); i++ {
+		a, _ := ParseVersion(order[i])
+		b, _ := ParseVersion(order[i+1])
+		if !a.Less(b) || b.Less(a) {
+			t.Errorf("%s should sort before %s", order[i], order[i+1])
+		}
+	}
+	for _, bad := range []string{"1.0.0", "1.0.0+build.0", "1.0+build.1", "1.0.0+build.x"} {
+		if _, err := ParseVersion(bad); err == nil {
+			t.Errorf("ParseVersion(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+// Package lease owns Talkbox's long-lived VMs: it acquires them for plans
+// (reusing idle ones), keeps their state, health and TTL, releases, expires,
+// reaps and heals them, snapshots and restores them, and places them over
+// several libvirt hosts within pool quotas.
+package lease
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/virt"
+)
+
+// Config is tb-lease's configuration file (JSON).
+type Config struct {
+	// Hosts are the libvirt hosts leases may be placed on; none means the
+	// local system libvirtd.
+	Hosts []HostConfig `json:"hosts,omitempty"`
+	// Placement is the default strategy: least-loaded, native-arch-first
+	// or explicit.
+	Placement string `json:"placement,omitempty"`
+	// Pools bound concurrent leases and VM-hours per pool.
+	Pools map[string]PoolConfig `json:"pools,omitempty"`
+	// Bridge is the lab bridge guests are attached to; LabNet its network,
+	// whose first address is the guests' gateway.
+	Bridge string `json:"bridge,omitempty"`
+	LabNet string `json:"lab_net,omitempty"`
+}
+
+// HostConfig is one libvirt host.
+type HostConfig struct {
+	Name string `json:"name"`
+	URI  string `json:"uri"`
+	// Accel is auto (probe, for the local host; TCG for remote ones), kvm
+	// or tcg: what this host really runs guests of its own architecture
+	// with.
+	Accel string `json:"accel,omitempty"`
+	// Arch is the host's Debian architecture (default: this machine's).
+	Arch string `json:"arch,omitempty"`
+	// MaxLeases caps the leases placed on the host (0: no cap).
+	MaxLeases int `json:"max_leases,omitempty"`
+}
+
+// PoolConfig is a pool's quota.
+type PoolConfig struct {
+	MaxLeases int     `json:"max_leases,omitempty"`
+	VMHours   float64 `json:"vm_hours,omitempty"`
+}
+
+// Placement strategies.
+const (
+	LeastLoaded     = "least-loaded"
+	NativeArchFirst = "native-arch-first"
+	Explicit        = "explicit"
+)
+
+// LoadConfig reads a configuration file; a missing file gives the defaults
+// unless required.
+func LoadConfig(path string, required bool) (*Config, error) {
+	c := &Config{}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && !required:
+		case err != nil:
+			return nil, cli.Usage(fmt.Errorf("config: %w", err))
+		default:
+			dec := json.NewDecoder(strings.NewReader(string(b)))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(c); err != nil {
+				return nil, cli.DataErr(fmt.Errorf("%s: %w", path, err))
+			}
+		}
+	}
+	return c, c.check(path)
+}
+
+func (c *Config) check(path string) error {
+	if len(c.Hosts) == 0 {
+		c.Hosts = []HostConfig{{Name: "local", URI: virt.DefaultURI}}
+	}
+	seen := map[string]bool{}
+	for i, h := range c.Hosts {
+		if h.Name == "" || h.URI == "" {
+			return cli.DataErr(fmt.Errorf("%s: host %d needs a name and a uri", path, i+1))
+		}
+		if seen[h.Name] {
+			return cli.DataErr(fmt.Errorf("%s: host %q twice", path, h.Name))
+		}
+		seen[h.Name] = true
+		switch h.Accel {
+		case "", "auto", "kvm", "tcg":
+		default:
+			return cli.DataErr(fmt.Errorf("%s: host %s: accel %q is not auto, kvm or tcg", path, h.Name, h.Accel))
+		}
+	}
+	switch c.Placement {
+	case "":
+		c.Placement = LeastLoaded
+	case LeastLoaded, NativeArchFirst, Explicit:
+	default:
+		return cli.DataErr(fmt.Errorf("%s: placement %q is not least-loaded, native-arch-first or explicit", path, c.Placement))
+	}
+	if c.Bridge == "" {
+		c.Bridge = "tb-lab0"
+	}
+	if c.LabNet == "" {
+		c.LabNet = "10.13.37.0/24"
+	}
+	if _, err := netip.ParsePrefix(c.LabNet); err != nil {
+		return cli.DataErr(fmt.Errorf("%s: lab_net: %w", path, err))
+	}
+	return nil
+}
+
+// Host finds a configured host by name.
+func (c *Config) Host(name string) (HostConfig, bool) {
+	for _, h := range c.Hosts {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return HostConfig{}, false
+}
