@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/files"
+
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -252,7 +254,7 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 	if err != nil {
 		return nil, err
 	}
-	if err := copyFile(kpath, filepath.Join(out, KernelFile)); err != nil {
+	if err := files.Copy(kpath, filepath.Join(out, KernelFile)); err != nil {
 		return nil, err
 	}
 	if err := writeInitramfs(filepath.Join(out, InitrdFile), root, krel, spec.Kernel.Modules); err != nil {
@@ -270,24 +272,24 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 	bl.phase("disk", t)
 
 	boot := bootFor(spec)
-	var files []records.ImageFile
+	var produced []records.ImageFile
 	for _, f := range [][2]string{{DiskFile, "disk"}, {KernelFile, "kernel"}, {InitrdFile, "initrd"}} {
-		sum, size, err := hashFile(filepath.Join(out, f[0]))
+		sum, size, err := files.SHA256(filepath.Join(out, f[0]))
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, records.ImageFile{Name: f[0], Role: f[1], SHA256: sum, Size: size})
+		produced = append(produced, records.ImageFile{Name: f[0], Role: f[1], SHA256: sum, Size: size})
 	}
 	m := &Manifest{
 		Spec: spec.ID, SpecVersion: spec.Version, SpecSHA256: bl.rec.SpecSHA256, Version: ver.String(), BuildNumber: ver.Build,
 		Platform: spec.Arch, OS: spec.OS.Distribution, Release: spec.OS.Release, Build: bl.rec.ID,
 		Builder: bl.rec.Inputs.Builder, Tool: bl.rec.Inputs.Tool, Host: bl.rec.Host,
-		StartedAt: bl.rec.StartedAt, FinishedAt: st.Now(), Boot: boot, Packages: pkgs, Files: files,
+		StartedAt: bl.rec.StartedAt, FinishedAt: st.Now(), Boot: boot, Packages: pkgs, Files: produced,
 	}
 	if err := WriteSigned(out, m, bl.key); err != nil {
 		return nil, fmt.Errorf("signing the manifest: %w", err)
 	}
-	bl.rec.Files = files
+	bl.rec.Files = produced
 
 	t = time.Now()
 	accel, err := bl.chooseAccel(ctx, filepath.Join(out, KernelFile), bl.log)
@@ -348,23 +350,6 @@ func bootFor(s *Spec) records.ImageBoot {
 		DiskBus: s.VM.DiskBus, MemoryMiB: s.VM.MemoryMiB, VCPUs: s.VM.VCPUs, NetModel: s.VM.NetModel,
 		Interface: s.Network.Interface, NetworkSet: s.Network.Mode,
 	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // mkdirReachable creates dir and makes it and its parents up to the state

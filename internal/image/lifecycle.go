@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/talkbox-sandbox/talkbox/internal/files"
+
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -52,7 +54,7 @@ func publish(ctx context.Context, st *state.Store, spec *Spec, ver Version, b *r
 		img.SizeBytes += f.Size
 	}
 	for _, n := range [][2]string{{ManifestFile, "manifest"}, {SignatureFile, "signature"}} {
-		sum, size, err := hashFile(filepath.Join(final, n[0]))
+		sum, size, err := files.SHA256(filepath.Join(final, n[0]))
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +228,7 @@ func (l *Lifecycle) Verify(ref string) error {
 	}
 	for _, f := range img.Files {
 		if f.Role == "manifest" {
-			if sum, _, err := hashFile(filepath.Join(img.Dir, f.Name)); err == nil && sum != img.ManifestSHA256 {
+			if sum, _, err := files.SHA256(filepath.Join(img.Dir, f.Name)); err == nil && sum != img.ManifestSHA256 {
 				probs = append(probs, Problem{f.Name, "differs from the manifest recorded when the image was published"})
 			}
 		}

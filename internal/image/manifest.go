@@ -11,12 +11,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -207,7 +208,7 @@ func VerifyDir(dir string, pub ed25519.PublicKey) (*Manifest, []Problem) {
 			probs = append(probs, Problem{f.Name, "file name leaves the image directory"})
 			continue
 		}
-		sum, size, err := hashFile(filepath.Join(dir, f.Name))
+		sum, size, err := files.SHA256(filepath.Join(dir, f.Name))
 		switch {
 		case err != nil:
 			probs = append(probs, Problem{f.Name, "unreadable: " + err.Error()})
@@ -218,18 +219,4 @@ func VerifyDir(dir string, pub ed25519.PublicKey) (*Manifest, []Problem) {
 		}
 	}
 	return &m, probs
-}
-
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

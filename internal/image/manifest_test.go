@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -20,20 +21,20 @@ func fakeImage(t *testing.T, dir string, k Key, spec, version, build string) *Ma
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var files []records.ImageFile
+	var produced []records.ImageFile
 	for _, f := range [][2]string{{DiskFile, "disk"}, {KernelFile, "kernel"}, {InitrdFile, "initrd"}} {
 		p := filepath.Join(dir, f[0])
 		if err := os.WriteFile(p, []byte(f[0]+" of "+version+strings.Repeat("x", 1000)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		sum, size, err := hashFile(p)
+		sum, size, err := files.SHA256(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		files = append(files, records.ImageFile{Name: f[0], Role: f[1], SHA256: sum, Size: size})
+		produced = append(produced, records.ImageFile{Name: f[0], Role: f[1], SHA256: sum, Size: size})
 	}
 	m := &Manifest{Spec: spec, SpecVersion: "1.0.0", Version: version, Build: build, Platform: "amd64",
-		Packages: []Package{{Name: "qemu-guest-agent", Version: "1:7.2", Arch: "amd64"}}, Files: files}
+		Packages: []Package{{Name: "qemu-guest-agent", Version: "1:7.2", Arch: "amd64"}}, Files: produced}
 	if err := WriteSigned(dir, m, k); err != nil {
 		t.Fatal(err)
 	}

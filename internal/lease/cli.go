@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/files"
+
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -225,7 +227,7 @@ func SnapshotsCmd(env *cli.Env, o Options, verify bool) error {
 	for _, s := range ss {
 		if verify {
 			for _, f := range s.Files {
-				sum, _, err := hashFile(s.Dir + "/" + f.Name)
+				sum, _, err := files.SHA256(s.Dir + "/" + f.Name)
 				if err != nil || sum != f.SHA256 {
 					e := cli.DataErr(fmt.Errorf("snapshot %s: %s does not match its checksum", s.ID, f.Name))
 					env.Warnf("%v", e)

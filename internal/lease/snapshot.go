@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/xml"
@@ -16,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
@@ -63,7 +64,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*records.LeaseSnapsh
 	if err := c.SaveDomain(ctx, l.VMName, mem); err != nil {
 		return nil, err
 	}
-	copyErr := copyFile(l.Overlay, filepath.Join(s.Dir, diskFile))
+	copyErr := files.Copy(l.Overlay, filepath.Join(s.Dir, diskFile))
 	// The lease comes back whatever happened to the copy.
 	if err := c.RestoreDomain(context.WithoutCancel(ctx), mem, ""); err != nil {
 		m.finish(ctx, l.ID, records.LeaseFailed, "could not resume after snapshot: "+err.Error())
@@ -73,7 +74,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*records.LeaseSnapsh
 		return nil, copyErr
 	}
 	for _, f := range []struct{ name, role string }{{memoryFile, "memory"}, {diskFile, "disk"}} {
-		sum, size, err := hashFile(filepath.Join(s.Dir, f.name))
+		sum, size, err := files.SHA256(filepath.Join(s.Dir, f.name))
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +142,7 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 		return nil, err
 	}
 	for _, f := range s.Files {
-		sum, size, err := hashFile(filepath.Join(s.Dir, f.Name))
+		sum, size, err := files.SHA256(filepath.Join(s.Dir, f.Name))
 		if err != nil {
 			return nil, cli.DataErr(fmt.Errorf("snapshot %s: %s: %w", s.ID, f.Name, err))
 		}
@@ -218,7 +219,7 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	if err := m.mkdirReachable(l.Dir); err != nil {
 		return fail(err)
 	}
-	if err := copyFile(filepath.Join(s.Dir, diskFile), l.Overlay); err != nil {
+	if err := files.Copy(filepath.Join(s.Dir, diskFile), l.Overlay); err != nil {
 		return fail(err)
 	}
 	saved, err := c.SavedXML(filepath.Join(s.Dir, memoryFile))
@@ -366,35 +367,4 @@ func rewriteSaveImage(src, dst, domXML string) error {
 		}
 	}
 	return out.Close()
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
