@@ -23,6 +23,10 @@ func New(kind string) Record {
 		return &SandboxLease{}
 	case KindSnapshot:
 		return &LeaseSnapshot{}
+	case KindAllow:
+		return &AllowEntry{}
+	case KindRevision:
+		return &AllowRevision{}
 	}
 	return &Generic{}
 }

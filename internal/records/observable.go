@@ -1,6 +1,11 @@
 package records
 
-import "time"
+import (
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
 
 // KindObservable is what tb-parse extracts from captures and sensor logs.
 const KindObservable = "observable"
@@ -200,4 +205,383 @@ type AlertInfo struct {
 	Severity    int      `json:"severity,omitempty"`
 	Src         []string `json:"src,omitempty"`
 	Dst         []string `json:"dst,omitempty"`
+}
+
+// AppendJSON appends the JSON encoding of o to b: the same bytes Marshal
+// writes for it when it has no Extra fields, without reflection (tb-parse
+// prints hundreds of thousands of observables per capture).
+func (o *Observable) AppendJSON(b []byte) []byte {
+	e := jsonAppender{b: b}
+	e.b = append(e.b, '{')
+	m := &o.Meta
+	e.str("kind", m.Kind, false)
+	e.str("id", m.ID, false)
+	e.int("v", int64(m.V), false)
+	e.int("rev", m.Rev, true)
+	e.time("created_at", m.CreatedAt)
+	e.time("updated_at", m.UpdatedAt)
+	e.str("type", o.Type, false)
+	e.str("value", o.Value, false)
+	e.str("lease", o.Lease, true)
+	e.str("cycle", o.Cycle, true)
+	e.strs("cycles", o.Cycles)
+	e.time("first_seen", o.FirstSeen)
+	e.time("last_seen", o.LastSeen)
+	e.int("count", o.Count, false)
+	e.strs("sources", o.Sources)
+	if len(o.Provenance) > 0 {
+		e.key("provenance")
+		e.b = append(e.b, '[')
+		for i, p := range o.Provenance {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.open()
+			e.str("artifact", p.Artifact, true)
+			e.str("cycle", p.Cycle, true)
+			e.str("input", p.Input, false)
+			e.int("packet", p.Packet, true)
+			e.int("line", p.Line, true)
+			e.close()
+		}
+		e.b = append(e.b, ']')
+	}
+	if d := o.Domain; d != nil {
+		e.key("domain")
+		e.open()
+		e.int("queries", d.Queries, false)
+		e.int("responses", d.Responses, false)
+		e.strs("qtypes", d.QTypes)
+		e.strs("rcodes", d.RCodes)
+		if len(d.Answers) > 0 {
+			e.key("answers")
+			e.b = append(e.b, '[')
+			for i, a := range d.Answers {
+				if i > 0 {
+					e.b = append(e.b, ',')
+				}
+				e.open()
+				e.str("name", a.Name, false)
+				e.str("type", a.Type, false)
+				e.str("data", a.Data, false)
+				e.int("ttl", int64(a.TTL), false)
+				e.close()
+			}
+			e.b = append(e.b, ']')
+		}
+		e.strs("addrs", d.Addrs)
+		e.strs("cnames", d.CNAMEs)
+		e.strs("resolvers", d.Resolvers)
+		e.strs("clients", d.Clients)
+		e.strs("transports", d.Transports)
+		e.close()
+	}
+	if ip := o.IP; ip != nil {
+		e.key("ip")
+		e.open()
+		e.int("conns", ip.Conns, false)
+		e.strs("ports", ip.Ports)
+		e.strs("clients", ip.Clients)
+		e.int("orig_bytes", ip.OrigBytes, false)
+		e.int("resp_bytes", ip.RespBytes, false)
+		e.times("starts", ip.Starts)
+		e.strs("domains", ip.Domains)
+		e.close()
+	}
+	if f := o.Flow; f != nil {
+		e.key("flow")
+		e.open()
+		e.str("proto", f.Proto, false)
+		e.str("orig_h", f.OrigH, false)
+		e.int("orig_p", int64(f.OrigP), false)
+		e.str("resp_h", f.RespH, false)
+		e.int("resp_p", int64(f.RespP), false)
+		e.str("service", f.Service, true)
+		e.str("conn_state", f.ConnState, false)
+		e.str("outcome", f.Outcome, false)
+		e.int("orig_pkts", f.OrigPkts, false)
+		e.int("orig_bytes", f.OrigBytes, false)
+		e.int("orig_ip_bytes", f.OrigIPBytes, false)
+		e.int("resp_pkts", f.RespPkts, false)
+		e.int("resp_bytes", f.RespBytes, false)
+		e.int("resp_ip_bytes", f.RespIPBytes, false)
+		e.key("duration")
+		e.b = appendFloat(e.b, f.Duration)
+		e.times("starts", f.Starts)
+		e.close()
+	}
+	if h := o.HTTP; h != nil {
+		e.key("http")
+		e.open()
+		e.str("method", h.Method, false)
+		e.str("host", h.Host, false)
+		e.str("uri", h.URI, false)
+		e.strs("user_agents", h.UserAgents)
+		if len(h.Statuses) > 0 {
+			e.key("statuses")
+			e.b = append(e.b, '[')
+			for i, s := range h.Statuses {
+				if i > 0 {
+					e.b = append(e.b, ',')
+				}
+				e.b = strconv.AppendInt(e.b, int64(s), 10)
+			}
+			e.b = append(e.b, ']')
+		}
+		e.strs("servers", h.Servers)
+		e.strs("clients", h.Clients)
+		e.close()
+	}
+	if t := o.TLS; t != nil {
+		e.key("tls")
+		e.open()
+		e.str("server_name", t.ServerName, true)
+		e.strs("versions", t.Versions)
+		e.strs("ja3", t.JA3)
+		e.strs("ja4", t.JA4)
+		e.strs("alpn", t.ALPN)
+		e.strs("servers", t.Servers)
+		e.strs("clients", t.Clients)
+		e.close()
+	}
+	if c := o.ICMP; c != nil {
+		e.key("icmp")
+		e.open()
+		e.str("orig_h", c.OrigH, false)
+		e.str("resp_h", c.RespH, false)
+		e.int("type", int64(c.Type), false)
+		e.int("code", int64(c.Code), false)
+		if c.V6 {
+			e.key("v6")
+			e.b = append(e.b, "true"...)
+		}
+		e.int("packets", c.Packets, false)
+		e.int("bytes", c.Bytes, false)
+		e.close()
+	}
+	if f := o.File; f != nil {
+		e.key("file")
+		e.open()
+		e.str("mime_type", f.MIMEType, true)
+		e.strs("filenames", f.Filenames)
+		e.str("sha256", f.SHA256, true)
+		e.str("sha1", f.SHA1, true)
+		e.str("md5", f.MD5, true)
+		e.int("size", f.Size, true)
+		e.strs("hosts", f.Hosts)
+		e.close()
+	}
+	if n := o.Notice; n != nil {
+		e.key("notice")
+		e.open()
+		e.str("note", n.Note, false)
+		e.strs("msgs", n.Msgs)
+		e.strs("src", n.Src)
+		e.strs("dst", n.Dst)
+		e.close()
+	}
+	if a := o.Alert; a != nil {
+		e.key("alert")
+		e.open()
+		e.str("signature", a.Signature, false)
+		e.int("signature_id", a.SignatureID, false)
+		e.str("category", a.Category, true)
+		e.int("severity", int64(a.Severity), true)
+		e.strs("src", a.Src)
+		e.strs("dst", a.Dst)
+		e.close()
+	}
+	e.b = append(e.b, '}')
+	return e.b
+}
+
+// jsonAppender writes object members, managing the commas.
+type jsonAppender struct{ b []byte }
+
+func (e *jsonAppender) key(k string) {
+	if n := len(e.b); n > 0 && e.b[n-1] != '{' && e.b[n-1] != '[' {
+		e.b = append(e.b, ',')
+	}
+	e.b = append(e.b, '"')
+	e.b = append(e.b, k...)
+	e.b = append(e.b, '"', ':')
+}
+
+func (e *jsonAppender) open()  { e.b = append(e.b, '{') }
+func (e *jsonAppender) close() { e.b = append(e.b, '}') }
+
+func (e *jsonAppender) str(k, v string, omitEmpty bool) {
+	if omitEmpty && v == "" {
+		return
+	}
+	e.key(k)
+	e.b = appendJSONString(e.b, v)
+}
+
+func (e *jsonAppender) int(k string, v int64, omitEmpty bool) {
+	if omitEmpty && v == 0 {
+		return
+	}
+	e.key(k)
+	e.b = strconv.AppendInt(e.b, v, 10)
+}
+
+func (e *jsonAppender) time(k string, t time.Time) {
+	e.key(k)
+	e.b = appendTime(e.b, t)
+}
+
+// appendTime writes t quoted as time.Time's MarshalJSON does
+// (RFC 3339 with trailing zeros of the fraction dropped), with a fast path
+// for UTC times, which is all tb-parse writes.
+func appendTime(b []byte, t time.Time) []byte {
+	if y := t.Year(); y < 0 || y > 9999 {
+		// Out of time.Time's JSON range: what encoding/json would refuse.
+		t = time.Time{}
+	}
+	if t.Location() != time.UTC {
+		return append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
+	}
+	year, month, day := t.Date()
+	hour, min, sec := t.Clock()
+	b = append(b, '"')
+	b = append4(b, year)
+	b = append(b, '-')
+	b = append2(b, int(month))
+	b = append(b, '-')
+	b = append2(b, day)
+	b = append(b, 'T')
+	b = append2(b, hour)
+	b = append(b, ':')
+	b = append2(b, min)
+	b = append(b, ':')
+	b = append2(b, sec)
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [9]byte
+		for i := 8; i >= 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 9
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(append(b, '.'), frac[:n]...)
+	}
+	return append(b, 'Z', '"')
+}
+
+func append2(b []byte, v int) []byte { return append(b, byte('0'+v/10), byte('0'+v%10)) }
+
+func append4(b []byte, v int) []byte {
+	return append(b, byte('0'+v/1000), byte('0'+v/100%10), byte('0'+v/10%10), byte('0'+v%10))
+}
+
+func (e *jsonAppender) strs(k string, vs []string) {
+	if len(vs) == 0 {
+		return
+	}
+	e.key(k)
+	e.b = append(e.b, '[')
+	for i, v := range vs {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		e.b = appendJSONString(e.b, v)
+	}
+	e.b = append(e.b, ']')
+}
+
+func (e *jsonAppender) times(k string, ts []time.Time) {
+	if len(ts) == 0 {
+		return
+	}
+	e.key(k)
+	e.b = append(e.b, '[')
+	for i, t := range ts {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		e.b = appendTime(e.b, t)
+	}
+	e.b = append(e.b, ']')
+}
+
+// appendFloat formats like encoding/json: shortest representation, with
+// an exponent only for very small or large magnitudes.
+func appendFloat(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, '0')
+	}
+	abs := math.Abs(f)
+	fmt := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		fmt = 'e'
+	}
+	b = strconv.AppendFloat(b, f, fmt, -1, 64)
+	if fmt == 'e' {
+		// clean up e-09 to e-9
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as encoding/json does, HTML-safe: <, > and &
+// as \u003c, \u003e and \u0026, invalid UTF-8 as U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }

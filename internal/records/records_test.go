@@ -89,13 +89,13 @@ func TestUnknownFieldsSurviveRoundTrip(t *testing.T) {
 }
 
 func TestGenericKeepsEverything(t *testing.T) {
-	in := `{"kind":"lease","id":"lease_01JD0000000000000000000000","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z","vm_name":"tb-1","limits":{"vcpus":1}}`
+	in := `{"kind":"future_kind","id":"future_kind_01JD0000000000000000000000","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z","vm_name":"tb-1","limits":{"vcpus":1}}`
 	rec, err := Decode([]byte(in))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := rec.(*Generic); !ok {
-		t.Fatalf("lease decoded as %T", rec)
+		t.Fatalf("an unknown kind decoded as %T", rec)
 	}
 	out, _ := Marshal(rec)
 	var a, b any

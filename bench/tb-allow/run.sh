@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Figures for docs/perf-tb-allow.md, measured side by side in one run, in a
+# network namespace the benchmark creates (and removes):
+#  - applying a 100,000-entry revision, and a one-entry change to it,
+#    through tb-allow's apply path (state -> diff -> firewall.ApplyAllowSet,
+#    one netlink batch), against nft -f and nft add element doing the same
+#    on a set of the same type.
+# Run as root from the repository root: bench/tb-allow/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+mkdir -p bin
+"$GO" build -o bin/allowbench ./bench/tb-allow/allowbench
+echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) CPUs, $(nft --version), load $(cut -d' ' -f1-3 /proc/loadavg)"
+bin/allowbench -n "${ENTRIES:-100000}" -runs "${RUNS:-5}"
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

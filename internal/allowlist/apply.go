@@ -1,0 +1,188 @@
+package allowlist
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Live is what a lease's allow list should be now: the firewall elements
+// and DNS names of the active entries of its chains, and the revisions
+// they come from.
+type Live struct {
+	Lease     string             `json:"lease"`
+	Revisions []string           `json:"revisions"`
+	Elements  []firewall.Element `json:"-"`
+	Names     []string           `json:"names,omitempty"`
+}
+
+// ChainsOf are the chains whose entries apply to a lease: its own, its
+// sample's (when the lease's plan names one) and the global one.
+func (b *Book) ChainsOf(lease string) []Chain {
+	cs := []Chain{{Scope: records.ScopeLease, Lease: lease}}
+	if s := b.SampleOf(lease); s != "" {
+		cs = append(cs, Chain{Scope: records.ScopeSample, Sample: s})
+	}
+	return append(cs, Chain{Scope: records.ScopeGlobal})
+}
+
+// SampleOf is the sample of a lease, from its plan ("" when unknown).
+func (b *Book) SampleOf(lease string) string {
+	var l records.Generic
+	if records.CheckID(lease) != nil || b.St.Get(lease, &l) != nil {
+		return ""
+	}
+	var planID string
+	if raw, ok := l.Extra["plan"]; ok {
+		_ = json.Unmarshal(raw, &planID)
+	}
+	var p records.Plan
+	if planID == "" || records.CheckID(planID) != nil || b.St.Get(planID, &p) != nil {
+		return ""
+	}
+	if p.SampleSHA256 != "" {
+		return p.SampleSHA256
+	}
+	return p.Sample
+}
+
+// owned are the verdicts tb-allow manages in a lease's set; redirect and
+// drop elements belong to the plan (tb-capture) and are left alone.
+func owned(v firewall.Verdict) bool { return v == firewall.Forward || v == firewall.RateLimit }
+
+// SetDiff is what turns the live set cur into want: the additions (new
+// elements and verdict moves) and deletions of elements tb-allow owns.
+func SetDiff(cur, want []firewall.Element) (add, del []firewall.Element) {
+	have := make(map[elemKey]firewall.Verdict, len(cur))
+	for _, e := range cur {
+		have[keyOf(e)] = e.Verdict
+	}
+	wanted := make(map[elemKey]bool, len(want))
+	for _, e := range want {
+		k := keyOf(e)
+		wanted[k] = true
+		if v, ok := have[k]; !ok || v != e.Verdict {
+			add = append(add, e)
+		}
+	}
+	for _, e := range cur {
+		if owned(e.Verdict) && !wanted[keyOf(e)] {
+			del = append(del, e)
+		}
+	}
+	return add, del
+}
+
+// Applied is what one apply did to one lease.
+type Applied struct {
+	Lease     string   `json:"lease"`
+	Revisions []string `json:"revisions"`
+	Elements  int      `json:"elements"`
+	Added     int      `json:"added"`
+	Deleted   int      `json:"deleted"`
+	// Unchanged is true when the live set already matched.
+	Unchanged bool   `json:"unchanged"`
+	Skipped   string `json:"skipped,omitempty"`
+}
+
+// ApplyLease makes a lease's live allow set match its chains in one
+// atomic batch; nothing is sent when it already does.
+func ApplyLease(ctx context.Context, fw firewall.Firewall, l *Live) (Applied, error) {
+	out := Applied{Lease: l.Lease, Revisions: l.Revisions, Elements: len(l.Elements)}
+	cur, err := fw.AllowSet(ctx, l.Lease)
+	if errors.Is(err, firewall.ErrNoLease) {
+		out.Skipped = "the lease has no rules applied (tb-capture start applies them)"
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	add, del := SetDiff(cur, l.Elements)
+	out.Added, out.Deleted = len(add), len(del)
+	if len(add)+len(del) == 0 {
+		out.Unchanged = true
+		return out, nil
+	}
+	return out, fw.ApplyAllowSet(ctx, l.Lease, add, del)
+}
+
+// Names is the lab-wide DNS forward list: the active names of every chain.
+func (b *Book) Names(now time.Time) ([]string, error) {
+	chains, err := b.Chains()
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	for _, c := range chains {
+		_, entries, err := b.Head(c)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if e.Type == records.AllowDomain && Enforced(e, now) {
+				set[e.Value] = true
+			}
+		}
+	}
+	return sortedKeys(set), nil
+}
+
+// CurrentNames reads the names the lab's DNS sinkhole forwards now.
+func CurrentNames(labDir string) ([]string, error) {
+	b, err := os.ReadFile(netlab.AllowNamesFile(labDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "server=/")
+		if !ok {
+			continue
+		}
+		if name, _, ok := strings.Cut(rest, "/"); ok {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ApplyNames updates the DNS sinkhole's forward list when it differs.
+func ApplyNames(labDir string, names []string) (changed bool, err error) {
+	cur, err := CurrentNames(labDir)
+	if err != nil {
+		return false, err
+	}
+	if strings.Join(cur, "\n") == strings.Join(names, "\n") {
+		return false, nil
+	}
+	return true, netlab.SetAllowedNames(labDir, names)
+}
+
+// LeasesWithRules lists the leases that have rules in the firewall.
+func LeasesWithRules(ctx context.Context, fw firewall.Firewall) ([]string, error) {
+	s, err := fw.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range s.Leases {
+		// The firewall names leases by their lower-cased ULID.
+		id := "lease_" + strings.ToUpper(l.Lease)
+		if records.CheckID(id) == nil {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,457 @@
+package allowlist
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// headIndex maps a chain to its latest revision.
+const headIndex = "allow_head"
+
+// Chain names one allow list: a lease's, a sample's or the global one.
+type Chain struct {
+	Scope  string
+	Lease  string
+	Sample string
+}
+
+// Key is the chain's name on revisions: "lease:<id>", "sample:<sha256>",
+// "global".
+func (c Chain) Key() string {
+	switch c.Scope {
+	case records.ScopeLease:
+		return "lease:" + c.Lease
+	case records.ScopeSample:
+		return "sample:" + c.Sample
+	}
+	return records.ScopeGlobal
+}
+
+// Check refuses a chain without its subject.
+func (c Chain) Check() error {
+	switch c.Scope {
+	case records.ScopeLease:
+		if records.CheckID(c.Lease) != nil || records.KindOf(c.Lease) != "lease" {
+			return fmt.Errorf("scope lease needs a lease ID (got %q)", c.Lease)
+		}
+	case records.ScopeSample:
+		if c.Sample == "" || strings.ContainsAny(c.Sample, "/ \t:") {
+			return fmt.Errorf("scope sample needs a sample (sha256 or ID)")
+		}
+	case records.ScopeGlobal:
+	default:
+		return fmt.Errorf("unknown scope %q (lease, sample, global)", c.Scope)
+	}
+	return nil
+}
+
+func (c Chain) indexKey() string { return strings.ReplaceAll(c.Key(), "_", ".") }
+
+func chainOf(r *records.AllowRevision) Chain {
+	return Chain{Scope: r.Scope, Lease: r.Lease, Sample: r.Sample}
+}
+
+// Book is the allow lists kept in a state directory.
+type Book struct {
+	St *state.Store
+}
+
+// Lock serialises the writers of one chain (across processes).
+func (b *Book) Lock(ctx context.Context, c Chain) (func(), error) {
+	return b.St.Lock(ctx, "allow-"+c.indexKey())
+}
+
+// Head returns a chain's latest revision and its entries (nil and none for
+// a chain without revisions).
+func (b *Book) Head(c Chain) (*records.AllowRevision, []*records.AllowEntry, error) {
+	id, err := b.St.Lookup(headIndex, c.indexKey())
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.Revision(id)
+}
+
+// Revision reads a revision and its entries.
+func (b *Book) Revision(id string) (*records.AllowRevision, []*records.AllowEntry, error) {
+	if records.KindOf(id) != records.KindRevision {
+		return nil, nil, fmt.Errorf("%q is not a revision ID", id)
+	}
+	var r records.AllowRevision
+	if err := b.St.Get(id, &r); err != nil {
+		return nil, nil, err
+	}
+	entries, err := b.content(&r)
+	if err != nil {
+		return &r, nil, err
+	}
+	return &r, entries, nil
+}
+
+// content reads a revision's entries from its blob, checking the digest.
+func (b *Book) content(r *records.AllowRevision) ([]*records.AllowEntry, error) {
+	data, err := b.blob(r.ID, r.Content, r.ContentSHA256)
+	if err != nil {
+		return nil, err
+	}
+	return decodeEntries(data, r.ID)
+}
+
+// blob reads one of a revision's blobs and checks it against its digest.
+func (b *Book) blob(rev, uri, sha string) ([]byte, error) {
+	if strings.TrimPrefix(uri, "blob:sha256:") != sha || sha == "" {
+		return nil, &TamperError{Revision: rev, Reason: fmt.Sprintf("blob URI %q and digest %q differ", uri, sha)}
+	}
+	f, err := b.St.OpenBlob(sha)
+	if err != nil {
+		return nil, fmt.Errorf("revision %s: %w", rev, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != sha {
+		return nil, &TamperError{Revision: rev, Reason: "its content blob does not match its digest"}
+	}
+	return data, nil
+}
+
+func decodeEntries(data []byte, name string) ([]*records.AllowEntry, error) {
+	rd := records.NewReader(bytes.NewReader(data), name)
+	var out []*records.AllowEntry
+	for {
+		l, err := rd.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var e records.AllowEntry
+		if err := records.Unmarshal(l.Data, &e); err != nil {
+			return nil, l.Err(err)
+		}
+		out = append(out, &e)
+	}
+}
+
+// encodeEntries is the canonical content: one entry per line, in key order.
+func encodeEntries(es []*records.AllowEntry) ([]byte, error) {
+	sortEntries(es)
+	var buf bytes.Buffer
+	for _, e := range es {
+		b, err := records.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes(), nil
+}
+
+// EntryKey identifies an entry within its chain.
+func EntryKey(e *records.AllowEntry) string { return e.Type + " " + e.Value }
+
+func sortEntries(es []*records.AllowEntry) {
+	sort.Slice(es, func(i, j int) bool { return EntryKey(es[i]) < EntryKey(es[j]) })
+}
+
+// canonical is what a revision's hash covers: every field but those the
+// state store owns (rev, updated_at) and the hash itself.
+func canonical(r *records.AllowRevision) []byte {
+	c := struct {
+		ID, Kind, Chain, Scope, Lease, Sample string
+		Seq                                   int64
+		Previous, PrevHash, Cycle, Cause      string
+		RollbackOf, Content, ContentSHA256    string
+		Enforce, EnforceSHA256                string
+		Entries, Active                       int
+		Changes                               records.Changeset
+		Refusals                              []records.Refusal
+		CreatedAt                             string
+	}{r.ID, r.Kind, r.Chain, r.Scope, r.Lease, r.Sample, r.Seq, r.Previous, r.PrevHash, r.Cycle, r.Cause,
+		r.RollbackOf, r.Content, r.ContentSHA256, r.Enforce, r.EnforceSHA256, r.Entries, r.Active, r.Changes, r.Refusals,
+		r.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	b, _ := json.Marshal(c)
+	return b
+}
+
+// Hash is the sha256 of a revision's canonical encoding.
+func Hash(r *records.AllowRevision) string {
+	sum := sha256.Sum256(canonical(r))
+	return hex.EncodeToString(sum[:])
+}
+
+// Diff is the changeset from one content to another.
+func Diff(from, to []*records.AllowEntry) records.Changeset {
+	old := map[string]*records.AllowEntry{}
+	for _, e := range from {
+		old[EntryKey(e)] = e
+	}
+	var cs records.Changeset
+	seen := map[string]bool{}
+	for _, e := range to {
+		k := EntryKey(e)
+		seen[k] = true
+		o, ok := old[k]
+		switch {
+		case !ok:
+			cs.Added = append(cs.Added, records.Change{Key: k, Entry: e.ID, To: e.Status})
+		case !sameEntry(o, e):
+			cs.Changed = append(cs.Changed, records.Change{Key: k, Entry: e.ID, From: o.Status, To: e.Status})
+		}
+	}
+	for _, e := range from {
+		if k := EntryKey(e); !seen[k] {
+			cs.Removed = append(cs.Removed, records.Change{Key: k, Entry: e.ID, From: e.Status})
+		}
+	}
+	for _, l := range [][]records.Change{cs.Added, cs.Removed, cs.Changed} {
+		sort.Slice(l, func(i, j int) bool { return l[i].Key < l[j].Key })
+	}
+	return cs
+}
+
+// Empty reports a changeset that changes nothing.
+func Empty(cs records.Changeset) bool {
+	return len(cs.Added)+len(cs.Removed)+len(cs.Changed) == 0
+}
+
+// sameEntry compares what an entry says, not when it was written.
+func sameEntry(a, b *records.AllowEntry) bool {
+	return a.Type == b.Type && a.Value == b.Value && a.Observable == b.Observable && a.Scope == b.Scope &&
+		a.Lease == b.Lease && a.Sample == b.Sample && a.Status == b.Status && a.Class == b.Class &&
+		a.Score == b.Score && a.Reason == b.Reason && a.Verdict == b.Verdict && a.Cycle == b.Cycle &&
+		a.Note == b.Note && a.LastSeen.Equal(b.LastSeen) && slices.Equal(a.Names, b.Names) &&
+		sameTime(a.ExpiresAt, b.ExpiresAt) && sameBeacon(a.Beacon, b.Beacon) && sameExtra(a.Extra, b.Extra)
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
+}
+
+func sameBeacon(a, b *records.Beacon) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+func sameExtra(a, b map[string]json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !bytes.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Commit is one change of a chain.
+type Commit struct {
+	Chain      Chain
+	Cycle      string
+	Cause      string
+	RollbackOf string
+	Refusals   []records.Refusal
+}
+
+// Write stores a new revision of the chain whose content is entries, unless
+// it equals the head's: then it returns the head and false. The caller
+// holds the chain's lock. Entries that are new or changed get the new
+// revision's ID. The content blob is the entries' only copy: a revision of
+// 100,000 entries is two blobs and one record, not 100,000 records.
+func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision, prev, entries []*records.AllowEntry) (*records.AllowRevision, bool, error) {
+	now := b.St.Now()
+	for _, e := range entries {
+		if e.ID == "" {
+			records.Init(e, records.KindAllow, now)
+		}
+	}
+	cs := Diff(prev, entries)
+	if head != nil && Empty(cs) {
+		return head, false, nil
+	}
+	rev := &records.AllowRevision{Chain: c.Chain.Key(), Scope: c.Chain.Scope, Lease: c.Chain.Lease, Sample: c.Chain.Sample,
+		Cycle: c.Cycle, Cause: c.Cause, RollbackOf: c.RollbackOf, Refusals: c.Refusals, Changes: cs}
+	records.Init(rev, records.KindRevision, now)
+	if head != nil {
+		rev.Seq, rev.Previous, rev.PrevHash = head.Seq+1, head.ID, Hash(head)
+	} else {
+		rev.Seq = 1
+	}
+	changed := map[string]bool{}
+	for _, l := range [][]records.Change{cs.Added, cs.Changed} {
+		for _, ch := range l {
+			changed[ch.Key] = true
+		}
+	}
+	for _, e := range entries {
+		if changed[EntryKey(e)] {
+			e.Revision = rev.ID
+			e.UpdatedAt = now
+		}
+		if e.Status == records.StatusActive {
+			rev.Active++
+		}
+	}
+	data, err := encodeEntries(entries)
+	if err != nil {
+		return nil, false, err
+	}
+	blob, err := b.St.PutBlob(ctx, bytes.NewReader(data))
+	if err != nil {
+		return nil, false, err
+	}
+	rev.Content, rev.ContentSHA256, rev.Entries = blob.URI(), blob.SHA256, len(entries)
+	eb, err := b.St.PutBlob(ctx, bytes.NewReader(encodeEnforced(entries)))
+	if err != nil {
+		return nil, false, err
+	}
+	rev.Enforce, rev.EnforceSHA256 = eb.URI(), eb.SHA256
+	rev.Hash = Hash(rev)
+	if err := b.St.Create(ctx, rev); err != nil {
+		return nil, false, err
+	}
+	if err := b.St.SetIndex(headIndex, c.Chain.indexKey(), rev.ID); err != nil {
+		return nil, false, err
+	}
+	if err := b.writeHeadRef(c.Chain, rev); err != nil {
+		return nil, false, err
+	}
+	return rev, true, nil
+}
+
+// TamperError is a revision chain that does not hold together.
+type TamperError struct {
+	Revision string
+	Reason   string
+}
+
+func (e *TamperError) Error() string {
+	return fmt.Sprintf("revision %s: %s: the chain was tampered with", e.Revision, e.Reason)
+}
+
+// Chain returns a chain's revisions, oldest first, following Previous back
+// from the head.
+func (b *Book) Chain(c Chain) ([]*records.AllowRevision, error) {
+	head, err := b.St.Lookup(headIndex, c.indexKey())
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*records.AllowRevision
+	for id := head; id != ""; {
+		var r records.AllowRevision
+		if err := b.St.Get(id, &r); err != nil {
+			if errors.Is(err, state.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+				prev := head
+				if len(out) > 0 {
+					prev = out[len(out)-1].ID
+				}
+				return nil, &TamperError{Revision: prev, Reason: fmt.Sprintf("its previous revision %s is missing", id)}
+			}
+			return nil, err
+		}
+		out = append(out, &r)
+		if len(out) > 1<<20 {
+			return nil, &TamperError{Revision: id, Reason: "the chain loops"}
+		}
+		id = r.Previous
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+// Verify checks a chain: every revision's own hash, the hash of its
+// predecessor it records, its sequence number, its content against its
+// digest, and its changeset against the contents it joins.
+func (b *Book) Verify(c Chain) ([]*records.AllowRevision, error) {
+	revs, err := b.Chain(c)
+	if err != nil {
+		return nil, err
+	}
+	var prev *records.AllowRevision
+	var prevContent []*records.AllowEntry
+	for _, r := range revs {
+		if r.Chain != c.Key() {
+			return revs, &TamperError{Revision: r.ID, Reason: fmt.Sprintf("it belongs to chain %q, not %q", r.Chain, c.Key())}
+		}
+		if r.Hash != Hash(r) {
+			return revs, &TamperError{Revision: r.ID, Reason: "its fields do not match its hash"}
+		}
+		if prev == nil {
+			if r.Seq != 1 || r.PrevHash != "" {
+				return revs, &TamperError{Revision: r.ID, Reason: "the first revision has a predecessor's hash or a sequence number other than 1"}
+			}
+		} else {
+			if r.PrevHash != Hash(prev) {
+				return revs, &TamperError{Revision: prev.ID, Reason: fmt.Sprintf("its hash is not the one revision %s recorded", r.ID)}
+			}
+			if r.Seq != prev.Seq+1 {
+				return revs, &TamperError{Revision: r.ID, Reason: fmt.Sprintf("sequence %d follows %d", r.Seq, prev.Seq)}
+			}
+		}
+		content, err := b.content(r)
+		if err != nil {
+			return revs, err
+		}
+		enf, err := b.blob(r.ID, r.Enforce, r.EnforceSHA256)
+		if err != nil {
+			return revs, err
+		}
+		if !bytes.Equal(enf, encodeEnforced(content)) {
+			return revs, &TamperError{Revision: r.ID, Reason: "its enforced list does not match its content"}
+		}
+		got, _ := json.Marshal(Diff(prevContent, content))
+		want, _ := json.Marshal(r.Changes)
+		if !bytes.Equal(got, want) {
+			return revs, &TamperError{Revision: r.ID, Reason: "its changeset does not match its content"}
+		}
+		prev, prevContent = r, content
+	}
+	return revs, nil
+}
+
+// Chains lists every chain that has revisions.
+func (b *Book) Chains() ([]Chain, error) {
+	ids, err := b.St.List(records.KindRevision)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []Chain
+	for _, id := range ids {
+		var r records.AllowRevision
+		if err := b.St.Get(id, &r); err != nil {
+			continue
+		}
+		if !seen[r.Chain] {
+			seen[r.Chain] = true
+			out = append(out, chainOf(&r))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out, nil
+}

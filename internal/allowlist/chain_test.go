@@ -1,0 +1,481 @@
+package allowlist
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+func testBook(t *testing.T, now *time.Time) *Book {
+	t.Helper()
+	st, err := state.Open(context.Background(), t.TempDir(), state.WithDurability(state.SyncOnFlush),
+		state.WithClock(func() time.Time { return *now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Book{St: st}
+}
+
+// promotion is a beacon to one endpoint, a name that needs approval and
+// its endpoint.
+func promotion(t *testing.T, now time.Time) Promotion {
+	pol := DefaultPolicy()
+	pol.compile()
+	t0 := pcapgen.Start
+	var obs []*records.Observable
+	obs = append(obs, obsDomain("raw.githubusercontent.com", t0, "185.199.108.133"))
+	for i := 0; i < 6; i++ {
+		obs = append(obs, obsFlow("185.199.108.133", 443, "tcp", "established", t0.Add(time.Duration(i)*5*time.Minute), 1),
+			obsFlow("91.92.240.11", 8443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1))
+	}
+	return Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Cycle: "cycle_01JD0000000000000000000000",
+		Dests: Classify(obs, &pol), Policy: &pol, Validator: pubValidator(), Now: now}
+}
+
+func statuses(es []*records.AllowEntry) map[string]string {
+	m := map[string]string{}
+	for _, e := range es {
+		m[EntryKey(e)] = e.Status
+	}
+	return m
+}
+
+// TestRevisionChain: promote, idempotence, approve, diff, rollback,
+// expiry, and a chain that verifies.
+func TestRevisionChain(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	p := promotion(t, now)
+	c := p.Chain
+
+	r1, created, err := b.Promote(ctx, p)
+	if err != nil || !created || r1.Seq != 1 || r1.PrevHash != "" {
+		t.Fatalf("first promote: %+v %v %v", r1, created, err)
+	}
+	_, e1, _ := b.Revision(r1.ID)
+	want := map[string]string{
+		"endpoint 91.92.240.11:8443/tcp":   records.StatusActive,
+		"endpoint 185.199.108.133:443/tcp": records.StatusPending,
+		"domain raw.githubusercontent.com": records.StatusPending,
+	}
+	if got := statuses(e1); len(got) != 3 || got["endpoint 91.92.240.11:8443/tcp"] != records.StatusActive ||
+		got["domain raw.githubusercontent.com"] != records.StatusPending {
+		t.Fatalf("entries: %v, want %v", got, want)
+	}
+	if len(r1.Changes.Added) != 3 || r1.Active != 1 {
+		t.Fatalf("changeset: %+v", r1.Changes)
+	}
+
+	// The same observables again: no new revision.
+	now = now.Add(time.Minute)
+	p.Now = now
+	again, created, err := b.Promote(ctx, p)
+	if err != nil || created || again.ID != r1.ID {
+		t.Fatalf("second promote: %s %v %v", again.ID, created, err)
+	}
+
+	// Approve the name: a new revision changing one entry.
+	now = now.Add(time.Minute)
+	r2, created, err := b.Change(ctx, c, "approve", func(es []*records.AllowEntry) error {
+		for _, e := range es {
+			if e.Value == "raw.githubusercontent.com" {
+				exp := now.Add(24 * time.Hour)
+				return changeOne(e, "approve", "checked by hand", &exp)
+			}
+		}
+		return errors.New("entry not found")
+	})
+	if err != nil || !created || r2.Previous != r1.ID || r2.PrevHash != Hash(r1) || r2.Seq != 2 {
+		t.Fatalf("approve: %+v %v", r2, err)
+	}
+	cs := r2.Changes
+	if len(cs.Changed) != 1 || cs.Changed[0].Key != "domain raw.githubusercontent.com" || cs.Changed[0].From != records.StatusPending ||
+		cs.Changed[0].To != records.StatusActive || len(cs.Added)+len(cs.Removed) != 0 {
+		t.Fatalf("approve changeset: %+v", cs)
+	}
+	if _, stored, err := b.FindEntry(cs.Changed[0].Entry); err != nil || stored.Status != records.StatusActive || stored.Revision != r2.ID || stored.Note != "checked by hand" {
+		t.Fatalf("entry after approve: %+v %v", stored, err)
+	}
+
+	// Rollback to r1: a new revision with r1's content.
+	now = now.Add(time.Minute)
+	r3, created, err := b.Rollback(ctx, r1.ID)
+	if err != nil || !created || r3.RollbackOf != r1.ID || r3.Seq != 3 || r3.Previous != r2.ID {
+		t.Fatalf("rollback: %+v %v", r3, err)
+	}
+	_, e3, _ := b.Revision(r3.ID)
+	if got := statuses(e3); got["domain raw.githubusercontent.com"] != records.StatusPending {
+		t.Fatalf("after rollback: %v", got)
+	}
+	if d := Diff(e1, e3); !Empty(d) {
+		t.Fatalf("rollback content differs from r1: %+v", d)
+	}
+	if d := Diff(e3, mustContent(t, b, r2.ID)); len(d.Changed) != 1 {
+		t.Fatalf("diff r3 r2: %+v", d)
+	}
+	// Rolling back to the current content changes nothing.
+	if same, created, err := b.Rollback(ctx, r1.ID); err != nil || created || same.ID != r3.ID {
+		t.Fatalf("second rollback: %v %v", created, err)
+	}
+
+	// Expiry: past the TTL, the live set is empty even before "expire"
+	// marks the entries; then expire writes a revision.
+	live, err := b.Desired(testLease, now)
+	if err != nil || len(live.Elements) != 1 {
+		t.Fatalf("live before expiry: %+v %v", live, err)
+	}
+	later := now.Add(25 * time.Hour)
+	if live, _ := b.Desired(testLease, later); len(live.Elements) != 0 || len(live.Names) != 0 {
+		t.Fatalf("live after the TTL: %+v", live)
+	}
+	now = later
+	r4, created, err := b.Change(ctx, c, "expire", Expired(later))
+	if err != nil || !created {
+		t.Fatalf("expire: %v %v", created, err)
+	}
+	_, e4, _ := b.Revision(r4.ID)
+	for k, s := range statuses(e4) {
+		if s != records.StatusExpired {
+			t.Errorf("%s: %s after expire", k, s)
+		}
+	}
+	// Fresh evidence re-activates an expired entry; the same old evidence
+	// does not.
+	p.Now = now
+	if _, created, _ := b.Promote(ctx, p); created {
+		t.Fatal("old evidence re-activated expired entries")
+	}
+	revs, err := b.Verify(c)
+	if err != nil || len(revs) != 4 {
+		t.Fatalf("verify: %d revisions, %v", len(revs), err)
+	}
+}
+
+func mustContent(t *testing.T, b *Book, id string) []*records.AllowEntry {
+	t.Helper()
+	_, es, err := b.Revision(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// TestTamperDetection edits revisions and contents behind the tool's back:
+// verify names the revision that no longer holds.
+func TestTamperDetection(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	for _, tc := range []struct {
+		name   string
+		tamper func(t *testing.T, b *Book, revs []*records.AllowRevision)
+		bad    int // index of the revision named
+		reason string
+	}{
+		{"field edited", func(t *testing.T, b *Book, revs []*records.AllowRevision) {
+			editRecord(t, b, revs[1].ID, `"cause":"approve"`, `"cause":"promote"`)
+		}, 1, "do not match its hash"},
+		{"field edited and own hash recomputed", func(t *testing.T, b *Book, revs []*records.AllowRevision) {
+			r := *revs[1]
+			r.Cycle = "cycle_01JDZZZZZZZZZZZZZZZZZZZZZZ"
+			editRecord(t, b, r.ID, `"hash":"`+r.Hash+`"`, `"hash":"`+Hash(&r)+`"`)
+			editRecord(t, b, r.ID, `"cause":"approve"`, `"cause":"approve","cycle":"`+r.Cycle+`"`)
+		}, 1, "is not the one revision"},
+		{"content replaced", func(t *testing.T, b *Book, revs []*records.AllowRevision) {
+			p := b.St.BlobPath(revs[0].ContentSHA256)
+			os.Chmod(p, 0o644)
+			data, _ := os.ReadFile(p)
+			if err := os.WriteFile(p, []byte(strings.Replace(string(data), `"status":"pending-approval"`, `"status":"active"`, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, "does not match its digest"},
+		{"revision deleted", func(t *testing.T, b *Book, revs []*records.AllowRevision) {
+			os.Remove(filepath.Join(b.St.Root(), "records", "revision", revs[1].ID+".json"))
+		}, 2, "is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBook(t, &now)
+			p := promotion(t, now)
+			if _, _, err := b.Promote(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := b.Change(ctx, p.Chain, "approve", func(es []*records.AllowEntry) error {
+				for _, e := range es {
+					if e.Status == records.StatusPending {
+						e.Status = records.StatusActive
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := b.Change(ctx, p.Chain, "revoke", func(es []*records.AllowEntry) error {
+				es[0].Status = records.StatusRevoked
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			revs, err := b.Verify(p.Chain)
+			if err != nil || len(revs) != 3 {
+				t.Fatalf("before tampering: %v", err)
+			}
+			tc.tamper(t, b, revs)
+			_, err = b.Verify(p.Chain)
+			var te *TamperError
+			if !errors.As(err, &te) || te.Revision != revs[tc.bad].ID || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("got %v, want a TamperError naming %s with %q", err, revs[tc.bad].ID, tc.reason)
+			}
+		})
+	}
+}
+
+func editRecord(t *testing.T, b *Book, id, old, new string) {
+	t.Helper()
+	p := filepath.Join(b.St.Root(), "records", records.KindOf(id), id+".json")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), old) {
+		t.Fatalf("%s has no %s: %s", id, old, data)
+	}
+	if err := os.WriteFile(p, []byte(strings.Replace(string(data), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeFW is the firewall boundary in memory; the real one is covered by
+// the live test.
+type fakeFW struct {
+	firewall.Firewall
+	set     map[string]firewall.Element
+	batches int
+}
+
+func (f *fakeFW) AllowSet(ctx context.Context, lease string) ([]firewall.Element, error) {
+	var out []firewall.Element
+	for _, e := range f.set {
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (f *fakeFW) ApplyAllowSet(ctx context.Context, lease string, add, del []firewall.Element) error {
+	f.batches++
+	for _, e := range del {
+		delete(f.set, e.Key())
+	}
+	for _, e := range add {
+		f.set[e.Key()] = e
+	}
+	return nil
+}
+
+// TestApplyIdempotent: applying twice sends one batch; elements of the
+// plan's own verdicts (redirect, drop) are left alone; a rollback deletes.
+func TestApplyIdempotent(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	pinned, _ := firewall.ParseElement("45.9.9.9:80/tcp=drop")
+	fw := &fakeFW{set: map[string]firewall.Element{pinned.Key(): pinned}}
+	live, _ := b.Desired(testLease, now)
+	if res, err := ApplyLease(ctx, fw, live); err != nil || !res.Unchanged || fw.batches != 0 {
+		t.Fatalf("empty apply: %+v %v", res, err)
+	}
+	p := promotion(t, now)
+	r1, _, err := b.Promote(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, _ = b.Desired(testLease, now)
+	res, err := ApplyLease(ctx, fw, live)
+	if err != nil || res.Added != 1 || res.Deleted != 0 || fw.batches != 1 {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	if res, err := ApplyLease(ctx, fw, live); err != nil || !res.Unchanged || fw.batches != 1 {
+		t.Fatalf("second apply: %+v %v", res, err)
+	}
+	if _, ok := fw.set["91.92.240.11/tcp/8443"]; !ok || fw.set[pinned.Key()].Verdict != firewall.Drop {
+		t.Fatalf("live set: %v", fw.set)
+	}
+	if _, _, err := b.Change(ctx, p.Chain, "revoke", func(es []*records.AllowEntry) error {
+		for _, e := range es {
+			if e.Status == records.StatusActive {
+				e.Status = records.StatusRevoked
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	live, _ = b.Desired(testLease, now)
+	if res, err := ApplyLease(ctx, fw, live); err != nil || res.Deleted != 1 || len(fw.set) != 1 {
+		t.Fatalf("after revoke: %+v %v %v", res, err, fw.set)
+	}
+	if _, _, err := b.Rollback(ctx, r1.ID); err != nil {
+		t.Fatal(err)
+	}
+	live, _ = b.Desired(testLease, now)
+	if res, err := ApplyLease(ctx, fw, live); err != nil || res.Added != 1 || len(fw.set) != 2 {
+		t.Fatalf("after rollback: %+v %v %v", res, err, fw.set)
+	}
+}
+
+// TestUpdateIncremental: the promote path sends only the change since the
+// last apply: a verdict move, an expiry, a deletion.
+func TestUpdateIncremental(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	fw := &fakeFW{set: map[string]firewall.Element{}}
+	p := promotion(t, now)
+	if _, _, err := b.Promote(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.Update(ctx, fw, testLease); err != nil || res.Added != 1 || fw.batches != 1 {
+		t.Fatalf("first update (reconciles): %+v %v", res, err)
+	}
+	// Approve the pending pair and move the beacon to forward.
+	if _, _, err := b.Change(ctx, p.Chain, "approve", func(es []*records.AllowEntry) error {
+		for _, e := range es {
+			e.Status = records.StatusActive
+			if e.Value == "91.92.240.11:8443/tcp" {
+				e.Verdict = string(firewall.Forward)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Update(ctx, fw, testLease)
+	if err != nil || res.Added != 2 || res.Deleted != 0 || res.Elements != 2 {
+		t.Fatalf("update after approve: %+v %v", res, err)
+	}
+	if fw.set["91.92.240.11/tcp/8443"].Verdict != firewall.Forward || len(fw.set) != 2 {
+		t.Fatalf("live set: %v", fw.set)
+	}
+	if res, err := b.Update(ctx, fw, testLease); err != nil || !res.Unchanged {
+		t.Fatalf("update again: %+v %v", res, err)
+	}
+	// Past the TTL the entries leave the live set before "expire" runs.
+	now = now.Add(48 * time.Hour)
+	if _, _, err := b.Change(ctx, p.Chain, "revoke", func(es []*records.AllowEntry) error {
+		for _, e := range es {
+			if e.Type == records.AllowDomain {
+				e.Status = records.StatusRevoked
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.Update(ctx, fw, testLease); err != nil || res.Deleted != 2 || len(fw.set) != 0 {
+		t.Fatalf("update after expiry: %+v %v %v", res, err, fw.set)
+	}
+}
+
+// TestScopes: a lease's live list is its own chain, its sample's (found
+// through its plan) and the global one.
+func TestScopes(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	sha := strings.Repeat("ab", 32)
+	plan := &records.Plan{Sample: "sample_01JD0000000000000000000001", SampleSHA256: sha}
+	records.Init(plan, records.KindPlan, now)
+	if err := b.St.Create(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	lease := &records.Generic{}
+	lease.Kind, lease.ID, lease.V = "lease", testLease, 1
+	lease.Extra = map[string]json.RawMessage{"plan": json.RawMessage(`"` + plan.ID + `"`)}
+	if err := b.St.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.SampleOf(testLease); got != sha {
+		t.Fatalf("sample of the lease: %q", got)
+	}
+	other := "lease_01JD0000000000000000000009"
+	for _, c := range []Chain{{Scope: records.ScopeSample, Sample: sha}, {Scope: records.ScopeGlobal}} {
+		p := promotion(t, now)
+		p.Chain = c
+		if _, created, err := b.Promote(ctx, p); err != nil || !created {
+			t.Fatalf("%s: %v %v", c.Key(), created, err)
+		}
+		if c.Scope == records.ScopeSample {
+			if l, _ := b.Desired(testLease, now); len(l.Elements) != 1 || len(l.Revisions) != 1 {
+				t.Fatalf("lease of the sample: %+v", l)
+			}
+			if l, _ := b.Desired(other, now); len(l.Elements) != 0 {
+				t.Fatalf("another lease got the sample's entries: %+v", l)
+			}
+		}
+	}
+	if l, _ := b.Desired(other, now); len(l.Elements) != 1 || len(l.Revisions) != 1 {
+		t.Fatalf("global entries on another lease: %+v", l)
+	}
+	if l, _ := b.Desired(testLease, now); len(l.Elements) != 1 || len(l.Revisions) != 2 {
+		t.Fatalf("the lease's chains: %+v", l)
+	}
+}
+
+// TestPromoteFromState reads a lease's observables of one cycle from the
+// state, as "tb-allow promote --lease L --cycle C" does.
+func TestPromoteFromState(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := state.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := pcapgen.Start
+	cycle, other := "cycle_01JD0000000000000000000001", "cycle_01JD0000000000000000000002"
+	for i := 0; i < 6; i++ {
+		o := obsFlow("91.92.240.11", 8443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1)
+		o.Cycle, o.Cycles = cycle, []string{cycle}
+		records.Init(o, records.KindObservable, t0)
+		if err := st.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		// The same beacon elsewhere: another cycle, another lease.
+		o2 := obsFlow("37.120.10.5", 443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1)
+		o2.Cycle = other
+		records.Init(o2, records.KindObservable, t0)
+		o3 := obsFlow("5.188.86.3", 443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1)
+		o3.Lease, o3.Cycle = "lease_01JD0000000000000000000009", cycle
+		records.Init(o3, records.KindObservable, t0)
+		for _, x := range []*records.Observable{o2, o3} {
+			if err := st.Create(ctx, x); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var out, errb bytes.Buffer
+	env := &cli.Env{Ctx: ctx, Tool: "tb-allow", Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+		Log: slog.New(slog.NewTextHandler(&errb, nil)), G: &cli.Globals{State: dir}}
+	err = Promote(env, PromoteRequest{Input: Input{Lease: testLease, Cycle: cycle}, Scope: records.ScopeLease, NoApply: true})
+	if err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	var rev records.AllowRevision
+	if err := records.Unmarshal(bytes.TrimSpace(out.Bytes()), &rev); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if rev.Cycle != cycle || len(rev.Changes.Added) != 1 || rev.Changes.Added[0].Key != "endpoint 91.92.240.11:8443/tcp" {
+		t.Fatalf("revision: %+v", rev)
+	}
+}

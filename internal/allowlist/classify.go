@@ -1,0 +1,576 @@
+package allowlist
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Classes of destination.
+const (
+	ClassC2    = "c2"             // C2 evidence; its score decides candidate or active
+	ClassScan  = "scan"           // many destinations on one port, or a sweep
+	ClassAbuse = "abuse"          // floods, SMTP, exploitation
+	ClassInfra = "infrastructure" // DNS, NTP, connectivity checks
+	ClassOther = "other"          // too little evidence for anything
+)
+
+// Score weights of the C2 evidence (documented in tb-allow(1)).
+const (
+	wRepeated    = 0.3
+	wPeriodic    = 0.4
+	wNamed       = 0.2
+	wLongLived   = 0.3
+	wReconnected = 0.1
+	wFew         = 0.1
+)
+
+// Dest is the classification of one destination: an endpoint
+// ("45.13.7.9:443/tcp") or a DNS name.
+type Dest struct {
+	Lease  string          `json:"lease,omitempty"`
+	Type   string          `json:"type"`
+	Value  string          `json:"value"`
+	Class  string          `json:"class"`
+	Score  float64         `json:"score"`
+	Reason string          `json:"reason"`
+	Beacon *records.Beacon `json:"beacon,omitempty"`
+	Names  []string        `json:"names,omitempty"`
+	Conns  int64           `json:"conns"`
+	// Observable is the ID of the observable that is the main evidence.
+	Observable string    `json:"observable,omitempty"`
+	LastSeen   time.Time `json:"last_seen"`
+
+	addr  netip.Addr
+	proto string
+	port  uint16
+	group string // the scanned port or sweep a scan belongs to
+}
+
+// endpoint accumulates the evidence for one (address, protocol, port).
+type endpoint struct {
+	addr        netip.Addr
+	proto       string
+	port        uint16
+	conns       int64
+	established int64
+	pkts        int64
+	maxDur      float64
+	starts      []time.Time
+	names       map[string]bool
+	obs         string
+	last        time.Time
+	attack      string
+}
+
+func (e *endpoint) key() string { return endpointValue(e.addr, e.proto, e.port) }
+
+func endpointValue(a netip.Addr, proto string, port uint16) string {
+	return netip.AddrPortFrom(a, port).String() + "/" + proto
+}
+
+// Classify classifies every destination the observables of one lease
+// show. The result is sorted by type, then value; it depends only on the
+// observables and the policy.
+func Classify(obs []*records.Observable, pol *Policy) []Dest {
+	eps := map[string]*endpoint{}
+	byAddr := map[netip.Addr][]*endpoint{}
+	get := func(a netip.Addr, proto string, port uint16) *endpoint {
+		k := endpointValue(a, proto, port)
+		e := eps[k]
+		if e == nil {
+			e = &endpoint{addr: a, proto: proto, port: port, names: map[string]bool{}}
+			eps[k] = e
+			byAddr[a] = append(byAddr[a], e)
+		}
+		return e
+	}
+	type dnsName struct {
+		o     *records.Observable
+		addrs []string
+		mx    bool
+	}
+	names := map[string]*dnsName{}
+	var alerts []*records.Observable
+	var https []*records.Observable
+	var tlss []*records.Observable
+	var icmpFloods []string
+	seenFlowIP := map[netip.Addr]bool{}
+	var ipObs []*records.Observable
+	lease := ""
+	for _, o := range obs {
+		if lease == "" {
+			lease = o.Lease
+		}
+		switch {
+		case o.Flow != nil:
+			f := o.Flow
+			a, err := netip.ParseAddr(f.RespH)
+			if err != nil || (f.Proto != "tcp" && f.Proto != "udp") {
+				continue
+			}
+			a = a.Unmap()
+			seenFlowIP[a] = true
+			e := get(a, f.Proto, f.RespP)
+			// One flow observable is one connection, or several reusing
+			// a 5-tuple (one start each); its Count is not connections.
+			starts := connStarts(f.Starts, o.FirstSeen)
+			n := int64(len(starts))
+			e.conns += n
+			if f.Outcome == "established" || f.Outcome == "closed" || (f.Proto == "udp" && f.RespPkts > 0) {
+				e.established += n
+			}
+			e.pkts += f.OrigPkts
+			e.maxDur = math.Max(e.maxDur, f.Duration/float64(n))
+			e.starts = append(e.starts, starts...)
+			e.touch(o)
+		case o.IP != nil:
+			ipObs = append(ipObs, o)
+		case o.Domain != nil:
+			name := strings.TrimSuffix(strings.ToLower(o.Value), ".")
+			names[name] = &dnsName{o: o, addrs: o.Domain.Addrs, mx: containsStr(o.Domain.QTypes, "MX")}
+		case o.HTTP != nil:
+			https = append(https, o)
+		case o.TLS != nil:
+			tlss = append(tlss, o)
+		case o.Alert != nil:
+			alerts = append(alerts, o)
+		case o.ICMP != nil:
+			if o.ICMP.Packets >= pol.FloodPackets {
+				icmpFloods = append(icmpFloods, o.ICMP.RespH)
+			}
+		}
+	}
+	// Addresses known only from ip observables (a sensor without
+	// connection logs): one endpoint per port, with the address's starts.
+	for _, o := range ipObs {
+		a, err := netip.ParseAddr(o.Value)
+		if err != nil || seenFlowIP[a.Unmap()] {
+			continue
+		}
+		for _, ps := range o.IP.Ports {
+			proto, port, ok := parseService(ps)
+			if !ok || (proto != "tcp" && proto != "udp") {
+				continue
+			}
+			e := get(a.Unmap(), proto, port)
+			e.conns += o.IP.Conns
+			e.starts = append(e.starts, o.IP.Starts...)
+			e.touch(o)
+		}
+	}
+	// Names: HTTP Host and TLS server names name their server exactly; a
+	// DNS answer names an address only when no other name shares it (in
+	// the lab every sinkholed name resolves to the sinkhole).
+	addrNames := map[netip.Addr][]string{}
+	for name, d := range names {
+		for _, s := range d.addrs {
+			if a, err := netip.ParseAddr(s); err == nil {
+				addrNames[a.Unmap()] = append(addrNames[a.Unmap()], name)
+			}
+		}
+	}
+	for a, ns := range addrNames {
+		if len(ns) == 1 {
+			for _, e := range byAddr[a] {
+				e.names[ns[0]] = true
+			}
+		}
+	}
+	serverName := func(server, name string) *endpoint {
+		ap, err := netip.ParseAddrPort(server)
+		if err != nil {
+			return nil
+		}
+		e := eps[endpointValue(ap.Addr().Unmap(), "tcp", ap.Port())]
+		if e != nil && name != "" {
+			if _, err := netip.ParseAddr(name); err != nil {
+				e.names[strings.ToLower(name)] = true
+			}
+		}
+		return e
+	}
+	for _, o := range https {
+		h := o.HTTP
+		host := h.Host
+		if i := strings.LastIndexByte(host, ':'); i > 0 && !strings.Contains(host[i:], "]") {
+			host = host[:i]
+		}
+		req := strings.ToLower(h.Method + " " + h.URI)
+		for _, ua := range h.UserAgents {
+			req += " " + strings.ToLower(ua)
+		}
+		attack := ""
+		for _, p := range pol.AttackPatterns {
+			if strings.Contains(req, strings.ToLower(p)) {
+				attack = p
+				break
+			}
+		}
+		for _, s := range h.Servers {
+			if e := serverName(s, host); e != nil && attack != "" && e.attack == "" {
+				e.attack = fmt.Sprintf("exploit request %q (matches %q)", truncate(h.Method+" "+h.URI, 80), attack)
+			}
+		}
+	}
+	for _, o := range tlss {
+		for _, s := range o.TLS.Servers {
+			serverName(s, o.TLS.ServerName)
+		}
+	}
+	for _, o := range alerts {
+		for _, d := range o.Alert.Dst {
+			a, err := netip.ParseAddr(d)
+			if err != nil {
+				continue
+			}
+			for _, e := range byAddr[a.Unmap()] {
+				if e.attack == "" {
+					e.attack = fmt.Sprintf("IDS alert %q", truncate(o.Alert.Signature, 80))
+				}
+			}
+		}
+	}
+
+	out := make([]Dest, 0, len(eps)+len(names))
+	res := map[string]*Dest{}
+	list := make([]*endpoint, 0, len(eps))
+	for _, e := range eps {
+		list = append(list, e)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].key() < list[j].key() })
+
+	// Infrastructure and abuse first: they never count as destinations.
+	scanGroups := scans(list, pol)
+	few := 0
+	for _, e := range list {
+		d := &Dest{Lease: lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
+			LastSeen: e.last, Names: sortedKeys(e.names), addr: e.addr, proto: e.proto, port: e.port}
+		res[d.Value] = d
+		switch {
+		case pol.isInfraService(e.proto, e.port):
+			d.Class, d.Reason = ClassInfra, fmt.Sprintf("%s/%d is a service the lab provides", e.proto, e.port)
+		case infraNamed(e, pol) != "":
+			d.Class, d.Reason = ClassInfra, fmt.Sprintf("known infrastructure name %s", infraNamed(e, pol))
+		case pol.isSMTP(e.proto, e.port):
+			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("SMTP on %s/%d (spam)", e.proto, e.port)
+		case e.attack != "":
+			d.Class, d.Reason = ClassAbuse, e.attack
+		case e.conns >= pol.FloodConns || e.pkts >= pol.FloodPackets:
+			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("flood: %d connections, %d packets", e.conns, e.pkts)
+		default:
+			if g, ok := scanGroups[e.key()]; ok {
+				d.Class, d.Reason, d.group = ClassScan, g.reason, g.group
+			} else {
+				few++
+			}
+		}
+	}
+	fewDests := few <= pol.FewDestinations
+	for _, e := range list {
+		d := res[e.key()]
+		if d.Class != "" && d.Class != ClassScan {
+			continue
+		}
+		score, why, beacon := c2Evidence(e, pol, fewDests, few)
+		if d.Class == ClassScan {
+			// A destination on a scanned port stands out from the scan
+			// only with a name and a beacon or a long session.
+			if len(e.names) == 0 || beacon == nil && e.maxDur < pol.LongSession.D().Seconds() || e.established == 0 {
+				continue
+			}
+			why = append(why, "stands out from the "+d.group)
+		}
+		d.Score, d.Beacon = score, beacon
+		if score == 0 {
+			d.Class, d.Reason = ClassOther, "contacted once, no C2 evidence"
+			continue
+		}
+		d.Class, d.Reason = ClassC2, strings.Join(why, "; ")
+	}
+	for _, e := range list {
+		out = append(out, *res[e.key()])
+	}
+
+	// A name takes the class of the destinations it led to.
+	nameEps := map[string][]*Dest{}
+	for _, e := range list {
+		for n := range e.names {
+			nameEps[n] = append(nameEps[n], res[e.key()])
+		}
+	}
+	allNames := map[string]*records.Observable{}
+	for n, d := range names {
+		allNames[n] = d.o
+	}
+	for n := range nameEps {
+		if _, ok := allNames[n]; !ok {
+			allNames[n] = nil
+		}
+	}
+	nameList := make([]string, 0, len(allNames))
+	for n := range allNames {
+		nameList = append(nameList, n)
+	}
+	sort.Strings(nameList)
+	for _, n := range nameList {
+		d := Dest{Lease: lease, Type: records.AllowDomain, Value: n, Names: nil}
+		if o := allNames[n]; o != nil {
+			d.Observable, d.LastSeen, d.Conns = o.ID, o.LastSeen, o.Count
+		}
+		led := nameEps[n]
+		sort.Slice(led, func(i, j int) bool {
+			return led[i].Score > led[j].Score || led[i].Score == led[j].Score && led[i].Value < led[j].Value
+		})
+		var best *Dest
+		for _, e := range led {
+			if e.LastSeen.After(d.LastSeen) {
+				d.LastSeen = e.LastSeen
+			}
+			if best == nil || classRank(e.Class) > classRank(best.Class) {
+				best = e
+			}
+		}
+		switch {
+		case matchAny(pol.InfraNames, n) != "":
+			d.Class, d.Reason = ClassInfra, "known infrastructure name ("+matchAny(pol.InfraNames, n)+")"
+		case names[n] != nil && names[n].mx:
+			d.Class, d.Reason = ClassAbuse, "MX lookup (mail delivery: spam)"
+		case best == nil:
+			d.Class, d.Reason = ClassOther, "resolved, never contacted"
+		case best.Class == ClassC2:
+			d.Class, d.Score, d.Beacon = ClassC2, best.Score, best.Beacon
+			d.Reason = fmt.Sprintf("resolved, then %s contacted: %s", best.Value, best.Reason)
+		default:
+			d.Class, d.Reason = best.Class, fmt.Sprintf("led to %s (%s: %s)", best.Value, best.Class, best.Reason)
+		}
+		out = append(out, d)
+	}
+	for _, a := range icmpFloods {
+		out = append(out, Dest{Lease: lease, Type: "icmp", Value: a, Class: ClassAbuse, Reason: "ICMP flood"})
+	}
+	return out
+}
+
+// connStarts are a flow's connection starts. A 5-tuple cannot be reused
+// within a second (TIME_WAIT), so closer starts are one connection that a
+// sensor split.
+func connStarts(starts []time.Time, first time.Time) []time.Time {
+	if len(starts) == 0 {
+		return []time.Time{first}
+	}
+	ts := append([]time.Time(nil), starts...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	out := ts[:1]
+	for _, t := range ts[1:] {
+		if t.Sub(out[len(out)-1]) >= time.Second {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (e *endpoint) touch(o *records.Observable) {
+	if o.LastSeen.After(e.last) {
+		e.last = o.LastSeen
+	}
+	if e.obs == "" || o.ID != "" && o.ID < e.obs {
+		e.obs = o.ID
+	}
+}
+
+// classRank orders what a name's destinations say about it: abuse and scans
+// win over C2 evidence, which wins over nothing.
+func classRank(c string) int {
+	switch c {
+	case ClassAbuse:
+		return 4
+	case ClassScan:
+		return 3
+	case ClassC2:
+		return 2
+	case ClassInfra:
+		return 1
+	}
+	return 0
+}
+
+func infraNamed(e *endpoint, pol *Policy) string {
+	if len(e.names) == 0 {
+		return ""
+	}
+	for n := range e.names {
+		if matchAny(pol.InfraNames, n) == "" {
+			return ""
+		}
+	}
+	return sortedKeys(e.names)[0]
+}
+
+// c2Evidence scores one endpoint and says why.
+func c2Evidence(e *endpoint, pol *Policy, fewDests bool, few int) (float64, []string, *records.Beacon) {
+	var score float64
+	var why []string
+	if e.conns >= int64(pol.MinConns) {
+		score += wRepeated
+		why = append(why, fmt.Sprintf("contacted %d times", e.conns))
+	}
+	b := beacon(e.starts, pol)
+	if b != nil {
+		score += wPeriodic
+		why = append(why, fmt.Sprintf("periodic every %s (jitter %.0f%%, %d samples)", b.Interval, b.Jitter*100, b.Samples))
+	}
+	if len(e.names) > 0 {
+		score += wNamed
+		why = append(why, "named "+strings.Join(sortedKeys(e.names), ", "))
+	}
+	if e.maxDur >= pol.LongSession.D().Seconds() {
+		score += wLongLived
+		why = append(why, fmt.Sprintf("session of %s", (time.Duration(e.maxDur*float64(time.Second))).Round(time.Second)))
+	}
+	if e.established >= 2 {
+		score += wReconnected
+		why = append(why, fmt.Sprintf("re-established %d times", e.established))
+	}
+	if score > 0 && fewDests {
+		score += wFew
+		why = append(why, fmt.Sprintf("one of %d destinations", few))
+	}
+	return math.Round(math.Min(score, 1)*100) / 100, why, b
+}
+
+// beacon estimates a contact period: the median interval between
+// connection starts, and the jitter as the median absolute deviation of
+// the intervals relative to it.
+func beacon(starts []time.Time, pol *Policy) *records.Beacon {
+	if len(starts) < pol.MinBeacons {
+		return nil
+	}
+	ts := append([]time.Time(nil), starts...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	iv := make([]float64, 0, len(ts)-1)
+	for i := 1; i < len(ts); i++ {
+		if d := ts[i].Sub(ts[i-1]).Seconds(); d > 0.001 {
+			iv = append(iv, d)
+		}
+	}
+	if len(iv) < pol.MinBeacons-1 {
+		return nil
+	}
+	med := median(iv)
+	if med < 1 {
+		return nil // bursts, not beacons
+	}
+	dev := make([]float64, len(iv))
+	for i, v := range iv {
+		dev[i] = math.Abs(v - med)
+	}
+	jitter := median(dev) / med
+	if jitter > pol.MaxJitter {
+		return nil
+	}
+	return &records.Beacon{Interval: records.Duration(time.Duration(med * float64(time.Second)).Round(time.Millisecond)),
+		Jitter: math.Round(jitter*1000) / 1000, Samples: len(ts)}
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+type scanGroup struct{ group, reason string }
+
+// scans finds the endpoints that belong to a scan: one port contacted on
+// many addresses, or a run of consecutive addresses.
+func scans(list []*endpoint, pol *Policy) map[string]scanGroup {
+	out := map[string]scanGroup{}
+	byPort := map[string][]*endpoint{}
+	for _, e := range list {
+		if pol.isInfraService(e.proto, e.port) {
+			continue
+		}
+		k := e.proto + "/" + strconv.Itoa(int(e.port))
+		byPort[k] = append(byPort[k], e)
+	}
+	for k, es := range byPort {
+		n := len(es)
+		_, port, _ := parseService(k)
+		min := pol.ScanMinTargets
+		if pol.isScanPort(port) {
+			min = pol.ScanPortMinTargets
+		}
+		if n >= min {
+			g := scanGroup{group: "scan of " + k, reason: fmt.Sprintf("scan: %d distinct destinations on %s", n, k)}
+			for _, e := range es {
+				out[e.key()] = g
+			}
+		}
+	}
+	// Sweeps: runs of consecutive IPv4 addresses, whatever the ports.
+	addrs := map[netip.Addr][]*endpoint{}
+	for _, e := range list {
+		if e.addr.Is4() && !pol.isInfraService(e.proto, e.port) {
+			addrs[e.addr] = append(addrs[e.addr], e)
+		}
+	}
+	sorted := make([]netip.Addr, 0, len(addrs))
+	for a := range addrs {
+		sorted = append(sorted, a)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Less(sorted[j]) })
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && sorted[j-1].Next() == sorted[j] {
+			j++
+		}
+		if j-i >= pol.SweepMinRun {
+			g := scanGroup{group: fmt.Sprintf("sweep of %s-%s", sorted[i], sorted[j-1]),
+				reason: fmt.Sprintf("sweep: %d consecutive addresses %s-%s", j-i, sorted[i], sorted[j-1])}
+			for _, a := range sorted[i:j] {
+				for _, e := range addrs[a] {
+					if _, ok := out[e.key()]; !ok {
+						out[e.key()] = g
+					}
+				}
+			}
+		}
+		i = j
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func containsStr(ss []string, s string) bool {
+	for _, x := range ss {
+		if strings.EqualFold(x, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,466 @@
+package allowlist
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// The classifier's tests use public-looking addresses: they only ever
+// appear in records and pcap files, never on a wire.
+var (
+	guest    = netip.MustParseAddr("10.13.37.5")
+	gateway  = netip.MustParseAddr("10.13.37.1")
+	c2Addr   = netip.MustParseAddr("45.155.205.17")
+	onceAddr = netip.MustParseAddr("151.101.65.140")
+	ntpAddr  = netip.MustParseAddr("162.159.200.1")
+	c2Name   = "cdn.kx-update.net"
+)
+
+const testLease = "lease_01JD0000000000000000000000"
+
+func pubValidator() firewall.Policy {
+	return firewall.Policy{SMTPPorts: firewall.DefaultSMTPPorts,
+		Lab: []netip.Prefix{netip.MustParsePrefix("10.13.37.0/24"), netip.MustParsePrefix("10.13.38.0/24")}}
+}
+
+// genCapture writes the known-truth traffic: a jittered periodic HTTP
+// beacon to a name resolved before each contact, a telnet SYN scan on 23
+// and 2323, a sequential sweep on 8080, DNS noise, a page fetched once,
+// periodic NTP and SMTP to a mail server.
+func genCapture(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := pcapgen.New(f, pcapgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	ap := netip.AddrPortFrom
+	dns := ap(gateway, 53)
+	sport := uint16(40000)
+	next := func() uint16 { sport++; return sport }
+	start := pcapgen.Start
+	at := func(d time.Duration) { g.T = start.Add(d) }
+	resolve := func(id uint16, name string, addrs ...netip.Addr) {
+		var ans []layers.DNSResourceRecord
+		for _, a := range addrs {
+			ans = append(ans, pcapgen.A(name, a, 60))
+		}
+		g.DNSOverUDP(ap(guest, next()), dns, pcapgen.DNSQuery(id, name, layers.DNSTypeA),
+			pcapgen.DNSResponse(id, name, layers.DNSTypeA, layers.DNSResponseCodeNoErr, ans))
+	}
+	// The beacon: every 60 s ± 10 %, 12 times.
+	for i := 0; i < 12; i++ {
+		jit := time.Duration((rng.Float64()*0.2 - 0.1) * float64(60*time.Second))
+		at(time.Duration(i)*60*time.Second + jit + 30*time.Second)
+		resolve(uint16(100+i), c2Name, c2Addr)
+		c := g.Dial(ap(guest, next()), ap(c2Addr, 80), uint32(1000*i), uint32(5000*i))
+		c.Send(pcapgen.HTTPGet(c2Name, fmt.Sprintf("/gate.php?id=7f3a&n=%d", i), "Mozilla/4.0"))
+		c.Reply(pcapgen.HTTPResponse(200, "OK", []byte("sleep 60")))
+		c.Close()
+	}
+	// The telnet scan: 150 random public addresses on 23 and 50 on 2323.
+	at(5 * time.Second)
+	g.Step = 2 * time.Millisecond
+	for i := 0; i < 200; i++ {
+		dst := netip.AddrFrom4([4]byte{byte(20 + rng.IntN(180)), byte(rng.IntN(256)), byte(rng.IntN(256)), byte(1 + rng.IntN(250))})
+		port := uint16(23)
+		if i%4 == 0 {
+			port = 2323
+		}
+		g.Unanswered(ap(guest, next()), ap(dst, port), uint32(i), 1)
+	}
+	// A sweep of ten consecutive addresses on 8080.
+	for i := 0; i < 10; i++ {
+		g.Refused(ap(guest, next()), ap(netip.AddrFrom4([4]byte{82, 165, 10, byte(10 + i)}), 8080), uint32(i))
+	}
+	// DNS noise: names resolved and never contacted.
+	at(200 * time.Second)
+	for i, n := range []string{"www.google.com", "www.microsoft.com", "update.example-av.com", "api.weather-now.io", "ocsp.digicert.com"} {
+		resolve(uint16(500+i), n, netip.AddrFrom4([4]byte{142, 250, byte(i), 4}))
+	}
+	// A page fetched once.
+	at(300 * time.Second)
+	resolve(600, "news.example-portal.com", onceAddr)
+	c := g.Dial(ap(guest, next()), ap(onceAddr, 80), 77, 88)
+	c.Send(pcapgen.HTTPGet("news.example-portal.com", "/", "Wget/1.21"))
+	c.Reply(pcapgen.HTTPResponse(200, "OK", []byte("<html></html>")))
+	c.Close()
+	// NTP every 64 s: periodic, but infrastructure.
+	resolve(700, "pool.ntp.org", ntpAddr)
+	for i := 0; i < 10; i++ {
+		at(time.Duration(i)*64*time.Second + 10*time.Second)
+		ntp := make([]byte, 48)
+		ntp[0] = 0x23
+		g.UDP(ap(guest, 123), ap(ntpAddr, 123), ntp)
+		ntp[0] = 0x24
+		g.UDP(ap(ntpAddr, 123), ap(guest, 123), ntp)
+	}
+	// SMTP: spam to a mail server, four times.
+	for i := 0; i < 4; i++ {
+		at(time.Duration(400+i*30) * time.Second)
+		c := g.Dial(ap(guest, next()), ap(netip.MustParseAddr("64.233.184.27"), 25), 9, 9)
+		c.Reply([]byte("220 mx ESMTP\r\n"))
+		c.Send([]byte("HELO x\r\n"))
+		c.Close()
+	}
+	if err := g.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parseCapture runs tb-parse's library entry point on a file.
+func parseCapture(t *testing.T, path string) []*records.Observable {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := &cli.Env{Ctx: context.Background(), Tool: "tb-parse", Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: t.TempDir()}}
+	if err := parse.Run(env, parse.Request{Inputs: []string{path}, Lease: testLease, NoStore: true}); err != nil {
+		t.Fatalf("tb-parse: %v: %s", err, errb.String())
+	}
+	var obs []*records.Observable
+	rd := records.NewReader(&out, "tb-parse")
+	for {
+		l, err := rd.Next()
+		if err == io.EOF {
+			return obs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o records.Observable
+		if err := records.Unmarshal(l.Data, &o); err != nil {
+			t.Fatal(err)
+		}
+		obs = append(obs, &o)
+	}
+}
+
+func byValue(ds []Dest) map[string]Dest {
+	m := map[string]Dest{}
+	for _, d := range ds {
+		m[d.Type+" "+d.Value] = d
+	}
+	return m
+}
+
+// TestClassifyCapture: generated traffic with known truth, through
+// tb-parse, then the classifier and a promotion: the beacon's C2 (its
+// endpoint and its name) is promoted; the scan, the sweep, the DNS noise,
+// NTP and SMTP are not.
+func TestClassifyCapture(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mixed.pcap")
+	genCapture(t, path)
+	obs := parseCapture(t, path)
+	pol := DefaultPolicy()
+	if err := pol.compile(); err != nil {
+		t.Fatal(err)
+	}
+	ds := Classify(obs, &pol)
+	m := byValue(ds)
+
+	c2 := m["endpoint 45.155.205.17:80/tcp"]
+	if c2.Class != ClassC2 || c2.Score < pol.PromoteScore || c2.Beacon == nil {
+		t.Fatalf("beacon endpoint: %+v", c2)
+	}
+	if iv := c2.Beacon.Interval.D(); iv < 54*time.Second || iv > 66*time.Second || c2.Beacon.Jitter > 0.15 {
+		t.Errorf("beacon estimate %s jitter %.3f, want about 60s and at most 10%%", iv, c2.Beacon.Jitter)
+	}
+	if !strings.Contains(c2.Reason, "named "+c2Name) || !strings.Contains(c2.Reason, "periodic") {
+		t.Errorf("beacon reason: %q", c2.Reason)
+	}
+	if d := m["domain "+c2Name]; d.Class != ClassC2 || d.Score < pol.PromoteScore {
+		t.Errorf("c2 name: %+v", d)
+	}
+	scans := 0
+	for _, d := range ds {
+		if d.Type != records.AllowEndpoint {
+			continue
+		}
+		_, _, port, _ := ParseEndpoint(d.Value)
+		switch port {
+		case 23, 2323, 8080:
+			scans++
+			if d.Class != ClassScan {
+				t.Errorf("scan target %s: %s (%s)", d.Value, d.Class, d.Reason)
+			}
+		}
+	}
+	if scans != 210 {
+		t.Errorf("%d scan targets classified, want 210", scans)
+	}
+	if d := m["endpoint 82.165.10.14:8080/tcp"]; !strings.Contains(d.Reason, "sweep") {
+		t.Errorf("sweep: %+v", d)
+	}
+	if d := m["endpoint 162.159.200.1:123/udp"]; d.Class != ClassInfra {
+		t.Errorf("ntp: %+v", d)
+	}
+	if d := m["domain pool.ntp.org"]; d.Class != ClassInfra {
+		t.Errorf("ntp name: %+v", d)
+	}
+	if d := m["endpoint 64.233.184.27:25/tcp"]; d.Class != ClassAbuse {
+		t.Errorf("smtp: %+v", d)
+	}
+	for _, n := range []string{"www.google.com", "ocsp.digicert.com"} {
+		if d := m["domain "+n]; d.Class != ClassOther {
+			t.Errorf("dns noise %s: %+v", n, d)
+		}
+	}
+
+	p := Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Dests: ds, Policy: &pol,
+		Validator: pubValidator(), Now: pcapgen.Start.Add(time.Hour)}
+	next, refusals := Next(p, nil)
+	active := map[string]bool{}
+	for _, e := range next {
+		if e.Status == records.StatusActive {
+			active[EntryKey(e)] = true
+		}
+	}
+	want := map[string]bool{"endpoint 45.155.205.17:80/tcp": true, "domain " + c2Name: true}
+	if fmt.Sprint(active) != fmt.Sprint(want) {
+		t.Fatalf("active entries %v, want %v", active, want)
+	}
+	classes := map[string]int{}
+	for _, r := range refusals {
+		classes[r.Class] += max(r.Count, 1)
+	}
+	if classes[ClassScan] != 210 || classes[ClassAbuse] < 1 || classes[ClassInfra] < 2 {
+		t.Errorf("refusals by class: %v (%+v)", classes, refusals)
+	}
+}
+
+// obsFlow is a flow observable as tb-parse writes it.
+func obsFlow(dst string, port uint16, proto, outcome string, at time.Time, dur float64) *records.Observable {
+	return &records.Observable{Type: records.ObsFlow, Value: fmt.Sprintf("%s %s:%d>%s:%d", proto, guest, 40000, dst, port),
+		Lease: testLease, FirstSeen: at, LastSeen: at.Add(time.Duration(dur * float64(time.Second))), Count: 1,
+		Flow: &records.FlowInfo{Proto: proto, OrigH: guest.String(), OrigP: 40000, RespH: dst, RespP: port, Outcome: outcome,
+			OrigPkts: 5, RespPkts: 4, Duration: dur, Starts: []time.Time{at}}}
+}
+
+func obsDomain(name string, at time.Time, addrs ...string) *records.Observable {
+	return &records.Observable{Type: records.ObsDomain, Value: name, Lease: testLease, FirstSeen: at, LastSeen: at, Count: 1,
+		Domain: &records.DomainInfo{Queries: 1, Responses: 1, QTypes: []string{"A"}, Addrs: addrs}}
+}
+
+// TestClassifyRules checks each rule on hand-made observables with
+// public-looking addresses, so that refusals come from behaviour and not
+// from the address filter.
+func TestClassifyRules(t *testing.T) {
+	pol := DefaultPolicy()
+	pol.compile()
+	t0 := pcapgen.Start
+	var obs []*records.Observable
+	// Long-lived session to a named address: C2.
+	obs = append(obs, obsDomain("relay.tk-sync.org", t0, "91.92.240.11"),
+		obsFlow("91.92.240.11", 8443, "tcp", "established", t0.Add(time.Second), 1800))
+	// A re-established session three times, no name: repeated.
+	for i := 0; i < 3; i++ {
+		obs = append(obs, obsFlow("37.120.10.5", 6667, "tcp", "established", t0.Add(time.Duration(i)*17*time.Minute), 20))
+	}
+	// Irregular contacts, twice: not enough.
+	obs = append(obs, obsFlow("5.188.86.3", 443, "tcp", "established", t0, 1),
+		obsFlow("5.188.86.3", 443, "tcp", "established", t0.Add(7*time.Second), 1))
+	// A flood: 600 connections to one address.
+	for i := 0; i < 600; i++ {
+		obs = append(obs, obsFlow("31.13.71.36", 80, "tcp", "attempted", t0.Add(time.Duration(i)*time.Millisecond), 0))
+	}
+	// An exploit request (Mirai-style propagation) to a public server.
+	obs = append(obs, obsFlow("103.77.5.9", 80, "tcp", "established", t0, 1), &records.Observable{Type: records.ObsHTTP,
+		Value: "POST http://103.77.5.9/GponForm/diag_Form", Lease: testLease, FirstSeen: t0, LastSeen: t0, Count: 1,
+		HTTP: &records.HTTPInfo{Method: "POST", Host: "103.77.5.9", URI: "/GponForm/diag_Form?images/", Servers: []string{"103.77.5.9:80"}}})
+	// SSH scan of five addresses (an SSH port needs only four).
+	for i := 0; i < 5; i++ {
+		obs = append(obs, obsFlow(fmt.Sprintf("150.%d.3.4", 10+i*7), 22, "tcp", "rejected", t0, 0))
+	}
+	// A MX lookup: spam.
+	mx := obsDomain("gmail-smtp-in.l.google.com", t0)
+	mx.Domain.QTypes = []string{"MX"}
+	obs = append(obs, mx)
+	// A name that needs approval, contacted periodically.
+	obs = append(obs, obsDomain("raw.githubusercontent.com", t0, "185.199.108.133"))
+	for i := 0; i < 6; i++ {
+		obs = append(obs, obsFlow("185.199.108.133", 443, "tcp", "established", t0.Add(time.Duration(i)*5*time.Minute), 1))
+	}
+	// A C2 on the scanned telnet port, named and beaconing, stands out
+	// from the scan.
+	obs = append(obs, obsDomain("cnc.mirai-like.xyz", t0, "194.87.1.2"))
+	for i := 0; i < 6; i++ {
+		obs = append(obs, obsFlow("194.87.1.2", 23, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 2))
+	}
+	for i := 0; i < 10; i++ {
+		obs = append(obs, obsFlow(fmt.Sprintf("77.%d.9.9", 40+i*3), 23, "tcp", "attempted", t0, 0))
+	}
+	ds := Classify(obs, &pol)
+	m := byValue(ds)
+	check := func(key, class string, minScore float64, reason string) {
+		t.Helper()
+		d, ok := m[key]
+		if !ok {
+			t.Errorf("%s: not classified", key)
+			return
+		}
+		if d.Class != class || d.Score < minScore || !strings.Contains(d.Reason, reason) {
+			t.Errorf("%s: got %s %.2f %q, want %s >= %.2f with %q", key, d.Class, d.Score, d.Reason, class, minScore, reason)
+		}
+	}
+	check("endpoint 91.92.240.11:8443/tcp", ClassC2, 0.6, "session of 30m")
+	check("domain relay.tk-sync.org", ClassC2, 0.6, "resolved, then 91.92.240.11:8443/tcp contacted")
+	check("endpoint 37.120.10.5:6667/tcp", ClassC2, 0.5, "re-established 3 times")
+	check("endpoint 5.188.86.3:443/tcp", ClassC2, 0, "re-established 2 times")
+	check("endpoint 31.13.71.36:80/tcp", ClassAbuse, 0, "flood")
+	check("endpoint 103.77.5.9:80/tcp", ClassAbuse, 0, "exploit request")
+	check("endpoint 150.10.3.4:22/tcp", ClassScan, 0, "5 distinct destinations on tcp/22")
+	check("domain gmail-smtp-in.l.google.com", ClassAbuse, 0, "MX")
+	check("endpoint 185.199.108.133:443/tcp", ClassC2, 0.6, "periodic every 5m0s")
+	check("endpoint 194.87.1.2:23/tcp", ClassC2, 0.6, "stands out from the scan of tcp/23")
+	check("endpoint 77.40.9.9:23/tcp", ClassScan, 0, "11 distinct destinations on tcp/23")
+	if d := m["endpoint 5.188.86.3:443/tcp"]; d.Score >= pol.CandidateScore {
+		t.Errorf("two irregular contacts scored %.2f", d.Score)
+	}
+
+	// The promotion: a name that needs approval waits for it, with the
+	// endpoint it named; the validator refuses nothing here.
+	p := Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Dests: ds, Policy: &pol,
+		Validator: pubValidator(), Now: t0}
+	next, refusals := Next(p, nil)
+	status := map[string]string{}
+	for _, e := range next {
+		status[EntryKey(e)] = e.Status
+	}
+	for k, want := range map[string]string{
+		"endpoint 91.92.240.11:8443/tcp":   records.StatusActive,
+		"domain relay.tk-sync.org":         records.StatusActive,
+		"domain raw.githubusercontent.com": records.StatusPending,
+		"endpoint 185.199.108.133:443/tcp": records.StatusPending,
+		"endpoint 37.120.10.5:6667/tcp":    records.StatusCandidate,
+		"endpoint 194.87.1.2:23/tcp":       records.StatusActive,
+		"endpoint 31.13.71.36:80/tcp":      "",
+		"endpoint 103.77.5.9:80/tcp":       "",
+		"endpoint 150.10.3.4:22/tcp":       "",
+	} {
+		if status[k] != want {
+			t.Errorf("%s: status %q, want %q", k, status[k], want)
+		}
+	}
+	for _, r := range refusals {
+		if r.Class == "refused" {
+			t.Errorf("validator refusal with public addresses: %+v", r)
+		}
+	}
+
+	// Caps: with room for one endpoint, the best-scored wins.
+	pol.MaxPerLease = 1
+	next, refusals = Next(p, nil)
+	n := 0
+	for _, e := range next {
+		if e.Type == records.AllowEndpoint && e.Status == records.StatusActive {
+			n++
+		}
+	}
+	capped := 0
+	for _, r := range refusals {
+		if r.Class == "cap" {
+			capped++
+		}
+	}
+	if n != 1 || capped != 1 {
+		t.Errorf("cap 1: %d active endpoints, %d cap refusals", n, capped)
+	}
+}
+
+// TestValidatorRefusals: the same C2 behaviour towards addresses the
+// validator refuses (the sinkhole, a private address, documentation
+// ranges without the policy's leave, SMTP) is refused with the reason.
+func TestValidatorRefusals(t *testing.T) {
+	pol := DefaultPolicy()
+	pol.compile()
+	t0 := pcapgen.Start
+	var obs []*records.Observable
+	for _, dst := range []string{"10.13.38.2", "192.168.1.20", "203.0.113.7"} {
+		for i := 0; i < 6; i++ {
+			obs = append(obs, obsFlow(dst, 443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1))
+		}
+	}
+	ds := Classify(obs, &pol)
+	p := Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Dests: ds, Policy: &pol, Validator: pubValidator(), Now: t0}
+	next, refusals := Next(p, nil)
+	if len(next) != 0 {
+		t.Fatalf("entries for refused destinations: %v", next)
+	}
+	want := map[string]string{"10.13.38.2:443/tcp": "lab address", "192.168.1.20:443/tcp": "private", "203.0.113.7:443/tcp": "documentation"}
+	for _, r := range refusals {
+		if w, ok := want[r.Target]; ok && strings.Contains(r.Reason, w) {
+			delete(want, r.Target)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("missing refusals %v in %+v", want, refusals)
+	}
+	pol.Documentation = true
+	v := pubValidator()
+	v.Documentation = true
+	p.Validator = v
+	next, _ = Next(p, nil)
+	if len(next) != 1 || next[0].Value != "203.0.113.7:443/tcp" || next[0].Status != records.StatusActive {
+		t.Errorf("with documentation ranges allowed: %v", next)
+	}
+}
+
+// TestSinkholedNames is the lab as it is: every name resolves to the
+// sinkhole, so the beacon's connections go to the sinkhole's address. The
+// name the HTTP requests carry is promoted; the sinkhole's address is
+// refused by the validator; the other names, which resolved to the same
+// address, are not named by it.
+func TestSinkholedNames(t *testing.T) {
+	pol := DefaultPolicy()
+	pol.compile()
+	t0 := pcapgen.Start
+	sinkhole := "10.13.38.2"
+	var obs []*records.Observable
+	for _, n := range []string{"cdn.kx-update.net", "www.google.com", "ocsp.digicert.com"} {
+		obs = append(obs, obsDomain(n, t0, sinkhole))
+	}
+	for i := 0; i < 6; i++ {
+		obs = append(obs, obsFlow(sinkhole, 80, "tcp", "established", t0.Add(time.Duration(i)*30*time.Second), 1))
+	}
+	obs = append(obs, &records.Observable{Type: records.ObsHTTP, Value: "GET http://cdn.kx-update.net/gate.php", Lease: testLease,
+		FirstSeen: t0, LastSeen: t0.Add(150 * time.Second), Count: 6,
+		HTTP: &records.HTTPInfo{Method: "GET", Host: "cdn.kx-update.net", URI: "/gate.php", Servers: []string{sinkhole + ":80"}}})
+	ds := Classify(obs, &pol)
+	p := Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Dests: ds, Policy: &pol, Validator: pubValidator(), Now: t0}
+	next, refusals := Next(p, nil)
+	if len(next) != 1 || next[0].Value != "cdn.kx-update.net" || next[0].Status != records.StatusActive {
+		t.Fatalf("entries: %+v", next)
+	}
+	found := false
+	for _, r := range refusals {
+		if r.Target == sinkhole+":80/tcp" && strings.Contains(r.Reason, "lab address") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no validator refusal of the sinkhole's address: %+v", refusals)
+	}
+}

@@ -1,0 +1,222 @@
+package allowlist
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Formats of export.
+var Formats = []string{"json", "plain", "nft", "zeek", "suricata", "stix"}
+
+// ExportOptions tune the formats that need names or numbers.
+type ExportOptions struct {
+	Format string
+	// Table and Set name the nftables set the elements are added to.
+	Table, Set string
+	// SIDBase is the first Suricata signature ID.
+	SIDBase int
+	Now     time.Time
+}
+
+// Export writes entries (already chosen and filtered) in one format.
+func Export(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
+	es = append([]*records.AllowEntry(nil), es...)
+	sortEntries(es)
+	switch o.Format {
+	case "json":
+		rw := records.NewWriter(w)
+		for _, e := range es {
+			if err := rw.Write(e); err != nil {
+				return err
+			}
+		}
+		return rw.Flush()
+	case "plain":
+		for _, e := range es {
+			if _, err := fmt.Fprintln(w, e.Value); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "nft":
+		return exportNFT(w, es, o)
+	case "zeek":
+		return exportZeek(w, es)
+	case "suricata":
+		return exportSuricata(w, es, o)
+	case "stix":
+		return exportSTIX(w, es, o)
+	}
+	return fmt.Errorf("unknown format %q (%s)", o.Format, strings.Join(Formats, ", "))
+}
+
+// exportNFT writes an nft -f script adding the endpoints to a set of type
+// ipv4_addr . inet_proto . inet_service, the type of a lease's allow set.
+func exportNFT(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
+	var els []string
+	for _, e := range es {
+		if e.Type != records.AllowEndpoint {
+			continue
+		}
+		a, proto, port, err := ParseEndpoint(e.Value)
+		if err != nil || !a.Is4() {
+			continue
+		}
+		els = append(els, fmt.Sprintf("%s . %s . %d", a, proto, port))
+	}
+	fmt.Fprintf(w, "# tb-allow export: %d elements (ipv4_addr . inet_proto . inet_service)\n", len(els))
+	if len(els) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "add element inet %s %s { %s }\n", o.Table, o.Set, strings.Join(els, ", "))
+	return err
+}
+
+// exportZeek writes a Zeek Intel framework file.
+func exportZeek(w io.Writer, es []*records.AllowEntry) error {
+	fmt.Fprintln(w, "#fields\tindicator\tindicator_type\tmeta.source\tmeta.desc\tmeta.url")
+	seen := map[string]bool{}
+	for _, e := range es {
+		ind, typ := e.Value, "Intel::DOMAIN"
+		if e.Type == records.AllowEndpoint {
+			a, _, _, err := ParseEndpoint(e.Value)
+			if err != nil {
+				continue
+			}
+			ind, typ = a.String(), "Intel::ADDR"
+		}
+		if seen[ind] {
+			continue
+		}
+		seen[ind] = true
+		if _, err := fmt.Fprintf(w, "%s\t%s\ttalkbox\t%s\t%s\n", ind, typ, zeekField(e.Class+": "+e.Reason), e.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func zeekField(s string) string {
+	s = strings.NewReplacer("\t", " ", "\n", " ").Replace(s)
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// exportSuricata writes one alert rule per endpoint and per name.
+func exportSuricata(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
+	sid := o.SIDBase
+	for _, e := range es {
+		msg := strings.NewReplacer(`"`, "'", ";", ",", `\`, "/").Replace(fmt.Sprintf("Talkbox %s %s", e.Class, e.Value))
+		var rule string
+		switch e.Type {
+		case records.AllowEndpoint:
+			a, proto, port, err := ParseEndpoint(e.Value)
+			if err != nil {
+				continue
+			}
+			rule = fmt.Sprintf(`alert %s $HOME_NET any -> %s %d (msg:"%s"; flow:to_server; metadata:talkbox_entry %s; sid:%d; rev:1;)`,
+				proto, a, port, msg, e.ID, sid)
+		case records.AllowDomain:
+			rule = fmt.Sprintf(`alert dns $HOME_NET any -> any any (msg:"%s"; dns.query; content:"%s"; nocase; endswith; metadata:talkbox_entry %s; sid:%d; rev:1;)`,
+				msg, strings.ReplaceAll(e.Value, `"`, ""), e.ID, sid)
+		default:
+			continue
+		}
+		sid++
+		if _, err := fmt.Fprintln(w, rule); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stixID is a deterministic UUID (version 5 layout) for an object.
+func stixID(typ, seed string) string {
+	h := sha256.Sum256([]byte("talkbox:" + seed))
+	h[6] = h[6]&0x0f | 0x50
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%s--%x-%x-%x-%x-%x", typ, h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// exportSTIX writes a STIX 2.1 bundle with one indicator per entry.
+func exportSTIX(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
+	type indicator struct {
+		Type           string   `json:"type"`
+		SpecVersion    string   `json:"spec_version"`
+		ID             string   `json:"id"`
+		Created        string   `json:"created"`
+		Modified       string   `json:"modified"`
+		Name           string   `json:"name"`
+		Description    string   `json:"description,omitempty"`
+		IndicatorTypes []string `json:"indicator_types"`
+		Pattern        string   `json:"pattern"`
+		PatternType    string   `json:"pattern_type"`
+		ValidFrom      string   `json:"valid_from"`
+		ValidUntil     string   `json:"valid_until,omitempty"`
+		Labels         []string `json:"labels,omitempty"`
+	}
+	ts := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+	var objs []indicator
+	var ids []string
+	for _, e := range es {
+		var pattern string
+		switch e.Type {
+		case records.AllowEndpoint:
+			a, proto, port, err := ParseEndpoint(e.Value)
+			if err != nil {
+				continue
+			}
+			typ := "ipv4-addr"
+			if a.Is6() && !a.Is4In6() {
+				typ = "ipv6-addr"
+			}
+			pattern = fmt.Sprintf("[network-traffic:dst_ref.type = '%s' AND network-traffic:dst_ref.value = '%s' AND network-traffic:dst_port = %d AND network-traffic:protocols[*] = '%s']",
+				typ, a, port, proto)
+		case records.AllowDomain:
+			pattern = fmt.Sprintf("[domain-name:value = '%s']", strings.ReplaceAll(e.Value, "'", ""))
+		default:
+			continue
+		}
+		created := e.CreatedAt
+		if created.IsZero() {
+			created = o.Now
+		}
+		modified := e.UpdatedAt
+		if modified.Before(created) {
+			modified = created
+		}
+		ind := indicator{Type: "indicator", SpecVersion: "2.1", ID: stixID("indicator", e.ID+e.Value), Created: ts(created),
+			Modified: ts(modified), Name: fmt.Sprintf("%s %s", e.Class, e.Value), Description: e.Reason,
+			IndicatorTypes: []string{"malicious-activity"}, Pattern: pattern, PatternType: "stix", ValidFrom: ts(created),
+			Labels: []string{"talkbox", e.Status}}
+		if e.ExpiresAt != nil && e.ExpiresAt.After(created) {
+			ind.ValidUntil = ts(*e.ExpiresAt)
+		}
+		objs = append(objs, ind)
+		ids = append(ids, ind.ID)
+	}
+	sort.Strings(ids)
+	bundle := struct {
+		Type    string      `json:"type"`
+		ID      string      `json:"id"`
+		Objects []indicator `json:"objects"`
+	}{"bundle", stixID("bundle", strings.Join(ids, ",")), objs}
+	if bundle.Objects == nil {
+		bundle.Objects = []indicator{}
+	}
+	b, err := json.Marshal(bundle)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

@@ -1,0 +1,363 @@
+package allowlist_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
+	"github.com/talkbox-sandbox/talkbox/internal/netns"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+const wait = 5 * time.Second
+
+// liveObs are a lease's observables: with c2, a beacon to labtest.C2:8080
+// named c2.example; always a telnet scan that includes labtest.Other.
+func liveObs(lease string, c2 bool) []byte {
+	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	var out bytes.Buffer
+	n := 0
+	add := func(o *records.Observable) {
+		n++
+		o.Kind, o.ID, o.V, o.Lease = records.KindObservable, fmt.Sprintf("observable_01JD00000000000000000000%02d", n), 1, lease
+		o.CreatedAt, o.UpdatedAt, o.Count = t0, t0, 1
+		b, _ := records.Marshal(o)
+		out.Write(append(b, '\n'))
+	}
+	flow := func(dst netip.Addr, port uint16, outcome string, at time.Time) *records.Observable {
+		return &records.Observable{Type: records.ObsFlow, Value: fmt.Sprintf("tcp 10.13.37.10:%d>%s:%d", 40000+n, dst, port),
+			FirstSeen: at, LastSeen: at.Add(time.Second),
+			Flow: &records.FlowInfo{Proto: "tcp", OrigH: "10.13.37.10", OrigP: uint16(40000 + n), RespH: dst.String(), RespP: port,
+				Outcome: outcome, Duration: 1, Starts: []time.Time{at}}}
+	}
+	for i := 0; i < 6; i++ {
+		dst := labtest.Other
+		if i > 0 {
+			dst = netip.AddrFrom4([4]byte{192, 0, 2, byte(20 + 7*i)})
+		}
+		add(flow(dst, 23, "attempted", t0))
+	}
+	if c2 {
+		add(&records.Observable{Type: records.ObsDomain, Value: "c2.example", FirstSeen: t0, LastSeen: t0,
+			Domain: &records.DomainInfo{Queries: 6, Responses: 6, QTypes: []string{"A"}, Addrs: []string{labtest.C2.String()}}})
+		for i := 0; i < 6; i++ {
+			add(flow(labtest.C2, 8080, "established", t0.Add(time.Duration(i)*time.Minute+time.Duration(i%2)*3*time.Second)))
+		}
+	}
+	return out.Bytes()
+}
+
+func env(t *testing.T, stateDir string, stdin []byte) (*cli.Env, *bytes.Buffer) {
+	var out bytes.Buffer
+	return &cli.Env{Ctx: context.Background(), Tool: "tb-allow", Stdin: bytes.NewReader(stdin), Stdout: &out, Stderr: os.Stderr,
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), G: &cli.Globals{State: stateDir}}, &out
+}
+
+func lastRevision(t *testing.T, out *bytes.Buffer) *records.AllowRevision {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		var r records.AllowRevision
+		if records.Unmarshal([]byte(lines[i]), &r) == nil && r.Kind == records.KindRevision {
+			return &r
+		}
+	}
+	t.Fatalf("no revision in %s", out)
+	return nil
+}
+
+// TestLive runs promote, apply and rollback against a real lab in
+// namespaces: after apply, a guest reaches the promoted C2 and its name
+// resolves upstream while the scanned address still lands on the
+// sinkhole; after rollback, the C2 is sinkholed again.
+func TestLive(t *testing.T) {
+	ctx := context.Background()
+	l := labtest.New(t)
+	stateDir := t.TempDir()
+	cfg := l.Config
+	cfg.DNS = true
+	cfg.Dir = filepath.Join(stateDir, "capture", "labs", l.ID)
+	t.Cleanup(func() { netlab.Down(ctx, cfg.Dir) })
+	if _, err := netlab.Up(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	g := l.AddGuest("g1", netip.MustParseAddr("10.13.37.10"))
+	if err := netlab.AttachPort(ctx, cfg, g.Port); err != nil {
+		t.Fatal(err)
+	}
+	fw, err := cfg.Firewall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := records.NewID("lease", time.Now())
+	if err := fw.ApplyLease(ctx, firewall.LeaseRules{Lease: lease, IP: g.IP}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := state.Open(ctx, stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := capture.LabDir(st, l.ID); got != cfg.Dir {
+		t.Fatalf("lab dir %s, tb-allow looks in %s", cfg.Dir, got)
+	}
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"documentation": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	sink := l.Sniff(cfg.SinkNS, cfg.SinkVeth+"p")
+	inet := l.Sniff(l.Internet, l.InternetIf)
+	var accepted atomic.Int64
+	got := make(chan string, 16)
+	var ln net.Listener
+	labtest.In(t, l.Internet, func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(labtest.C2.String(), "8080"))
+		return err
+	})
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				b, _ := io.ReadAll(c)
+				got <- string(b)
+			}()
+		}
+	}()
+	var dnsConn net.PacketConn
+	labtest.In(t, l.Internet, func() (err error) {
+		dnsConn, err = net.ListenPacket("udp", net.JoinHostPort(labtest.Resolver.String(), "53"))
+		return err
+	})
+	t.Cleanup(func() { dnsConn.Close() })
+	go serveDNS(dnsConn, "c2.example.", labtest.C2)
+
+	sinkhole := cfg.Sinkhole()
+	// dial connects from the guest and sends a payload; it reports whether
+	// the connection was accepted by whoever answered.
+	dial := func(dst netip.Addr, port uint16, payload string) error {
+		var derr error
+		labtest.In(t, g.NS, func() error {
+			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(dst, port).String(), wait)
+			if err != nil {
+				derr = err
+				return nil
+			}
+			_, derr = c.Write([]byte(payload))
+			c.Close()
+			return nil
+		})
+		return derr
+	}
+	atSink := func(what string, port uint16, since time.Time) {
+		t.Helper()
+		sink.Wait(t, what, wait, func(p labtest.Packet) bool {
+			return p.Src == g.IP && p.Dst == sinkhole && p.Proto == "tcp" && p.DstPort == port && p.At.After(since)
+		})
+	}
+	run := func(fn func(*cli.Env) error, stdin []byte) *bytes.Buffer {
+		t.Helper()
+		e, out := env(t, stateDir, stdin)
+		if err := fn(e); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return out
+	}
+	promote := func(obs []byte) *records.AllowRevision {
+		out := run(func(e *cli.Env) error {
+			return allowlist.Promote(e, allowlist.PromoteRequest{Input: allowlist.Input{FromStdin: true},
+				Scope: records.ScopeLease, PolicyFile: policy, Lab: l.ID})
+		}, obs)
+		return lastRevision(t, out)
+	}
+
+	// Cycle 1 saw only the scan: an empty revision, everything sinkholed.
+	r1 := promote(liveObs(lease, false))
+	if r1.Active != 0 || len(r1.Refusals) != 1 || r1.Refusals[0].Class != allowlist.ClassScan || r1.Refusals[0].Count != 6 {
+		t.Fatalf("cycle 1 revision: %+v", r1)
+	}
+	start := time.Now()
+	if err := dial(labtest.C2, 8080, "before"); err == nil {
+		t.Fatal("the C2 answered before anything was promoted")
+	}
+	atSink("C2 before promotion", 8080, start)
+
+	// Cycle 2 saw the beacon: promoted and applied by promote itself.
+	r2 := promote(liveObs(lease, true))
+	if r2.Active != 2 || r2.Previous != r1.ID {
+		t.Fatalf("cycle 2 revision: %+v", r2)
+	}
+	set, err := fw.AllowSet(ctx, lease)
+	if err != nil || len(set) != 1 || set[0].Dst != labtest.C2 || set[0].Port != 8080 || set[0].Verdict != firewall.RateLimit {
+		t.Fatalf("live set after promote: %v %v", set, err)
+	}
+	if err := dial(labtest.C2, 8080, "after-apply"); err != nil {
+		t.Fatalf("the promoted C2 is not reachable: %v", err)
+	}
+	select {
+	case s := <-got:
+		if s != "after-apply" {
+			t.Fatalf("the C2 received %q", s)
+		}
+	case <-time.After(wait):
+		t.Fatal("the C2 received nothing")
+	}
+	inet.Wait(t, "SYN at the C2", wait, func(p labtest.Packet) bool {
+		return p.Dst == labtest.C2 && p.DstPort == 8080 && p.Src == labtest.UplinkHost
+	})
+	// The scanned address is still sinkholed.
+	start = time.Now()
+	dial(labtest.Other, 23, "scan")
+	atSink("scan target after promotion", 23, start)
+	// The name resolves upstream now.
+	waitResolve(t, g.NS, "c2.example.", labtest.C2)
+
+	// Applying again changes nothing.
+	out := run(func(e *cli.Env) error { return allowlist.Apply(e, allowlist.ApplyRequest{Lab: l.ID}) }, nil)
+	var res allowlist.Applied
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil || !res.Unchanged || res.Lease != lease || res.Elements != 1 {
+		t.Fatalf("second apply: %s %v", out, err)
+	}
+
+	// Rollback to cycle 1: the C2 is sinkholed again, its name too.
+	out = run(func(e *cli.Env) error { return allowlist.RollbackCmd(e, r1.ID, l.ID, false) }, nil)
+	r3 := lastRevision(t, out)
+	if r3.RollbackOf != r1.ID || r3.Active != 0 {
+		t.Fatalf("rollback revision: %+v", r3)
+	}
+	if set, err := fw.AllowSet(ctx, lease); err != nil || len(set) != 0 {
+		t.Fatalf("live set after rollback: %v %v", set, err)
+	}
+	before := accepted.Load()
+	start = time.Now()
+	if err := dial(labtest.C2, 8080, "after-rollback"); err == nil {
+		t.Fatal("the C2 answered after the rollback")
+	}
+	atSink("C2 after rollback", 8080, start)
+	if accepted.Load() != before {
+		t.Fatal("the C2 accepted a connection after the rollback")
+	}
+	waitResolve(t, g.NS, "c2.example.", sinkhole)
+	if leaked := inet.Seen(func(p labtest.Packet) bool {
+		return p.Dst == labtest.Other || (p.Dst == labtest.C2 && p.At.After(start))
+	}); len(leaked) > 0 {
+		t.Fatalf("packets reached the internet that were not allowed: %v", leaked)
+	}
+	b := &allowlist.Book{St: st}
+	if revs, err := b.Verify(allowlist.Chain{Scope: records.ScopeLease, Lease: lease}); err != nil || len(revs) != 3 {
+		t.Fatalf("verify: %d %v", len(revs), err)
+	}
+}
+
+// waitResolve asks the sinkhole's DNS until the name resolves to want
+// (dnsmasq re-reads its forward list on SIGHUP, asynchronously).
+func waitResolve(t *testing.T, ns, name string, want netip.Addr) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		// A query that arrives while dnsmasq reloads may go unanswered:
+		// ask again rather than fail.
+		a, err := resolve(ns, labtest.Resolver.String()+":53", name)
+		if err == nil && a == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s resolves to %s (%v), want %s", name, a, err, want)
+		}
+	}
+}
+
+func serveDNS(pc net.PacketConn, name string, addr netip.Addr) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(buf[:n])
+		if err != nil {
+			continue
+		}
+		q, err := p.Question()
+		if err != nil {
+			continue
+		}
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RecursionAvailable: true})
+		b.StartQuestions()
+		b.Question(q)
+		b.StartAnswers()
+		if strings.EqualFold(q.Name.String(), name) && q.Type == dnsmessage.TypeA {
+			b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 0}, dnsmessage.AResource{A: addr.As4()})
+		}
+		out, _ := b.Finish()
+		pc.WriteTo(out, from)
+	}
+}
+
+func resolve(ns, server, name string) (netip.Addr, error) {
+	var got netip.Addr
+	err := netns.Do(netns.Path(ns), func() error {
+		c, err := net.Dial("udp", server)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 4242, RecursionDesired: true})
+		b.StartQuestions()
+		b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+		q, _ := b.Finish()
+		c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write(q); err != nil {
+			return err
+		}
+		buf := make([]byte, 1500)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		var p dnsmessage.Parser
+		if _, err := p.Start(buf[:n]); err != nil {
+			return err
+		}
+		p.SkipAllQuestions()
+		for {
+			h, err := p.AnswerHeader()
+			if err != nil {
+				return nil
+			}
+			if h.Type == dnsmessage.TypeA {
+				a, _ := p.AResource()
+				got = netip.AddrFrom4(a.A)
+				return nil
+			}
+			p.SkipAnswer()
+		}
+	})
+	return got, err
+}

@@ -1,0 +1,353 @@
+package allowlist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Validator is the safety check every endpoint passes before it can be
+// active: the firewall's own (no private, loopback, link-local, multicast,
+// broadcast or reserved address, none of the host's or the lab's, no SMTP).
+type Validator interface {
+	Check(e firewall.Element) error
+}
+
+// Promotion is one promote: the classified destinations of one lease and
+// the chain they go to.
+type Promotion struct {
+	Chain     Chain
+	Cycle     string
+	Dests     []Dest
+	Policy    *Policy
+	Validator Validator
+	Now       time.Time
+}
+
+// Next computes the chain's next content from its current entries and the
+// classification, with the refusals. It never changes cur's entries.
+func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []records.Refusal) {
+	pol := p.Policy
+	next := map[string]*records.AllowEntry{}
+	for _, e := range cur {
+		c := *e
+		next[EntryKey(&c)] = &c
+	}
+	var refusals refusalSet
+	expires := p.Now.Add(pol.TTL.D()).UTC().Truncate(time.Second)
+	verdict := firewall.Verdict(pol.Verdict)
+	newlyActive := map[string]bool{}
+	for i := range p.Dests {
+		d := &p.Dests[i]
+		key := d.Type + " " + d.Value
+		e := next[key]
+		switch d.Class {
+		case ClassScan, ClassAbuse, ClassInfra:
+			refusals.add(d)
+			if e != nil && live(e.Status) {
+				e.Status = records.StatusRevoked
+				e.Reason = fmt.Sprintf("reclassified as %s: %s", d.Class, d.Reason)
+				e.Class, e.Score, e.LastSeen = d.Class, 0, d.LastSeen
+			}
+			continue
+		case ClassC2:
+		default:
+			continue
+		}
+		if d.Score < pol.CandidateScore {
+			continue
+		}
+		if why := refuse(d, pol, p.Validator, verdict); why != "" {
+			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: "refused", Reason: why})
+			if e != nil && live(e.Status) {
+				e.Status, e.Reason = records.StatusRevoked, "refused: "+why
+			}
+			continue
+		}
+		status := records.StatusCandidate
+		if d.Score >= pol.PromoteScore {
+			status = records.StatusActive
+			if n := approvalName(d, pol); n != "" {
+				status = records.StatusPending
+			}
+		}
+		if e == nil {
+			e = &records.AllowEntry{Type: d.Type, Value: d.Value, Scope: p.Chain.Scope, Lease: p.Chain.Lease,
+				Sample: p.Chain.Sample, Status: status, Cycle: p.Cycle}
+			fill(e, d)
+			e.ExpiresAt = &expires
+			if d.Type == records.AllowEndpoint {
+				e.Verdict = string(verdict)
+			}
+			next[key] = e
+			if status == records.StatusActive {
+				newlyActive[key] = true
+			}
+			continue
+		}
+		switch e.Status {
+		case records.StatusRevoked, records.StatusRejected:
+			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: e.Status,
+				Reason: fmt.Sprintf("%s by the operator (entry %s)", e.Status, e.ID)})
+			continue
+		}
+		fresh := d.LastSeen.After(e.LastSeen)
+		if e.Status == records.StatusExpired && !fresh {
+			continue // no new evidence since it expired
+		}
+		if fresh {
+			fill(e, d)
+			e.Cycle = p.Cycle
+			e.ExpiresAt = &expires
+		}
+		if rank(status) > rank(e.Status) || e.Status == records.StatusExpired {
+			if status == records.StatusActive && e.Status != records.StatusActive {
+				newlyActive[key] = true
+			}
+			e.Status = status
+			e.ExpiresAt = &expires
+		}
+	}
+	out := make([]*records.AllowEntry, 0, len(next))
+	for _, e := range next {
+		out = append(out, e)
+	}
+	sortEntries(out)
+	refusals.list = append(refusals.list, capActive(out, newlyActive, records.AllowEndpoint, pol.MaxPerLease, "max_per_lease")...)
+	refusals.list = append(refusals.list, capActive(out, newlyActive, records.AllowDomain, pol.MaxNames, "max_names")...)
+	return out, refusals.sorted()
+}
+
+func fill(e *records.AllowEntry, d *Dest) {
+	e.Class, e.Score, e.Reason, e.Beacon, e.Names = d.Class, d.Score, d.Reason, d.Beacon, d.Names
+	e.Observable, e.LastSeen = d.Observable, d.LastSeen
+}
+
+// live statuses are those a promotion may still change.
+func live(s string) bool {
+	return s == records.StatusActive || s == records.StatusPending || s == records.StatusCandidate
+}
+
+func rank(s string) int {
+	switch s {
+	case records.StatusCandidate:
+		return 1
+	case records.StatusPending:
+		return 2
+	case records.StatusActive:
+		return 3
+	}
+	return 0
+}
+
+// refuse is why a C2 destination may not be allowed at all.
+func refuse(d *Dest, pol *Policy, v Validator, verdict firewall.Verdict) string {
+	switch d.Type {
+	case records.AllowEndpoint:
+		if pf := pol.neverAllowed(d.addr); pf != "" {
+			return fmt.Sprintf("%s: in never_allow %s", d.addr, pf)
+		}
+		if err := v.Check(firewall.Element{Dst: d.addr, Proto: d.proto, Port: d.port, Verdict: verdict}); err != nil {
+			return err.Error()
+		}
+	case records.AllowDomain:
+		if p := matchAny(pol.NeverAllowNames, d.Value); p != "" {
+			return fmt.Sprintf("%s: in never_allow_names (%s)", d.Value, p)
+		}
+	}
+	return ""
+}
+
+func approvalName(d *Dest, pol *Policy) string {
+	names := d.Names
+	if d.Type == records.AllowDomain {
+		names = []string{d.Value}
+	}
+	for _, n := range names {
+		if p := matchAny(pol.ApprovalNames, n); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// capActive keeps at most max active entries of a type: entries activated
+// by this promotion past the cap (lowest scores first) stay candidates.
+func capActive(es []*records.AllowEntry, newly map[string]bool, typ string, max int, name string) []records.Refusal {
+	if max <= 0 {
+		return nil
+	}
+	var active []*records.AllowEntry
+	for _, e := range es {
+		if e.Type == typ && e.Status == records.StatusActive {
+			active = append(active, e)
+		}
+	}
+	if len(active) <= max {
+		return nil
+	}
+	// Entries already active keep their place; new ones compete by score.
+	sort.SliceStable(active, func(i, j int) bool {
+		ni, nj := newly[EntryKey(active[i])], newly[EntryKey(active[j])]
+		if ni != nj {
+			return !ni
+		}
+		return active[i].Score > active[j].Score
+	})
+	var out []records.Refusal
+	for _, e := range active[max:] {
+		if !newly[EntryKey(e)] {
+			continue
+		}
+		e.Status = records.StatusCandidate
+		out = append(out, records.Refusal{Target: e.Value, Class: "cap", Reason: fmt.Sprintf("%s (%d) reached; kept as a candidate", name, max)})
+	}
+	return out
+}
+
+// refusalSet groups refusals of one class and group (a scanned port).
+type refusalSet struct {
+	list   []records.Refusal
+	groups map[string]int
+}
+
+func (r *refusalSet) add(d *Dest) {
+	target := d.group
+	if target == "" {
+		switch d.Type {
+		case records.AllowEndpoint:
+			target = d.proto + "/" + fmt.Sprint(d.port)
+		case records.AllowDomain:
+			target = "names"
+		default:
+			target = d.Type
+		}
+	}
+	k := d.Class + "\x00" + target
+	if r.groups == nil {
+		r.groups = map[string]int{}
+	}
+	i, ok := r.groups[k]
+	if !ok {
+		r.groups[k] = len(r.list)
+		r.list = append(r.list, records.Refusal{Target: target, Class: d.Class, Reason: d.Reason, Count: 1, Examples: []string{d.Value}})
+		return
+	}
+	f := &r.list[i]
+	f.Count++
+	if len(f.Examples) < 8 {
+		f.Examples = append(f.Examples, d.Value)
+	}
+	if f.Reason != d.Reason && !strings.HasSuffix(f.Reason, "…") {
+		f.Reason += "; …"
+	}
+}
+
+func (r *refusalSet) sorted() []records.Refusal {
+	sort.SliceStable(r.list, func(i, j int) bool {
+		a, b := r.list[i], r.list[j]
+		if a.Class != b.Class {
+			return a.Class < b.Class
+		}
+		return a.Target < b.Target
+	})
+	return r.list
+}
+
+// Promote classifies nothing itself: it writes the chain's next revision
+// from an already classified promotion (no revision when nothing changes).
+func (b *Book) Promote(ctx context.Context, p Promotion) (*records.AllowRevision, bool, error) {
+	unlock, err := b.Lock(ctx, p.Chain)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
+	head, cur, err := b.Head(p.Chain)
+	if err != nil {
+		return nil, false, err
+	}
+	next, refusals := Next(p, cur)
+	return b.Write(ctx, Commit{Chain: p.Chain, Cycle: p.Cycle, Cause: "promote", Refusals: refusals}, head, cur, next)
+}
+
+// errNoRevisions is a change asked of a chain that has no revision yet.
+var errNoRevisions = errors.New("no revisions")
+
+// Change applies an operator's decision to entries of one chain: fn
+// changes the (copied) entries it is given and says which it changed.
+func (b *Book) Change(ctx context.Context, c Chain, cause string, fn func(es []*records.AllowEntry) error) (*records.AllowRevision, bool, error) {
+	unlock, err := b.Lock(ctx, c)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
+	head, cur, err := b.Head(c)
+	if err != nil {
+		return nil, false, err
+	}
+	if head == nil {
+		return nil, false, fmt.Errorf("%s: %w", c.Key(), errNoRevisions)
+	}
+	next := make([]*records.AllowEntry, len(cur))
+	for i, e := range cur {
+		c := *e
+		next[i] = &c
+	}
+	if err := fn(next); err != nil {
+		return nil, false, err
+	}
+	return b.Write(ctx, Commit{Chain: c, Cause: cause}, head, cur, next)
+}
+
+// Rollback writes a new revision of rev's chain whose content is rev's.
+func (b *Book) Rollback(ctx context.Context, revID string) (*records.AllowRevision, bool, error) {
+	target, content, err := b.Revision(revID)
+	if err != nil {
+		return nil, false, err
+	}
+	c := chainOf(target)
+	unlock, err := b.Lock(ctx, c)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
+	head, cur, err := b.Head(c)
+	if err != nil {
+		return nil, false, err
+	}
+	return b.Write(ctx, Commit{Chain: c, Cause: "rollback", RollbackOf: target.ID}, head, cur, content)
+}
+
+// Expired is the change that marks entries whose time is up as expired.
+func Expired(now time.Time) func(es []*records.AllowEntry) error {
+	return func(es []*records.AllowEntry) error {
+		for _, e := range es {
+			if live(e.Status) && e.ExpiresAt != nil && !e.ExpiresAt.After(now) {
+				e.Status = records.StatusExpired
+			}
+		}
+		return nil
+	}
+}
+
+// Enforced reports whether an entry belongs in the live set now.
+func Enforced(e *records.AllowEntry, now time.Time) bool {
+	return e.Status == records.StatusActive && (e.ExpiresAt == nil || e.ExpiresAt.After(now))
+}
+
+// ParseEndpoint reads an endpoint entry's value, "IP:PORT/PROTO".
+func ParseEndpoint(v string) (netip.Addr, string, uint16, error) {
+	hp, proto, ok := strings.Cut(v, "/")
+	ap, err := netip.ParseAddrPort(hp)
+	if !ok || err != nil || (proto != "tcp" && proto != "udp") {
+		return netip.Addr{}, "", 0, fmt.Errorf("endpoint %q: want IP:PORT/PROTO", v)
+	}
+	return ap.Addr(), proto, ap.Port(), nil
+}

@@ -1,0 +1,175 @@
+package records
+
+import "time"
+
+// Kinds written by tb-run.
+const (
+	KindCycle     = "cycle"
+	KindExecution = "execution"
+	KindAnalysis  = "analysis"
+	KindEvent     = "event"
+)
+
+// Cycle states. pending → leasing → preparing → executing →
+// post_processing → completed; a run killed at its timeout is still
+// post-processed and ends timed_out; failed and cancelled end a cycle early.
+const (
+	CyclePending        = "pending"
+	CycleLeasing        = "leasing"
+	CyclePreparing      = "preparing"
+	CycleExecuting      = "executing"
+	CyclePostProcessing = "post_processing"
+	CycleCompleted      = "completed"
+	CycleFailed         = "failed"
+	CycleTimedOut       = "timed_out"
+	CycleCancelled      = "cancelled"
+)
+
+// CycleTerminal reports whether a cycle state is final.
+func CycleTerminal(state string) bool {
+	switch state {
+	case CycleCompleted, CycleFailed, CycleTimedOut, CycleCancelled:
+		return true
+	}
+	return false
+}
+
+// Recommendations of a RunAnalysis.
+const (
+	RecommendRerun    = "rerun"    // run again: the allow-list changed
+	RecommendReplan   = "re-plan"  // the plan is wrong (architecture, image)
+	RecommendEscalate = "escalate" // a person should look
+	RecommendDone     = "done"     // nothing more to learn from another cycle
+)
+
+// Cycle (SandboxCycle) is one observation window of a sample on a lease.
+type Cycle struct {
+	Meta
+	State  string `json:"state"`
+	Plan   string `json:"plan"`
+	Sample string `json:"sample"` // sha256
+	Lease  string `json:"lease,omitempty"`
+	// FreshLease: leasing boots a new lease instead of reusing an idle one.
+	FreshLease bool `json:"fresh_lease,omitempty"`
+	// Previous is the cycle this one follows on the same lease and sample
+	// (lineage); Revision the allow-list revision in force when it started
+	// and Forwarding the digest of the enforced allow set (the forwarding
+	// plan) with its element count.
+	Previous   string `json:"previous,omitempty"`
+	Revision   string `json:"revision,omitempty"`
+	Forwarding string `json:"forwarding,omitempty"`
+	Allowed    int    `json:"allowed"`
+	// What runs: the sample's path in the guest, its arguments, environment
+	// and working directory, and the bounds.
+	GuestPath string            `json:"guest_path,omitempty"`
+	Args      []string          `json:"args,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Timeout   Duration          `json:"timeout"`
+	Detach    bool              `json:"detach"`
+	Window    Duration          `json:"window,omitempty"`
+	// Post is what post-processing does: rotate, parse, promote.
+	Post []string `json:"post,omitempty"`
+	// Launch is set before the sample is started and GuestPID once it is,
+	// so that a resumed cycle never starts it twice; Attached is set when a
+	// detached sample of an earlier cycle is observed instead.
+	Launch     bool       `json:"launch,omitempty"`
+	LaunchedAt *time.Time `json:"launched_at,omitempty"`
+	GuestPID   int        `json:"guest_pid,omitempty"`
+	Attached   string     `json:"attached,omitempty"`
+	// StdoutFrom/To and StderrFrom/To are the byte ranges of the guest's
+	// output files this cycle read (a detached sample's output spans
+	// cycles: the next one starts where this one stopped).
+	StdoutFrom int64 `json:"stdout_from,omitempty"`
+	StdoutTo   int64 `json:"stdout_to,omitempty"`
+	StderrFrom int64 `json:"stderr_from,omitempty"`
+	StderrTo   int64 `json:"stderr_to,omitempty"`
+	// Cancel is set by "tb-run cancel" for the runner to act on.
+	Cancel      bool       `json:"cancel,omitempty"`
+	RequestedAt time.Time  `json:"requested_at"`
+	StartedAt   *time.Time `json:"started_at,omitempty"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	ExitCode    *int       `json:"exit_code,omitempty"`
+	TimedOut    bool       `json:"timed_out"`
+	Execution   string     `json:"execution,omitempty"`
+	Analysis    string     `json:"analysis,omitempty"`
+	// Promoted is the allow-list revision post-processing left in force.
+	Promoted  string   `json:"promoted,omitempty"`
+	Capture   string   `json:"capture,omitempty"`
+	Artifacts []string `json:"artifacts,omitempty"`
+	// Timings are the durations of each step ("lease", "ready", "push",
+	// "verify", "run", "rotate", "parse", "promote", …).
+	Timings map[string]Duration `json:"timings,omitempty"`
+	// Seq counts transitions; the event of transition n carries Seq n.
+	Seq   int    `json:"seq"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"` // the tb-run process driving it
+	Error string `json:"error,omitempty"`
+}
+
+// ExecutionSnapshot is what one run of the sample did in a cycle.
+type ExecutionSnapshot struct {
+	Meta
+	Cycle    string   `json:"cycle"`
+	Lease    string   `json:"lease"`
+	Sample   string   `json:"sample"`
+	Argv     []string `json:"argv"`
+	GuestPID int      `json:"guest_pid,omitempty"`
+	// Detached: the sample was left running (Running: it still was at the
+	// end of the window).
+	Detached  bool       `json:"detached"`
+	Running   bool       `json:"running"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Duration  Duration   `json:"duration"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	TimedOut  bool       `json:"timed_out"`
+	Killed    bool       `json:"killed"`
+	// Stdout and Stderr are the artifact IDs of this cycle's output, with
+	// their sizes and last lines.
+	Stdout      string `json:"stdout,omitempty"`
+	Stderr      string `json:"stderr,omitempty"`
+	StdoutBytes int64  `json:"stdout_bytes"`
+	StderrBytes int64  `json:"stderr_bytes"`
+	StdoutTail  string `json:"stdout_tail,omitempty"`
+	StderrTail  string `json:"stderr_tail,omitempty"`
+}
+
+// RunAnalysis is what a cycle's post-processing concluded.
+type RunAnalysis struct {
+	Meta
+	Cycle    string `json:"cycle"`
+	Lease    string `json:"lease"`
+	Sample   string `json:"sample"`
+	Plan     string `json:"plan"`
+	Previous string `json:"previous,omitempty"`
+	// Observables counts this cycle's observables by type; Domains and
+	// Destinations list the names and endpoints seen.
+	Observables  map[string]int `json:"observables"`
+	Domains      []string       `json:"domains,omitempty"`
+	Destinations []string       `json:"destinations,omitempty"`
+	// Revision is the allow-list revision post-processing wrote (if any),
+	// Promoted what it added and Refused what it would not allow.
+	Revision string    `json:"revision,omitempty"`
+	Promoted []string  `json:"promoted,omitempty"`
+	Refused  []Refusal `json:"refused,omitempty"`
+	// Classification sums the run up (beaconing, scanning, silent,
+	// crashed, wrong-architecture, …).
+	Classification []string `json:"classification"`
+	Recommendation string   `json:"recommendation"`
+	Reasons        []string `json:"reasons"`
+}
+
+// Event is one transition of a cycle (or another notable step), in the
+// order the journal committed it.
+type Event struct {
+	Meta
+	Type    string    `json:"type"` // cycle.state, cycle.note
+	Subject string    `json:"subject"`
+	Cycle   string    `json:"cycle"`
+	Seq     int       `json:"seq"`
+	From    string    `json:"from,omitempty"`
+	To      string    `json:"to,omitempty"`
+	Detail  string    `json:"detail,omitempty"`
+	At      time.Time `json:"at"`
+}
