@@ -29,6 +29,7 @@ deps:
 test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 35m ./...
+	scripts/fuzz.sh 10s
 
 man: $(MANPAGES)
 build/man/%: man/%.md
@@ -43,6 +44,8 @@ install: build man
 
 bench: deps build
 	bench/plan.sh
+	bench/tb-capture/run.sh
+	bench/tb-parse/run.sh
 
 clean:
 	rm -rf bin build

@@ -61,13 +61,16 @@ type Cycle struct {
 	Allowed    int    `json:"allowed"`
 	// What runs: the sample's path in the guest, its arguments, environment
 	// and working directory, and the bounds.
-	GuestPath string            `json:"guest_path,omitempty"`
-	Args      []string          `json:"args,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Workdir   string            `json:"workdir,omitempty"`
-	Timeout   Duration          `json:"timeout"`
-	Detach    bool              `json:"detach"`
-	Window    Duration          `json:"window,omitempty"`
+	GuestPath string `json:"guest_path,omitempty"`
+	// GuestOut is the path prefix of the sample's files in the guest
+	// (.pid, .stdout, .stderr).
+	GuestOut string            `json:"guest_out,omitempty"`
+	Args     []string          `json:"args,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Workdir  string            `json:"workdir,omitempty"`
+	Timeout  Duration          `json:"timeout"`
+	Detach   bool              `json:"detach"`
+	Window   Duration          `json:"window,omitempty"`
 	// Post is what post-processing does: rotate, parse, promote.
 	Post []string `json:"post,omitempty"`
 	// Launch is set before the sample is started and GuestPID once it is,

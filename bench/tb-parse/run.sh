@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# tb-parse against tshark -T fields extracting the same fields (5-tuples and
+# payload lengths, DNS names/types/rcodes/answers, HTTP method/host/URI/user
+# agent/status, TLS SNI/version/JA3), on the same generated mixed capture,
+# each pinned to one core, in one run. Prints a Markdown table.
+#
+# Usage: bench/tb-parse/run.sh [SIZE_BYTES [SCALE]]   (default 1 GiB, scale 1)
+# SCALE shrinks HTTP bodies and TLS records: 0.1 gives ten times more
+# conversations per byte.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+size=${1:-1073741824}
+scale=${2:-1}
+out=bench/out
+pcap=$out/tb-parse-mixed-$size.pcap
+[ "$scale" = 1 ] || pcap=$out/tb-parse-mixed-$size-x$scale.pcap
+export PATH=$PATH:/usr/local/go/bin
+mkdir -p "$out"
+[ -s "$pcap" ] || go run ./bench/tb-parse/gen -size "$size" -scale "$scale" -o "$pcap"
+CGO_ENABLED=0 go build -trimpath -o "$out/tb-parse" ./cmd/tb-parse
+
+fields=(-e frame.time_epoch -e ip.src -e ip.dst -e ipv6.src -e ipv6.dst -e ip.proto
+  -e tcp.srcport -e tcp.dstport -e tcp.len -e tcp.flags -e udp.srcport -e udp.dstport -e udp.length
+  -e dns.id -e dns.flags.response -e dns.qry.name -e dns.qry.type -e dns.flags.rcode -e dns.a -e dns.aaaa -e dns.cname -e dns.resp.ttl
+  -e http.request.method -e http.host -e http.request.uri -e http.user_agent -e http.response.code
+  -e tls.handshake.extensions_server_name -e tls.handshake.version -e tls.handshake.ja3)
+
+# run LABEL CMD...: one core, warm page cache; prints "wall cpu maxrss_kib".
+run() {
+  local label=$1 tf
+  shift
+  tf=$(mktemp)
+  cat "$pcap" >/dev/null
+  /usr/bin/time -f "%e %U %S %M" -o "$tf" taskset -c 0 env GOMAXPROCS=1 "$@" >"$out/$label.out" 2>"$out/$label.err"
+  awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$tf"
+  rm -f "$tf"
+}
+
+bytes=$(stat -c %s "$pcap")
+mb=$(awk -v b="$bytes" 'BEGIN{printf "%.0f", b/1e6}')
+# tb-parse runs three times (the median by wall clock is reported), tshark
+# once: on a shared host one run of a few seconds is at the mercy of the
+# neighbours, a run of a minute averages them out.
+read -r tb_wall tb_cpu tb_rss < <(for i in 1 2 3; do run tb-parse "$out/tb-parse" --no-store "$pcap"; done | sort -n | sed -n 2p)
+read -r ts_wall ts_cpu ts_rss < <(run tshark tshark -n -r "$pcap" -T fields "${fields[@]}")
+rate() { awk -v b="$bytes" -v t="$1" 'BEGIN{printf "%.1f", b/1e6/t}'; }
+echo "| tool | wall | CPU (user+sys) | MB/s (wall) | MB/s (CPU) | max RSS | output |"
+echo "|---|---|---|---|---|---|---|"
+printf '| tb-parse --no-store | %s s | %s s | %s | %s | %d MiB | %d observables |\n' "$tb_wall" "$tb_cpu" "$(rate "$tb_wall")" "$(rate "$tb_cpu")" $((tb_rss / 1024)) "$(wc -l <"$out/tb-parse.out")"
+printf '| tshark -T fields | %s s | %s s | %s | %s | %d MiB | %d lines |\n' "$ts_wall" "$ts_cpu" "$(rate "$ts_wall")" "$(rate "$ts_cpu")" $((ts_rss / 1024)) "$(wc -l <"$out/tshark.out")"
+echo
+echo "capture: $pcap, $mb MB, $(capinfos -c -M "$pcap" 2>/dev/null | awk -F: '/Number of packets/{gsub(/ /,"",$2); print $2}') packets"
+awk -v a="$ts_wall" -v b="$tb_wall" -v c="$ts_cpu" -v d="$tb_cpu" 'BEGIN{printf "tb-parse is %.0f× tshark by wall clock, %.0f× by CPU time\n", a/b, c/d}'

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"net/netip"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/google/gopacket/layers"
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/talkbox-sandbox/talkbox/internal/clitest"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){"tb-parse": main})
+}
+
+func TestScripts(t *testing.T) {
+	cmds := clitest.Cmds()
+	cmds["mkpcap"] = mkpcap
+	cmds["putblob"] = putblob
+	cmds["cut"] = cut
+	cmds["expand"] = expand
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: clitest.Setup, Cmds: cmds})
+}
+
+var (
+	lab      = netip.MustParseAddr("10.13.37.5")
+	resolver = netip.MustParseAddr("10.13.37.1")
+	c2       = netip.MustParseAddr("203.0.113.7")
+	other    = netip.MustParseAddr("198.51.100.9")
+)
+
+// mkpcap PATH [ng] [gz] [nano] [vlan] [sll] [beacons=N]: writes a capture
+// of a sample that resolves c2.example, fetches a URL from it, opens TLS to
+// it with SNI, and is refused by another host.
+func mkpcap(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: mkpcap PATH [ng] [gz] [nano] [vlan] [sll] [beacons=N]")
+	}
+	var opt pcapgen.Options
+	gz := false
+	beacons := 1
+	for _, a := range args[1:] {
+		switch {
+		case a == "ng":
+			opt.NG = true
+		case a == "gz":
+			gz = true
+		case a == "nano":
+			opt.Nano = true
+		case a == "vlan":
+			opt.VLAN = 10
+		case a == "sll":
+			opt.Link = layers.LinkTypeLinuxSLL
+		case len(a) > 8 && a[:8] == "beacons=":
+			n, err := strconv.Atoi(a[8:])
+			ts.Check(err)
+			beacons = n
+		default:
+			ts.Fatalf("mkpcap: unknown option %q", a)
+		}
+	}
+	var buf bytes.Buffer
+	g, err := pcapgen.New(&buf, opt)
+	ts.Check(err)
+	g.DNSOverUDP(netip.AddrPortFrom(lab, 40000), netip.AddrPortFrom(resolver, 53),
+		pcapgen.DNSQuery(7, "c2.example", layers.DNSTypeA),
+		pcapgen.DNSResponse(7, "c2.example", layers.DNSTypeA, 0, []layers.DNSResourceRecord{pcapgen.A("c2.example", c2, 300)}))
+	for i := 0; i < beacons; i++ {
+		c := g.Dial(netip.AddrPortFrom(lab, uint16(41000+i)), netip.AddrPortFrom(c2, 80), uint32(i*1000), 77)
+		c.Send(pcapgen.HTTPGet("c2.example", "/gate.php?bot=1", "tb-test-agent"))
+		c.Reply(pcapgen.HTTPResponse(200, "OK", []byte("sleep 60")))
+		c.Close()
+		g.T = g.T.Add(60e9)
+	}
+	c := g.Dial(netip.AddrPortFrom(lab, 42000), netip.AddrPortFrom(c2, 443), 5, 6)
+	c.Send(pcapgen.ClientHelloRecord(pcapgen.Hello{Version: 0x0303, Ciphers: []uint16{0x1301, 0xc02f}, Order: []uint16{0, 10, 11, 16, 43},
+		SNI: "c2.example", Groups: []uint16{29}, PointFormats: []uint8{0}, ALPN: []string{"http/1.1"}, SupportedVersions: []uint16{0x0304}}))
+	c.Close()
+	g.Refused(netip.AddrPortFrom(lab, 43000), netip.AddrPortFrom(other, 6667), 1)
+	ts.Check(g.Flush())
+	data := buf.Bytes()
+	if gz {
+		var z bytes.Buffer
+		w := gzip.NewWriter(&z)
+		w.Write(data)
+		ts.Check(w.Close())
+		data = z.Bytes()
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), data, 0o644))
+}
+
+// putblob FILE VAR: stores FILE in the state's blob store and sets $VAR to
+// its sha256.
+func putblob(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: putblob FILE VAR")
+	}
+	st, err := state.Open(context.Background(), ts.Getenv("TB_STATE"))
+	ts.Check(err)
+	f, err := os.Open(ts.MkAbs(args[0]))
+	ts.Check(err)
+	defer f.Close()
+	b, err := st.PutBlob(context.Background(), f)
+	ts.Check(err)
+	ts.Setenv(args[1], b.SHA256)
+}
+
+// cut FILE N: truncates FILE to N bytes, or drops -N bytes from its end.
+func cut(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: cut FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	path := ts.MkAbs(args[0])
+	fi, err := os.Stat(path)
+	ts.Check(err)
+	if n < 0 {
+		n = int(fi.Size()) + n
+	}
+	ts.Check(os.Truncate(path, int64(n)))
+}
+
+// expand IN OUT: writes IN to OUT with $VARS replaced from the script's
+// environment.
+func expand(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: expand IN OUT")
+	}
+	b, err := os.ReadFile(ts.MkAbs(args[0]))
+	ts.Check(err)
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(os.Expand(string(b), ts.Getenv)), 0o644))
+}

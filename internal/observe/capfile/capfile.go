@@ -1,0 +1,401 @@
+// Package capfile reads packet captures: pcap (either byte order, micro- or
+// nanosecond timestamps) and pcapng, bounds-checked and without allocating
+// per packet.
+package capfile
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Limits that keep a hostile file from costing unbounded memory.
+const (
+	// MaxCaplen is the largest captured packet accepted (pcap's usual
+	// snaplen is 262144).
+	MaxCaplen = 262144
+	// maxBlock bounds a pcapng packet or interface block held in memory.
+	maxBlock = 1 << 20
+	// maxSkip bounds any other pcapng block, which is skipped unread.
+	maxSkip = 1 << 30
+	// maxIfaces bounds the interfaces of a pcapng section.
+	maxIfaces = 4096
+	// BufferSize is the read buffer; packets are returned as slices of it.
+	BufferSize = 4 << 20
+)
+
+// ErrBadData marks every error about the content of a capture.
+var ErrBadData = errors.New("bad capture")
+
+// Link types used by the decoder (the rest pass through as numbers).
+const (
+	LinkNull     = 0
+	LinkEthernet = 1
+	LinkRaw      = 101
+	LinkLoop     = 108
+	LinkSLL      = 113
+	LinkIPv4     = 228
+	LinkIPv6     = 229
+	LinkSLL2     = 276
+)
+
+// Packet is one captured frame. Data is valid until the next call to Next.
+type Packet struct {
+	N        int64  // 1-based packet number in the file
+	TS       int64  // Unix nanoseconds
+	LinkType uint32 // pcap LINKTYPE_ value
+	OrigLen  int
+	Data     []byte
+}
+
+type iface struct {
+	link   uint32
+	resol  uint8 // if_tsresol
+	offset int64 // if_tsoffset, seconds
+}
+
+// Reader reads packets from a pcap or pcapng stream.
+type Reader struct {
+	br     *bufio.Reader
+	ng     bool
+	big    bool
+	nano   bool
+	link   uint32
+	ifaces []iface
+	n      int64
+	off    int64
+}
+
+// Magic numbers as they appear in the first four bytes.
+var (
+	magicMicroLE = []byte{0xd4, 0xc3, 0xb2, 0xa1}
+	magicMicroBE = []byte{0xa1, 0xb2, 0xc3, 0xd4}
+	magicNanoLE  = []byte{0x4d, 0x3c, 0xb2, 0xa1}
+	magicNanoBE  = []byte{0xa1, 0xb2, 0x3c, 0x4d}
+	magicNG      = []byte{0x0a, 0x0d, 0x0d, 0x0a}
+)
+
+// IsCapture reports whether b starts like a pcap or pcapng file.
+func IsCapture(b []byte) bool {
+	if len(b) < 4 {
+		return false
+	}
+	for _, m := range [][]byte{magicMicroLE, magicMicroBE, magicNanoLE, magicNanoBE, magicNG} {
+		if string(b[:4]) == string(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// NewReader reads the file header from r. A *bufio.Reader of at least
+// BufferSize bytes is used as is.
+func NewReader(r io.Reader) (*Reader, error) {
+	br, ok := r.(*bufio.Reader)
+	if !ok || br.Size() < BufferSize {
+		br = bufio.NewReaderSize(r, BufferSize)
+	}
+	rd := &Reader{br: br}
+	m, err := br.Peek(4)
+	if err != nil {
+		return nil, rd.errf("file too short for a capture header")
+	}
+	switch string(m) {
+	case string(magicNG):
+		rd.ng = true
+		return rd, nil
+	case string(magicMicroLE):
+	case string(magicMicroBE):
+		rd.big = true
+	case string(magicNanoLE):
+		rd.nano = true
+	case string(magicNanoBE):
+		rd.big, rd.nano = true, true
+	default:
+		return nil, rd.errf("not a pcap or pcapng file")
+	}
+	h, err := br.Peek(24)
+	if err != nil {
+		return nil, rd.errf("truncated pcap file header")
+	}
+	rd.link = rd.u32(h[20:24]) & 0x0fffffff // upper bits carry FCS information
+	br.Discard(24)
+	rd.off = 24
+	return rd, nil
+}
+
+func (r *Reader) u32(b []byte) uint32 {
+	if r.big {
+		return binary.BigEndian.Uint32(b)
+	}
+	return binary.LittleEndian.Uint32(b)
+}
+
+func (r *Reader) u16(b []byte) uint16 {
+	if r.big {
+		return binary.BigEndian.Uint16(b)
+	}
+	return binary.LittleEndian.Uint16(b)
+}
+
+func (r *Reader) errf(format string, a ...any) error {
+	return fmt.Errorf("%w: offset %d: %s", ErrBadData, r.off, fmt.Sprintf(format, a...))
+}
+
+// Next fills p with the next packet. It returns io.EOF at a clean end of
+// file and an ErrBadData error for anything malformed or truncated.
+func (r *Reader) Next(p *Packet) error {
+	if r.ng {
+		return r.nextNG(p)
+	}
+	h, err := r.br.Peek(16)
+	if err != nil {
+		if len(h) == 0 && err == io.EOF {
+			return io.EOF
+		}
+		if err == io.EOF {
+			return r.errf("truncated record header after packet %d", r.n)
+		}
+		return err
+	}
+	caplen := r.u32(h[8:12])
+	if caplen > MaxCaplen {
+		return r.errf("packet %d: record length %d exceeds %d", r.n+1, caplen, MaxCaplen)
+	}
+	sec, frac := int64(r.u32(h[0:4])), int64(r.u32(h[4:8]))
+	orig := r.u32(h[12:16])
+	b, err := r.br.Peek(16 + int(caplen))
+	if err != nil {
+		if err == io.EOF {
+			return r.errf("packet %d: truncated (%d of %d bytes)", r.n+1, len(b)-16, caplen)
+		}
+		return err
+	}
+	r.n++
+	p.N = r.n
+	if r.nano {
+		p.TS = sec*1e9 + frac
+	} else {
+		p.TS = sec*1e9 + frac*1000
+	}
+	p.LinkType = r.link
+	p.OrigLen = int(orig)
+	p.Data = b[16:]
+	r.br.Discard(len(b))
+	r.off += int64(len(b))
+	return nil
+}
+
+func pad4(n uint32) uint32 { return (n + 3) &^ 3 }
+
+func (r *Reader) nextNG(p *Packet) error {
+	for {
+		h, err := r.br.Peek(12)
+		if err != nil {
+			if len(h) == 0 && err == io.EOF {
+				return io.EOF
+			}
+			if err == io.EOF {
+				return r.errf("truncated block header")
+			}
+			return err
+		}
+		typ := r.u32(h[0:4])
+		if typ == 0x0A0D0D0A {
+			if err := r.sectionHeader(); err != nil {
+				return err
+			}
+			continue
+		}
+		blen := r.u32(h[4:8])
+		if blen < 12 || blen%4 != 0 {
+			return r.errf("block type %#x: bad block length %d", typ, blen)
+		}
+		switch typ {
+		case 1, 2, 3, 6: // interface description, obsolete packet, simple packet, enhanced packet
+		default:
+			if blen > maxSkip {
+				return r.errf("block type %#x: absurd block length %d", typ, blen)
+			}
+			n, err := r.br.Discard(int(blen))
+			r.off += int64(n)
+			if err != nil {
+				return r.errf("truncated block of type %#x", typ)
+			}
+			continue
+		}
+		if blen > maxBlock {
+			return r.errf("block type %#x: block length %d exceeds %d", typ, blen, maxBlock)
+		}
+		b, err := r.br.Peek(int(blen))
+		if err != nil {
+			if err == io.EOF {
+				return r.errf("truncated block of type %#x (%d of %d bytes)", typ, len(b), blen)
+			}
+			return err
+		}
+		if r.u32(b[blen-4:]) != blen {
+			return r.errf("block type %#x: trailing length does not match %d", typ, blen)
+		}
+		body := b[8 : blen-4]
+		if typ == 1 {
+			if err := r.interfaceBlock(body); err != nil {
+				return err
+			}
+			r.br.Discard(int(blen))
+			r.off += int64(blen)
+			continue
+		}
+		if err := r.packetBlock(typ, body, p); err != nil {
+			return err
+		}
+		r.br.Discard(int(blen))
+		r.off += int64(blen)
+		return nil
+	}
+}
+
+func (r *Reader) sectionHeader() error {
+	h, err := r.br.Peek(12)
+	if err != nil {
+		return r.errf("truncated section header")
+	}
+	switch binary.LittleEndian.Uint32(h[8:12]) {
+	case 0x1A2B3C4D:
+		r.big = false
+	case 0x4D3C2B1A:
+		r.big = true
+	default:
+		return r.errf("section header: bad byte-order magic")
+	}
+	blen := r.u32(h[4:8])
+	if blen < 28 || blen%4 != 0 || blen > maxSkip {
+		return r.errf("section header: bad block length %d", blen)
+	}
+	n, err := r.br.Discard(int(blen))
+	r.off += int64(n)
+	if err != nil {
+		return r.errf("truncated section header")
+	}
+	r.ifaces = r.ifaces[:0]
+	return nil
+}
+
+func (r *Reader) interfaceBlock(body []byte) error {
+	if len(body) < 8 {
+		return r.errf("interface block too short")
+	}
+	if len(r.ifaces) >= maxIfaces {
+		return r.errf("more than %d interfaces", maxIfaces)
+	}
+	ifc := iface{link: uint32(r.u16(body[0:2])), resol: 6}
+	opts := body[8:]
+	for len(opts) >= 4 {
+		code, l := r.u16(opts[0:2]), uint32(r.u16(opts[2:4]))
+		if code == 0 {
+			break
+		}
+		if 4+pad4(l) > uint32(len(opts)) {
+			return r.errf("interface block: option %d overruns the block", code)
+		}
+		v := opts[4 : 4+l]
+		switch {
+		case code == 9 && l >= 1:
+			ifc.resol = v[0]
+		case code == 14 && l >= 8:
+			if r.big {
+				ifc.offset = int64(binary.BigEndian.Uint64(v))
+			} else {
+				ifc.offset = int64(binary.LittleEndian.Uint64(v))
+			}
+		}
+		opts = opts[4+pad4(l):]
+	}
+	r.ifaces = append(r.ifaces, ifc)
+	return nil
+}
+
+func (r *Reader) packetBlock(typ uint32, body []byte, p *Packet) error {
+	var ifID, caplen, orig uint32
+	var ts uint64
+	var data []byte
+	switch typ {
+	case 6:
+		if len(body) < 20 {
+			return r.errf("enhanced packet block too short")
+		}
+		ifID = r.u32(body[0:4])
+		ts = uint64(r.u32(body[4:8]))<<32 | uint64(r.u32(body[8:12]))
+		caplen, orig = r.u32(body[12:16]), r.u32(body[16:20])
+		if caplen > MaxCaplen || pad4(caplen) > uint32(len(body)-20) {
+			return r.errf("packet %d: captured length %d does not fit its block", r.n+1, caplen)
+		}
+		data = body[20 : 20+caplen]
+	case 2:
+		if len(body) < 20 {
+			return r.errf("packet block too short")
+		}
+		ifID = uint32(r.u16(body[0:2]))
+		ts = uint64(r.u32(body[4:8]))<<32 | uint64(r.u32(body[8:12]))
+		caplen, orig = r.u32(body[12:16]), r.u32(body[16:20])
+		if caplen > MaxCaplen || pad4(caplen) > uint32(len(body)-20) {
+			return r.errf("packet %d: captured length %d does not fit its block", r.n+1, caplen)
+		}
+		data = body[20 : 20+caplen]
+	case 3:
+		if len(body) < 4 {
+			return r.errf("simple packet block too short")
+		}
+		orig = r.u32(body[0:4])
+		caplen = min(orig, uint32(len(body)-4), MaxCaplen)
+		data = body[4 : 4+caplen]
+	}
+	if int(ifID) >= len(r.ifaces) {
+		return r.errf("packet %d: interface %d not described", r.n+1, ifID)
+	}
+	ifc := r.ifaces[ifID]
+	r.n++
+	p.N = r.n
+	p.TS = scaleTS(ts, ifc.resol) + ifc.offset*1e9
+	p.LinkType = ifc.link
+	p.OrigLen = int(orig)
+	p.Data = data
+	return nil
+}
+
+// scaleTS converts a pcapng timestamp in units of the interface's
+// resolution (10^-n, or 2^-n with the high bit set) to nanoseconds.
+func scaleTS(ts uint64, resol uint8) int64 {
+	if resol&0x80 != 0 {
+		k := uint(resol & 0x7f)
+		if k == 0 {
+			return int64(ts * 1e9)
+		}
+		if k > 63 {
+			return 0
+		}
+		return int64((ts>>k)*1e9 + ((ts&(1<<k-1))*1e9)>>k)
+	}
+	k := int(resol)
+	switch {
+	case k == 9:
+		return int64(ts)
+	case k < 9:
+		mul := uint64(1)
+		for i := k; i < 9; i++ {
+			mul *= 10
+		}
+		return int64(ts * mul)
+	default:
+		div := uint64(1)
+		for i := 9; i < k && i < 29; i++ {
+			if div > ^uint64(0)/10 {
+				return 0
+			}
+			div *= 10
+		}
+		return int64(ts / div)
+	}
+}

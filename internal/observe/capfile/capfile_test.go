@@ -1,0 +1,142 @@
+package capfile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+)
+
+// pcapFile writes a pcap by hand in either byte order.
+func pcapFile(order binary.ByteOrder, nano bool, link uint32, pkts ...[]byte) []byte {
+	var b bytes.Buffer
+	magic := uint32(0xa1b2c3d4)
+	if nano {
+		magic = 0xa1b23c4d
+	}
+	for _, v := range []any{magic, uint16(2), uint16(4), int32(0), uint32(0), uint32(65535), link} {
+		binary.Write(&b, order, v)
+	}
+	for i, p := range pkts {
+		frac := uint32(500000 + i)
+		if nano {
+			frac = 500000000 + uint32(i)
+		}
+		for _, v := range []uint32{1700000000, frac, uint32(len(p)), uint32(len(p) + 4)} {
+			binary.Write(&b, order, v)
+		}
+		b.Write(p)
+	}
+	return b.Bytes()
+}
+
+func readAll(t *testing.T, data []byte) ([]Packet, error) {
+	t.Helper()
+	rd, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	var out []Packet
+	for {
+		var p Packet
+		err := rd.Next(&p)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		p.Data = append([]byte(nil), p.Data...)
+		out = append(out, p)
+	}
+}
+
+func TestByteOrdersAndResolutions(t *testing.T) {
+	for _, tc := range []struct {
+		order binary.ByteOrder
+		nano  bool
+		ts    int64
+	}{
+		{binary.LittleEndian, false, 1700000000*1e9 + 500001*1e3},
+		{binary.BigEndian, false, 1700000000*1e9 + 500001*1e3},
+		{binary.LittleEndian, true, 1700000000*1e9 + 500000001},
+		{binary.BigEndian, true, 1700000000*1e9 + 500000001},
+	} {
+		pkts, err := readAll(t, pcapFile(tc.order, tc.nano, 101, []byte("first"), []byte("second")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pkts) != 2 || string(pkts[1].Data) != "second" || pkts[1].TS != tc.ts || pkts[1].N != 2 ||
+			pkts[1].LinkType != 101 || pkts[1].OrigLen != 10 {
+			t.Errorf("%v nano=%v: %+v", tc.order, tc.nano, pkts)
+		}
+	}
+}
+
+func TestPcapng(t *testing.T) {
+	var buf bytes.Buffer
+	g, err := pcapgen.New(&buf, pcapgen.Options{NG: true, Link: layers.LinkTypeRaw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Frame([]byte{0x45, 1, 2, 3})
+	g.Frame([]byte{0x45, 4})
+	g.Flush()
+	pkts, err := readAll(t, buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkts) != 2 || pkts[1].TS != pcapgen.Start.Add(time.Millisecond).UnixNano() || pkts[0].LinkType != 101 || len(pkts[1].Data) != 2 {
+		t.Fatalf("%+v", pkts)
+	}
+}
+
+func TestBadFiles(t *testing.T) {
+	good := pcapFile(binary.LittleEndian, false, 1, []byte("0123456789"))
+	huge := pcapFile(binary.LittleEndian, false, 1, []byte("x"))
+	binary.LittleEndian.PutUint32(huge[24+8:], 1<<30)
+	var ng bytes.Buffer
+	g, _ := pcapgen.New(&ng, pcapgen.Options{NG: true})
+	g.Frame(make([]byte, 60))
+	g.Flush()
+	ngb := ng.Bytes()
+	badBlock := append([]byte(nil), ngb...)
+	binary.LittleEndian.PutUint32(badBlock[len(badBlock)-92+4:], 7) // the enhanced packet block (92 bytes) length
+	for name, data := range map[string][]byte{
+		"truncated record":   good[:len(good)-3],
+		"truncated header":   good[:30],
+		"absurd caplen":      huge,
+		"pcapng truncated":   ngb[:len(ngb)-10],
+		"pcapng block len":   badBlock,
+		"pcapng short start": ngb[:6],
+	} {
+		_, err := readAll(t, data)
+		if !errors.Is(err, ErrBadData) {
+			t.Errorf("%s: %v, want a bad-data error", name, err)
+		}
+	}
+	if _, err := NewReader(bytes.NewReader([]byte("hello world, not a capture"))); !errors.Is(err, ErrBadData) {
+		t.Errorf("not a capture: %v", err)
+	}
+}
+
+func TestScaleTS(t *testing.T) {
+	for _, tc := range []struct {
+		ts    uint64
+		resol uint8
+		want  int64
+	}{
+		{1500, 6, 1500000}, {1500, 9, 1500}, {1500, 3, 1500000000}, {1500000, 12, 1500},
+		{1 << 20, 0x80 | 20, 1e9}, {3, 0x80, 3e9},
+	} {
+		if got := scaleTS(tc.ts, tc.resol); got != tc.want {
+			t.Errorf("scaleTS(%d, %#x) = %d, want %d", tc.ts, tc.resol, got, tc.want)
+		}
+	}
+}

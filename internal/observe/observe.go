@@ -1,0 +1,418 @@
+// Package observe is the observable model tb-parse builds: constructors for
+// each type, the merge of two sightings of one observable, and the bounded
+// in-run set that deduplicates them.
+package observe
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Bounds on what one observable accumulates, so that a chatty sample cannot
+// grow a record without limit.
+const (
+	MaxList       = 32  // set-valued fields (user agents, ports, clients, …)
+	MaxAnswers    = 64  // DNS answers per name
+	MaxStarts     = 256 // connection start times (most recent kept)
+	MaxProvenance = 16  // provenance entries (earliest kept)
+	MaxCycles     = 64  // cycles (most recent kept)
+)
+
+// Sink receives observables from a decoder. The sink owns o after the call.
+type Sink interface {
+	Add(o *records.Observable)
+}
+
+// Origin is the input a decoder reads: the artifact record it came from (if
+// any), the artifact's cycle, the path or blob URI, and the source kind
+// (pcap, zeek, eve).
+type Origin struct {
+	Artifact string
+	Cycle    string
+	Input    string
+	Source   string
+}
+
+// Prov is the provenance of a sighting at a packet or line number.
+func (o Origin) Prov(packet, line int64) records.Provenance {
+	return records.Provenance{Artifact: o.Artifact, Cycle: o.Cycle, Input: o.Input, Packet: packet, Line: line}
+}
+
+// New returns an observable seen once at t.
+func (o Origin) New(typ, value string, t time.Time, packet, line int64) *records.Observable {
+	b := new(block)
+	o.fill(b, typ, value, t, packet, line)
+	return &b.obs
+}
+
+// block holds an observable and the backing arrays of its one-element
+// slices, so that a sighting costs one allocation instead of four (a
+// capture yields hundreds of thousands). Merging appends to the slices,
+// which then move out of the block.
+type block struct {
+	obs     records.Observable
+	sources [1]string
+	cycles  [1]string
+	prov    [1]records.Provenance
+}
+
+func (o Origin) fill(b *block, typ, value string, t time.Time, packet, line int64) {
+	t = t.UTC()
+	b.sources[0] = o.Source
+	b.prov[0] = o.Prov(packet, line)
+	b.obs = records.Observable{
+		Type: typ, Value: value, FirstSeen: t, LastSeen: t, Count: 1,
+		Cycle: o.Cycle, Sources: b.sources[:], Provenance: b.prov[:],
+	}
+	if o.Cycle != "" {
+		b.cycles[0] = o.Cycle
+		b.obs.Cycles = b.cycles[:]
+	}
+}
+
+// NewFlow is New for a flow, with its FlowInfo in the same allocation.
+func (o Origin) NewFlow(value string, t time.Time, packet, line int64) (*records.Observable, *records.FlowInfo) {
+	b := new(struct {
+		block
+		info   records.FlowInfo
+		starts [1]time.Time
+	})
+	o.fill(&b.block, records.ObsFlow, value, t, packet, line)
+	b.starts[0] = t.UTC()
+	b.info.Starts = b.starts[:]
+	b.obs.Flow = &b.info
+	return &b.obs, &b.info
+}
+
+// NewIP is New for an ip observable of one connection from client to
+// port, with its IPInfo in the same allocation.
+func (o Origin) NewIP(value string, t time.Time, packet, line int64, port, client string) (*records.Observable, *records.IPInfo) {
+	b := new(struct {
+		block
+		info          records.IPInfo
+		starts        [1]time.Time
+		ports, client [1]string
+	})
+	o.fill(&b.block, records.ObsIP, value, t, packet, line)
+	b.starts[0], b.ports[0], b.client[0] = t.UTC(), port, client
+	b.info = records.IPInfo{Conns: 1, Ports: b.ports[:], Clients: b.client[:], Starts: b.starts[:]}
+	b.obs.IP = &b.info
+	return &b.obs, &b.info
+}
+
+// NewHTTP is New for an HTTP request (status 0: no response seen), with
+// its HTTPInfo in the same allocation.
+func (o Origin) NewHTTP(value string, t time.Time, packet, line int64, method, host, uri, userAgent string, status int,
+	server, client string) (*records.Observable, *records.HTTPInfo) {
+	b := new(struct {
+		block
+		info                 records.HTTPInfo
+		uas, servers, client [1]string
+		statuses             [1]int
+	})
+	o.fill(&b.block, records.ObsHTTP, value, t, packet, line)
+	b.servers[0], b.client[0] = server, client
+	b.info = records.HTTPInfo{Method: method, Host: host, URI: uri, Servers: b.servers[:], Clients: b.client[:]}
+	if userAgent != "" {
+		b.uas[0] = userAgent
+		b.info.UserAgents = b.uas[:]
+	}
+	if status != 0 {
+		b.statuses[0] = status
+		b.info.Statuses = b.statuses[:]
+	}
+	b.obs.HTTP = &b.info
+	return &b.obs, &b.info
+}
+
+// NewTLS is New for a TLS handshake, with its TLSInfo in the same
+// allocation.
+func (o Origin) NewTLS(value string, t time.Time, packet, line int64, serverName, version, ja3, ja4, alpn, server, client string) (*records.Observable, *records.TLSInfo) {
+	b := new(struct {
+		block
+		info                                       records.TLSInfo
+		versions, ja3, ja4, alpn, servers, clients [1]string
+	})
+	o.fill(&b.block, records.ObsTLS, value, t, packet, line)
+	one := func(a *[1]string, v string) []string {
+		if v == "" {
+			return nil
+		}
+		a[0] = v
+		return a[:]
+	}
+	b.info = records.TLSInfo{ServerName: serverName, Versions: one(&b.versions, version), JA3: one(&b.ja3, ja3), JA4: one(&b.ja4, ja4),
+		ALPN: one(&b.alpn, alpn), Servers: one(&b.servers, server), Clients: one(&b.clients, client)}
+	b.obs.TLS = &b.info
+	return &b.obs, &b.info
+}
+
+// NewDomain is New for a domain, with its DomainInfo and the one-element
+// lists of a DNS message in the same allocation.
+func (o Origin) NewDomain(value string, t time.Time, packet, line int64, qtype, rcode, transport, resolver, client string) (*records.Observable, *records.DomainInfo) {
+	b := new(struct {
+		block
+		info                                           records.DomainInfo
+		qtypes, rcodes, transports, resolvers, clients [1]string
+	})
+	o.fill(&b.block, records.ObsDomain, value, t, packet, line)
+	one := func(a *[1]string, v string) []string {
+		if v == "" {
+			return nil
+		}
+		a[0] = v
+		return a[:]
+	}
+	b.info = records.DomainInfo{QTypes: one(&b.qtypes, qtype), RCodes: one(&b.rcodes, rcode), Transports: one(&b.transports, transport),
+		Resolvers: one(&b.resolvers, resolver), Clients: one(&b.clients, client)}
+	b.obs.Domain = &b.info
+	return &b.obs, &b.info
+}
+
+// Merge folds src into dst, two sightings of the same (type, value): counts
+// and byte totals add up, the time span widens, sets are united (bounded),
+// and dst's cycle becomes that of the later sighting (src's on a tie).
+func Merge(dst, src *records.Observable) {
+	if dst.FirstSeen.IsZero() || (!src.FirstSeen.IsZero() && src.FirstSeen.Before(dst.FirstSeen)) {
+		dst.FirstSeen = src.FirstSeen
+	}
+	if !src.LastSeen.Before(dst.LastSeen) && src.Cycle != "" || dst.Cycle == "" {
+		dst.Cycle = src.Cycle
+	}
+	if src.LastSeen.After(dst.LastSeen) {
+		dst.LastSeen = src.LastSeen
+	}
+	dst.Count += src.Count
+	dst.Cycles = unionTail(dst.Cycles, src.Cycles, MaxCycles)
+	dst.Sources = union(dst.Sources, src.Sources, MaxList)
+	for _, p := range src.Provenance {
+		if len(dst.Provenance) >= MaxProvenance {
+			break
+		}
+		if !slices.Contains(dst.Provenance, p) {
+			dst.Provenance = append(dst.Provenance, p)
+		}
+	}
+	mergeDomain(&dst.Domain, src.Domain)
+	mergeIP(&dst.IP, src.IP)
+	mergeFlow(&dst.Flow, src.Flow)
+	mergeHTTP(&dst.HTTP, src.HTTP)
+	mergeTLS(&dst.TLS, src.TLS)
+	mergeICMP(&dst.ICMP, src.ICMP)
+	mergeFile(&dst.File, src.File)
+	if s := src.Notice; s != nil {
+		if dst.Notice == nil {
+			dst.Notice = &records.NoticeInfo{Note: s.Note}
+		}
+		d := dst.Notice
+		d.Msgs = union(d.Msgs, s.Msgs, MaxList)
+		d.Src = union(d.Src, s.Src, MaxList)
+		d.Dst = union(d.Dst, s.Dst, MaxList)
+	}
+	if s := src.Alert; s != nil {
+		if dst.Alert == nil {
+			dst.Alert = &records.AlertInfo{Signature: s.Signature, SignatureID: s.SignatureID, Category: s.Category, Severity: s.Severity}
+		}
+		d := dst.Alert
+		d.Src = union(d.Src, s.Src, MaxList)
+		d.Dst = union(d.Dst, s.Dst, MaxList)
+	}
+}
+
+func mergeDomain(dp **records.DomainInfo, s *records.DomainInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		*dp = &records.DomainInfo{}
+	}
+	d := *dp
+	d.Queries += s.Queries
+	d.Responses += s.Responses
+	d.QTypes = union(d.QTypes, s.QTypes, MaxList)
+	d.RCodes = union(d.RCodes, s.RCodes, MaxList)
+	for _, a := range s.Answers {
+		if len(d.Answers) >= MaxAnswers {
+			break
+		}
+		if i := slices.IndexFunc(d.Answers, func(b records.DNSAnswer) bool {
+			return b.Name == a.Name && b.Type == a.Type && b.Data == a.Data
+		}); i >= 0 {
+			d.Answers[i].TTL = a.TTL // the latest TTL
+			continue
+		}
+		d.Answers = append(d.Answers, a)
+	}
+	d.Addrs = union(d.Addrs, s.Addrs, MaxAnswers)
+	d.CNAMEs = union(d.CNAMEs, s.CNAMEs, MaxList)
+	d.Resolvers = union(d.Resolvers, s.Resolvers, MaxList)
+	d.Clients = union(d.Clients, s.Clients, MaxList)
+	d.Transports = union(d.Transports, s.Transports, MaxList)
+}
+
+func mergeIP(dp **records.IPInfo, s *records.IPInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		*dp = &records.IPInfo{}
+	}
+	d := *dp
+	d.Conns += s.Conns
+	d.Ports = union(d.Ports, s.Ports, MaxList)
+	d.Clients = union(d.Clients, s.Clients, MaxList)
+	d.OrigBytes += s.OrigBytes
+	d.RespBytes += s.RespBytes
+	d.Starts = mergeTimes(d.Starts, s.Starts)
+	d.Domains = union(d.Domains, s.Domains, MaxList)
+}
+
+func mergeFlow(dp **records.FlowInfo, s *records.FlowInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		c := *s
+		c.Starts = slices.Clone(s.Starts)
+		*dp = &c
+		return
+	}
+	d := *dp
+	if d.Service == "" {
+		d.Service = s.Service
+	}
+	d.ConnState, d.Outcome = s.ConnState, s.Outcome
+	d.OrigPkts += s.OrigPkts
+	d.OrigBytes += s.OrigBytes
+	d.OrigIPBytes += s.OrigIPBytes
+	d.RespPkts += s.RespPkts
+	d.RespBytes += s.RespBytes
+	d.RespIPBytes += s.RespIPBytes
+	d.Duration += s.Duration
+	d.Starts = mergeTimes(d.Starts, s.Starts)
+}
+
+func mergeHTTP(dp **records.HTTPInfo, s *records.HTTPInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		*dp = &records.HTTPInfo{Method: s.Method, Host: s.Host, URI: s.URI}
+	}
+	d := *dp
+	d.UserAgents = union(d.UserAgents, s.UserAgents, MaxList)
+	d.Statuses = union(d.Statuses, s.Statuses, MaxList)
+	d.Servers = union(d.Servers, s.Servers, MaxList)
+	d.Clients = union(d.Clients, s.Clients, MaxList)
+}
+
+func mergeTLS(dp **records.TLSInfo, s *records.TLSInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		*dp = &records.TLSInfo{ServerName: s.ServerName}
+	}
+	d := *dp
+	d.Versions = union(d.Versions, s.Versions, MaxList)
+	d.JA3 = union(d.JA3, s.JA3, MaxList)
+	d.JA4 = union(d.JA4, s.JA4, MaxList)
+	d.ALPN = union(d.ALPN, s.ALPN, MaxList)
+	d.Servers = union(d.Servers, s.Servers, MaxList)
+	d.Clients = union(d.Clients, s.Clients, MaxList)
+}
+
+func mergeICMP(dp **records.ICMPInfo, s *records.ICMPInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		c := *s
+		*dp = &c
+		return
+	}
+	(*dp).Packets += s.Packets
+	(*dp).Bytes += s.Bytes
+}
+
+func mergeFile(dp **records.FileInfo, s *records.FileInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		*dp = &records.FileInfo{}
+	}
+	d := *dp
+	d.MIMEType = first(d.MIMEType, s.MIMEType)
+	d.SHA256 = first(d.SHA256, s.SHA256)
+	d.SHA1 = first(d.SHA1, s.SHA1)
+	d.MD5 = first(d.MD5, s.MD5)
+	if s.Size > d.Size {
+		d.Size = s.Size
+	}
+	d.Filenames = union(d.Filenames, s.Filenames, MaxList)
+	d.Hosts = union(d.Hosts, s.Hosts, MaxList)
+}
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// union appends the members of b missing from a, keeping at most max.
+func union[T comparable](a, b []T, max int) []T {
+	for _, v := range b {
+		if len(a) >= max {
+			break
+		}
+		if !slices.Contains(a, v) {
+			a = append(a, v)
+		}
+	}
+	return a
+}
+
+// unionTail is union keeping the most recent max members.
+func unionTail[T comparable](a, b []T, max int) []T {
+	for _, v := range b {
+		if !slices.Contains(a, v) {
+			a = append(a, v)
+		}
+	}
+	if len(a) > max {
+		a = slices.Clone(a[len(a)-max:])
+	}
+	return a
+}
+
+// mergeTimes unites two lists of times in order, keeping the latest MaxStarts.
+func mergeTimes(a, b []time.Time) []time.Time {
+	if len(b) == 0 {
+		return a
+	}
+	out := a
+	switch {
+	case len(a) == 0 || b[0].After(a[len(a)-1]) && slices.IsSortedFunc(b, time.Time.Compare):
+		// The usual case, sightings in time order: no sort needed.
+		out = append(out, b...)
+	case len(b) == 1:
+		// One connection ending out of order: insert it in place.
+		i, found := slices.BinarySearchFunc(out, b[0], time.Time.Compare)
+		if !found {
+			out = slices.Insert(out, i, b[0])
+		}
+	default:
+		out = append(out, b...)
+		sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+		out = slices.CompactFunc(out, func(x, y time.Time) bool { return x.Equal(y) })
+	}
+	if n := len(out) - MaxStarts; n > 0 {
+		out = out[:copy(out, out[n:])]
+	}
+	return out
+}

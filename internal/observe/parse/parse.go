@@ -1,0 +1,470 @@
+// Package parse is tb-parse's run: it gathers inputs (artifact records on
+// stdin, or paths), recognises each by content, runs the matching decoder,
+// deduplicates the observables and stores and prints them.
+package parse
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/eve"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcap"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/zeek"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// Request is one tb-parse invocation.
+type Request struct {
+	// Inputs are files; "-" (or none, with FromStdin) reads artifact
+	// records or paths from stdin, one per line.
+	Inputs    []string
+	FromStdin bool
+	// Lease and Cycle scope observables from path inputs (artifact records
+	// carry their own).
+	Lease, Cycle string
+	// Merge folds observables into those the state holds for the lease.
+	Merge bool
+	// NoStore only prints.
+	NoStore  bool
+	MaxFlows int
+	MaxHeld  int
+}
+
+// Formats recognised by content.
+const (
+	FormatPcap = "pcap"
+	FormatZeek = "zeek"
+	FormatEVE  = "eve"
+)
+
+// IndexName is the state index from (lease, type, value) to an observable.
+const IndexName = "observable"
+
+// input is one thing to parse.
+type input struct {
+	name     string // path or blob URI, for messages and provenance
+	path     string
+	blob     string // sha256 of a stored blob
+	artifact string
+	cycle    string
+	lease    string
+	where    string // stdin:LINE for stdin inputs
+	typ      string // the artifact's type (pcap, sensor-log, guest-log, …)
+}
+
+// Run parses every input. Bad inputs are reported one line each and the
+// rest are still processed; the exit code is the first failure's.
+func Run(env *cli.Env, req Request) error {
+	tuneGC()
+	var batch cli.Batch
+	var inputs []input
+	for _, p := range req.Inputs {
+		if p != "-" {
+			inputs = append(inputs, input{name: p, path: p, lease: req.Lease, cycle: req.Cycle})
+		}
+	}
+	if req.FromStdin {
+		in, bad := readStdin(env.Stdin, req)
+		for _, e := range bad {
+			env.Warnf("%v", e)
+			batch.Add(cli.DataErr(e))
+		}
+		inputs = append(inputs, in...)
+	}
+	if len(inputs) == 0 {
+		if batch.Failed() > 0 {
+			return batch.Err()
+		}
+		return cli.Usage(errors.New("no input: give capture or log files, or pipe artifact records or paths on stdin"))
+	}
+	var st *state.Store
+	needStore := !req.NoStore
+	for _, in := range inputs {
+		needStore = needStore || in.blob != ""
+	}
+	if needStore {
+		var err error
+		if st, err = env.OpenState(state.WithDurability(state.SyncOnFlush)); err != nil {
+			return err
+		}
+	}
+	out := &output{env: env, st: st, req: req, w: bufio.NewWriterSize(env.Stdout, 256<<10)}
+	sets := map[string]*observe.Set{}
+	for _, in := range inputs {
+		if err := env.Ctx.Err(); err != nil {
+			return err
+		}
+		set := sets[in.lease]
+		if set == nil {
+			lease := in.lease
+			set = observe.NewSet(req.MaxHeld, func(o *records.Observable) error { return out.emit(lease, o) })
+			sets[in.lease] = set
+		}
+		if err := parseOne(env, st, in, req, set); err != nil {
+			msg := in.name
+			if in.where != "" {
+				msg = in.where + ": " + in.name
+			}
+			err = fmt.Errorf("%s: %w", msg, err)
+			env.Warnf("%v", err)
+			batch.Add(err)
+		}
+	}
+	leases := slices.Sorted(maps.Keys(sets))
+	for _, lease := range leases {
+		if err := sets[lease].Flush(); err != nil {
+			out.w.Flush()
+			return err
+		}
+	}
+	if err := out.w.Flush(); err != nil {
+		return err
+	}
+	if st != nil {
+		if err := st.Flush(); err != nil {
+			return cli.Failure(err)
+		}
+	}
+	return batch.Err()
+}
+
+// readStdin reads artifact records (any record with a uri or path) or
+// bare paths, one per line.
+func readStdin(r io.Reader, req Request) ([]input, []error) {
+	var ins []input
+	var bad []error
+	rd := records.NewReader(r, "stdin")
+	for {
+		l, err := rd.Next()
+		if err == io.EOF {
+			return ins, bad
+		}
+		if err != nil {
+			return ins, append(bad, err)
+		}
+		where := fmt.Sprintf("stdin:%d", l.No)
+		if l.Data[0] != '{' {
+			p := string(l.Data)
+			ins = append(ins, input{name: p, path: p, lease: req.Lease, cycle: req.Cycle, where: where})
+			continue
+		}
+		// Generic, whatever the kind: tb-parse needs a few fields and must
+		// not depend on the artifact's Go type.
+		var rec records.Generic
+		if err := records.Unmarshal(l.Data, &rec); err != nil {
+			bad = append(bad, l.Err(err))
+			continue
+		}
+		in, err := fromRecord(&rec, req)
+		if err != nil {
+			bad = append(bad, l.Err(err))
+			continue
+		}
+		in.where = where
+		ins = append(ins, in)
+	}
+}
+
+// fromRecord picks what tb-parse needs from an artifact record without
+// depending on its Go type: uri ("blob:sha256:<hex>", "file://path" or a
+// path) or path, sha256, cycle and lease.
+func fromRecord(rec records.Record, req Request) (input, error) {
+	h := rec.Header()
+	str := func(k string) string {
+		var s string
+		if raw, ok := h.Extra[k]; ok {
+			_ = json.Unmarshal(raw, &s)
+		}
+		return s
+	}
+	in := input{artifact: h.ID, cycle: str("cycle"), lease: str("lease"), typ: str("type")}
+	if in.cycle == "" {
+		in.cycle = req.Cycle
+	}
+	if in.lease == "" {
+		in.lease = req.Lease
+	}
+	uri := str("uri")
+	if uri == "" {
+		uri = str("path")
+	}
+	switch {
+	case strings.HasPrefix(uri, "blob:sha256:"):
+		in.blob = strings.ToLower(strings.TrimPrefix(uri, "blob:sha256:"))
+		in.name = uri
+	case strings.HasPrefix(uri, "file://"):
+		in.path = strings.TrimPrefix(uri, "file://")
+		in.name = in.path
+	case uri != "":
+		in.path, in.name = uri, uri
+	case str("sha256") != "":
+		in.blob = strings.ToLower(str("sha256"))
+		in.name = "blob:sha256:" + in.blob
+	default:
+		return in, fmt.Errorf("%s: record has no uri, path or sha256 to parse", h.ID)
+	}
+	return in, nil
+}
+
+func parseOne(env *cli.Env, st *state.Store, in input, req Request, set *observe.Set) error {
+	var f *os.File
+	var err error
+	if in.blob != "" {
+		f, err = st.OpenBlob(in.blob)
+		if errors.Is(err, state.ErrNotFound) {
+			return cli.DataErr(err)
+		}
+	} else {
+		f, err = os.Open(in.path)
+	}
+	if err != nil {
+		return cli.Failure(err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return cli.Failure(errors.New("is a directory"))
+	}
+	br, closer, err := decompress(f)
+	if err != nil {
+		return cli.DataErr(err)
+	}
+	defer closer()
+	format, err := Detect(br)
+	if err != nil {
+		if in.artifact != "" && in.typ != "" && in.typ != "pcap" {
+			// Sensors write logs tb-parse does not read (guest logs,
+			// INetSim's): not an error in a pipeline of artifacts.
+			env.Log.Info("skipping artifact in a format tb-parse does not read", "artifact", in.artifact, "type", in.typ)
+			return nil
+		}
+		return cli.DataErr(err)
+	}
+	origin := observe.Origin{Artifact: in.artifact, Cycle: in.cycle, Input: in.name, Source: format}
+	env.Log.Debug("parsing", "input", in.name, "format", format)
+	switch format {
+	case FormatPcap:
+		return parsePcap(env.Ctx, env, br, origin, req, set)
+	case FormatZeek:
+		stats, err := zeek.Read(env.Ctx, br, origin, set)
+		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
+	default:
+		stats, err := eve.Read(env.Ctx, br, origin, set)
+		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
+	}
+}
+
+func logErr(env *cli.Env, name string, lines, bad int64, first error, err error) error {
+	env.Log.Debug("parsed", "input", name, "lines", lines, "bad", bad)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		return cli.DataErr(err)
+	}
+	if bad > 0 {
+		return cli.DataErr(fmt.Errorf("%d malformed line(s), the first: %v", bad, first))
+	}
+	return nil
+}
+
+func parsePcap(ctx context.Context, env *cli.Env, br *bufio.Reader, origin observe.Origin, req Request, set *observe.Set) error {
+	rd, err := capfile.NewReader(br)
+	if err != nil {
+		return cli.DataErr(err)
+	}
+	dec := pcap.New(pcap.Config{MaxFlows: req.MaxFlows, Origin: origin, Sink: set})
+	var p capfile.Packet
+	for {
+		err = rd.Next(&p)
+		if err != nil {
+			break
+		}
+		dec.Packet(&p)
+		if p.N&0xffff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	dec.Finish()
+	s := dec.Stats
+	env.Log.Debug("parsed", "input", origin.Input, "packets", s.Packets, "bytes", s.Bytes, "flows", s.Flows,
+		"malformed", s.Malformed, "non_ip", s.NonIP, "fragments", s.Fragments, "evicted", s.Evicted, "bad_dns", s.BadDNS)
+	if err == io.EOF {
+		return nil
+	}
+	// Malformed content and corrupt or truncated compression alike.
+	return cli.DataErr(err)
+}
+
+// decompress undoes gzip (one or more members) when the content starts with
+// its magic.
+func decompress(f io.Reader) (*bufio.Reader, func(), error) {
+	br := bufio.NewReaderSize(f, capfile.BufferSize)
+	m, _ := br.Peek(2)
+	if len(m) == 2 && m[0] == 0x1f && m[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, fmt.Errorf("gzip: %w", err)
+		}
+		return bufio.NewReaderSize(gzipErrs{zr}, capfile.BufferSize), func() { zr.Close() }, nil
+	}
+	return br, func() {}, nil
+}
+
+// gzipErrs names decompression errors as such.
+type gzipErrs struct{ r io.Reader }
+
+func (g gzipErrs) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("gzip: %w", err)
+	}
+	return n, err
+}
+
+// Detect names the format of a stream from its first bytes: a capture, a
+// Zeek log (TSV with its #separator header, or JSON lines with Zeek's
+// fields) or Suricata EVE JSON (event_type).
+func Detect(br *bufio.Reader) (string, error) {
+	head, err := br.Peek(64 << 10)
+	if len(head) == 0 {
+		if err != nil && err != io.EOF {
+			return "", err
+		}
+		return "", errors.New("empty input")
+	}
+	if capfile.IsCapture(head) {
+		return FormatPcap, nil
+	}
+	if bytes.HasPrefix(head, []byte("#separator")) {
+		return FormatZeek, nil
+	}
+	trimmed := bytes.TrimLeft(head, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		line := trimmed
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line = line[:i]
+		}
+		if bytes.Contains(line, []byte(`"event_type"`)) {
+			return FormatEVE, nil
+		}
+		if bytes.Contains(line, []byte(`"ts"`)) {
+			return FormatZeek, nil
+		}
+	}
+	return "", errors.New("not a pcap, pcapng, Zeek log or Suricata EVE file")
+}
+
+// output stores and prints deduplicated observables.
+type output struct {
+	env *cli.Env
+	st  *state.Store
+	req Request
+	w   *bufio.Writer
+	buf []byte
+}
+
+// write prints one record as a JSON line: the bytes records.Writer would
+// write, without its reflection for the common case.
+func (o *output) write(obs *records.Observable) error {
+	if len(obs.Extra) > 0 {
+		b, err := records.Marshal(obs)
+		if err != nil {
+			return err
+		}
+		o.w.Write(b)
+		return o.w.WriteByte('\n')
+	}
+	o.buf = append(obs.AppendJSON(o.buf[:0]), '\n')
+	_, err := o.w.Write(o.buf)
+	return err
+}
+
+// IndexKey is the state index key of an observable: the sha256 of lease,
+// type and value.
+func IndexKey(lease, typ, value string) string {
+	sum := sha256.Sum256([]byte(lease + "\x00" + typ + "\x00" + value))
+	return hex.EncodeToString(sum[:])
+}
+
+func (o *output) emit(lease string, obs *records.Observable) error {
+	obs.Lease = lease
+	if o.req.NoStore {
+		records.Init(obs, records.KindObservable, nowOf(o.st))
+		return o.write(obs)
+	}
+	ctx := o.env.Ctx
+	key := IndexKey(lease, obs.Type, obs.Value)
+	if !o.req.Merge {
+		records.Init(obs, records.KindObservable, o.st.Now())
+		if err := o.st.Create(ctx, obs); err != nil {
+			return err
+		}
+		if err := o.st.SetIndex(IndexName, key, obs.ID); err != nil {
+			return err
+		}
+		return o.write(obs)
+	}
+	id, created, err := o.st.Claim(ctx, IndexName, key, func() (string, error) {
+		records.Init(obs, records.KindObservable, o.st.Now())
+		return obs.ID, o.st.Create(ctx, obs)
+	})
+	if err != nil {
+		return err
+	}
+	if created {
+		return o.write(obs)
+	}
+	var cur records.Observable
+	err = o.st.Update(ctx, id, &cur, func(exists bool) error {
+		if !exists {
+			return fmt.Errorf("%s: %w", id, state.ErrNotFound)
+		}
+		observe.Merge(&cur, obs)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return o.write(&cur)
+}
+
+func nowOf(st *state.Store) time.Time {
+	if st != nil {
+		return st.Now()
+	}
+	return time.Now()
+}
+
+// memoryLimit is the soft heap limit tb-parse runs under (see tb-parse(1)).
+const memoryLimit = 128 << 20
+
+// tuneGC trades idle heap for fewer collections: parsing allocates mostly
+// short-lived observables over a small live heap (the bounded flow table and
+// observable set), so collecting at 4× the live heap is cheaper, and the
+// soft limit keeps the total bounded. GOGC and GOMEMLIMIT still win.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
+}

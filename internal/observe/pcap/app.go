@@ -1,0 +1,581 @@
+package pcap
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/maphash"
+	"slices"
+	"strings"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe/dns"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/httpmsg"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/tlsfp"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Stream-head bounds: how much of one TCP direction is buffered while a
+// message is incomplete, how many directions may be buffering at once
+// (MaxHeads × maxHead bytes in all), and how many buffers are kept for
+// reuse.
+const (
+	maxHead      = 16 << 10
+	MaxHeads     = 2048
+	maxPooled    = 256
+	maxHTTPQueue = 16
+	maxDNSPerDir = 256
+)
+
+// half is the reassembly state of one TCP direction: in-order bytes only,
+// enough for a request or a ClientHello split across segments.
+type half struct {
+	buf      []byte
+	ooo      []oooSeg
+	oooBytes int
+	next     uint32
+	skip     int64
+	started  bool
+	done     bool
+	msgs     uint16
+}
+
+type httpReq struct {
+	req    httpmsg.Request
+	status int
+	ts, n  int64
+}
+
+type tlsSeen struct {
+	sni, ja3, ja4 string
+	alpn          string
+	client        uint16
+	server        uint16
+	ts, n         int64
+}
+
+// getBuf returns an empty head buffer, or nil when MaxHeads are in use.
+func (d *Decoder) getBuf() []byte {
+	if d.held >= MaxHeads {
+		return nil
+	}
+	d.held++
+	if n := len(d.bufs); n > 0 {
+		b := d.bufs[n-1]
+		d.bufs = d.bufs[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, maxHead)
+}
+
+// release frees what a direction holds: its head buffer and the segments
+// waiting behind a gap.
+func (d *Decoder) release(h *half) {
+	d.releaseBuf(h)
+	d.oooBytes -= h.oooBytes
+	h.ooo, h.oooBytes = nil, 0
+}
+
+func (d *Decoder) releaseBuf(h *half) {
+	if h.buf == nil {
+		return
+	}
+	d.held--
+	if len(d.bufs) < maxPooled {
+		d.bufs = append(d.bufs, h.buf)
+	}
+	h.buf = nil
+}
+
+// stream places one segment of a direction: in order it goes to the
+// application parser; ahead of a gap it waits (copied, bounded) for the
+// missing bytes, so that a retransmission or a reordering within the head
+// is reassembled as Zeek would.
+func (d *Decoder) stream(f *flow, isOrig bool, seq uint32, data []byte, k *pkt) {
+	dir := 0
+	if !isOrig {
+		dir = 1
+	}
+	h := &f.half[dir]
+	if h.done {
+		return
+	}
+	if !h.started {
+		// The first byte follows the SYN (or the first packet of a
+		// connection seen from the middle).
+		h.started, h.next = true, f.ep[dir].start+1
+	}
+	if off := int64(int32(seq - h.next)); off > 0 {
+		d.hold(h, off, data)
+		return
+	} else if off < 0 {
+		if -off >= int64(len(data)) {
+			return
+		}
+		data = data[-off:]
+	}
+	d.deliver(f, h, dir, data, k)
+	for !h.done && len(h.ooo) > 0 {
+		i := slices.IndexFunc(h.ooo, func(s oooSeg) bool { return int32(s.seq-h.next) <= 0 })
+		if i < 0 {
+			return
+		}
+		s := h.ooo[i]
+		h.ooo = slices.Delete(h.ooo, i, i+1)
+		h.oooBytes -= len(s.data)
+		d.oooBytes -= len(s.data)
+		if trim := int64(int32(h.next - s.seq)); trim < int64(len(s.data)) {
+			d.deliver(f, h, dir, s.data[trim:], k)
+		}
+	}
+}
+
+// Bounds on segments held ahead of a gap.
+const (
+	maxOOOSegs  = 16
+	MaxOOOBytes = 8 << 20 // over all connections
+)
+
+type oooSeg struct {
+	seq  uint32
+	data []byte
+}
+
+// hold keeps a copy of a segment that arrived off bytes ahead of the next
+// expected one, or gives up on the direction when the bounds are reached.
+func (d *Decoder) hold(h *half, off int64, data []byte) {
+	if off >= maxHead || len(h.ooo) >= maxOOOSegs || h.oooBytes+len(data) > maxHead || d.oooBytes+len(data) > MaxOOOBytes {
+		h.done = true // a gap that is not filled within the head
+		d.release(h)
+		return
+	}
+	h.ooo = append(h.ooo, oooSeg{seq: h.next + uint32(off), data: append([]byte(nil), data...)})
+	h.oooBytes += len(data)
+	d.oooBytes += len(data)
+}
+
+// deliver feeds in-order bytes to the flow's application parser.
+func (d *Decoder) deliver(f *flow, h *half, dir int, data []byte, k *pkt) {
+	h.next += uint32(len(data))
+	if f.app == appUnknown {
+		switch {
+		case f.key.pa == 53 || f.key.pb == 53:
+			f.app = appDNS
+		case dir == 1:
+			// The server spoke first: not a protocol read here.
+			h.done = true
+			d.release(h)
+			return
+		case len(data) >= 2 && data[0] == 22 && data[1] == 3:
+			f.app = appTLS
+		case httpmsg.LooksLikeRequest(data):
+			f.app = appHTTP
+		default:
+			f.app = appNone
+			h.done = true
+			d.release(h)
+			return
+		}
+	}
+	if f.app == appNone {
+		h.done = true
+		d.release(h)
+		return
+	}
+	if h.skip > 0 {
+		n := min(h.skip, int64(len(data)))
+		h.skip -= n
+		data = data[n:]
+		if len(data) == 0 {
+			return
+		}
+	}
+	buf, full := data, false
+	if len(h.buf) > 0 {
+		room := maxHead - len(h.buf)
+		if len(data) >= room {
+			data, full = data[:room], true
+		}
+		h.buf = append(h.buf, data...)
+		buf = h.buf
+	}
+	var used int
+	var more bool
+	switch f.app {
+	case appTLS:
+		used, more = d.tlsData(f, dir, buf, full, k)
+	case appHTTP:
+		used, more = d.httpData(f, h, dir, buf, full, k)
+	case appDNS:
+		used, more = d.dnsStream(f, h, buf, full, k)
+	}
+	rest := buf[used:]
+	if !more || full || len(rest) >= maxHead {
+		h.done = true
+		d.release(h)
+		return
+	}
+	if len(rest) == 0 {
+		if h.buf != nil {
+			d.releaseBuf(h)
+		}
+		return
+	}
+	if h.buf == nil {
+		b := d.getBuf()
+		if b == nil {
+			d.HeadsRefused++
+			h.done = true
+			d.release(h)
+			return
+		}
+		h.buf = append(b, rest...)
+	} else {
+		n := copy(h.buf, rest)
+		h.buf = h.buf[:n]
+	}
+}
+
+func (f *flow) pending() *pending {
+	if f.pend == nil {
+		f.pend = &pending{}
+	}
+	return f.pend
+}
+
+func (d *Decoder) tlsData(f *flow, dir int, b []byte, full bool, k *pkt) (int, bool) {
+	if d.scratch == nil {
+		d.scratch = make([]byte, 0, tlsfp.MaxHandshake+(1<<14))
+	}
+	if dir == 0 {
+		err := tlsfp.ParseClientHello(b, &d.ch, d.scratch)
+		if errors.Is(err, tlsfp.ErrIncomplete) {
+			return 0, !full
+		}
+		if err != nil {
+			if f.pend == nil || f.pend.tls == nil {
+				f.app = appNone
+			}
+			return 0, false
+		}
+		alpn := ""
+		if len(d.ch.ALPN) > 0 {
+			alpn = d.ch.ALPN[0]
+		}
+		client := d.ch.Version
+		for _, v := range d.ch.SupportedVersions {
+			if !tlsfp.IsGREASE(v) && v > client {
+				client = v
+			}
+		}
+		fp := d.fingerprint(&d.ch)
+		f.pending().tls = &tlsSeen{sni: strings.ToLower(d.ch.ServerName), ja3: fp.ja3, ja4: fp.ja4, alpn: alpn,
+			client: client, ts: k.ts, n: k.n}
+		return len(b), false
+	}
+	if f.pend == nil || f.pend.tls == nil {
+		return 0, false
+	}
+	err := tlsfp.ParseServerHello(b, &d.sh, d.scratch)
+	if errors.Is(err, tlsfp.ErrIncomplete) {
+		return 0, !full
+	}
+	if err == nil {
+		f.pend.tls.server = d.sh.Version
+	}
+	return len(b), false
+}
+
+func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pkt) (int, bool) {
+	off := 0
+	for off < len(b) {
+		if dir == 0 {
+			var r httpReq
+			err := httpmsg.ParseRequest(b[off:], &r.req, full, &d.strs)
+			if errors.Is(err, httpmsg.ErrIncomplete) {
+				return off, true
+			}
+			if err != nil {
+				return off, false
+			}
+			r.ts, r.n = k.ts, k.n
+			p := f.pending()
+			if len(p.reqs)-p.statusAt >= maxHTTPQueue {
+				// Unanswered requests are reported without a status.
+				d.emitHTTP(f, &p.reqs[p.statusAt])
+				p.statusAt++
+			}
+			if p.statusAt > 0 {
+				p.reqs = p.reqs[:copy(p.reqs, p.reqs[p.statusAt:])]
+				p.statusAt = 0
+			}
+			p.reqs = append(p.reqs, r)
+			off += r.req.HeadLen
+			if r.req.Chunked {
+				return off, false
+			}
+			body := r.req.BodyLen
+			if int64(len(b)-off) >= body {
+				off += int(body)
+				continue
+			}
+			h.skip = body - int64(len(b)-off)
+			return len(b), true
+		}
+		var resp httpmsg.Response
+		err := httpmsg.ParseResponse(b[off:], &resp, full)
+		if errors.Is(err, httpmsg.ErrIncomplete) {
+			return off, true
+		}
+		if err != nil {
+			return off, false
+		}
+		off += resp.HeadLen
+		method := ""
+		if p := f.pend; p != nil && p.statusAt < len(p.reqs) {
+			r := &p.reqs[p.statusAt]
+			method = r.req.Method
+			if resp.Status >= 200 || resp.Status == 101 {
+				r.status = resp.Status
+				d.emitHTTP(f, r)
+				p.statusAt++
+				if p.statusAt == len(p.reqs) {
+					p.reqs, p.statusAt = p.reqs[:0], 0
+				}
+			}
+		}
+		switch {
+		case method == "HEAD" || resp.Status < 200 || resp.Status == 204 || resp.Status == 304:
+			continue
+		case resp.Chunked || resp.BodyLen < 0:
+			return off, false
+		}
+		if int64(len(b)-off) >= resp.BodyLen {
+			off += int(resp.BodyLen)
+			continue
+		}
+		h.skip = resp.BodyLen - int64(len(b)-off)
+		return len(b), true
+	}
+	return off, true
+}
+
+// dnsStream reads length-prefixed DNS messages (RFC 1035 4.2.2).
+func (d *Decoder) dnsStream(f *flow, h *half, b []byte, full bool, k *pkt) (int, bool) {
+	off := 0
+	for off+2 <= len(b) {
+		l := int(binary.BigEndian.Uint16(b[off:]))
+		if l < 12 {
+			return off, false
+		}
+		if off+2+l > len(b) {
+			return off, !full
+		}
+		if h.msgs++; h.msgs > maxDNSPerDir {
+			return off, false
+		}
+		d.dnsMessage(f, b[off+2:off+2+l], k, "tcp")
+		off += 2 + l
+	}
+	return off, true
+}
+
+// dnsMessage turns one DNS message into domain observables.
+func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string) {
+	m := &d.dnsMsg
+	if err := dns.Parse(b, m); err != nil {
+		d.BadDNS++
+		return
+	}
+	f.dnsSeen = true
+	count := int64(1)
+	if !m.Response {
+		f.dnsIDs[f.dnsN%uint8(len(f.dnsIDs))] = m.ID
+		f.dnsN++
+	} else {
+		for i := 0; i < min(int(f.dnsN), len(f.dnsIDs)); i++ {
+			if f.dnsIDs[i] == m.ID {
+				count = 0
+				f.dnsIDs[i] = ^m.ID // matched once
+				break
+			}
+		}
+	}
+	v6 := f.key.v6
+	client := d.addrString(f.origAddr(), v6)
+	resolver := d.addrString(f.respAddr(), v6)
+	rcode := ""
+	if m.Response {
+		rcode = dns.RCodeName(m.RCode)
+	}
+	newDomain := func(name, qtype string) *records.Observable {
+		o, di := d.cfg.Origin.NewDomain(name, tsTime(k.ts), k.n, 0, qtype, rcode, transport, resolver, client)
+		if m.Response {
+			di.Responses = 1
+		} else {
+			di.Queries = 1
+		}
+		return o
+	}
+	netbios := transport == "udp" && f.respPort() == 137
+	if len(m.Questions) > 0 {
+		for i, q := range m.Questions {
+			name, qtype := NormName(q.Name), dns.TypeName(q.Type)
+			if netbios {
+				name = NetBIOSName(q.Name)
+				if q.Type == 33 {
+					qtype = "NBSTAT" // the SRV number, reused by NetBIOS
+				}
+			}
+			o := newDomain(name, qtype)
+			if i > 0 {
+				o.Count = 0
+			} else {
+				o.Count = count
+				addAnswers(o.Domain, m.Answers)
+			}
+			d.cfg.Sink.Add(o)
+		}
+		return
+	}
+	// Answers without a question (mDNS announcements): one per owner name.
+	for i, a := range m.Answers {
+		name := NormName(a.Name)
+		seen := false
+		for _, b := range m.Answers[:i] {
+			if NormName(b.Name) == name {
+				seen = true
+				break
+			}
+		}
+		if seen {
+			continue
+		}
+		o := newDomain(name, "")
+		var own []dns.RR
+		for _, b := range m.Answers {
+			if NormName(b.Name) == name {
+				own = append(own, b)
+			}
+		}
+		addAnswers(o.Domain, own)
+		d.cfg.Sink.Add(o)
+	}
+}
+
+func addAnswers(di *records.DomainInfo, rrs []dns.RR) {
+	for _, a := range rrs {
+		if a.Type == 41 {
+			continue
+		}
+		data := a.Data
+		switch a.Type {
+		case dns.TypeA, dns.TypeAAAA:
+			di.Addrs = append(di.Addrs, data)
+		case dns.TypeCNAME:
+			data = NormName(data)
+			di.CNAMEs = append(di.CNAMEs, data)
+		case dns.TypeNS, dns.TypePTR, dns.TypeMX, dns.TypeDNAME:
+			data = NormName(data)
+		}
+		if len(di.Answers) < 64 {
+			di.Answers = append(di.Answers, records.DNSAnswer{Name: NormName(a.Name), Type: dns.TypeName(a.Type), Data: clip(data), TTL: a.TTL})
+		}
+	}
+}
+
+// NormName is the observable value of a DNS name: lower case, without a
+// trailing dot ("." for the root).
+func NormName(s string) string {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" {
+		return "."
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
+// maxAnswerData bounds one answer's text (long TXT records) as kept.
+const maxAnswerData = 512
+
+func clip(s string) string {
+	if len(s) > maxAnswerData {
+		return s[:maxAnswerData] + "…"
+	}
+	return s
+}
+
+// NetBIOSName decodes a NetBIOS name service query (RFC 1001 first-level
+// encoding: each byte as two letters 'A'+nibble) the way Zeek's
+// decode_netbios_name does: the first 15 characters, up to the first that
+// is not alphanumeric or punctuation (the space padding), without the
+// suffix byte. A name that is not so encoded is returned as is.
+func NetBIOSName(s string) string {
+	label, _, _ := strings.Cut(s, ".")
+	if len(label) != 32 {
+		return NormName(s)
+	}
+	var out []byte
+	for i := 0; i < 15; i++ {
+		hi, lo := label[2*i]-'A', label[2*i+1]-'A'
+		if label[2*i] < 'A' || label[2*i+1] < 'A' || hi > 15 || lo > 15 {
+			return NormName(s)
+		}
+		c := hi<<4 | lo
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c > ' ' && c < 0x7f || c < 3) {
+			break
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}
+
+// fingerprints are a ClientHello's JA3 hash and JA4.
+type fingerprints struct{ ja3, ja4 string }
+
+// maxPrints bounds the cache of fingerprints.
+const maxPrints = 1 << 12
+
+// fingerprint computes JA3 and JA4 once per distinct ClientHello (as far
+// as they see it): a sample repeats one hello for every connection.
+func (d *Decoder) fingerprint(ch *tlsfp.ClientHello) fingerprints {
+	var h maphash.Hash
+	h.SetSeed(d.seed)
+	var b [2]byte
+	put := func(v uint16) {
+		binary.BigEndian.PutUint16(b[:], v)
+		h.Write(b[:])
+	}
+	list := func(vs []uint16) {
+		put(uint16(len(vs)))
+		for _, v := range vs {
+			put(v)
+		}
+	}
+	put(ch.Version)
+	list(ch.Ciphers)
+	list(ch.Extensions)
+	list(ch.Groups)
+	list(ch.SigAlgs)
+	list(ch.SupportedVersions)
+	h.Write(ch.PointFormats)
+	put(uint16(len(ch.PointFormats)))
+	if len(ch.ALPN) > 0 {
+		h.WriteString(ch.ALPN[0])
+	}
+	put(uint16(len(ch.ALPN)))
+	if ch.ServerName != "" {
+		h.WriteByte(1)
+	}
+	k := h.Sum64()
+	if fp, ok := d.prints[k]; ok {
+		return fp
+	}
+	fp := fingerprints{ja3: ch.JA3(), ja4: ch.JA4()}
+	if len(d.prints) < maxPrints {
+		d.prints[k] = fp
+	}
+	return fp
+}

@@ -1,0 +1,650 @@
+// Package pcap turns packets into observables: it decodes link, network and
+// transport layers with gopacket's DecodingLayerParser, tracks connections
+// the way Zeek's conn.log counts them, reads DNS from UDP and TCP, and reads
+// HTTP and TLS from the first bytes of each TCP direction.
+package pcap
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/dns"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/httpmsg"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/tlsfp"
+)
+
+// DefaultMaxFlows bounds the connection table (about 450 bytes a
+// connection); beyond it the least recently active connection is ended
+// early.
+const DefaultMaxFlows = 1 << 17
+
+// Config is what a Decoder needs.
+type Config struct {
+	// MaxFlows bounds the connection table (DefaultMaxFlows when 0).
+	MaxFlows int
+	Origin   observe.Origin
+	Sink     observe.Sink
+}
+
+// Stats counts what the decoder saw.
+type Stats struct {
+	Packets     int64
+	Bytes       int64
+	Malformed   int64 // frames whose headers did not decode
+	NonIP       int64 // frames without IPv4 or IPv6 (ARP, LLDP, …)
+	Fragments   int64
+	Reassembled int64
+	Flows       int64
+	Evicted     int64 // connections ended early because the table was full
+	BadDNS      int64
+	// HeadsRefused counts stream directions not read because MaxHeads
+	// buffers were in use.
+	HeadsRefused int64
+}
+
+// Decoder is the per-file packet engine. It is not safe for concurrent use.
+type Decoder struct {
+	cfg Config
+
+	eth   layers.Ethernet
+	dot1q layers.Dot1Q
+	sll   layers.LinuxSLL
+	ip4   layers.IPv4
+	ip6   layers.IPv6
+	tcp   layers.TCP
+	udp   layers.UDP
+	icmp4 layers.ICMPv4
+	icmp6 layers.ICMPv6
+
+	pEth, pSLL, pIP4, pIP6 *gopacket.DecodingLayerParser
+	decoded                []gopacket.LayerType
+
+	// flows maps a 5-tuple's hash to its connection (chained through
+	// hnext): the table's slots stay small and the key is compared in the
+	// flow, which is read anyway, so a lookup misses the cache once.
+	flows     map[uint64]*flow
+	nflows    int
+	seed      maphash.Seed
+	lists     [nLists]lru
+	free      []*flow
+	now       int64
+	frags     defrag
+	bufs      [][]byte
+	ports     map[uint32]string
+	names     map[endpointKey]string
+	endpoints map[endpointKey]string
+	prints    map[uint64]fingerprints
+	held      int // stream-head buffers in use
+	oooBytes  int // bytes held behind gaps
+	scratch   []byte
+	dnsMsg    dns.Msg
+	dnsNames  dns.Names
+	strs      httpmsg.Strings
+	ch        tlsfp.ClientHello
+	sh        tlsfp.ServerHello
+
+	Stats
+}
+
+// New returns a Decoder.
+func New(cfg Config) *Decoder {
+	if cfg.MaxFlows <= 0 {
+		cfg.MaxFlows = DefaultMaxFlows
+	}
+	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(), ports: make(map[uint32]string),
+		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
+		decoded: make([]gopacket.LayerType, 0, 16)}
+	d.frags.m = make(map[fragKey]*fragBuf)
+	d.dnsMsg.Names = &d.dnsNames
+	all := []gopacket.DecodingLayer{&d.eth, &d.dot1q, &d.sll, &d.ip4, &d.ip6, &d.tcp, &d.udp, &d.icmp4, &d.icmp6}
+	mk := func(first gopacket.LayerType) *gopacket.DecodingLayerParser {
+		p := gopacket.NewDecodingLayerParser(first)
+		// A sparse array indexed by layer type instead of the default map.
+		dlc := gopacket.DecodingLayerContainer(gopacket.DecodingLayerSparse(nil))
+		for _, l := range all {
+			dlc = dlc.Put(l)
+		}
+		p.SetDecodingLayerContainer(dlc)
+		p.IgnoreUnsupported = true
+		return p
+	}
+	d.pEth, d.pSLL = mk(layers.LayerTypeEthernet), mk(layers.LayerTypeLinuxSLL)
+	d.pIP4, d.pIP6 = mk(layers.LayerTypeIPv4), mk(layers.LayerTypeIPv6)
+	return d
+}
+
+// byVersion picks the IP parser from the version nibble of a raw packet.
+func (d *Decoder) byVersion(b []byte) *gopacket.DecodingLayerParser {
+	if len(b) == 0 {
+		return nil
+	}
+	switch b[0] >> 4 {
+	case 4:
+		return d.pIP4
+	case 6:
+		return d.pIP6
+	}
+	return nil
+}
+
+// Packet processes one captured frame.
+func (d *Decoder) Packet(p *capfile.Packet) {
+	d.Packets++
+	d.Bytes += int64(len(p.Data))
+	if p.TS > d.now {
+		d.now = p.TS
+	}
+	d.sweep()
+	data := p.Data
+	var parser *gopacket.DecodingLayerParser
+	switch p.LinkType {
+	case capfile.LinkEthernet:
+		parser = d.pEth
+	case capfile.LinkSLL:
+		parser = d.pSLL
+	case capfile.LinkRaw, capfile.LinkIPv4, capfile.LinkIPv6, 12, 14:
+		parser = d.byVersion(data)
+	case capfile.LinkNull, capfile.LinkLoop:
+		if len(data) >= 4 {
+			data = data[4:]
+			parser = d.byVersion(data)
+		}
+	case capfile.LinkSLL2:
+		if len(data) >= 20 {
+			data = data[20:]
+			parser = d.byVersion(data)
+		}
+	}
+	if parser == nil {
+		d.NonIP++
+		return
+	}
+	if err := parser.DecodeLayers(data, &d.decoded); err != nil {
+		d.Malformed++
+		return
+	}
+	var net, l4 gopacket.LayerType
+	for _, t := range d.decoded {
+		switch t {
+		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
+			if net == 0 {
+				net = t
+			}
+		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
+			if l4 == 0 {
+				l4 = t
+			}
+		}
+	}
+	switch net {
+	case layers.LayerTypeIPv4:
+		d.ipv4(p, l4)
+	case layers.LayerTypeIPv6:
+		d.ipv6(p, l4)
+	default:
+		d.NonIP++
+	}
+}
+
+// pkt is one transport-layer packet after IP decoding and reassembly.
+type pkt struct {
+	n, ts    int64
+	src, dst addr
+	v6       bool
+	proto    uint8
+	ipLen    int
+	l4Len    int // transport length from the IP header (not the captured length)
+}
+
+func (d *Decoder) ipv4(p *capfile.Packet, l4 gopacket.LayerType) {
+	ip := &d.ip4
+	if len(ip.SrcIP) != 4 || len(ip.DstIP) != 4 {
+		d.Malformed++
+		return
+	}
+	var k pkt
+	k.n, k.ts = p.N, p.TS
+	copy(k.src[:4], ip.SrcIP)
+	copy(k.dst[:4], ip.DstIP)
+	k.proto = uint8(ip.Protocol)
+	hl := int(ip.IHL) * 4
+	k.ipLen = int(ip.Length)
+	k.l4Len = k.ipLen - hl
+	if ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+		d.Fragments++
+		whole := d.frags.add(fragKey{src: k.src, dst: k.dst, id: uint32(ip.Id), proto: k.proto}, int(ip.FragOffset)*8,
+			ip.Flags&layers.IPv4MoreFragments != 0, ip.Payload, k.ts)
+		if whole == nil {
+			return
+		}
+		d.Reassembled++
+		k.ipLen, k.l4Len = hl+len(whole), len(whole)
+		d.transport(&k, 0, whole)
+		return
+	}
+	d.transport(&k, l4, ip.Payload)
+}
+
+func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
+	ip := &d.ip6
+	var k pkt
+	k.n, k.ts, k.v6 = p.N, p.TS, true
+	copy(k.src[:], ip.SrcIP)
+	copy(k.dst[:], ip.DstIP)
+	k.ipLen = 40 + int(ip.Length)
+	nh := ip.NextHeader
+	if ip.HopByHop != nil {
+		nh = ip.HopByHop.NextHeader
+	}
+	payload := ip.Payload
+	k.l4Len = len(payload)
+	if ip.Length > 0 {
+		k.l4Len = int(ip.Length) - hbhLen(ip)
+	}
+	if l4 != 0 {
+		k.proto = uint8(nh)
+		d.transport(&k, l4, payload)
+		return
+	}
+	// Extension headers gopacket leaves to us, and fragments.
+	for i := 0; i < 8; i++ {
+		switch nh {
+		case 0, 43, 60: // hop-by-hop, routing, destination options
+			if len(payload) < 8 {
+				d.Malformed++
+				return
+			}
+			l := (int(payload[1]) + 1) * 8
+			if l > len(payload) {
+				d.Malformed++
+				return
+			}
+			nh, payload = layers.IPProtocol(payload[0]), payload[l:]
+			k.l4Len -= l
+		case 51: // authentication header
+			if len(payload) < 8 {
+				d.Malformed++
+				return
+			}
+			l := (int(payload[1]) + 2) * 4
+			if l > len(payload) {
+				d.Malformed++
+				return
+			}
+			nh, payload = layers.IPProtocol(payload[0]), payload[l:]
+			k.l4Len -= l
+		case 44:
+			if len(payload) < 8 {
+				d.Malformed++
+				return
+			}
+			d.Fragments++
+			k.proto = payload[0]
+			off := int(binary.BigEndian.Uint16(payload[2:4]) &^ 7)
+			more := payload[3]&1 != 0
+			id := binary.BigEndian.Uint32(payload[4:8])
+			whole := d.frags.add(fragKey{src: k.src, dst: k.dst, id: id, proto: k.proto, v6: true}, off, more, payload[8:], k.ts)
+			if whole == nil {
+				return
+			}
+			d.Reassembled++
+			k.ipLen = k.ipLen - k.l4Len + len(whole)
+			k.l4Len = len(whole)
+			d.transport(&k, 0, whole)
+			return
+		default:
+			k.proto = uint8(nh)
+			d.transport(&k, 0, payload)
+			return
+		}
+	}
+	d.Malformed++
+}
+
+func hbhLen(ip *layers.IPv6) int {
+	if ip.HopByHop == nil {
+		return 0
+	}
+	return int(ip.HopByHop.ActualLength)
+}
+
+// transport decodes the transport header (unless the parser already did:
+// l4 names the layer it filled) and updates the connection.
+func (d *Decoder) transport(k *pkt, l4 gopacket.LayerType, b []byte) {
+	nf := gopacket.NilDecodeFeedback
+	if l4 == 0 {
+		var err error
+		switch k.proto {
+		case 6:
+			err, l4 = d.tcp.DecodeFromBytes(b, nf), layers.LayerTypeTCP
+		case 17:
+			err, l4 = d.udp.DecodeFromBytes(b, nf), layers.LayerTypeUDP
+		case 1:
+			err, l4 = d.icmp4.DecodeFromBytes(b, nf), layers.LayerTypeICMPv4
+		case 58:
+			err, l4 = d.icmp6.DecodeFromBytes(b, nf), layers.LayerTypeICMPv6
+		}
+		if err != nil {
+			d.Malformed++
+			return
+		}
+	}
+	if k.l4Len < 0 {
+		k.l4Len = 0
+	}
+	switch l4 {
+	case layers.LayerTypeTCP:
+		d.tcpPacket(k)
+	case layers.LayerTypeUDP:
+		d.udpPacket(k)
+	case layers.LayerTypeICMPv4:
+		t := d.icmp4.TypeCode
+		d.icmpPacket(k, t.Type(), t.Code(), false)
+	case layers.LayerTypeICMPv6:
+		t := d.icmp6.TypeCode
+		d.icmpPacket(k, t.Type(), t.Code(), true)
+	default:
+		d.otherPacket(k)
+	}
+}
+
+// lookup finds or creates the connection of a packet. senderOrig says
+// whether a new connection's originator is the sender.
+func (d *Decoder) lookup(k *pkt, sp, dp uint16, newOrigIsSender func() bool, expired func(*flow) bool) (f *flow, isOrig bool) {
+	key, fwd := makeKey(k.src, k.dst, sp, dp, k.proto, k.v6)
+	f, h := d.find(&key)
+	if f != nil && expired(f) {
+		d.finish(f)
+		f = nil
+	}
+	if f == nil {
+		f = d.newFlow(key, h, k)
+		f.origIsA = newOrigIsSender() == fwd
+	}
+	return f, fwd == f.origIsA
+}
+
+// find returns the connection of a 5-tuple, if any, and the tuple's hash.
+func (d *Decoder) find(key *flowKey) (*flow, uint64) {
+	h := maphash.Comparable(d.seed, *key)
+	for f := d.flows[h]; f != nil; f = f.hnext {
+		if f.key == *key {
+			return f, h
+		}
+	}
+	return nil, h
+}
+
+// unlink removes f from the table.
+func (d *Decoder) unlink(f *flow) {
+	p := d.flows[f.hash]
+	if p == f {
+		if f.hnext == nil {
+			delete(d.flows, f.hash)
+		} else {
+			d.flows[f.hash] = f.hnext
+		}
+		d.nflows--
+		return
+	}
+	for ; p != nil; p = p.hnext {
+		if p.hnext == f {
+			p.hnext = f.hnext
+			d.nflows--
+			return
+		}
+	}
+}
+
+func (d *Decoder) newFlow(key flowKey, h uint64, k *pkt) *flow {
+	if d.nflows >= d.cfg.MaxFlows {
+		d.evictOne()
+	}
+	var f *flow
+	if n := len(d.free); n > 0 {
+		f, d.free = d.free[n-1], d.free[:n-1]
+	} else {
+		f = new(flow)
+	}
+	*f = flow{key: key, hash: h, hnext: d.flows[h], start: k.ts, last: k.ts, firstPkt: k.n, list: nLists}
+	d.flows[h] = f
+	d.nflows++
+	d.Flows++
+	return f
+}
+
+// touch moves f to the tail of the list its state belongs on.
+func (d *Decoder) touch(f *flow, ts int64) {
+	if ts > f.last && (f.key.proto != 6 || f.bothClosedAt == 0) {
+		f.last = ts
+	}
+	l := uint8(listOther)
+	if f.key.proto == 6 {
+		l = listTCP
+		if f.tcpAttempt() || f.tcpClosing() {
+			l = listShort
+		}
+	}
+	if f.list < nLists {
+		d.lists[f.list].remove(f)
+	}
+	f.list = l
+	d.lists[l].push(f)
+}
+
+// sweep ends connections idle past their timeout.
+func (d *Decoder) sweep() {
+	for i := range d.lists {
+		l := &d.lists[i]
+		for l.head != nil && d.now-l.head.last >= listTimeout[i] {
+			d.finish(l.head)
+		}
+	}
+}
+
+func (d *Decoder) evictOne() {
+	var oldest *flow
+	for i := range d.lists {
+		if h := d.lists[i].head; h != nil && (oldest == nil || h.last < oldest.last) {
+			oldest = h
+		}
+	}
+	if oldest != nil {
+		d.Evicted++
+		d.finish(oldest)
+	}
+}
+
+// Finish ends every connection still open (the end of the capture).
+func (d *Decoder) Finish() {
+	for i := range d.lists {
+		for d.lists[i].head != nil {
+			d.finish(d.lists[i].head)
+		}
+	}
+	for _, f := range d.flows {
+		for f != nil {
+			next := f.hnext
+			d.finish(f)
+			f = next
+		}
+	}
+}
+
+func tcpFlags(t *layers.TCP) uint8 {
+	var f uint8
+	if t.FIN {
+		f |= flagFIN
+	}
+	if t.SYN {
+		f |= flagSYN
+	}
+	if t.RST {
+		f |= flagRST
+	}
+	if t.PSH {
+		f |= flagPSH
+	}
+	if t.ACK {
+		f |= flagACK
+	}
+	return f
+}
+
+func (d *Decoder) tcpPacket(k *pkt) {
+	t := &d.tcp
+	flags := tcpFlags(t)
+	sp, dp := uint16(t.SrcPort), uint16(t.DstPort)
+	plen := k.l4Len - int(t.DataOffset)*4
+	if plen < 0 {
+		plen = 0
+	}
+	ts := k.ts
+	key, fwd := makeKey(k.src, k.dst, sp, dp, 6, k.v6)
+	f, h := d.find(&key)
+	if f != nil {
+		if (f.tcpAttempt() && f.attemptAt != 0 && ts-f.attemptAt >= attemptDelay) ||
+			(f.tcpClosing() && ts-f.last >= listTimeout[listShort]) || ts-f.last >= listTimeout[listTCP] ||
+			f.isReuse(fwd == f.origIsA, flags, t.Seq) {
+			d.finish(f)
+			f = nil
+		}
+	}
+	if f == nil {
+		f = d.newFlow(key, h, k)
+		origIsSender := true
+		if flags&(flagSYN|flagACK) != flagSYN && likely(likelyServerTCP, sp) && !likely(likelyServerTCP, dp) {
+			origIsSender = false
+		}
+		f.origIsA = origIsSender == fwd
+	}
+	isOrig := fwd == f.origIsA
+	ep := &f.ep[0]
+	if !isOrig {
+		ep = &f.ep[1]
+	}
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	f.tcpSegment(isOrig, flags, t.Seq, t.Ack, plen, ts)
+	payload := t.Payload
+	if len(payload) > plen {
+		payload = payload[:plen]
+	}
+	if len(payload) > 0 && flags&flagRST == 0 && f.app != appNone {
+		seq := t.Seq
+		if flags&flagSYN != 0 {
+			seq++
+		}
+		d.stream(f, fwd == f.origIsA, seq, payload, k)
+	}
+	d.touch(f, ts)
+}
+
+func (d *Decoder) udpPacket(k *pkt) {
+	u := &d.udp
+	sp, dp := uint16(u.SrcPort), uint16(u.DstPort)
+	f, isOrig := d.lookup(k, sp, dp, func() bool {
+		return !(likely(likelyServerUDP, sp) && !likely(likelyServerUDP, dp))
+	}, func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
+	ep := &f.ep[1]
+	if isOrig {
+		ep = &f.ep[0]
+	}
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	ulen := int(u.Length) - 8
+	if ulen < 0 || ulen > k.l4Len-8 {
+		ulen = max(k.l4Len-8, 0)
+	}
+	ep.udpBytes += int64(ulen)
+	if isDNSPort(sp) || isDNSPort(dp) {
+		payload := u.Payload
+		if len(payload) > ulen {
+			payload = payload[:ulen]
+		}
+		d.dnsMessage(f, payload, k, "udp")
+	}
+	d.touch(f, k.ts)
+}
+
+// isDNSPort: DNS, NetBIOS name service, mDNS and LLMNR, the ports Zeek's
+// DNS analyzer reads.
+func isDNSPort(p uint16) bool { return p == 53 || p == 137 || p == 5353 || p == 5355 }
+
+// icmpCounterpart pairs request and reply types into one connection, as
+// Zeek does; other messages are one-way and keyed by their code.
+func icmpCounterpart(typ, code uint8, v6 bool) uint8 {
+	if !v6 {
+		switch typ {
+		case 8:
+			return 0
+		case 0:
+			return 8
+		case 13, 15, 17:
+			return typ + 1
+		case 14, 16, 18:
+			return typ - 1
+		case 10:
+			return 9
+		case 9:
+			return 10
+		}
+		return code
+	}
+	switch typ {
+	case 128:
+		return 129
+	case 129:
+		return 128
+	case 133:
+		return 134
+	case 134:
+		return 133
+	case 135:
+		return 136
+	case 136:
+		return 135
+	case 130:
+		return 131
+	case 131:
+		return 130
+	}
+	return code
+}
+
+func (d *Decoder) icmpPacket(k *pkt, typ, code uint8, v6 bool) {
+	f, isOrig := d.lookup(k, uint16(typ), uint16(icmpCounterpart(typ, code, v6)), func() bool { return true },
+		func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
+	if f.ep[0].pkts == 0 && f.ep[1].pkts == 0 {
+		f.icmpType, f.icmpCode = typ, code
+	}
+	ep := &f.ep[1]
+	if isOrig {
+		ep = &f.ep[0]
+	}
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	ep.udpBytes += int64(max(k.l4Len-8, 0))
+	d.touch(f, k.ts)
+}
+
+func (d *Decoder) otherPacket(k *pkt) {
+	f, isOrig := d.lookup(k, 0, 0, func() bool { return true },
+		func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
+	ep := &f.ep[1]
+	if isOrig {
+		ep = &f.ep[0]
+	}
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	ep.udpBytes += int64(k.l4Len)
+	d.touch(f, k.ts)
+}
+
+func tsTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }

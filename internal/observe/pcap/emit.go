@@ -1,0 +1,221 @@
+package pcap
+
+import (
+	"net/netip"
+	"strconv"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe/tlsfp"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// HostPort formats an address and port, IPv6 in brackets.
+func HostPort(a netip.Addr, p uint16) string {
+	return netip.AddrPortFrom(a, p).String()
+}
+
+// FlowValue is the value of a flow observable:
+// "proto orig_h:orig_p>resp_h:resp_p".
+func FlowValue(proto string, oh netip.Addr, op uint16, rh netip.Addr, rp uint16) string {
+	var buf [112]byte
+	b := append(append(buf[:0], proto...), ' ')
+	b = netip.AddrPortFrom(oh, op).AppendTo(b)
+	b = append(b, '>')
+	b = netip.AddrPortFrom(rh, rp).AppendTo(b)
+	return string(b)
+}
+
+// finish ends a connection: its flow, ip, icmp, http and tls observables go
+// to the sink, and its slot is recycled.
+func (d *Decoder) finish(f *flow) {
+	if f.list < nLists {
+		d.lists[f.list].remove(f)
+	}
+	d.unlink(f)
+	d.emitFlow(f)
+	d.release(&f.half[0])
+	d.release(&f.half[1])
+	*f = flow{}
+	d.free = append(d.free, f)
+}
+
+func (d *Decoder) emitFlow(f *flow) {
+	v6 := f.key.v6
+	oh, rh := f.origAddr().netip(v6), f.respAddr().netip(v6)
+	op, rp := f.origPort(), f.respPort()
+	proto := protoName(f.key.proto)
+	o, r := &f.ep[0], &f.ep[1]
+	var state string
+	var ob, rb int64
+	switch f.key.proto {
+	case 6:
+		state = f.tcpConnState()
+		ob, rb = o.size(r), r.size(o)
+	case 17:
+		ob, rb = o.udpBytes, r.udpBytes
+		switch {
+		case o.pkts > 0 && r.pkts > 0:
+			state = "SF"
+		case o.pkts > 0:
+			state = "S0"
+		case r.pkts > 0:
+			state = "SHR"
+		default:
+			state = "OTH"
+		}
+	default:
+		ob, rb = o.udpBytes, r.udpBytes
+		state = "OTH"
+	}
+	service := ""
+	switch {
+	case f.pend != nil && f.pend.tls != nil:
+		service = "ssl"
+	case f.app == appHTTP && f.pend != nil:
+		service = "http"
+	case f.dnsSeen:
+		service = "dns"
+	}
+	start, last := tsTime(f.start), tsTime(f.last)
+	ohs, rhs := d.addrString(f.origAddr(), v6), d.addrString(f.respAddr(), v6)
+	origin := d.cfg.Origin
+	fo, fi := origin.NewFlow(FlowValue(proto, oh, op, rh, rp), start, f.firstPkt, 0)
+	fo.LastSeen = last
+	*fi = records.FlowInfo{
+		Proto: proto, OrigH: ohs, OrigP: op, RespH: rhs, RespP: rp, Service: service,
+		ConnState: state, Outcome: Outcome(proto, state, r.pkts),
+		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes,
+		RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
+		Duration: float64(f.last-f.start) / 1e9, Starts: fi.Starts,
+	}
+	d.cfg.Sink.Add(fo)
+
+	io, ii := origin.NewIP(rhs, start, f.firstPkt, 0, d.portName(f.key.proto, proto, rp), ohs)
+	io.LastSeen = last
+	ii.OrigBytes, ii.RespBytes = ob, rb
+	d.cfg.Sink.Add(io)
+
+	if proto == "icmp" {
+		value := ohs + ">" + rhs + " " + strconv.Itoa(int(f.icmpType)) + "/" + strconv.Itoa(int(f.icmpCode))
+		ic := origin.New(records.ObsICMP, value, start, f.firstPkt, 0)
+		ic.LastSeen = last
+		ic.ICMP = &records.ICMPInfo{OrigH: ohs, RespH: rhs, Type: f.icmpType, Code: f.icmpCode, V6: v6,
+			Packets: o.pkts + r.pkts, Bytes: ob + rb}
+		d.cfg.Sink.Add(ic)
+	}
+	if p := f.pend; p != nil {
+		for i := p.statusAt; i < len(p.reqs); i++ {
+			d.emitHTTP(f, &p.reqs[i])
+		}
+		if t := p.tls; t != nil {
+			d.emitTLS(f, t, rp)
+		}
+	}
+}
+
+func (d *Decoder) emitHTTP(f *flow, r *httpReq) {
+	v6 := f.key.v6
+	server := d.hostPort(f.respAddr(), v6, f.respPort())
+	host := r.req.Host
+	if host == "" {
+		host = server
+	}
+	o, _ := d.cfg.Origin.NewHTTP(HTTPValue(r.req.Method, host, r.req.URI), tsTime(r.ts), r.n, 0,
+		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, d.addrString(f.origAddr(), v6))
+	d.cfg.Sink.Add(o)
+}
+
+// HTTPValue is the value of an http observable: "METHOD http://host/uri",
+// or the URI alone when it is already absolute (proxy requests).
+func HTTPValue(method, host, uri string) string {
+	if len(uri) > 7 && (uri[:7] == "http://" || len(uri) > 8 && uri[:8] == "https://") {
+		return method + " " + uri
+	}
+	if method == "CONNECT" {
+		return method + " " + uri
+	}
+	return method + " http://" + lowerASCII(host) + uri
+}
+
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+func (d *Decoder) emitTLS(f *flow, t *tlsSeen, rp uint16) {
+	value := t.sni
+	if value == "" {
+		value = d.hostPort(f.respAddr(), f.key.v6, rp)
+	}
+	v := t.server
+	if v == 0 {
+		v = t.client
+	}
+	o, _ := d.cfg.Origin.NewTLS(value, tsTime(t.ts), t.n, 0, t.sni, tlsfp.VersionName(v), t.ja3, t.ja4, t.alpn,
+		d.hostPort(f.respAddr(), f.key.v6, rp), d.addrString(f.origAddr(), f.key.v6))
+	d.cfg.Sink.Add(o)
+}
+
+// portName is "proto/port", made once per protocol and port.
+func (d *Decoder) portName(p uint8, proto string, port uint16) string {
+	k := uint32(p)<<16 | uint32(port)
+	if s, ok := d.ports[k]; ok {
+		return s
+	}
+	s := proto + "/" + strconv.Itoa(int(port))
+	if len(d.ports) < maxPortNames {
+		d.ports[k] = s
+	}
+	return s
+}
+
+// maxPortNames bounds the cache of port names (all TCP and UDP ports).
+const maxPortNames = 1 << 17
+
+// Bounds of the caches of address and endpoint text (a capture has far
+// fewer distinct addresses than connections).
+const (
+	maxAddrNames = 1 << 16
+	maxEndpoints = 1 << 16
+)
+
+type endpointKey struct {
+	a    addr
+	v6   bool
+	port uint16
+}
+
+// addrString is the text of an address, made once per address.
+func (d *Decoder) addrString(a addr, v6 bool) string {
+	k := endpointKey{a: a, v6: v6}
+	if s, ok := d.names[k]; ok {
+		return s
+	}
+	s := a.netip(v6).String()
+	if len(d.names) < maxAddrNames {
+		d.names[k] = s
+	}
+	return s
+}
+
+// hostPort is "addr:port" ("[addr]:port" for IPv6), made once per endpoint.
+func (d *Decoder) hostPort(a addr, v6 bool, port uint16) string {
+	k := endpointKey{a: a, v6: v6, port: port}
+	if s, ok := d.endpoints[k]; ok {
+		return s
+	}
+	s := HostPort(a.netip(v6), port)
+	if len(d.endpoints) < maxEndpoints {
+		d.endpoints[k] = s
+	}
+	return s
+}

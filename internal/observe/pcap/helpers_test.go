@@ -1,0 +1,108 @@
+package pcap
+
+import (
+	"bytes"
+	"io"
+	"net/netip"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Documentation addresses stand in for the lab and the internet.
+var (
+	client  = netip.MustParseAddr("10.13.37.5")
+	server  = netip.MustParseAddr("203.0.113.7")
+	dnssrv  = netip.MustParseAddr("198.51.100.53")
+	client6 = netip.MustParseAddr("2001:db8::5")
+	server6 = netip.MustParseAddr("2001:db8:1::7")
+)
+
+func ap(a netip.Addr, p uint16) netip.AddrPort { return netip.AddrPortFrom(a, p) }
+
+// result is what one capture produced, by "type value".
+type result struct {
+	obs   map[string]*records.Observable
+	stats Stats
+}
+
+func (r result) get(t *testing.T, typ, value string) *records.Observable {
+	t.Helper()
+	o := r.obs[typ+" "+value]
+	if o == nil {
+		var keys []string
+		for k := range r.obs {
+			keys = append(keys, k)
+		}
+		t.Fatalf("no %s observable %q; have %q", typ, value, keys)
+	}
+	return o
+}
+
+func (r result) count(typ string) int {
+	n := 0
+	for _, o := range r.obs {
+		if o.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// capture writes a capture with build and returns its bytes.
+func capture(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	g, err := pcapgen.New(&buf, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build(g)
+	if err := g.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// decode runs the decoder over a capture.
+func decode(t testing.TB, data []byte, maxFlows int) result {
+	t.Helper()
+	res := result{obs: map[string]*records.Observable{}}
+	set := observe.NewSet(0, func(o *records.Observable) error {
+		res.obs[o.Type+" "+o.Value] = o
+		return nil
+	})
+	rd, err := capfile.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{MaxFlows: maxFlows, Origin: observe.Origin{Input: "test.pcap", Source: "pcap"}, Sink: set})
+	var p capfile.Packet
+	for {
+		err := rd.Next(&p)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Packet(&p)
+		if d.nflows > d.cfg.MaxFlows {
+			t.Fatalf("flow table holds %d > %d", d.nflows, d.cfg.MaxFlows)
+		}
+	}
+	d.Finish()
+	if err := set.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res.stats = d.Stats
+	return res
+}
+
+func run(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) result {
+	t.Helper()
+	return decode(t, capture(t, opt, build), 0)
+}
