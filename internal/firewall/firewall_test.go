@@ -164,6 +164,13 @@ func TestApplyIsAtomic(t *testing.T) {
 	if len(got) != 3 || got[0].Verdict != firewall.Redirect {
 		t.Fatalf("after a move: %v", got)
 	}
+	// Deleting an absent element and re-adding a present one change nothing.
+	if err := f.ApplyAllowSet(ctx, lease, mv, elems(1, 200, firewall.Drop)); err != nil {
+		t.Fatalf("absent delete or present add: %v", err)
+	}
+	if again, _ := f.AllowSet(ctx, lease); len(again) != 3 || again[0] != got[0] {
+		t.Fatalf("a no-op change changed the set: %v", again)
+	}
 	// Another lease cannot take the same guest address.
 	other := firewall.LeaseRules{Lease: records.NewID("lease", time.Now()), IP: lr.IP}
 	if err := f.ApplyLease(ctx, other); err == nil || !strings.Contains(err.Error(), "already used") {

@@ -995,8 +995,14 @@ func (f *NFT) ApplyAllowSet(ctx context.Context, lease string, add, del []Elemen
 	}
 	defer done()
 	t := f.inet()
-	_, cur, err := f.leaseState(c, t, tag)
-	if err != nil {
+	o := f.leaseObjs(t, tag)
+	small := len(add)+len(del) <= smallChange
+	var cur map[elemID]Element
+	if small {
+		if _, err := c.GetSetByName(t, o.sets[Forward].Name); err != nil {
+			return fmt.Errorf("%s: %w (%v)", lease, ErrNoLease, err)
+		}
+	} else if _, cur, err = f.leaseState(c, t, tag); err != nil {
 		return fmt.Errorf("%s: %w (%v)", lease, ErrNoLease, err)
 	}
 	if err := f.Policy(f.smtpForced(c, t, tag)).Plan(add, del); err != nil {
@@ -1007,11 +1013,15 @@ func (f *NFT) ApplyAllowSet(ctx context.Context, lease string, add, del []Elemen
 			return &InvalidError{Reasons: []string{err.Error()}}
 		}
 	}
-	o := f.leaseObjs(t, tag)
-	if hasVerdict(add, Reflect) {
-		if _, err := c.GetSetByName(f.netdev(), o.sets[Reflect].Name); err != nil {
-			return &InvalidError{Reasons: []string{"reflect needs the lease's tap, which was not given when its rules were applied"}}
+	_, reflectErr := c.GetSetByName(f.netdev(), o.sets[Reflect].Name)
+	if hasVerdict(add, Reflect) && reflectErr != nil {
+		return &InvalidError{Reasons: []string{"reflect needs the lease's tap, which was not given when its rules were applied"}}
+	}
+	if small {
+		if err := f.applySmall(o, reflectErr == nil, add, del); err != nil {
+			return fmt.Errorf("nftables: updating allow set of %s (nothing changed): %w", lease, err)
 		}
+		return nil
 	}
 	adds := map[Verdict][]nftables.SetElement{}
 	dels := map[Verdict][]nftables.SetElement{}
