@@ -30,7 +30,7 @@ type planCmd struct {
 	Promote     *bool             `name:"promote" negatable:"" help:"Let tb-allow promote C2 candidates between cycles."`
 	Detach      *bool             `name:"detach" negatable:"" help:"Leave the sample running across cycles."`
 	Instrument  string            `name:"instrumentation" help:"Instrumentation preset (pcap, pcap+zeek, …)."`
-	Args        []string          `name:"arg" help:"Argument for the sample (repeatable)."`
+	Args        []string          `name:"arg" sep:"none" help:"Argument for the sample (repeatable; commas are kept)."`
 	Env         map[string]string `name:"env" placeholder:"KEY=VALUE" help:"Environment variable for the sample (repeatable)."`
 	Workdir     string            `name:"workdir" help:"Working directory in the guest."`
 	Images      []string          `name:"image" help:"Preferred image ID or name (repeatable)."`

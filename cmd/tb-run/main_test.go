@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -13,5 +14,19 @@ func TestMain(m *testing.M) {
 }
 
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: clitest.Setup, Cmds: clitest.Cmds()})
+	cmds := clitest.Cmds()
+	cmds["idof"] = idof
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: clitest.Setup, Cmds: cmds})
+}
+
+// idof KIND VAR: sets $VAR to the last ID of that kind in the last stdout.
+func idof(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: idof KIND VAR")
+	}
+	m := regexp.MustCompile(`"id":"(`+args[0]+`_[0-9A-Z]{26})"`).FindAllStringSubmatch(ts.ReadFile("stdout"), -1)
+	if len(m) == 0 {
+		ts.Fatalf("no %s id in stdout", args[0])
+	}
+	ts.Setenv(args[1], m[len(m)-1][1])
 }

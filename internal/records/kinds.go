@@ -27,6 +27,14 @@ func New(kind string) Record {
 		return &AllowEntry{}
 	case KindRevision:
 		return &AllowRevision{}
+	case KindCycle:
+		return &Cycle{}
+	case KindExecution:
+		return &ExecutionSnapshot{}
+	case KindAnalysis:
+		return &RunAnalysis{}
+	case KindEvent:
+		return &Event{}
 	}
 	return &Generic{}
 }

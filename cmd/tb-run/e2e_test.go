@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
+	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// TestDemoEndToEnd runs scripts/demo.sh for real — a VM under libvirtd,
+// the lab's nftables, a capture on the lease's tap, the real beacon and a
+// C2 in a namespace on documentation addresses — and asserts on the
+// records and on the C2 server's log: cycle 1 sinkholed, the C2 promoted
+// and the scan refused; cycle 2 reaching the C2.
+func TestDemoEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the end-to-end test needs root (bridges, namespaces, VMs); run it with make test")
+	}
+	ctx := context.Background()
+	fx, err := leasetest.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := leasetest.Reachable(dir); err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Join(dir, "state")
+	if err := fx.Install(ctx, stateDir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leasetest.Cleanup(stateDir) })
+	bin := filepath.Join(dir, "bin")
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	for _, tool := range []string{"tb-plan", "tb-lease", "tb-capture", "tb-run", "tb-parse", "tb-allow", "tb-build"} {
+		out, err := exec.Command(goBin, "build", "-o", filepath.Join(bin, tool), "../"+tool).CombinedOutput()
+		if err != nil {
+			t.Fatalf("building %s: %v\n%s", tool, err, out)
+		}
+	}
+	outDir := filepath.Join(dir, "out")
+	cmd := exec.Command("bash", "../../scripts/demo.sh")
+	cmd.Env = append(os.Environ(), "TB_DEMO_STATE="+stateDir, "TB_DEMO_BIN="+bin, "TB_DEMO_OUT="+outDir, "GO="+goBin)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("demo.sh (%s):\n%s", time.Since(start).Round(time.Second), out)
+	if err != nil {
+		t.Fatalf("demo.sh: %v", err)
+	}
+
+	st, err := state.Open(ctx, stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := st.List(records.KindCycle)
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("cycles %v, %v", ids, err)
+	}
+	var cs [2]records.Cycle
+	var as [2]records.RunAnalysis
+	for i, id := range ids {
+		if err := st.Get(id, &cs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if cs[i].State != records.CycleCompleted {
+			t.Fatalf("cycle %d: %s %s", i+1, cs[i].State, cs[i].Error)
+		}
+		if err := st.Get(cs[i].Analysis, &as[i]); err != nil {
+			t.Fatal(err)
+		}
+		var ex records.ExecutionSnapshot
+		if err := st.Get(cs[i].Execution, &ex); err != nil {
+			t.Fatal(err)
+		}
+		if ex.ExitCode == nil || ex.TimedOut || ex.StdoutBytes == 0 {
+			t.Fatalf("cycle %d execution = %+v", i+1, ex)
+		}
+	}
+	// Cycle 1: everything sinkholed; the name and the scan seen; the C2
+	// promoted, the scan refused.
+	a1 := as[0]
+	if cs[0].Revision != "" || !slices.Contains(a1.Domains, "c2.example") || a1.Recommendation != records.RecommendRerun {
+		t.Fatalf("cycle 1 analysis = %+v", a1)
+	}
+	addr, err := os.ReadFile(filepath.Join(outDir, "c2.addr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2addr := strings.TrimSpace(string(addr))
+	if !slices.Contains(a1.Promoted, "endpoint "+c2addr+":80/tcp") {
+		t.Fatalf("cycle 1 promoted %v", a1.Promoted)
+	}
+	scanRefused := false
+	for _, f := range append(a1.Refused, as[1].Refused...) {
+		scanRefused = scanRefused || f.Class == "scan"
+	}
+	if !scanRefused {
+		t.Fatalf("the scan was not refused: %+v", a1.Refused)
+	}
+	// Cycle 2: follows cycle 1 under its revision; the C2 answered.
+	if cs[1].Previous != cs[0].ID || cs[1].Revision != cs[0].Promoted || cs[1].Allowed == 0 {
+		t.Fatalf("cycle 2 lineage = %+v", cs[1])
+	}
+	if as[1].Recommendation != records.RecommendDone || len(as[1].Promoted) != 0 {
+		t.Fatalf("cycle 2 analysis = %+v", as[1])
+	}
+	f, err := os.Open(filepath.Join(outDir, "c2.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hits, err := c2.ReadHits(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromCycle2 int
+	for _, h := range hits {
+		if h.Host == "c2.example" && h.Bot == "tb-beacon" && h.Path == "/gate" && !h.Time.Before(*cs[1].StartedAt) {
+			fromCycle2++
+		}
+		if h.Time.Before(*cs[1].StartedAt) {
+			t.Errorf("the C2 was reached before cycle 2: %+v", h)
+		}
+	}
+	if fromCycle2 < 4 {
+		t.Fatalf("the C2 saw %d check-ins in cycle 2, want at least 4: %+v", fromCycle2, hits)
+	}
+	if !strings.Contains(string(out), "promoted: endpoint "+c2addr+":80/tcp") {
+		t.Fatal("the summary does not say what was promoted")
+	}
+}

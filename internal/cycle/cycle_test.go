@@ -1,0 +1,488 @@
+package cycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+type env struct {
+	st     *state.Store
+	r      *Runner
+	g      *fakeGuest
+	post   *fakePost
+	plan   string
+	lease  string
+	sample string
+}
+
+// setup stores a sample whose program is prog, a plan for it and a live
+// lease, and a Runner over the fake guest.
+func setup(t *testing.T, prog string) *env {
+	t.Helper()
+	ctx := context.Background()
+	st, err := state.Open(ctx, t.TempDir(), state.WithDurability(state.SyncOnFlush))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.PutBlob(ctx, strings.NewReader(prog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Network: records.NetPolicy{Mode: "allowlist", Promote: true},
+		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute), Window: records.Duration(20 * time.Millisecond)}}
+	records.Init(p, records.KindPlan, st.Now())
+	p.Sample = "sample_01JD0000000000000000000000"
+	l := &records.SandboxLease{State: records.LeaseBusy, Health: records.HealthHealthy, IP: "10.13.37.10", VMName: "tb-test"}
+	records.Init(l, records.KindLease, st.Now())
+	for _, rec := range []records.Record{p, l} {
+		if err := st.Create(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{st: st, g: newFakeGuest(), plan: p.ID, lease: l.ID, sample: b.SHA256}
+	e.post = &fakePost{st: st}
+	e.r = &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Post: e.post, Leaser: &fakeLeaser{st: st, lease: l.ID},
+		Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return e.g, nil },
+		Poll:    time.Millisecond, Stream: time.Millisecond}
+	return e
+}
+
+func (e *env) run(t *testing.T, req Request) *records.Cycle {
+	t.Helper()
+	if req.Plan == "" {
+		req.Plan = e.plan
+	}
+	if req.Lease == "" {
+		req.Lease = e.lease
+	}
+	c, err := e.r.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = e.r.Drive(context.Background(), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// events are a cycle's event records in journal order.
+func events(t *testing.T, st *state.Store, cycle string) []records.Event {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := Watch(context.Background(), st, &buf, []string{cycle}, false); err != nil {
+		t.Fatal(err)
+	}
+	var out []records.Event
+	rd := records.NewReader(&buf, "watch")
+	for {
+		l, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		var ev records.Event
+		if err := records.Unmarshal(l.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+}
+
+func states(evs []records.Event) string {
+	var s []string
+	for _, e := range evs {
+		s = append(s, e.To)
+	}
+	return strings.Join(s, " ")
+}
+
+func get[T records.Record](t *testing.T, st *state.Store, id string, r T) T {
+	t.Helper()
+	if err := st.Get(id, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func blob(t *testing.T, st *state.Store, artifact string) string {
+	t.Helper()
+	a := get(t, st, artifact, &records.Artifact{})
+	b, err := os.ReadFile(st.BlobPath(a.SHA256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestCycleRunsThroughEveryStateAndRecommendsARerun(t *testing.T) {
+	e := setup(t, "out hello\nargs\nerr warn\nexit 0")
+	c := e.run(t, Request{Args: []string{"-c2", "c2.example"}, Env: map[string]string{"A": "1"}})
+	if c.State != records.CycleCompleted || c.Seq != 6 {
+		t.Fatalf("cycle = %s (seq %d): %s", c.State, c.Seq, c.Error)
+	}
+	evs := events(t, e.st, c.ID)
+	if got := states(evs); got != "pending leasing preparing executing post_processing completed" {
+		t.Fatalf("events = %s", got)
+	}
+	for i, ev := range evs {
+		if ev.Seq != i+1 || ev.Cycle != c.ID || ev.Type != "cycle.state" {
+			t.Fatalf("event %d = %+v", i, ev)
+		}
+	}
+	ex := get(t, e.st, c.Execution, &records.ExecutionSnapshot{})
+	if ex.ExitCode == nil || *ex.ExitCode != 0 || ex.TimedOut || ex.Killed || ex.StdoutBytes != int64(len("hello\n-c2 c2.example\n")) {
+		t.Fatalf("execution = %+v", ex)
+	}
+	if got := blob(t, e.st, ex.Stdout); got != "hello\n-c2 c2.example\n" {
+		t.Fatalf("stdout artifact = %q", got)
+	}
+	if got := blob(t, e.st, ex.Stderr); got != "warn\n" {
+		t.Fatalf("stderr artifact = %q", got)
+	}
+	// The sample was pushed where it ran, and verified there.
+	if p := e.g.proc(ex.GuestPID); p.argv[0] != c.GuestPath || c.GuestPath != GuestRoot+"/samples/"+e.sample || c.GuestOut != GuestRoot+"/"+c.ID {
+		t.Fatalf("ran %q, guest path %s", p.argv, c.GuestPath)
+	}
+	for _, step := range []string{"ready", "capture", "push", "verify", "run", "rotate", "parse", "promote"} {
+		if _, ok := c.Timings[step]; !ok {
+			t.Errorf("no timing for %s: %v", step, c.Timings)
+		}
+	}
+	a := get(t, e.st, c.Analysis, &records.RunAnalysis{})
+	if a.Recommendation != records.RecommendRerun || !slices.Equal(a.Promoted, []string{"endpoint 203.0.113.5:80/tcp"}) ||
+		a.Observables["domain"] != 1 || !slices.Equal(a.Domains, []string{"c2.example"}) || len(a.Refused) != 1 ||
+		!slices.Contains(a.Classification, "scanning") {
+		t.Fatalf("analysis = %+v", a)
+	}
+	// The second cycle follows the first, under the revision it left; the
+	// sample is already on the lease: it is staged and verified, not pushed.
+	c2 := e.run(t, Request{})
+	if _, pushed := c2.Timings["push"]; pushed || e.g.stages != 2 {
+		t.Fatalf("second cycle pushed again (%v), %d stages", c2.Timings, e.g.stages)
+	}
+	if c2.Previous != c.ID || c2.Revision != c.Promoted || c2.Allowed != 1 || c2.State != records.CycleCompleted || c2.Promoted == c.Promoted {
+		t.Fatalf("second cycle = %+v", c2)
+	}
+	a2 := get(t, e.st, c2.Analysis, &records.RunAnalysis{})
+	if a2.Recommendation != records.RecommendDone || len(a2.Promoted) != 0 || a2.Previous != c.ID {
+		t.Fatalf("second analysis = %+v", a2)
+	}
+}
+
+func TestTimeoutKillsTheSampleInTheGuest(t *testing.T) {
+	e := setup(t, "out started\nhang")
+	d := 30 * time.Millisecond
+	c := e.run(t, Request{Timeout: &d})
+	if c.State != records.CycleTimedOut || !c.TimedOut {
+		t.Fatalf("cycle = %s: %s", c.State, c.Error)
+	}
+	ex := get(t, e.st, c.Execution, &records.ExecutionSnapshot{})
+	if !ex.TimedOut || !ex.Killed || ex.ExitCode == nil || *ex.ExitCode != 137 || ex.Duration.D() < d {
+		t.Fatalf("execution = %+v", ex)
+	}
+	if p := e.g.proc(ex.GuestPID); !p.killed {
+		t.Fatal("the sample was not killed in the guest")
+	}
+	if blob(t, e.st, ex.Stdout) != "started\n" {
+		t.Fatal("output before the kill lost")
+	}
+	if a := get(t, e.st, c.Analysis, &records.RunAnalysis{}); !slices.Contains(a.Classification, "timed-out") {
+		t.Fatalf("analysis = %+v", a)
+	}
+}
+
+func TestExecFormatErrorRecommendsReplanning(t *testing.T) {
+	e := setup(t, "noexec")
+	c := e.run(t, Request{})
+	a := get(t, e.st, c.Analysis, &records.RunAnalysis{})
+	if c.State != records.CycleCompleted || *c.ExitCode != 126 || a.Recommendation != records.RecommendReplan || a.Classification[0] != "wrong-architecture" {
+		t.Fatalf("cycle %s exit %v, analysis %+v", c.State, c.ExitCode, a)
+	}
+}
+
+func TestPushIsVerifiedInTheGuest(t *testing.T) {
+	e := setup(t, "exit 0")
+	e.g.corrupt = true
+	c := e.run(t, Request{})
+	if c.State != records.CycleFailed || !strings.Contains(c.Error, "does not verify in the guest") || e.g.spawns != 0 {
+		t.Fatalf("cycle = %s %q, spawns %d", c.State, c.Error, e.g.spawns)
+	}
+	if got := states(events(t, e.st, c.ID)); got != "pending leasing preparing failed" {
+		t.Fatalf("events = %s", got)
+	}
+}
+
+func TestGuestMustBeReadyBeforeAnyTransfer(t *testing.T) {
+	e := setup(t, "exit 0")
+	e.g.addrs = []string{"127.0.0.1/8"}
+	c := e.run(t, Request{})
+	if c.State != records.CycleFailed || !strings.Contains(c.Error, "network not up") || len(e.g.files) != 0 || e.g.stages != 0 {
+		t.Fatalf("cycle = %s %q, files %v", c.State, c.Error, e.g.files)
+	}
+}
+
+func TestResumeAfterACrashNeverStartsTheSampleTwice(t *testing.T) {
+	e := setup(t, "out once\nexit 0")
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan, Lease: e.lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The process dies right after the agent started the sample, before
+	// its PID was recorded.
+	ctx, cancel := context.WithCancel(context.Background())
+	e.g.onSpawn = func(int) { cancel() }
+	if _, err := e.r.Drive(ctx, c.ID); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Drive = %v, want the interruption", err)
+	}
+	mid := get(t, e.st, c.ID, &records.Cycle{})
+	if mid.State != records.CycleExecuting || !mid.Launch || mid.GuestPID != 0 {
+		t.Fatalf("after the crash: %+v", mid)
+	}
+	e.g.onSpawn = nil
+	done, err := e.r.Drive(context.Background(), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != records.CycleCompleted || e.g.spawns != 1 || done.GuestPID != 101 {
+		t.Fatalf("after resume: %s %q, %d spawns, pid %d", done.State, done.Error, e.g.spawns, done.GuestPID)
+	}
+	if got := states(events(t, e.st, c.ID)); got != "pending leasing preparing executing post_processing completed" {
+		t.Fatalf("events = %s", got)
+	}
+}
+
+func TestResumeWithoutProofOfLaunchDoesNotStartTheSample(t *testing.T) {
+	e := setup(t, "exit 0")
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan, Lease: e.lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.g.onSpawn = func(pid int) {
+		// The launcher never got to write its pidfile.
+		delete(e.g.files, GuestRoot+"/"+c.ID+".pid")
+		cancel()
+	}
+	e.r.Drive(ctx, c.ID)
+	e.g.onSpawn = nil
+	done, err := e.r.Drive(context.Background(), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != records.CycleFailed || !strings.Contains(done.Error, "no launcher is found in the guest") || e.g.spawns != 1 {
+		t.Fatalf("%s %q, %d spawns", done.State, done.Error, e.g.spawns)
+	}
+}
+
+func TestResumedPostProcessingSkipsFinishedSteps(t *testing.T) {
+	e := setup(t, "exit 0")
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan, Lease: e.lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.post.failParse = context.Canceled
+	ctx, cancel := context.WithCancel(context.Background())
+	e.g.onStatus = func(int) {}
+	e.post.failParse = errInterrupt{cancel}
+	if _, err := e.r.Drive(ctx, c.ID); err == nil {
+		t.Fatal("want the interruption")
+	}
+	if mid := get(t, e.st, c.ID, &records.Cycle{}); mid.State != records.CyclePostProcessing {
+		t.Fatalf("state after the crash: %s", mid.State)
+	}
+	done, err := e.r.Drive(context.Background(), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != records.CycleCompleted || e.post.rotates != 1 || e.post.parses != 2 || e.g.spawns != 1 {
+		t.Fatalf("%s: rotates %d parses %d spawns %d", done.State, e.post.rotates, e.post.parses, e.g.spawns)
+	}
+}
+
+// errInterrupt cancels the driving context when returned, as a SIGTERM
+// arriving during the step would.
+type errInterrupt struct{ cancel func() }
+
+func (e errInterrupt) Error() string { e.cancel(); return "interrupted" }
+
+func TestCancelWhileExecutingKillsTheSample(t *testing.T) {
+	e := setup(t, "hang")
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan, Lease: e.lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waitFor []string
+	e.g.onSpawn = func(int) {
+		if err := e.r.cancel(context.Background(), c.ID, &waitFor); err != nil {
+			t.Error(err)
+		}
+	}
+	done, err := e.r.Drive(context.Background(), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.State != records.CycleCancelled || len(waitFor) != 1 || !e.g.proc(done.GuestPID).killed {
+		t.Fatalf("%s, waitFor %v", done.State, waitFor)
+	}
+	if got := states(events(t, e.st, c.ID)); got != "pending leasing preparing executing cancelled" {
+		t.Fatalf("events = %s", got)
+	}
+	if err := e.r.cancel(context.Background(), c.ID, &waitFor); err == nil {
+		t.Fatal("cancelling an ended cycle succeeded")
+	}
+}
+
+func TestCancelPendingCycleNobodyDrives(t *testing.T) {
+	e := setup(t, "exit 0")
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan, Lease: e.lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waitFor []string
+	if err := e.r.cancel(context.Background(), c.ID, &waitFor); err != nil || len(waitFor) != 0 {
+		t.Fatal(err, waitFor)
+	}
+	done, err := e.r.Drive(context.Background(), c.ID)
+	if err != nil || done.State != records.CycleCancelled || e.g.spawns != 0 {
+		t.Fatalf("%v %s %d", err, done.State, e.g.spawns)
+	}
+}
+
+func TestDetachedSampleIsObservedAcrossCycles(t *testing.T) {
+	e := setup(t, "out first\nhang")
+	yes, w := true, 10*time.Millisecond
+	c1 := e.run(t, Request{Detach: &yes, Window: &w})
+	ex1 := get(t, e.st, c1.Execution, &records.ExecutionSnapshot{})
+	if c1.State != records.CycleCompleted || !ex1.Running || !ex1.Detached || ex1.ExitCode != nil || ex1.Duration.D() < w {
+		t.Fatalf("first cycle %s, execution %+v", c1.State, ex1)
+	}
+	e.g.appendOut(c1.GuestPID, "second\n")
+	c2 := e.run(t, Request{Detach: &yes, Window: &w})
+	ex2 := get(t, e.st, c2.Execution, &records.ExecutionSnapshot{})
+	if c2.Attached != c1.ID || c2.GuestPID != c1.GuestPID || e.g.spawns != 1 || !ex2.Running {
+		t.Fatalf("second cycle = %+v", c2)
+	}
+	if got := blob(t, e.st, ex2.Stdout); got != "second\n" || c2.StdoutFrom != int64(len("first\n")) {
+		t.Fatalf("second window's output = %q (from %d)", got, c2.StdoutFrom)
+	}
+	// Once the sample is gone, the next detached cycle starts it again.
+	e.g.Run(context.Background(), killArgv(c1.GuestPID)...)
+	c3 := e.run(t, Request{Detach: &yes, Window: &w})
+	if c3.Attached != "" || e.g.spawns != 2 {
+		t.Fatalf("third cycle = %+v", c3)
+	}
+}
+
+func TestOneCycleAtATimePerLease(t *testing.T) {
+	e := setup(t, "exit 0")
+	unlock, err := e.st.Lock(context.Background(), leaseLock(e.lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan, Lease: e.lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.r.Drive(context.Background(), c.ID)
+	if !errors.Is(err, ErrBusy) || cli.ExitCode(err) != cli.ExitTempFail {
+		t.Fatalf("Drive = %v", err)
+	}
+	unlock()
+	if done, err := e.r.Drive(context.Background(), c.ID); err != nil || done.State != records.CycleCompleted {
+		t.Fatalf("after the lease is free: %v", err)
+	}
+}
+
+func TestLeasingAcquiresALeaseWhenNoneIsGiven(t *testing.T) {
+	e := setup(t, "exit 0")
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := e.r.Drive(context.Background(), c.ID)
+	if err != nil || done.Lease != e.lease || done.State != records.CycleCompleted {
+		t.Fatalf("%v %+v", err, done)
+	}
+	if _, ok := done.Timings["lease"]; !ok {
+		t.Fatal("no lease timing")
+	}
+}
+
+func TestCreateRejectsBadRequests(t *testing.T) {
+	e := setup(t, "exit 0")
+	zero := time.Duration(0)
+	yes := true
+	for _, req := range []Request{
+		{},
+		{Plan: "plan_01JD0000000000000000000000", Lease: e.lease},
+		{Plan: e.plan, Lease: "lease_01JD0000000000000000000000"},
+		{Plan: e.plan, Lease: e.lease, Timeout: &zero},
+		{Plan: e.plan, Lease: e.lease, Detach: &yes, Window: &zero},
+		{Plan: e.plan, Lease: e.lease, Workdir: "relative"},
+		{Plan: e.plan, Lease: e.lease, Post: []string{"nonsense"}},
+	} {
+		if _, err := e.r.Create(context.Background(), req); cli.ExitCode(err) != cli.ExitUsage {
+			t.Errorf("Create(%+v) = %v, want a usage error", req, err)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	e := setup(t, "exit 0")
+	e.run(t, Request{})
+	p := filepath.Join(t.TempDir(), "tb-run.prom")
+	if err := WriteMetrics(e.st, p); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	for _, want := range []string{
+		`talkbox_cycles{state="completed"} 1`, `talkbox_cycles{state="failed"} 0`,
+		`talkbox_cycle_duration_seconds_count 1`, `talkbox_cycle_step_seconds_count{step="push"} 1`,
+		`talkbox_lease_healthy{lease="` + e.lease + `",state="busy",health="healthy"} 1`,
+		`talkbox_allowlist_entries{chain="lease:` + e.lease + `",status="active"} 1`,
+		`talkbox_capture_packets_total 10`, `talkbox_observables 3`,
+	} {
+		if !strings.Contains(string(b), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, b)
+		}
+	}
+}
+
+// testEnv is a cli.Env on the test's state.
+func testEnv(t *testing.T, e *env) *cli.Env {
+	return &cli.Env{Ctx: context.Background(), Tool: "tb-run", Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: e.st.Root()}}
+}
+
+func TestWatchFollowsARunningCycleUntilItEnds(t *testing.T) {
+	e := setup(t, "out x\nexit 0")
+	c, err := e.r.Create(context.Background(), Request{Plan: e.plan, Lease: e.lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	done := make(chan error)
+	go func() { done <- Watch(context.Background(), e.st, &buf, []string{c.ID}, false) }()
+	if _, err := e.r.Drive(context.Background(), c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), `"kind":"event"`); n != 6 || !strings.Contains(buf.String(), `"to":"completed"`) {
+		t.Fatalf("watch printed %d events:\n%s", n, buf.String())
+	}
+}

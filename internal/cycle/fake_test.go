@@ -1,0 +1,277 @@
+package cycle
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// fakeGuest is a guest agent in memory. Samples are little programs, one
+// instruction per line: "out TEXT", "err TEXT", "exit N", "hang" (run until
+// killed). An ELF the guest cannot run is "noexec".
+type fakeGuest struct {
+	mu      sync.Mutex
+	files   map[string][]byte
+	procs   map[int]*fakeProc
+	nextPID int
+	spawns  int
+	stages  int
+	addrs   []string
+	pingErr error
+	// corrupt flips a byte of every pushed file.
+	corrupt bool
+	// onSpawn runs after a spawn, before Spawn returns.
+	onSpawn func(pid int)
+	// onStatus runs on each Status call.
+	onStatus func(pid int)
+}
+
+type fakeProc struct {
+	argv    []string
+	running bool
+	code    int
+	signal  int
+	killed  bool
+	out     string // stdout path
+	reaped  bool
+}
+
+func newFakeGuest() *fakeGuest {
+	return &fakeGuest{files: map[string][]byte{}, procs: map[int]*fakeProc{}, nextPID: 100, addrs: []string{"127.0.0.1/8", "10.13.37.10/24"}}
+}
+
+func (f *fakeGuest) Ping(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pingErr
+}
+
+func (f *fakeGuest) Addresses(ctx context.Context) ([]string, error) { return f.addrs, nil }
+func (f *fakeGuest) Close() error                                    { return nil }
+
+func (f *fakeGuest) WriteFile(ctx context.Context, path string, r io.Reader) (int64, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.corrupt && len(b) > 0 {
+		b[0] ^= 0xff
+	}
+	f.files[path] = b
+	return int64(len(b)), nil
+}
+
+func (f *fakeGuest) ReadFileAt(ctx context.Context, path string, off int64, max int) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.files[path]
+	if !ok {
+		return nil, fmt.Errorf("guest-file-open %s: No such file or directory", path)
+	}
+	if off >= int64(len(b)) {
+		return nil, nil
+	}
+	b = b[off:]
+	if len(b) > max {
+		b = b[:max]
+	}
+	return append([]byte(nil), b...), nil
+}
+
+func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case argv[0] == "/bin/mkdir":
+		return &ExecResult{}, nil
+	case argv[0] == "/usr/bin/sha256sum":
+		b, ok := f.files[argv[1]]
+		if !ok {
+			return &ExecResult{ExitCode: 1, Stderr: []byte("No such file or directory")}, nil
+		}
+		f.stages++
+		sum := sha256.Sum256(b)
+		return &ExecResult{Stdout: []byte(hex.EncodeToString(sum[:]) + "  " + argv[1] + "\n")}, nil
+	case len(argv) == 5 && strings.Contains(argv[2], "grep -qxF"):
+		if b, ok := f.files[argv[4]]; ok {
+			return &ExecResult{Stdout: b}, nil
+		}
+		return &ExecResult{ExitCode: 3}, nil
+	case strings.Contains(strings.Join(argv, " "), "kill -KILL"):
+		pid, _ := strconv.Atoi(argv[len(argv)-1])
+		if p, ok := f.procs[pid]; ok && p.running {
+			p.running, p.killed, p.signal = false, true, 9
+		}
+		return &ExecResult{}, nil
+	case strings.Contains(strings.Join(argv, " "), "/proc/$1"):
+		pid, _ := strconv.Atoi(argv[len(argv)-1])
+		if p, ok := f.procs[pid]; ok && p.running {
+			return &ExecResult{}, nil
+		}
+		return &ExecResult{ExitCode: 1}, nil
+	}
+	return nil, fmt.Errorf("fake guest: unexpected command %q", argv)
+}
+
+// Spawn runs the launcher: the pidfile, then the sample's program.
+func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) {
+	f.mu.Lock()
+	if len(argv) < 9 || argv[0] != "/bin/bash" || argv[2] != launcher {
+		f.mu.Unlock()
+		return 0, fmt.Errorf("fake guest: not the launcher: %q", argv)
+	}
+	pidfile, out, errp, sample := argv[5], argv[6], argv[7], argv[8]
+	f.nextPID++
+	f.spawns++
+	pid := f.nextPID
+	p := &fakeProc{argv: argv[8:], out: out}
+	f.procs[pid] = p
+	f.files[pidfile] = []byte(strconv.Itoa(pid) + "\n")
+	f.files[out], f.files[errp] = nil, nil
+	prog := string(f.files[sample])
+	for _, line := range strings.Split(prog, "\n") {
+		op, arg, _ := strings.Cut(line, " ")
+		switch op {
+		case "out":
+			f.files[out] = append(f.files[out], arg+"\n"...)
+		case "err":
+			f.files[errp] = append(f.files[errp], arg+"\n"...)
+		case "args":
+			f.files[out] = append(f.files[out], strings.Join(argv[9:], " ")+"\n"...)
+		case "exit":
+			p.code, _ = strconv.Atoi(arg)
+		case "hang":
+			p.running = true
+		case "noexec":
+			f.files[errp] = append(f.files[errp], "tb-run: line 5: "+sample+": cannot execute binary file: Exec format error\n"...)
+			p.code = 126
+		}
+	}
+	hook := f.onSpawn
+	f.mu.Unlock()
+	if hook != nil {
+		hook(pid)
+	}
+	return pid, nil
+}
+
+func (f *fakeGuest) Status(ctx context.Context, pid int) (Proc, error) {
+	if f.onStatus != nil {
+		f.onStatus(pid)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.procs[pid]
+	if !ok || p.reaped {
+		return Proc{}, fmt.Errorf("guest-exec-status %d: Invalid parameter 'pid'", pid)
+	}
+	if p.running {
+		return Proc{}, nil
+	}
+	p.reaped = true // the agent forgets a process once it reported its exit
+	return Proc{Exited: true, ExitCode: p.code, Signal: p.signal}, nil
+}
+
+// appendOut adds output to a running process's stdout.
+func (f *fakeGuest) appendOut(pid int, s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.procs[pid]
+	f.files[p.out] = append(f.files[p.out], s...)
+}
+
+func (f *fakeGuest) proc(pid int) fakeProc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return *f.procs[pid]
+}
+
+// fakePost stands for tb-capture, tb-parse and tb-allow: the rotation
+// gives a pcap artifact, parsing the observables the beacon leaves, and
+// promotion promotes its C2 (once) and refuses its scan.
+type fakePost struct {
+	st                       *state.Store
+	rotates, parses, promote int
+	failParse                error
+	rev                      *records.AllowRevision
+}
+
+func (p *fakePost) EnsureCapture(ctx context.Context, lease string) (string, error) {
+	return "capture_01JD0000000000000000000000", nil
+}
+
+func (p *fakePost) Rotate(ctx context.Context, lease, cycle string) ([]string, error) {
+	p.rotates++
+	now := p.st.Now()
+	a := &records.Artifact{Cycle: cycle, Lease: lease, Type: "pcap", URI: "blob:sha256:00", Size: 1000, Packets: 10}
+	records.Init(a, records.KindArtifact, now)
+	return []string{a.ID}, p.st.Create(ctx, a)
+}
+
+func (p *fakePost) Parse(ctx context.Context, artifacts []string) (int, error) {
+	p.parses++
+	if p.failParse != nil {
+		err := p.failParse
+		p.failParse = nil
+		return 0, err
+	}
+	var a records.Artifact
+	if err := p.st.Get(artifacts[0], &a); err != nil {
+		return 0, err
+	}
+	for _, o := range []records.Observable{
+		{Type: records.ObsDomain, Value: "c2.example"},
+		{Type: records.ObsFlow, Value: "tcp 10.13.37.10:40000>203.0.113.5:80"},
+		{Type: records.ObsFlow, Value: "tcp 10.13.37.10:40001>192.0.2.10:23"},
+	} {
+		o.Lease, o.Cycle, o.Count = a.Lease, a.Cycle, 1
+		records.Init(&o, records.KindObservable, p.st.Now())
+		if err := p.st.Create(ctx, &o); err != nil {
+			return 0, err
+		}
+	}
+	return 3, nil
+}
+
+func (p *fakePost) Promote(ctx context.Context, lease, cycle string) (string, error) {
+	p.promote++
+	if p.rev != nil {
+		// Seen again: the entry is refreshed (its status stays).
+		rv := *p.rev
+		rv.Meta = records.Meta{}
+		rv.Seq, rv.Cycle, rv.Previous = p.rev.Seq+1, cycle, p.rev.ID
+		rv.Changes = records.Changeset{Changed: []records.Change{{Key: "endpoint 203.0.113.5:80/tcp", From: records.StatusActive, To: records.StatusActive}}}
+		records.Init(&rv, records.KindRevision, p.st.Now())
+		p.rev = &rv
+		return rv.ID, p.st.Create(ctx, &rv)
+	}
+	rv := &records.AllowRevision{Chain: "lease:" + lease, Lease: lease, Seq: 1, Cycle: cycle, Cause: "promote", Active: 1, Entries: 1,
+		EnforceSHA256: "ab", Changes: records.Changeset{Added: []records.Change{{Key: "endpoint 203.0.113.5:80/tcp", To: records.StatusActive}}},
+		Refusals: []records.Refusal{{Target: "tcp/23", Class: "scan", Reason: "sweep"}}}
+	records.Init(rv, records.KindRevision, p.st.Now())
+	p.rev = rv
+	return rv.ID, p.st.Create(ctx, rv)
+}
+
+type fakeLeaser struct {
+	st    *state.Store
+	lease string
+}
+
+func (l *fakeLeaser) Acquire(ctx context.Context, plan string, fresh bool) (string, error) {
+	if l.lease == "" {
+		return "", errors.New("no lease")
+	}
+	return l.lease, nil
+}

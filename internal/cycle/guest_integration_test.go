@@ -1,0 +1,239 @@
+package cycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/elftest"
+	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// TestRealGuest drives cycles through a real guest agent: a VM leased by
+// tb-lease under libvirtd on a throw-away bridge with no uplink (no
+// post-processing, so no lab): push with the in-guest sha256 check, exit
+// codes, stdout and stderr, arguments, environment and working directory,
+// the timeout kill, a detached sample across two windows, a binary of the
+// wrong architecture, and a resume that adopts a started sample.
+func TestRealGuest(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (libvirt guests, bridges); run it with make test")
+	}
+	ctx := context.Background()
+	fx, err := leasetest.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := leasetest.Reachable(dir); err != nil {
+		t.Fatal(err)
+	}
+	sd := filepath.Join(dir, "state")
+	if err := fx.Install(ctx, sd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leasetest.Cleanup(sd) })
+	br, del, err := leasetest.Bridge(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(del)
+	tbLease := filepath.Join(dir, "tb-lease")
+	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", tbLease, "../../cmd/tb-lease").CombinedOutput(); err != nil {
+		t.Fatalf("building tb-lease: %v\n%s", err, out)
+	}
+	st, err := state.Open(ctx, sd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(sample []byte, mutate func(p *records.Plan)) string {
+		t.Helper()
+		b, err := st.PutBlob(ctx, strings.NewReader(string(sample)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
+			Lease:    records.LeaseNeeds{TTL: records.Duration(time.Hour)},
+			Timeouts: records.Timeouts{Execution: records.Duration(time.Minute), Window: records.Duration(time.Second)}}
+		if mutate != nil {
+			mutate(p)
+		}
+		records.Init(p, records.KindPlan, st.Now())
+		if err := st.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p.ID
+	}
+	script := func(body string) []byte { return []byte("#!/bin/sh\n" + body + "\n") }
+
+	first := plan(script(`echo "args:$*"; echo "env:$FOO"; echo "pwd:$(pwd)"; echo oops >&2; exit 3`), func(p *records.Plan) {
+		p.Execution = records.Execution{Args: []string{"a b", "c"}, Env: map[string]string{"FOO": "bar"}, Workdir: "/tmp/tb-run-wd"}
+	})
+	out, err := exec.Command(tbLease, "--state", sd, "acquire", "--plan", first, "--bridge", br,
+		"--lab-net", fmt.Sprintf("10.99.%d.0/24", rand.IntN(200)+20)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tb-lease acquire: %v\n%s", err, out)
+	}
+	lease := regexp.MustCompile(`"id":"(lease_[0-9A-Z]{26})"`).FindStringSubmatch(string(out))[1]
+	r := &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Connect: LibvirtGuest}
+	run := func(req Request) *records.Cycle {
+		t.Helper()
+		req.Lease, req.Post = lease, []string{}
+		c, err := r.Create(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err = r.Drive(ctx, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	execOf := func(c *records.Cycle) *records.ExecutionSnapshot {
+		t.Helper()
+		return get(t, st, c.Execution, &records.ExecutionSnapshot{})
+	}
+
+	t.Run("exit code, output, args, env, workdir", func(t *testing.T) {
+		c := run(Request{Plan: first})
+		ex := execOf(c)
+		if c.State != records.CycleCompleted || ex.ExitCode == nil || *ex.ExitCode != 3 {
+			t.Fatalf("%s %q exit %v", c.State, c.Error, ex.ExitCode)
+		}
+		if got := blob(t, st, ex.Stdout); got != "args:a b c\nenv:bar\npwd:/tmp/tb-run-wd\n" {
+			t.Fatalf("stdout = %q", got)
+		}
+		if got := blob(t, st, ex.Stderr); got != "oops\n" {
+			t.Fatalf("stderr = %q", got)
+		}
+		if _, ok := c.Timings["push"]; !ok {
+			t.Fatal("the first cycle did not push")
+		}
+		// The same sample again: staged from the lease's cache, verified,
+		// not pushed.
+		c2 := run(Request{Plan: first})
+		if _, ok := c2.Timings["push"]; ok || c2.State != records.CycleCompleted || c2.Previous != c.ID {
+			t.Fatalf("second cycle: %s, timings %v, previous %s", c2.State, c2.Timings, c2.Previous)
+		}
+	})
+
+	t.Run("timeout kills in the guest", func(t *testing.T) {
+		d := 2 * time.Second
+		c := run(Request{Plan: plan(script(`echo started; sleep 600; echo never`), nil), Timeout: &d})
+		ex := execOf(c)
+		if c.State != records.CycleTimedOut || !ex.TimedOut || !ex.Killed || blob(t, st, ex.Stdout) != "started\n" {
+			t.Fatalf("%s %q %+v", c.State, c.Error, ex)
+		}
+		g, err := LibvirtGuest(ctx, leaseOf(t, st, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if alive, err := r.alive(ctx, g, ex.GuestPID); err != nil || alive {
+			t.Fatalf("sample still alive after the kill (%v)", err)
+		}
+	})
+
+	t.Run("detached across two windows", func(t *testing.T) {
+		yes, w := true, 1500*time.Millisecond
+		p := plan(script(`i=0; while :; do echo "tick $i"; i=$((i+1)); sleep 0.2; done`), nil)
+		c1 := run(Request{Plan: p, Detach: &yes, Window: &w})
+		c2 := run(Request{Plan: p, Detach: &yes, Window: &w})
+		e1, e2 := execOf(c1), execOf(c2)
+		if !e1.Running || !e2.Running || c2.Attached != c1.ID || c2.GuestPID != c1.GuestPID {
+			t.Fatalf("c1 %+v\nc2 %+v", c1, c2)
+		}
+		o1, o2 := blob(t, st, e1.Stdout), blob(t, st, e2.Stdout)
+		if !strings.HasPrefix(o1, "tick 0\n") || strings.Contains(o2, "tick 0\n") || !strings.HasPrefix(o2, "tick ") || c2.StdoutFrom != int64(len(o1)) {
+			t.Fatalf("window 1 %q, window 2 %q (from %d)", o1, o2, c2.StdoutFrom)
+		}
+		var waitFor []string
+		c3, err := r.Create(ctx, Request{Plan: p, Lease: lease, Post: []string{}, Detach: &yes, Window: &w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Cancel a detached sample's cycle nobody drives: the sample stays.
+		if err := r.cancel(ctx, c3.ID, &waitFor); err != nil {
+			t.Fatal(err)
+		}
+		g, err := LibvirtGuest(ctx, leaseOf(t, st, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if alive, _ := r.alive(ctx, g, c1.GuestPID); !alive {
+			t.Fatal("the detached sample died")
+		}
+		if err := r.kill(ctx, g, c1.GuestPID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("wrong architecture", func(t *testing.T) {
+		arm := elftest.Build(elftest.Spec{Machine: 40, Bits: 32})
+		c := run(Request{Plan: plan(arm, nil)})
+		ex := execOf(c)
+		a := get(t, st, c.Analysis, &records.RunAnalysis{})
+		if ex.ExitCode == nil || *ex.ExitCode != 126 || a.Recommendation != records.RecommendReplan || !slices.Contains(a.Classification, "wrong-architecture") {
+			t.Fatalf("exit %v, stderr %q, analysis %+v", ex.ExitCode, ex.StderrTail, a)
+		}
+	})
+
+	t.Run("resume adopts the started sample", func(t *testing.T) {
+		c, err := r.Create(ctx, Request{Plan: plan(script(`echo once >> /tmp/tb-run-once; echo ran`), nil), Lease: lease, Post: []string{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		r.Connect = func(ctx context.Context, l *records.SandboxLease) (Guest, error) {
+			g, err := LibvirtGuest(ctx, l)
+			return &cancelAfterSpawn{Guest: g, cancel: cancel}, err
+		}
+		if _, err := r.Drive(cctx, c.ID); err == nil {
+			t.Fatal("want the interruption")
+		}
+		r.Connect = LibvirtGuest
+		done, err := r.Drive(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done.State != records.CycleCompleted || blob(t, st, execOf(done).Stdout) != "ran\n" {
+			t.Fatalf("%s %q", done.State, done.Error)
+		}
+		g, _ := LibvirtGuest(ctx, leaseOf(t, st, lease))
+		defer g.Close()
+		b, err := g.ReadFileAt(ctx, "/tmp/tb-run-once", 0, 100)
+		if err != nil || string(b) != "once\n" {
+			t.Fatalf("the sample ran %q times (%v)", b, err)
+		}
+	})
+}
+
+// cancelAfterSpawn interrupts the driving tb-run right after the agent
+// started the sample, before its PID is recorded.
+type cancelAfterSpawn struct {
+	Guest
+	cancel func()
+}
+
+func (c *cancelAfterSpawn) Spawn(ctx context.Context, argv, env []string) (int, error) {
+	pid, err := c.Guest.Spawn(ctx, argv, env)
+	c.cancel()
+	return pid, err
+}
+
+func leaseOf(t *testing.T, st *state.Store, id string) *records.SandboxLease {
+	return get(t, st, id, &records.SandboxLease{})
+}

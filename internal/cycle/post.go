@@ -1,0 +1,200 @@
+package cycle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// post runs the cycle's post-processing steps that have not run yet (a
+// resumed cycle skips those it finished), then writes the analysis.
+func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, error) {
+	var err error
+	done := func(step string) bool { _, ok := c.Timings[step]; return ok }
+	if slices.Contains(c.Post, StepRotate) && !done(StepRotate) {
+		start := time.Now()
+		arts, err := r.Post.Rotate(ctx, c.Lease, c.ID)
+		if err != nil {
+			return c, fmt.Errorf("rotating the capture: %w", err)
+		}
+		if c, err = r.timed(ctx, c, StepRotate, start, func(n *records.Cycle) error {
+			n.Artifacts = append(n.Artifacts, arts...)
+			return nil
+		}); err != nil {
+			return c, err
+		}
+	}
+	if slices.Contains(c.Post, StepParse) && !done(StepParse) {
+		var pcaps []string
+		for _, id := range c.Artifacts {
+			var a records.Artifact
+			if r.St.Get(id, &a) == nil && a.Type != "guest-stdout" && a.Type != "guest-stderr" {
+				pcaps = append(pcaps, id)
+			}
+		}
+		start := time.Now()
+		if len(pcaps) > 0 {
+			n, err := r.Post.Parse(ctx, pcaps)
+			if err != nil {
+				return c, fmt.Errorf("parsing: %w", err)
+			}
+			r.Log.Info("parsed", "cycle", c.ID, "artifacts", len(pcaps), "observables", n, "took", time.Since(start))
+		}
+		if c, err = r.timed(ctx, c, StepParse, start, nil); err != nil {
+			return c, err
+		}
+	}
+	if slices.Contains(c.Post, StepPromote) && !done(StepPromote) {
+		start := time.Now()
+		rev, err := r.Post.Promote(ctx, c.Lease, c.ID)
+		if err != nil {
+			return c, fmt.Errorf("promoting: %w", err)
+		}
+		if c, err = r.timed(ctx, c, StepPromote, start, func(n *records.Cycle) error { n.Promoted = rev; return nil }); err != nil {
+			return c, err
+		}
+	}
+	start := time.Now()
+	a, err := Analyse(r.St, c)
+	if err != nil {
+		return c, err
+	}
+	if c.Analysis == "" {
+		now := r.St.Now()
+		records.Init(a, records.KindAnalysis, now)
+		if err := r.St.Create(ctx, a); err != nil {
+			return c, err
+		}
+		if c, err = r.timed(ctx, c, "analyse", start, func(n *records.Cycle) error { n.Analysis = a.ID; return nil }); err != nil {
+			return c, err
+		}
+	}
+	to := records.CycleCompleted
+	if c.TimedOut {
+		to = records.CycleTimedOut
+	}
+	return r.transition(ctx, c, to, a.Recommendation+": "+strings.Join(a.Reasons, "; "), nil)
+}
+
+// Analyse sums a cycle up from its execution, its observables and the
+// allow-list revision post-processing wrote, and recommends what to do next.
+func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
+	a := &records.RunAnalysis{Cycle: c.ID, Lease: c.Lease, Sample: c.Sample, Plan: c.Plan, Previous: c.Previous,
+		Observables: map[string]int{}, Revision: c.Promoted}
+	ids, err := st.List(records.KindObservable)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		var o records.Observable
+		if st.Get(id, &o) != nil || (o.Cycle != c.ID && !slices.Contains(o.Cycles, c.ID)) {
+			continue
+		}
+		a.Observables[o.Type]++
+		switch o.Type {
+		case records.ObsDomain:
+			a.Domains = append(a.Domains, o.Value)
+		case records.ObsFlow:
+			a.Destinations = append(a.Destinations, o.Value)
+		}
+	}
+	sort.Strings(a.Domains)
+	sort.Strings(a.Destinations)
+	var ex records.ExecutionSnapshot
+	if c.Execution != "" {
+		if err := st.Get(c.Execution, &ex); err != nil {
+			return nil, err
+		}
+	}
+	var pending []string
+	if c.Promoted != "" {
+		var rv records.AllowRevision
+		if err := st.Get(c.Promoted, &rv); err != nil {
+			return nil, err
+		}
+		a.Refused = rv.Refusals
+		if rv.Cycle == c.ID && rv.ID != c.Revision {
+			// Changed entries include refreshed ones (last seen, expiry)
+			// whose status stayed: only a status reached now counts.
+			for _, ch := range append(rv.Changes.Added, rv.Changes.Changed...) {
+				switch {
+				case ch.To == ch.From:
+				case ch.To == records.StatusActive:
+					a.Promoted = append(a.Promoted, ch.Key)
+				case ch.To == records.StatusPending:
+					pending = append(pending, ch.Key)
+				}
+			}
+		}
+	}
+	total := 0
+	for _, n := range a.Observables {
+		total += n
+	}
+	classes := map[string]bool{}
+	for _, f := range a.Refused {
+		classes[f.Class] = true
+	}
+	wrongArch := strings.Contains(ex.StderrTail, "Exec format error") || (ex.ExitCode != nil && *ex.ExitCode == 126 && strings.Contains(ex.StderrTail, "cannot execute binary file"))
+	crashed := ex.ExitCode != nil && *ex.ExitCode > 128 && !ex.Killed
+	switch {
+	case wrongArch:
+		a.Classification = append(a.Classification, "wrong-architecture")
+	case crashed:
+		a.Classification = append(a.Classification, "crashed")
+	case ex.TimedOut:
+		a.Classification = append(a.Classification, "timed-out")
+	case ex.Running:
+		a.Classification = append(a.Classification, "running")
+	}
+	if a.Observables[records.ObsDomain] > 0 || a.Observables[records.ObsHTTP] > 0 {
+		a.Classification = append(a.Classification, "network-active")
+	}
+	if len(a.Promoted) > 0 {
+		a.Classification = append(a.Classification, "c2-candidate")
+	}
+	if classes["scan"] {
+		a.Classification = append(a.Classification, "scanning")
+	}
+	if total == 0 && !wrongArch {
+		a.Classification = append(a.Classification, "silent")
+	}
+	switch {
+	case wrongArch:
+		a.Recommendation = records.RecommendReplan
+		a.Reasons = append(a.Reasons, "the guest could not execute the sample (Exec format error): the architecture guess is wrong; plan again with another --platform")
+	case crashed:
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the sample died with status %d", *ex.ExitCode))
+	case len(pending) > 0:
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, "allow-list entries wait for approval: "+strings.Join(pending, ", "))
+	case classes["abuse"] || classes["smtp"]:
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, "the sample tried abuse destinations (refused)")
+	case len(a.Promoted) > 0:
+		a.Recommendation = records.RecommendRerun
+		a.Reasons = append(a.Reasons, "promoted "+strings.Join(a.Promoted, ", ")+"; rerun so the sample can reach it")
+	default:
+		a.Recommendation = records.RecommendDone
+		switch {
+		case total == 0:
+			a.Reasons = append(a.Reasons, "no network activity observed")
+		default:
+			a.Reasons = append(a.Reasons, "nothing new to allow; the allow-list in force is unchanged")
+		}
+	}
+	if classes["scan"] {
+		a.Reasons = append(a.Reasons, "scan traffic refused")
+	}
+	if a.Classification == nil {
+		a.Classification = []string{}
+	}
+	return a, nil
+}

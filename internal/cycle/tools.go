@@ -1,0 +1,179 @@
+package cycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// Tools runs the other tb-* binaries: tb-lease for leasing, tb-capture,
+// tb-parse and tb-allow for post-processing. Records pass between them as
+// JSON lines, as in a shell pipeline.
+type Tools struct {
+	// Dir holds the binaries (default: tb-run's own directory, then $PATH).
+	Dir string
+	St  *state.Store
+	Log *slog.Logger
+	// Lab is the lab instance of tb-capture and tb-allow.
+	Lab string
+}
+
+func (t *Tools) path(name string) (string, error) {
+	if t.Dir != "" {
+		p := filepath.Join(t.Dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath(name)
+}
+
+// run runs one tool with stdin and returns its records.
+func (t *Tools) run(ctx context.Context, stdin io.Reader, name string, args ...string) ([]records.Record, error) {
+	p, err := t.path(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// The records this process wrote must be on disk for the tool to
+	// read them: the page cache is shared, so they are.
+	cmd := exec.CommandContext(ctx, p, append([]string{"--state", t.St.Root()}, args...)...)
+	cmd.Stdin = stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	t.Log.Debug("running", "cmd", name+" "+strings.Join(args, " "))
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+			msg = msg[i+1:]
+		}
+		return nil, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, msg)
+	}
+	// Tools print records, and some also a JSON report (tb-allow's apply
+	// result): only records are taken.
+	var recs []records.Record
+	rd := records.NewReader(&out, name)
+	for {
+		l, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return recs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		rec, err := records.Decode(l.Data)
+		if err != nil {
+			t.Log.Debug("not a record", "tool", name, "line", l.No, "err", err)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+}
+
+func ids(recs []records.Record, kind string) []string {
+	var out []string
+	for _, r := range recs {
+		if r.Header().Kind == kind {
+			out = append(out, r.Header().ID)
+		}
+	}
+	return out
+}
+
+// Acquire is "tb-lease acquire --plan P [--fresh]".
+func (t *Tools) Acquire(ctx context.Context, plan string, fresh bool) (string, error) {
+	args := []string{"acquire", "--plan", plan}
+	if fresh {
+		args = append(args, "--fresh")
+	}
+	recs, err := t.run(ctx, nil, "tb-lease", args...)
+	if err != nil {
+		return "", err
+	}
+	l := ids(recs, records.KindLease)
+	if len(l) != 1 {
+		return "", fmt.Errorf("tb-lease acquire printed %d leases", len(l))
+	}
+	return l[0], nil
+}
+
+// EnsureCapture returns the lease's running capture (read from the state),
+// starting one with "tb-capture start --lease L" if there is none.
+func (t *Tools) EnsureCapture(ctx context.Context, lease string) (string, error) {
+	caps, err := t.St.List(records.KindCapture)
+	if err != nil {
+		return "", err
+	}
+	for i := len(caps) - 1; i >= 0; i-- {
+		var c records.Capture
+		if t.St.Get(caps[i], &c) == nil && c.Lease == lease && (c.State == "running" || c.State == "starting") {
+			return c.ID, nil
+		}
+	}
+	recs, err := t.run(ctx, nil, "tb-capture", "start", "--lab", t.lab(), "--lease", lease)
+	if err != nil {
+		return "", err
+	}
+	c := ids(recs, records.KindCapture)
+	if len(c) == 0 {
+		return "", errors.New("tb-capture start printed no capture")
+	}
+	t.Log.Info("capture started", "lease", lease, "capture", c[0])
+	return c[0], nil
+}
+
+func (t *Tools) lab() string {
+	if t.Lab == "" {
+		return "default"
+	}
+	return t.Lab
+}
+
+// Rotate is "tb-capture rotate --lease L --cycle C".
+func (t *Tools) Rotate(ctx context.Context, lease, cycle string) ([]string, error) {
+	recs, err := t.run(ctx, nil, "tb-capture", "rotate", "--lease", lease, "--cycle", cycle)
+	if err != nil {
+		return nil, err
+	}
+	return ids(recs, records.KindArtifact), nil
+}
+
+// Parse is "tb-parse --merge" over the artifacts' records.
+func (t *Tools) Parse(ctx context.Context, artifacts []string) (int, error) {
+	var in bytes.Buffer
+	for _, id := range artifacts {
+		raw, err := t.St.ReadRaw(id)
+		if err != nil {
+			return 0, err
+		}
+		in.Write(bytes.TrimSpace(raw))
+		in.WriteByte('\n')
+	}
+	recs, err := t.run(ctx, &in, "tb-parse", "--merge", "-")
+	if err != nil {
+		return 0, err
+	}
+	return len(ids(recs, records.KindObservable)), nil
+}
+
+// Promote is "tb-allow promote --lease L --cycle C".
+func (t *Tools) Promote(ctx context.Context, lease, cycle string) (string, error) {
+	recs, err := t.run(ctx, nil, "tb-allow", "promote", "--lab", t.lab(), "--lease", lease, "--cycle", cycle)
+	if err != nil {
+		return "", err
+	}
+	rv := ids(recs, records.KindRevision)
+	if len(rv) == 0 {
+		return "", nil // no observables: nothing to promote
+	}
+	return rv[len(rv)-1], nil
+}

@@ -1,0 +1,333 @@
+// Package beacon is Talkbox's benign test sample: it behaves like a small
+// bot (resolves its C2 name, beacons over HTTP on a period with jitter,
+// retries when the C2 does not answer, runs a short telnet scan) so that
+// the whole loop can be exercised, and it is harmless by construction: it
+// only ever contacts the C2 and the scan targets given as arguments, and it
+// refuses any address outside the documentation ranges and the lab.
+package beacon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// scanNets are the only networks a scan may touch: the three documentation
+// ranges that stand in for the internet and the lab's guest network. The
+// list is fixed in the code so that no argument can widen it.
+var scanNets = []netip.Prefix{
+	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"),
+	netip.MustParsePrefix("10.13.37.0/24"),
+}
+
+// c2Nets are where the C2 name may resolve: the scan networks, the lab's
+// sinkhole link (where a sinkholed name points) and loopback (a C2 on the
+// same machine, as in the unit tests).
+var c2Nets = append(append([]netip.Prefix{}, scanNets...),
+	netip.MustParsePrefix("10.13.38.0/24"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+)
+
+// ScanAllowed reports whether a scan may touch addr.
+func ScanAllowed(addr netip.Addr) bool { return inNets(addr, scanNets) }
+
+// C2Allowed reports whether the C2 may be contacted at addr.
+func C2Allowed(addr netip.Addr) bool { return inNets(addr, c2Nets) }
+
+func inNets(addr netip.Addr, nets []netip.Prefix) bool {
+	addr = addr.Unmap()
+	for _, n := range nets {
+		if n.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// Config is what the beacon does.
+type Config struct {
+	C2 string // host name or address
+	// C2Addr is a hard-coded address of the C2, contacted whatever the
+	// name resolves to (the name is still resolved, and sent as the HTTP
+	// Host), as bots that carry both do.
+	C2Addr   netip.Addr
+	Port     int
+	Path     string
+	ID       string
+	Interval time.Duration
+	Jitter   float64 // fraction of Interval, 0–1
+	Count    int     // beacons to send (0: until the context ends)
+	Retry    time.Duration
+	Retries  int // attempts per beacon
+	Timeout  time.Duration
+	Scan     []netip.Addr
+	ScanPort int
+}
+
+// Parse reads the command line. Scan targets outside the allowed networks
+// are refused here, before anything is sent.
+func Parse(args []string, stderr io.Writer) (*Config, error) {
+	fs := flag.NewFlagSet("beacon", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &Config{}
+	c2addr := fs.String("c2-addr", "", "hard-coded C2 address (documentation ranges and the lab only); the name is still resolved")
+	var scan []string
+	fs.Func("scan", "scan targets, comma-separated or repeated (documentation ranges and 10.13.37.0/24 only)", func(v string) error {
+		scan = append(scan, strings.Split(v, ",")...)
+		return nil
+	})
+	fs.StringVar(&c.C2, "c2", "", "C2 host name or address (required)")
+	fs.IntVar(&c.Port, "port", 80, "C2 HTTP port")
+	fs.StringVar(&c.Path, "path", "/gate", "C2 HTTP path")
+	fs.StringVar(&c.ID, "id", "tb-beacon", "bot identifier sent with each beacon")
+	fs.DurationVar(&c.Interval, "interval", 5*time.Second, "beacon period")
+	fs.Float64Var(&c.Jitter, "jitter", 0.2, "jitter as a fraction of the period (0-1)")
+	fs.IntVar(&c.Count, "count", 0, "beacons to send (0: until killed)")
+	fs.DurationVar(&c.Retry, "retry", time.Second, "wait between attempts when the C2 does not answer")
+	fs.IntVar(&c.Retries, "retries", 3, "attempts per beacon")
+	fs.DurationVar(&c.Timeout, "timeout", 3*time.Second, "timeout of one connection")
+	fs.IntVar(&c.ScanPort, "scan-port", 23, "port the scan probes (telnet)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.C2 == "":
+		return nil, errors.New("-c2 is required")
+	case c.Port < 1 || c.Port > 65535 || c.ScanPort < 1 || c.ScanPort > 65535:
+		return nil, errors.New("ports must be 1-65535")
+	case c.Interval <= 0 || c.Jitter < 0 || c.Jitter > 1 || c.Retries < 1 || c.Count < 0:
+		return nil, errors.New("-interval must be positive, -jitter within 0-1, -retries at least 1, -count not negative")
+	case !strings.HasPrefix(c.Path, "/"):
+		return nil, errors.New("-path must start with /")
+	}
+	if strings.ContainsAny(c.C2+c.Path+c.ID, " \r\n") {
+		return nil, errors.New("-c2, -path and -id must not contain spaces or line breaks")
+	}
+	if a, err := netip.ParseAddr(c.C2); err == nil && !C2Allowed(a) {
+		return nil, fmt.Errorf("refusing C2 %s: outside the documentation ranges and the lab", a)
+	}
+	if *c2addr != "" {
+		a, err := netip.ParseAddr(*c2addr)
+		if err != nil {
+			return nil, fmt.Errorf("-c2-addr %q is not an IP address", *c2addr)
+		}
+		if !C2Allowed(a) {
+			return nil, fmt.Errorf("refusing C2 %s: outside the documentation ranges and the lab", a)
+		}
+		c.C2Addr = a
+	}
+	for _, s := range scan {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("scan target %q is not an IP address", s)
+		}
+		if !ScanAllowed(a) {
+			return nil, fmt.Errorf("refusing scan target %s: outside 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 and 10.13.37.0/24", a)
+		}
+		c.Scan = append(c.Scan, a)
+	}
+	return c, nil
+}
+
+// Beacon runs a Config. Dial and Lookup are the network (net.Dialer and
+// net.DefaultResolver unless a test replaces them); Log receives one line per
+// action.
+type Beacon struct {
+	Cfg    *Config
+	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	Log    io.Writer
+	Rand   *rand.Rand
+}
+
+// New returns a Beacon on the real network.
+func New(cfg *Config, log io.Writer) *Beacon {
+	d := &net.Dialer{Timeout: cfg.Timeout}
+	return &Beacon{
+		Cfg: cfg, Dial: d.DialContext, Log: log,
+		Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+		},
+		Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+}
+
+// Stats is what a run did.
+type Stats struct {
+	Sent, Answered, Failed, Scanned, Open int
+}
+
+// Run scans once, then beacons until Count beacons were sent or ctx ends.
+func (b *Beacon) Run(ctx context.Context) Stats {
+	var st Stats
+	b.logf("start c2=%s port=%d interval=%s jitter=%.2f scan=%d", b.Cfg.C2, b.Cfg.Port, b.Cfg.Interval, b.Cfg.Jitter, len(b.Cfg.Scan))
+	for _, a := range b.Cfg.Scan {
+		st.Scanned++
+		if b.probe(ctx, a) {
+			st.Open++
+		}
+	}
+	for seq := 1; b.Cfg.Count == 0 || seq <= b.Cfg.Count; seq++ {
+		st.Sent++
+		if b.beacon(ctx, seq) {
+			st.Answered++
+		} else {
+			st.Failed++
+		}
+		if ctx.Err() != nil || (b.Cfg.Count != 0 && seq == b.Cfg.Count) {
+			break
+		}
+		if !sleep(ctx, b.period()) {
+			break
+		}
+	}
+	b.logf("done sent=%d answered=%d failed=%d scanned=%d open=%d", st.Sent, st.Answered, st.Failed, st.Scanned, st.Open)
+	return st
+}
+
+func (b *Beacon) period() time.Duration {
+	j := float64(b.Cfg.Interval) * b.Cfg.Jitter
+	return b.Cfg.Interval + time.Duration((b.Rand.Float64()*2-1)*j)
+}
+
+func (b *Beacon) logf(format string, a ...any) {
+	fmt.Fprintf(b.Log, time.Now().UTC().Format(time.RFC3339)+" "+format+"\n", a...)
+}
+
+// probe connects to the scan port of a (already checked) target and reads a
+// banner line, as a telnet scanner does; it sends nothing.
+func (b *Beacon) probe(ctx context.Context, a netip.Addr) bool {
+	if !ScanAllowed(a) { // Parse checked already; a Config built in code is checked too
+		b.logf("scan %s refused", a)
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.Cfg.Timeout)
+	defer cancel()
+	addr := net.JoinHostPort(a.String(), strconv.Itoa(b.Cfg.ScanPort))
+	c, err := b.Dial(cctx, "tcp", addr)
+	if err != nil {
+		b.logf("scan %s closed: %v", addr, err)
+		return false
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(b.Cfg.Timeout))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	b.logf("scan %s open banner=%q", addr, strings.TrimSpace(line))
+	return true
+}
+
+// beacon resolves the C2 and posts one check-in, retrying.
+func (b *Beacon) beacon(ctx context.Context, seq int) bool {
+	for attempt := 1; attempt <= b.Cfg.Retries; attempt++ {
+		status, server, err := b.checkIn(ctx, seq, attempt)
+		if err == nil {
+			b.logf("beacon seq=%d attempt=%d status=%d server=%q", seq, attempt, status, server)
+			return true
+		}
+		b.logf("beacon seq=%d attempt=%d failed: %v", seq, attempt, err)
+		if attempt < b.Cfg.Retries && !sleep(ctx, b.Cfg.Retry) {
+			return false
+		}
+	}
+	return false
+}
+
+func (b *Beacon) checkIn(ctx context.Context, seq, attempt int) (int, string, error) {
+	cctx, cancel := context.WithTimeout(ctx, b.Cfg.Timeout)
+	defer cancel()
+	addr, err := b.resolve(cctx)
+	if err != nil {
+		return 0, "", err
+	}
+	c, err := b.Dial(cctx, "tcp", net.JoinHostPort(addr.String(), strconv.Itoa(b.Cfg.Port)))
+	if err != nil {
+		return 0, "", err
+	}
+	defer c.Close()
+	if dl, ok := cctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	body := fmt.Sprintf(`{"id":%q,"seq":%d,"attempt":%d}`, b.Cfg.ID, seq, attempt)
+	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tb-beacon/1\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		b.Cfg.Path, b.Cfg.C2, len(body), body)
+	if _, err := io.WriteString(c, req); err != nil {
+		return 0, "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, "", fmt.Errorf("no answer: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/") {
+		return 0, "", fmt.Errorf("not HTTP: %q", strings.TrimSpace(line))
+	}
+	status, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0, "", fmt.Errorf("not HTTP: %q", strings.TrimSpace(line))
+	}
+	server := ""
+	for {
+		h, err := r.ReadString('\n')
+		if err != nil || strings.TrimSpace(h) == "" {
+			break
+		}
+		if k, v, ok := strings.Cut(h, ":"); ok && strings.EqualFold(k, "Server") {
+			server = strings.TrimSpace(v)
+		}
+	}
+	return status, server, nil
+}
+
+func (b *Beacon) resolve(ctx context.Context) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(b.Cfg.C2); err == nil {
+		if !C2Allowed(a) {
+			return netip.Addr{}, fmt.Errorf("refusing C2 %s", a)
+		}
+		return a, nil
+	}
+	addrs, err := b.Lookup(ctx, b.Cfg.C2)
+	if b.Cfg.C2Addr.IsValid() {
+		if !C2Allowed(b.Cfg.C2Addr) {
+			return netip.Addr{}, fmt.Errorf("refusing C2 %s", b.Cfg.C2Addr)
+		}
+		b.logf("resolved %s to %v (%v); using %s", b.Cfg.C2, addrs, err, b.Cfg.C2Addr)
+		return b.Cfg.C2Addr, nil
+	}
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("resolving %s: %w", b.Cfg.C2, err)
+	}
+	for _, a := range addrs {
+		if C2Allowed(a) {
+			b.logf("resolved %s to %s", b.Cfg.C2, a)
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("refusing C2 %s: resolves to %v, outside the documentation ranges and the lab", b.Cfg.C2, addrs)
+}
+
+// sleep waits d or until ctx ends; false means ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,235 @@
+package beacon
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
+)
+
+func TestParseRefusesScanTargetsOutsideTheLab(t *testing.T) {
+	for _, target := range []string{"8.8.8.8", "10.0.0.1", "10.13.38.2", "127.0.0.1", "192.0.3.1", "198.51.101.1", "203.0.114.9", "169.254.1.1", "::1", "2001:db8::1", "::ffff:8.8.8.8"} {
+		_, err := Parse([]string{"-c2", "c2.example", "-scan", "192.0.2.1," + target}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "refusing scan target") {
+			t.Errorf("scan target %s: err = %v, want a refusal", target, err)
+		}
+	}
+	c, err := Parse([]string{"-c2", "c2.example", "-scan", "192.0.2.1, 198.51.100.255", "-scan", "203.0.113.7,10.13.37.20"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Scan) != 4 {
+		t.Fatalf("scan = %v", c.Scan)
+	}
+	for _, bad := range [][]string{{}, {"-c2", "8.8.8.8"}, {"-c2", "x", "-c2-addr", "8.8.8.8"}, {"-c2", "x", "-c2-addr", "nonsense"}, {"-c2", "x", "-port", "0"}, {"-c2", "x", "-jitter", "2"}, {"-c2", "x", "-scan", "nonsense"}, {"-c2", "x y"}} {
+		if _, err := Parse(bad, io.Discard); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
+
+// recorder is the network of a test: it records every dial and lets the
+// real dialer through only to loopback.
+type recorder struct {
+	mu    sync.Mutex
+	dials []string
+	fail  int // fail this many dials to the C2 port first
+}
+
+func (r *recorder) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	r.mu.Lock()
+	r.dials = append(r.dials, addr)
+	fail := r.fail > 0 && !strings.HasSuffix(addr, ":23")
+	if fail {
+		r.fail--
+	}
+	r.mu.Unlock()
+	host, _, _ := net.SplitHostPort(addr)
+	if fail || host != "127.0.0.1" {
+		return nil, errors.New("connection refused (test)")
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+func newTest(t *testing.T, cfg *Config, lookup []netip.Addr) (*Beacon, *recorder, *bytes.Buffer) {
+	t.Helper()
+	rec := &recorder{}
+	var log bytes.Buffer
+	b := &Beacon{Cfg: cfg, Dial: rec.dial, Log: &log, Rand: rand.New(rand.NewPCG(1, 2)),
+		Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			if host != "c2.example" {
+				return nil, errors.New("no such host")
+			}
+			return lookup, nil
+		}}
+	return b, rec, &log
+}
+
+func c2Server(t *testing.T) (port string, hits func() []c2.Hit) {
+	t.Helper()
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	srv := httptest.NewServer(c2.NewHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	})))
+	t.Cleanup(srv.Close)
+	_, port, _ = net.SplitHostPort(srv.Listener.Addr().String())
+	return port, func() []c2.Hit {
+		mu.Lock()
+		defer mu.Unlock()
+		h, err := c2.ReadHits(bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func config(t *testing.T, port string, extra ...string) *Config {
+	t.Helper()
+	cfg, err := Parse(append([]string{"-c2", "c2.example", "-port", port, "-interval", "1ms", "-retry", "1ms", "-id", "bot-7"}, extra...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestBeaconsReachTheC2AndScanOnlyItsTargets(t *testing.T) {
+	port, hits := c2Server(t)
+	b, rec, log := newTest(t, config(t, port, "-count", "3", "-scan", "192.0.2.10,203.0.113.5"), []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+	st := b.Run(context.Background())
+	if st.Sent != 3 || st.Answered != 3 || st.Scanned != 2 || st.Open != 0 {
+		t.Fatalf("stats = %+v\n%s", st, log)
+	}
+	h := hits()
+	if len(h) != 3 {
+		t.Fatalf("C2 saw %d beacons, want 3", len(h))
+	}
+	for i, hit := range h {
+		if hit.Bot != "bot-7" || hit.Seq != i+1 || hit.Method != "POST" || hit.Path != "/gate" || hit.Host != "c2.example" {
+			t.Errorf("hit %d = %+v", i, hit)
+		}
+	}
+	want := []string{"192.0.2.10:23", "203.0.113.5:23", "127.0.0.1:" + port, "127.0.0.1:" + port, "127.0.0.1:" + port}
+	if strings.Join(rec.dials, " ") != strings.Join(want, " ") {
+		t.Fatalf("dials = %v, want %v", rec.dials, want)
+	}
+	if !strings.Contains(log.String(), `server="`+c2.ServerName+`"`) {
+		t.Fatalf("log does not show the C2's answer:\n%s", log)
+	}
+}
+
+func TestHardCodedAddressIsUsedAfterTheLookup(t *testing.T) {
+	port, hits := c2Server(t)
+	b, rec, log := newTest(t, config(t, port, "-count", "1", "-c2-addr", "127.0.0.1"), []netip.Addr{netip.MustParseAddr("10.13.38.2")})
+	looked := false
+	lookup := b.Lookup
+	b.Lookup = func(ctx context.Context, host string) ([]netip.Addr, error) { looked = true; return lookup(ctx, host) }
+	if st := b.Run(context.Background()); st.Answered != 1 || !looked {
+		t.Fatalf("stats = %+v, looked up %v\n%s", st, looked, log)
+	}
+	if h := hits(); len(h) != 1 || h[0].Host != "c2.example" || rec.dials[0] != "127.0.0.1:"+port {
+		t.Fatalf("hits = %+v, dials %v", h, rec.dials)
+	}
+}
+
+func TestBeaconRetriesWhenTheC2DoesNotAnswer(t *testing.T) {
+	port, hits := c2Server(t)
+	b, rec, log := newTest(t, config(t, port, "-count", "1", "-retries", "3"), []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+	rec.fail = 2
+	if st := b.Run(context.Background()); st.Answered != 1 {
+		t.Fatalf("stats = %+v\n%s", st, log)
+	}
+	if h := hits(); len(h) != 1 || h[0].Attempt != 3 {
+		t.Fatalf("hits = %+v", h)
+	}
+	rec.fail = 5
+	b.Cfg.Retries = 2
+	if st := b.Run(context.Background()); st.Failed != 1 || st.Answered != 0 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
+
+func TestBeaconNeverContactsAddressesOutsideTheLab(t *testing.T) {
+	// The C2 name resolving outside the allowed networks is not contacted,
+	// and a scan target smuggled into a Config built in code is refused.
+	cfg := config(t, "80", "-count", "2", "-retries", "2")
+	cfg.Scan = []netip.Addr{netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("192.0.2.1")}
+	b, rec, log := newTest(t, cfg, []netip.Addr{netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("2606:2800::1")})
+	st := b.Run(context.Background())
+	if st.Answered != 0 || st.Failed != 2 {
+		t.Fatalf("stats = %+v", st)
+	}
+	if strings.Join(rec.dials, " ") != "192.0.2.1:23" {
+		t.Fatalf("dials = %v, want only the allowed scan target", rec.dials)
+	}
+	if !strings.Contains(log.String(), "scan 8.8.8.8 refused") || !strings.Contains(log.String(), "refusing C2 c2.example") {
+		t.Fatalf("log:\n%s", log)
+	}
+}
+
+func TestBeaconStopsWithItsContext(t *testing.T) {
+	port, _ := c2Server(t)
+	cfg := config(t, port)
+	cfg.Interval = time.Hour
+	b, _, _ := newTest(t, cfg, []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Stats)
+	go func() { done <- b.Run(ctx) }()
+	cancel()
+	if st := <-done; st.Sent != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
+
+// TestCrossCompiles builds the sample for every architecture the images
+// cover and checks each ELF's machine.
+func TestCrossCompiles(t *testing.T) {
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		goarch, goarm string
+		machine       elf.Machine
+	}{
+		{"amd64", "", elf.EM_X86_64}, {"386", "", elf.EM_386}, {"arm64", "", elf.EM_AARCH64},
+		{"arm", "7", elf.EM_ARM}, {"mipsle", "", elf.EM_MIPS}, {"mips64le", "", elf.EM_MIPS},
+		{"ppc64le", "", elf.EM_PPC64}, {"s390x", "", elf.EM_S390},
+	} {
+		out := filepath.Join(dir, "beacon-"+c.goarch)
+		cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", out, "../../../testdata/beacon")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+c.goarch, "GOARM="+c.goarm, "GOMIPS=softfloat")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", c.goarch, err, b)
+		}
+		f, err := elf.Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Machine != c.machine {
+			t.Errorf("%s: machine %v, want %v", c.goarch, f.Machine, c.machine)
+		}
+		f.Close()
+	}
+}
