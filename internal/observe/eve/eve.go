@@ -22,18 +22,7 @@ import (
 )
 
 // Stats counts the lines read.
-type Stats struct {
-	Lines    int64
-	Bad      int64
-	FirstBad error
-}
-
-func (s *Stats) bad(line int64, err error) {
-	s.Bad++
-	if s.FirstBad == nil {
-		s.FirstBad = fmt.Errorf("line %d: %w", line, err)
-	}
-}
+type Stats = observe.LineStats
 
 // Read reads EVE events and passes observables to sink. Malformed lines are
 // counted and skipped; the error is for the stream itself.
@@ -47,7 +36,7 @@ func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.
 		}
 		if errors.Is(err, observe.ErrLongLine) {
 			st.Lines++
-			st.bad(n, err)
+			st.AddBad(n, err)
 			continue
 		}
 		if err != nil {
@@ -61,7 +50,7 @@ func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.
 		}
 		st.Lines++
 		if err := Event(line, o, n, sink); err != nil {
-			st.bad(n, err)
+			st.AddBad(n, err)
 		}
 	}
 }

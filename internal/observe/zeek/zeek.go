@@ -24,18 +24,7 @@ import (
 )
 
 // Stats counts the lines read.
-type Stats struct {
-	Lines    int64
-	Bad      int64
-	FirstBad error
-}
-
-func (s *Stats) bad(line int64, err error) {
-	s.Bad++
-	if s.FirstBad == nil {
-		s.FirstBad = fmt.Errorf("line %d: %w", line, err)
-	}
-}
+type Stats = observe.LineStats
 
 // row gives access to one log entry's fields by Zeek name ("id.orig_h").
 type row interface {
@@ -57,7 +46,7 @@ func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.
 		}
 		if errors.Is(err, observe.ErrLongLine) {
 			st.Lines++
-			st.bad(n, err)
+			st.AddBad(n, err)
 			continue
 		}
 		if err != nil {
@@ -72,31 +61,31 @@ func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.
 		st.Lines++
 		if line[0] == '#' {
 			if err := t.header(line); err != nil {
-				st.bad(n, err)
+				st.AddBad(n, err)
 			}
 			continue
 		}
 		if line[0] == '{' {
 			if !gjson.ValidBytes(line) {
-				st.bad(n, errors.New("invalid JSON"))
+				st.AddBad(n, errors.New("invalid JSON"))
 				continue
 			}
 			j := jsonRow{line}
 			if err := entry(guessPath(j), j, o, n, sink); err != nil {
-				st.bad(n, err)
+				st.AddBad(n, err)
 			}
 			continue
 		}
 		if t.fields == nil {
-			st.bad(n, errors.New("data before the #fields header"))
+			st.AddBad(n, errors.New("data before the #fields header"))
 			continue
 		}
 		if err := t.row(line); err != nil {
-			st.bad(n, err)
+			st.AddBad(n, err)
 			continue
 		}
 		if err := entry(t.path, t, o, n, sink); err != nil {
-			st.bad(n, err)
+			st.AddBad(n, err)
 		}
 	}
 }
