@@ -590,6 +590,26 @@ func (f *NFT) Present() (bool, error) {
 	return false, nil
 }
 
+// OthersPresent reports whether another lab's talkbox table is in the
+// namespace: that lab still needs what the namespace-wide settings give it.
+func (f *NFT) OthersPresent() (bool, error) {
+	c, done, err := f.conn()
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	tabs, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tabs {
+		if t.Name != f.cfg.Table && strings.HasPrefix(t.Name, "talkbox") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // uplinkUp reports whether the uplink exists and is up in the namespace.
 func (f *NFT) uplinkUp() error {
 	if f.cfg.Uplink == "" {

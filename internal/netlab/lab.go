@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
@@ -137,12 +139,11 @@ func (c *Config) Firewall() (*firewall.NFT, error) {
 
 // Made records what Up created, so that Down removes exactly that.
 type Made struct {
-	Config       Config `json:"config"`
-	Bridge       bool   `json:"bridge"`
-	SinkNS       bool   `json:"sink_ns"`
-	SinkVeth     bool   `json:"sink_veth"`
-	Table        bool   `json:"table"`
-	IPForwardWas string `json:"ip_forward_was,omitempty"`
+	Config   Config `json:"config"`
+	Bridge   bool   `json:"bridge"`
+	SinkNS   bool   `json:"sink_ns"`
+	SinkVeth bool   `json:"sink_veth"`
+	Table    bool   `json:"table"`
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "lab.json") }
@@ -300,8 +301,8 @@ func Up(ctx context.Context, cfg Config) (*Made, error) {
 	if err != nil {
 		return m, err
 	}
-	if old != "1" && m.IPForwardWas == "" {
-		m.IPForwardWas = old
+	if err := rememberForwarding(cfg.HostNSPath(), old); err != nil {
+		return m, err
 	}
 
 	fw, err := cfg.Firewall()
@@ -483,13 +484,74 @@ func Down(ctx context.Context, dir string) error {
 			}
 		}
 	}
-	if m.IPForwardWas != "" {
-		if _, err := sysctl(cfg.HostNSPath(), "net.ipv4.ip_forward", m.IPForwardWas); err != nil {
+	if !otherLabUp(&cfg) {
+		if err := restoreForwarding(cfg.HostNSPath()); err != nil {
 			return err
 		}
 	}
 	os.RemoveAll(RunDir(&cfg))
 	return os.RemoveAll(dir)
+}
+
+// forwardingFile keeps, per network namespace, the IPv4 forwarding setting
+// the first lab found there, so that the last lab to go down restores it
+// whichever lab that is. /run is cleared at boot, as the setting is.
+func forwardingFile(ns string) (string, error) {
+	if ns == "" {
+		ns = "/proc/self/ns/net"
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(ns, &st); err != nil {
+		return "", fmt.Errorf("network namespace %s: %w", ns, err)
+	}
+	return filepath.Join("/run/talkbox", fmt.Sprintf("ip_forward.%d-%d", st.Dev, st.Ino)), nil
+}
+
+func rememberForwarding(ns, old string) error {
+	p, err := forwardingFile(ns)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(p); err == nil {
+		return nil // an earlier lab recorded what it found
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(old+"\n"), 0o644)
+}
+
+func restoreForwarding(ns string) error {
+	p, err := forwardingFile(ns)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if v := strings.TrimSpace(string(b)); v == "0" || v == "1" {
+		if _, err := sysctl(ns, "net.ipv4.ip_forward", v); err != nil {
+			return err
+		}
+	}
+	return os.Remove(p)
+}
+
+// otherLabUp reports whether another lab shares this namespace; forwarding
+// stays on for it. When that cannot be told, it is assumed, because turning
+// forwarding off under a running lab breaks it while leaving it on does not
+// weaken containment (the lab's nftables rules decide what is forwarded).
+func otherLabUp(cfg *Config) bool {
+	fw, err := cfg.Firewall()
+	if err != nil {
+		return true
+	}
+	others, err := fw.OthersPresent()
+	return err != nil || others
 }
 
 // Status is what the lab looks like now.

@@ -1,0 +1,60 @@
+package netlab_test
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
+	"github.com/talkbox-sandbox/talkbox/internal/netns"
+)
+
+// Two labs in one namespace: taking the first down must not turn IPv4
+// forwarding off under the second; the last one down restores it.
+func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
+	ctx := context.Background()
+	l := labtest.New(t)
+	a := l.Config
+	b := l.Config
+	b.Name, b.Bridge, b.SinkNS, b.SinkVeth, b.Table = a.Name+"b", a.Bridge+"b", a.SinkNS+"b", a.SinkVeth+"b", a.Table+"b"
+	b.LabNet, b.SinkNet = netip.MustParsePrefix("10.13.39.0/24"), netip.MustParsePrefix("10.13.40.0/24")
+	b.Dir = filepath.Join(t.TempDir(), "lab-b")
+	forwarding := func() string {
+		var v []byte
+		if err := netns.Do(l.HostNS(), func() error {
+			var err error
+			v, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(v))
+	}
+	before := forwarding()
+	if before != "0" {
+		t.Fatalf("a new namespace should start with forwarding off, got %s", before)
+	}
+	for _, c := range []netlab.Config{a, b} {
+		c := c
+		t.Cleanup(func() { netlab.Down(ctx, c.Dir) })
+		if _, err := netlab.Up(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := netlab.Down(ctx, a.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := forwarding(); got != "1" {
+		t.Fatalf("after the first lab went down, forwarding = %s: the second lab is broken", got)
+	}
+	if err := netlab.Down(ctx, b.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := forwarding(); got != before {
+		t.Fatalf("after the last lab went down, forwarding = %s, want %s as found", got, before)
+	}
+}
