@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -50,12 +51,22 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return err
 	}
+	// Builds sharing a cache take turns: one build's sync-out racing
+	// another's sync-in would hand apt half-copied .debs.
+	unlock, err := lockCache(ctx, cacheDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	args := []string{
 		"--mode=root", "--variant=" + s.OS.Variant, "--architectures=" + s.Arch,
 		"--components=" + strings.Join(s.OS.Components, ","),
 		"--include=" + strings.Join(s.Packages, ","),
 		// Keep the essential packages' .debs so the cache gets them too.
 		"--skip=essential/unlink",
+		// A mirror that drops a connection now and then must not fail a
+		// build of several minutes.
+		`--aptopt=Acquire::Retries "3"`,
 		"--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
 		"--setup-hook=sync-in " + shq(cacheDir) + " /var/cache/apt/archives/",
 		// Talkbox builds its own small initramfs; running update-initramfs
@@ -83,4 +94,31 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 		return fmt.Errorf("mmdebstrap failed (%v); see the build log", err)
 	}
 	return nil
+}
+
+// lockCache takes an exclusive flock(2) on the cache directory's lock file,
+// waiting while another build holds it, until ctx ends.
+func lockCache(ctx context.Context, cacheDir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(cacheDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
+			f.Close()
+			return nil, fmt.Errorf("locking the package cache %s: %w", cacheDir, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
