@@ -3,6 +3,7 @@ package observe
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -57,5 +58,36 @@ func (r *LineReader) Next() ([]byte, int64, error) {
 			return nil, r.line, ErrLongLine
 		}
 		return bytes.TrimRight(r.buf, "\r\n"), r.line, nil
+	}
+}
+
+// EachLine calls fn for every non-blank line of a log, counting lines in st;
+// an error from fn marks that line bad and reading goes on, as does an
+// over-long line. The returned error is for the stream itself.
+func EachLine(ctx context.Context, br *bufio.Reader, st *LineStats, fn func(line []byte, n int64) error) error {
+	lr := NewLineReader(br)
+	for {
+		line, n, err := lr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if errors.Is(err, ErrLongLine) {
+			st.Lines++
+			st.AddBad(n, err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n&0xfff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		st.Lines++
+		if err := fn(line, n); err != nil {
+			st.AddBad(n, err)
+		}
 	}
 }

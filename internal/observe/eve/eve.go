@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -28,31 +27,10 @@ type Stats = observe.LineStats
 // counted and skipped; the error is for the stream itself.
 func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.Sink) (Stats, error) {
 	var st Stats
-	lr := observe.NewLineReader(br)
-	for {
-		line, n, err := lr.Next()
-		if err == io.EOF {
-			return st, nil
-		}
-		if errors.Is(err, observe.ErrLongLine) {
-			st.Lines++
-			st.AddBad(n, err)
-			continue
-		}
-		if err != nil {
-			return st, err
-		}
-		if n&0xfff == 0 && ctx.Err() != nil {
-			return st, ctx.Err()
-		}
-		if len(strings.TrimSpace(string(line))) == 0 {
-			continue
-		}
-		st.Lines++
-		if err := Event(line, o, n, sink); err != nil {
-			st.AddBad(n, err)
-		}
-	}
+	err := observe.EachLine(ctx, br, &st, func(line []byte, n int64) error {
+		return Event(line, o, n, sink)
+	})
+	return st, err
 }
 
 // timeLayouts are the forms of EVE's timestamp.

@@ -5,11 +5,9 @@ package zeek
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/netip"
 	"strconv"
@@ -37,57 +35,26 @@ type row interface {
 // itself (a read error).
 func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.Sink) (Stats, error) {
 	var st Stats
-	lr := observe.NewLineReader(br)
 	t := &tsv{sep: "\t", setSep: ",", empty: "(empty)", unset: "-"}
-	for {
-		line, n, err := lr.Next()
-		if err == io.EOF {
-			return st, nil
-		}
-		if errors.Is(err, observe.ErrLongLine) {
-			st.Lines++
-			st.AddBad(n, err)
-			continue
-		}
-		if err != nil {
-			return st, err
-		}
-		if n&0xfff == 0 && ctx.Err() != nil {
-			return st, ctx.Err()
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		st.Lines++
-		if line[0] == '#' {
-			if err := t.header(line); err != nil {
-				st.AddBad(n, err)
-			}
-			continue
-		}
-		if line[0] == '{' {
+	err := observe.EachLine(ctx, br, &st, func(line []byte, n int64) error {
+		switch {
+		case line[0] == '#':
+			return t.header(line)
+		case line[0] == '{':
 			if !gjson.ValidBytes(line) {
-				st.AddBad(n, errors.New("invalid JSON"))
-				continue
+				return errors.New("invalid JSON")
 			}
 			j := jsonRow{line}
-			if err := entry(guessPath(j), j, o, n, sink); err != nil {
-				st.AddBad(n, err)
-			}
-			continue
-		}
-		if t.fields == nil {
-			st.AddBad(n, errors.New("data before the #fields header"))
-			continue
+			return entry(guessPath(j), j, o, n, sink)
+		case t.fields == nil:
+			return errors.New("data before the #fields header")
 		}
 		if err := t.row(line); err != nil {
-			st.AddBad(n, err)
-			continue
+			return err
 		}
-		if err := entry(t.path, t, o, n, sink); err != nil {
-			st.AddBad(n, err)
-		}
-	}
+		return entry(t.path, t, o, n, sink)
+	})
+	return st, err
 }
 
 // tsv is the state of a TSV log: its header and the current row.
