@@ -18,6 +18,16 @@ type Options struct {
 	LabNet string
 }
 
+// withManager runs fn with the lease manager the options describe.
+func withManager(env *cli.Env, o Options, fn func(m *Manager) error) error {
+	m, err := open(env, o)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return fn(m)
+}
+
 func open(env *cli.Env, o Options) (*Manager, error) {
 	required := o.Config != "" && o.Config != defaultConfig(env)
 	path := o.Config
@@ -47,80 +57,69 @@ func defaultConfig(env *cli.Env) string {
 
 // AcquireCmd is "tb-lease acquire".
 func AcquireCmd(env *cli.Env, o Options, planID string, r Request) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	if r.Plan, err = ReadPlan(m.St, env.Stdin, planID); err != nil {
-		return err
-	}
-	if r.DryRun {
-		d, err := m.Decide(env.Ctx, r)
+	return withManager(env, o, func(m *Manager) error {
+		var err error
+		if r.Plan, err = ReadPlan(m.St, env.Stdin, planID); err != nil {
+			return err
+		}
+		if r.DryRun {
+			d, err := m.Decide(env.Ctx, r)
+			if err != nil {
+				return err
+			}
+			return printJSON(env, d)
+		}
+		l, err := m.Acquire(env.Ctx, r)
 		if err != nil {
 			return err
 		}
-		return printJSON(env, d)
-	}
-	l, err := m.Acquire(env.Ctx, r)
-	if err != nil {
-		return err
-	}
-	return m.print(l)
+		return m.print(l)
+	})
 }
 
 // ReleaseCmd is "tb-lease release".
 func ReleaseCmd(env *cli.Env, o Options, ids []string, keep bool) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	var batch cli.Batch
-	for _, id := range ids {
-		l, err := m.Release(env.Ctx, id, keep)
-		if err != nil {
-			env.Warnf("%v", err)
-			batch.Add(err)
-			continue
+	return withManager(env, o, func(m *Manager) error {
+		var batch cli.Batch
+		for _, id := range ids {
+			l, err := m.Release(env.Ctx, id, keep)
+			if err != nil {
+				env.Warnf("%v", err)
+				batch.Add(err)
+				continue
+			}
+			m.print(l)
 		}
-		m.print(l)
-	}
-	return batch.Err()
+		return batch.Err()
+	})
 }
 
 // RenewCmd is "tb-lease renew".
 func RenewCmd(env *cli.Env, o Options, id string, ttl time.Duration) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	l, err := m.Renew(env.Ctx, id, ttl)
-	if err != nil {
-		return err
-	}
-	return m.print(l)
+	return withManager(env, o, func(m *Manager) error {
+		l, err := m.Renew(env.Ctx, id, ttl)
+		if err != nil {
+			return err
+		}
+		return m.print(l)
+	})
 }
 
 // ExpireCmd is "tb-lease expire".
 func ExpireCmd(env *cli.Env, o Options, apply bool) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	ls, err := m.Expire(env.Ctx, apply)
-	if err != nil {
-		return err
-	}
-	if !apply && len(ls) > 0 {
-		env.Warnf("dry run: %d lease(s) past their TTL; --apply releases them", len(ls))
-	}
-	for _, l := range ls {
-		m.print(l)
-	}
-	return nil
+	return withManager(env, o, func(m *Manager) error {
+		ls, err := m.Expire(env.Ctx, apply)
+		if err != nil {
+			return err
+		}
+		if !apply && len(ls) > 0 {
+			env.Warnf("dry run: %d lease(s) past their TTL; --apply releases them", len(ls))
+		}
+		for _, l := range ls {
+			m.print(l)
+		}
+		return nil
+	})
 }
 
 func printJSON(env *cli.Env, v any) error {
@@ -134,188 +133,161 @@ func printJSON(env *cli.Env, v any) error {
 
 // ReapCmd is "tb-lease reap".
 func ReapCmd(env *cli.Env, o Options, dryRun bool) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	acts, err := m.Reap(env.Ctx, dryRun)
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, a := range acts {
-		printJSON(env, a)
-		if a.Error != "" {
-			failed++
+	return withManager(env, o, func(m *Manager) error {
+		acts, err := m.Reap(env.Ctx, dryRun)
+		if err != nil {
+			return err
 		}
-	}
-	if failed > 0 {
-		return cli.Failure(fmt.Errorf("reap: %d action(s) failed", failed))
-	}
-	return nil
+		failed := 0
+		for _, a := range acts {
+			printJSON(env, a)
+			if a.Error != "" {
+				failed++
+			}
+		}
+		if failed > 0 {
+			return cli.Failure(fmt.Errorf("reap: %d action(s) failed", failed))
+		}
+		return nil
+	})
 }
 
 // HealCmd is "tb-lease heal".
 func HealCmd(env *cli.Env, o Options, ids []string, timeout time.Duration) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	acts, err := m.Heal(env.Ctx, ids, timeout)
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for _, a := range acts {
-		printJSON(env, a)
-		if a.Action == "fail-lease" {
-			failed++
+	return withManager(env, o, func(m *Manager) error {
+		acts, err := m.Heal(env.Ctx, ids, timeout)
+		if err != nil {
+			return err
 		}
-	}
-	if failed > 0 {
-		return cli.Failure(fmt.Errorf("heal: %d lease(s) could not be brought back", failed))
-	}
-	return nil
+		failed := 0
+		for _, a := range acts {
+			printJSON(env, a)
+			if a.Action == "fail-lease" {
+				failed++
+			}
+		}
+		if failed > 0 {
+			return cli.Failure(fmt.Errorf("heal: %d lease(s) could not be brought back", failed))
+		}
+		return nil
+	})
 }
 
 // InspectHostCmd is "tb-lease inspect host".
 func InspectHostCmd(env *cli.Env, o Options, host string) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	rs, err := m.InspectHosts(env.Ctx, host)
-	if err != nil {
-		return err
-	}
-	for _, r := range rs {
-		printJSON(env, r)
-	}
-	return nil
+	return withManager(env, o, func(m *Manager) error {
+		rs, err := m.InspectHosts(env.Ctx, host)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			printJSON(env, r)
+		}
+		return nil
+	})
 }
 
 // SnapshotCmd is "tb-lease snapshot".
 func SnapshotCmd(env *cli.Env, o Options, id string) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	s, err := m.Snapshot(env.Ctx, id)
-	if err != nil {
-		return err
-	}
-	return m.print(s)
+	return withManager(env, o, func(m *Manager) error {
+		s, err := m.Snapshot(env.Ctx, id)
+		if err != nil {
+			return err
+		}
+		return m.print(s)
+	})
 }
 
 // SnapshotsCmd is "tb-lease snapshots": one line per snapshot with size and
 // checksums (the records; --verify checks the files again).
 func SnapshotsCmd(env *cli.Env, o Options, verify bool) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	ss, err := m.Snapshots()
-	if err != nil {
-		return err
-	}
-	var batch cli.Batch
-	for _, s := range ss {
-		if verify {
-			for _, f := range s.Files {
-				sum, _, err := files.SHA256(s.Dir + "/" + f.Name)
-				if err != nil || sum != f.SHA256 {
-					e := cli.DataErr(fmt.Errorf("snapshot %s: %s does not match its checksum", s.ID, f.Name))
-					env.Warnf("%v", e)
-					batch.Add(e)
+	return withManager(env, o, func(m *Manager) error {
+		ss, err := m.Snapshots()
+		if err != nil {
+			return err
+		}
+		var batch cli.Batch
+		for _, s := range ss {
+			if verify {
+				for _, f := range s.Files {
+					sum, _, err := files.SHA256(s.Dir + "/" + f.Name)
+					if err != nil || sum != f.SHA256 {
+						e := cli.DataErr(fmt.Errorf("snapshot %s: %s does not match its checksum", s.ID, f.Name))
+						env.Warnf("%v", e)
+						batch.Add(e)
+					}
 				}
 			}
+			m.print(s)
 		}
-		m.print(s)
-	}
-	return batch.Err()
+		return batch.Err()
+	})
 }
 
 // RestoreCmd is "tb-lease restore".
 func RestoreCmd(env *cli.Env, o Options, id string, r Request) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	l, err := m.Restore(env.Ctx, id, r)
-	if err != nil {
-		return err
-	}
-	return m.print(l)
+	return withManager(env, o, func(m *Manager) error {
+		l, err := m.Restore(env.Ctx, id, r)
+		if err != nil {
+			return err
+		}
+		return m.print(l)
+	})
 }
 
 // DeleteSnapshotCmd is "tb-lease snapshot-rm".
 func DeleteSnapshotCmd(env *cli.Env, o Options, ids []string) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	var batch cli.Batch
-	for _, id := range ids {
-		if err := m.DeleteSnapshot(env.Ctx, id); err != nil {
-			env.Warnf("%v", err)
-			batch.Add(err)
+	return withManager(env, o, func(m *Manager) error {
+		var batch cli.Batch
+		for _, id := range ids {
+			if err := m.DeleteSnapshot(env.Ctx, id); err != nil {
+				env.Warnf("%v", err)
+				batch.Add(err)
+			}
 		}
-	}
-	return batch.Err()
+		return batch.Err()
+	})
 }
 
 // ExecCmd is "tb-lease exec": run a program in the guest, print its output,
 // exit with its status.
 func ExecCmd(env *cli.Env, o Options, id string, argv []string) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	r, err := m.Exec(env.Ctx, id, argv)
-	if err != nil {
-		return err
-	}
-	env.Stdout.Write(r.Stdout)
-	env.Stderr.Write(r.Stderr)
-	if r.ExitCode != 0 {
-		return cli.Errorf(cli.ExitFailure, "%s exited %d in %s", argv[0], r.ExitCode, id)
-	}
-	return nil
+	return withManager(env, o, func(m *Manager) error {
+		r, err := m.Exec(env.Ctx, id, argv)
+		if err != nil {
+			return err
+		}
+		env.Stdout.Write(r.Stdout)
+		env.Stderr.Write(r.Stderr)
+		if r.ExitCode != 0 {
+			return cli.Errorf(cli.ExitFailure, "%s exited %d in %s", argv[0], r.ExitCode, id)
+		}
+		return nil
+	})
 }
 
 // ListCmd is "tb-lease list": leases, optionally only live ones, some
 // states or one host's.
 func ListCmd(env *cli.Env, o Options, states []string, liveOnly bool, host string) error {
-	m, err := open(env, o)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	ls, err := m.Leases()
-	if err != nil {
-		return err
-	}
-	want := map[string]bool{}
-	for _, s := range states {
-		want[s] = true
-	}
-	sortByAge(ls)
-	for _, l := range ls {
-		if liveOnly && records.LeaseGone(l.State) {
-			continue
+	return withManager(env, o, func(m *Manager) error {
+		ls, err := m.Leases()
+		if err != nil {
+			return err
 		}
-		if (len(want) > 0 && !want[l.State]) || (host != "" && l.Host != host) {
-			continue
+		want := map[string]bool{}
+		for _, s := range states {
+			want[s] = true
 		}
-		m.print(l)
-	}
-	return nil
+		sortByAge(ls)
+		for _, l := range ls {
+			if liveOnly && records.LeaseGone(l.State) {
+				continue
+			}
+			if (len(want) > 0 && !want[l.State]) || (host != "" && l.Host != host) {
+				continue
+			}
+			m.print(l)
+		}
+		return nil
+	})
 }
