@@ -799,22 +799,20 @@ func limitOver(r Rate) *expr.Limit {
 // addElems adds elements in chunks so that no netlink message exceeds the
 // socket buffer; the chunks are still one batch (one transaction).
 func addElems(c *nftables.Conn, s *nftables.Set, els []nftables.SetElement) error {
-	const chunk = 1024
-	for len(els) > 0 {
-		n := min(chunk, len(els))
-		if err := c.SetAddElements(s, els[:n]); err != nil {
-			return err
-		}
-		els = els[n:]
-	}
-	return nil
+	return inChunks(s, els, c.SetAddElements)
 }
 
 func delElems(c *nftables.Conn, s *nftables.Set, els []nftables.SetElement) error {
+	return inChunks(s, els, c.SetDeleteElements)
+}
+
+// inChunks queues elements 1024 at a time: one netlink message per chunk
+// keeps each under the kernel's message size limit.
+func inChunks(s *nftables.Set, els []nftables.SetElement, queue func(*nftables.Set, []nftables.SetElement) error) error {
 	const chunk = 1024
 	for len(els) > 0 {
 		n := min(chunk, len(els))
-		if err := c.SetDeleteElements(s, els[:n]); err != nil {
+		if err := queue(s, els[:n]); err != nil {
 			return err
 		}
 		els = els[n:]
