@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figures for docs/perf-tb-allow.md, measured side by side in one run, in a
+# Figures for docs/performance.md (tb-allow), measured side by side in one run, in a
 # network namespace the benchmark creates (and removes):
 #  - applying a 100,000-entry revision, and a one-entry change to it,
 #    through tb-allow's apply path (state -> diff -> firewall.ApplyAllowSet,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Figures for docs/perf-tb-capture.md, measured side by side in one run:
+# Figures for docs/performance.md (tb-capture), measured side by side in one run:
 #  - capture at 100k packets/s from a namespace: tb-capture against tcpdump;
 #  - 10,000 allow entries in one batch: tb-capture's netlink apply against
 #    nft -f loading the same elements, and the same policy as 10,000 rules.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Warm against cold cycles, in one run (docs/perf-tb-run.md).
+# Warm against cold cycles, in one run (docs/performance.md, tb-run).
 #
 # Sets up what scripts/demo.sh does (lab, sinkhole, an "internet" namespace
 # with the C2), then, with the benign beacon sending one check-in:

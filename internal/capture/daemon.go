@@ -43,7 +43,10 @@ type reply struct {
 	Artifacts []string `json:"artifacts,omitempty"`
 	Packets   uint64   `json:"packets"`
 	Drops     uint64   `json:"drops"`
-	Error     string   `json:"error,omitempty"`
+	// Unwritten counts packets the kernel accepted that a rotate or stop
+	// gave up waiting for (the kernel handed nothing over for a second).
+	Unwritten uint64 `json:"unwritten,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // ControlAddr is the abstract unix socket of a capture's daemon, unique
@@ -71,6 +74,12 @@ type Daemon struct {
 	kernDrops uint64
 	failed    error
 	sensorSt  map[string]*records.SensorStatus
+	// written is closed and replaced each time a packet is written while a
+	// drain waits for it (nil otherwise), so that drain wakes on progress.
+	written chan struct{}
+	// unwritten counts packets the kernel accepted that a drain gave up
+	// waiting for.
+	unwritten uint64
 }
 
 // Serve runs the capture until a stop request, ctx's end, or a fatal
@@ -176,6 +185,10 @@ func (d *Daemon) packet(ts time.Time, data []byte, origLen int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.pktsTotal++
+	if d.written != nil {
+		close(d.written)
+		d.written = nil
+	}
 	err := d.w.Write(ts, data, origLen, d.registerLocked(context.Background(), "size"))
 	if errors.Is(err, ErrDiskFull) {
 		return ErrDiskFull
@@ -235,7 +248,7 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn, cancel context.CancelFu
 		rep.Error = "unknown op " + req.Op
 	}
 	d.mu.Lock()
-	rep.Packets, rep.Drops = d.pktsTotal, d.rec.Drops+d.drops
+	rep.Packets, rep.Drops, rep.Unwritten = d.pktsTotal, d.rec.Drops+d.drops, d.unwritten
 	d.mu.Unlock()
 	b, _ := json.Marshal(rep)
 	c.Write(append(b, '\n'))
@@ -257,21 +270,43 @@ func (d *Daemon) readStatsLocked() {
 // drain waits until every packet the kernel accepted so far has been
 // written (TPACKET_V3 hands a block over only when it is full or its
 // timeout expires), so that a rotate or stop includes everything sent
-// before it. It gives up after a second.
+// before it. It wakes on each written packet; if the kernel hands nothing
+// over for a second, it logs and counts the packets it gave up on.
 func (d *Daemon) drain(ctx context.Context) {
 	d.mu.Lock()
 	d.readStatsLocked()
 	want := d.kernPkts - d.kernDrops
 	d.mu.Unlock()
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	idle := time.NewTimer(time.Second)
+	defer idle.Stop()
+	for {
 		d.mu.Lock()
 		got := d.pktsTotal
-		d.mu.Unlock()
 		if got >= want {
+			d.mu.Unlock()
 			return
 		}
-		time.Sleep(5 * time.Millisecond) // the reader goroutine has no completion event
+		if d.written == nil {
+			d.written = make(chan struct{})
+		}
+		progress := d.written
+		d.mu.Unlock()
+		select {
+		case <-progress:
+			if !idle.Stop() {
+				<-idle.C
+			}
+			idle.Reset(time.Second)
+		case <-idle.C:
+			d.mu.Lock()
+			d.unwritten += want - got
+			total := d.unwritten
+			d.mu.Unlock()
+			d.Log.Warn("capture: gave up waiting for packets the kernel accepted", "capture", d.ID, "missing", want-got, "missing_total", total)
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 )
 
 // Config is one lab instance. The zero value of each field takes the
-// default of design §4; tests change names and subnets to run a private lab.
+// default lab (README, tb-capture); tests change names and subnets to run a private lab.
 type Config struct {
 	Name string `json:"name"`
 	// HostNS is the network namespace playing the host ("" = this one).

@@ -52,9 +52,10 @@ type Cycle struct {
 	// FreshLease: leasing boots a new lease instead of reusing an idle one.
 	FreshLease bool `json:"fresh_lease,omitempty"`
 	// Previous is the cycle this one follows on the same lease and sample
-	// (lineage); Revision the allow-list revision in force when it started
-	// and Forwarding the digest of the enforced allow set (the forwarding
-	// plan) with its element count.
+	// (lineage); Revision the lease chain's allow-list revision in force
+	// when it started and Forwarding the digest of that chain's enforced
+	// set with its element count (the sample and global chains, enforced
+	// too, are not recorded here).
 	Previous   string `json:"previous,omitempty"`
 	Revision   string `json:"revision,omitempty"`
 	Forwarding string `json:"forwarding,omitempty"`
