@@ -319,6 +319,11 @@ func TestContainment(t *testing.T) {
 	}); len(leaked) > 0 {
 		t.Errorf("packets reached the internet that were not allowed: %v", leaked)
 	}
+	// A sinkholed SYN fails to connect too: the drop verdict is proven by
+	// the SYN reaching neither the sinkhole nor the internet.
+	if leaked := sink.Seen(func(p labtest.Packet) bool { return fromG1(p) && p.Proto == "tcp" && p.DstPort == 8080 }); len(leaked) > 0 {
+		t.Errorf("the dropped destination's SYN reached the sinkhole: %v", leaked)
+	}
 	if leaked := other.Seen(func(p labtest.Packet) bool { return p.Src == g1.IP || p.IPv6 && p.Proto == "udp" }); len(leaked) > 0 {
 		t.Errorf("guest 2 received packets from guest 1: %v", leaked)
 	}
