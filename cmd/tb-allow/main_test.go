@@ -11,6 +11,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
 )
 
@@ -92,4 +93,12 @@ func idwith(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("no entry matches %s", args[0])
 	}
 	ts.Setenv(args[1], found)
+}
+
+// TestExamples fails when a command has no --help example or an example no
+// longer parses as its command (a renamed flag, a removed argument).
+func TestExamples(t *testing.T) {
+	for _, p := range cli.CheckExamples(tool(), &tbAllow{}) {
+		t.Error(p)
+	}
 }

@@ -159,9 +159,49 @@ type tbCapture struct {
 }
 
 func main() {
-	os.Exit(cli.Run(cli.Tool{
+	os.Exit(cli.Run(tool(), &tbCapture{}, os.Args[1:]))
+}
+
+// tool is a function, not a variable, so that main_test.go can check the
+// examples without package state.
+func tool() cli.Tool {
+	return cli.Tool{
 		Name:        "tb-capture",
 		Description: "Lab network, per-lease containment rules in nftables, and packet capture.",
 		Kinds:       "capture,artifact",
-	}, &tbCapture{}, os.Args[1:]))
+		Examples: map[string][]string{
+			"": {
+				"tb-capture net up --uplink eth0 --upstream 9.9.9.9",
+				"tb-capture start --lease lease_01JD... --rotate-every 1h",
+			},
+			"net": {
+				"tb-capture net up --uplink eth0 --upstream 9.9.9.9",
+				"tb-capture net status",
+			},
+			"net up": {
+				"tb-capture net up --uplink eth0 --upstream 9.9.9.9",
+				"tb-capture net up --no-inetsim --dhcp",
+			},
+			"net down":   {"tb-capture net down"},
+			"net status": {"tb-capture net status"},
+			"net dns-allow": {
+				"tb-capture net dns-allow raw.githubusercontent.com",
+				"tb-capture net dns-allow    # none: clears the list",
+			},
+			"start":  {"tb-capture start --lease lease_01JD... --rotate-every 1h"},
+			"rotate": {"tb-capture rotate --lease lease_01JD... --cycle cycle_01JD..."},
+			"stop":   {"tb-capture stop --lease lease_01JD..."},
+			"allow": {
+				"tb-capture allow --lease lease_01JD... --add 203.0.113.5:443/tcp=rate-limit",
+				"tb-capture allow --lease lease_01JD... --del 203.0.113.5:443/tcp",
+			},
+			"reconcile": {
+				"tb-capture reconcile --dry-run",
+				"tb-capture reconcile",
+			},
+			"status": {"tb-capture status"},
+			"list":   {"tb-capture list --kind artifact --limit 10"},
+			"get":    {"tb-capture get capture_01JD..."},
+		},
+	}
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/clitest"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
@@ -48,6 +50,7 @@ func TestScripts(t *testing.T) {
 			"sendudp":    sendudp,
 			"killdaemon": killdaemon,
 			"nsexists":   nsexists,
+			"kinds":      clitest.Kinds,
 		},
 	})
 }
@@ -223,5 +226,13 @@ func killDaemons(root string) {
 			}
 			cancel()
 		}
+	}
+}
+
+// TestExamples fails when a command has no --help example or an example no
+// longer parses as its command (a renamed flag, a removed argument).
+func TestExamples(t *testing.T) {
+	for _, p := range cli.CheckExamples(tool(), &tbCapture{}) {
+		t.Error(p)
 	}
 }

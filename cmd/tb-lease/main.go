@@ -168,9 +168,54 @@ type tbLease struct {
 }
 
 func main() {
-	os.Exit(cli.Run(cli.Tool{
+	os.Exit(cli.Run(tool(), &tbLease{}, os.Args[1:]))
+}
+
+// tool is a function, not a variable, so that main_test.go can check the
+// examples without package state.
+func tool() cli.Tool {
+	return cli.Tool{
 		Name:        "tb-lease",
 		Description: "Long-lived libvirt sandbox leases: acquire, health, TTL, snapshots, placement.",
 		Kinds:       "lease",
-	}, &tbLease{}, os.Args[1:]))
+		Examples: map[string][]string{
+			"": {
+				"tb-lease acquire --plan PLAN --ttl 6h",
+				"tb-lease list --live",
+			},
+			"acquire": {
+				"tb-lease acquire --plan PLAN --ttl 6h",
+				"tb-lease acquire --plan PLAN --dry-run",
+			},
+			"list": {
+				"tb-lease list --live",
+				"tb-lease list --lease-state idle --lease-state busy",
+			},
+			"get":   {"tb-lease get LEASE"},
+			"renew": {"tb-lease renew LEASE --ttl 2h"},
+			"release": {
+				"tb-lease release --keep LEASE    # back to the idle pool",
+				"tb-lease release LEASE",
+			},
+			"expire": {
+				"tb-lease expire",
+				"tb-lease expire --apply && tb-lease reap",
+			},
+			"reap": {
+				"tb-lease reap --dry-run",
+				"tb-lease reap",
+			},
+			"heal": {
+				"tb-lease heal",
+				"tb-lease heal LEASE",
+			},
+			"exec":         {"tb-lease exec LEASE /bin/busybox uname -a"},
+			"inspect":      {"tb-lease inspect host"},
+			"inspect host": {"tb-lease inspect host"},
+			"snapshot":     {"tb-lease snapshot LEASE && tb-lease restore SNAPSHOT"},
+			"snapshots":    {"tb-lease snapshots --verify"},
+			"snapshot-rm":  {"tb-lease snapshot-rm SNAPSHOT"},
+			"restore":      {"tb-lease restore SNAPSHOT --ttl 2h"},
+		},
+	}
 }

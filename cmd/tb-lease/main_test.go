@@ -12,6 +12,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 )
@@ -112,4 +113,12 @@ func host2(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("HOST2", h.URI)
 	cfg := fmt.Sprintf(`{"hosts": [{"name": "local", "uri": "qemu:///system"}, {"name": "second", "uri": %q, "accel": "tcg", "max_leases": 1}]}`, h.URI)
 	ts.Check(os.WriteFile(ts.MkAbs("hosts.json"), []byte(cfg), 0o644))
+}
+
+// TestExamples fails when a command has no --help example or an example no
+// longer parses as its command (a renamed flag, a removed argument).
+func TestExamples(t *testing.T) {
+	for _, p := range cli.CheckExamples(tool(), &tbLease{}) {
+		t.Error(p)
+	}
 }

@@ -42,9 +42,30 @@ type tbParse struct {
 }
 
 func main() {
-	os.Exit(cli.Run(cli.Tool{
+	os.Exit(cli.Run(tool(), &tbParse{}, os.Args[1:]))
+}
+
+// tool is a function, not a variable, so that main_test.go can check the
+// examples without package state.
+func tool() cli.Tool {
+	return cli.Tool{
 		Name:        "tb-parse",
 		Description: "Streaming extraction of observables from pcaps, Zeek logs and Suricata EVE.",
 		Kinds:       "observable",
-	}, &tbParse{}, os.Args[1:]))
+		Examples: map[string][]string{
+			"": {
+				"tb-parse --no-store --lease L --cycle C window.pcap.gz conn.log dns.log eve.json",
+				"tb-parse list | jq -c 'select(.type==\"ip\") | [.value, .ip.conns, .ip.domains]'",
+			},
+			"parse": {
+				"tb-parse --no-store big.pcapng",
+				"tb-parse --no-store --lease L --cycle C window.pcap.gz conn.log dns.log eve.json",
+			},
+			"list": {
+				"tb-parse list --limit 20",
+				"tb-parse list | jq -c 'select(.type==\"ip\") | [.value, .ip.conns, .ip.domains]'",
+			},
+			"get": {`tb-parse get "$(tb-parse list --limit 1 | jq -r .id)"`},
+		},
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -138,4 +139,12 @@ func expand(ts *testscript.TestScript, neg bool, args []string) {
 	b, err := os.ReadFile(ts.MkAbs(args[0]))
 	ts.Check(err)
 	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(os.Expand(string(b), ts.Getenv)), 0o644))
+}
+
+// TestExamples fails when a command has no --help example or an example no
+// longer parses as its command (a renamed flag, a removed argument).
+func TestExamples(t *testing.T) {
+	for _, p := range cli.CheckExamples(tool(), &tbParse{}) {
+		t.Error(p)
+	}
 }

@@ -106,9 +106,33 @@ type tbPlan struct {
 }
 
 func main() {
-	os.Exit(cli.Run(cli.Tool{
+	os.Exit(cli.Run(tool(), &tbPlan{}, os.Args[1:]))
+}
+
+// tool is a function, not a variable, so that main_test.go can check the
+// examples without package state.
+func tool() cli.Tool {
+	return cli.Tool{
 		Name:        "tb-plan",
 		Description: "Triage samples (format, architecture, ABI, hashes) and plan how to run them.",
 		Kinds:       "sample,plan",
-	}, &tbPlan{}, os.Args[1:]))
+		Examples: map[string][]string{
+			"": {
+				"tb-plan samples/",
+				"tb-plan list --kind plan | jq -r 'select(.runnable|not) | .reason'",
+			},
+			"plan": {
+				"tb-plan samples/",
+				"tb-plan --profile long-running --memory 1024 bot.mips",
+			},
+			"profiles":     {"tb-plan profiles"},
+			"profile":      {"tb-plan profile show default"},
+			"profile show": {"tb-plan profile show long-running"},
+			"list": {
+				"tb-plan list --kind plan",
+				"tb-plan list --kind plan | jq -r 'select(.runnable|not) | .reason'",
+			},
+			"get": {`tb-plan get "$(tb-plan list --kind plan --limit 1 | jq -r .id)"`},
+		},
+	}
 }

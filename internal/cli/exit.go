@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -68,9 +67,6 @@ func ExitCode(err error) int {
 	var le *records.LineError
 	if errors.As(err, &le) {
 		return ExitDataErr
-	}
-	if errors.Is(err, context.Canceled) {
-		return ExitFailure
 	}
 	return ExitFailure
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
@@ -71,6 +70,21 @@ type Tool struct {
 	Description string
 	// Kinds are the record kinds its "list" command shows by default.
 	Kinds string
+	// Examples are shell lines that --help prints last, keyed by the command
+	// path as typed ("" for the tool itself, "net up"), so that help shows
+	// real invocations as the man pages do. CheckExamples keeps them runnable.
+	Examples map[string][]string
+}
+
+// parser builds the kong parser of t for cli, with t's help printer.
+func (t Tool) parser(cli any, opts ...kong.Option) (*kong.Kong, error) {
+	return kong.New(cli, append([]kong.Option{
+		kong.Name(t.Name),
+		kong.Description(t.Description),
+		kong.Vars{"version": version.String(t.Name), "kinds": t.Kinds},
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Help(t.help),
+	}, opts...)...)
 }
 
 // Run parses args into cli (a kong struct embedding Globals) and runs the
@@ -83,14 +97,7 @@ func Run(t Tool, cli any, args []string) int {
 	}
 	g := hg.globals()
 	exit := -1
-	parser, err := kong.New(cli,
-		kong.Name(tool),
-		kong.Description(t.Description),
-		kong.Vars{"version": version.String(tool), "kinds": t.Kinds},
-		kong.UsageOnError(),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: false}),
-		kong.Exit(func(code int) { exit = code; panic(exitPanic{}) }),
-	)
+	parser, err := t.parser(cli, kong.Exit(func(code int) { exit = code; panic(exitPanic{}) }))
 	if err != nil {
 		panic(err)
 	}
@@ -144,21 +151,4 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// Pending is the Run of a command whose issue is not done yet: it says so and
-// exits 1, never producing fake output.
-type Pending struct {
-	Args []string `arg:"" optional:"" passthrough:"" hidden:""`
-}
-
-// Run reports the command as not implemented.
-func (*Pending) Run(kctx *kong.Context) error {
-	var words []string
-	for _, w := range strings.Fields(kctx.Command()) {
-		if !strings.HasPrefix(w, "<") {
-			words = append(words, w)
-		}
-	}
-	return fmt.Errorf("%s: not implemented yet", strings.Join(words, " "))
 }
