@@ -13,7 +13,7 @@ TOOLS       := $(NOCGO_TOOLS) $(CGO_TOOLS)
 MANPAGES    := $(patsubst man/%.md,build/man/%,$(wildcard man/*.md))
 GOFLAGS_BUILD := -trimpath
 
-.PHONY: all build test deps man install bench clean demo beacons
+.PHONY: all build test deps man install bench clean demo beacons cbeacons
 all: build
 
 build: $(addprefix bin/,$(TOOLS))
@@ -27,16 +27,44 @@ FORCE:
 deps:
 	scripts/deps.sh test
 
-# The whole loop on this host: lab, image, lease, two cycles of the beacon.
+# The whole loop on this host: lab, image, lease, two cycles of the beacon,
+# on ARCH's guest (amd64 i386 arm64 armhf armel mipsel mips64el ppc64el
+# s390x, or the long tail mips powerpc m68k sparc64 under qemu-user in
+# the amd64 guest).
+ARCH ?= amd64
 demo:
 	scripts/deps.sh demo
 	$(MAKE) build beacons
-	scripts/demo.sh
+	ARCH=$(ARCH) scripts/demo.sh
 
-beacons: $(addprefix bin/beacon/beacon-,$(BEACON_ARCHES)) bin/c2server
+beacons: $(addprefix bin/beacon/beacon-,$(BEACON_ARCHES)) bin/c2server cbeacons
 bin/beacon/beacon-%: FORCE
 	@mkdir -p bin/beacon
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* GOARM=7 GOMIPS=softfloat $(GO) build -trimpath -ldflags='-s -w' -o $@ ./testdata/beacon
+
+# The C beacon, static, for the Mirai set Go does not cover (armhf and i386
+# too), with Debian's cross compilers (scripts/deps.sh installs them).
+CBEACON_ARCHES := armel armhf mips mipsel powerpc sh4 m68k sparc64 i386
+CBEACON_DIR ?= bin/beacon
+CBEACON_SRC := $(addprefix internal/demo/cbeacon/,beacon.c policy.c)
+CBEACON_CFLAGS := -std=c99 -Os -Wall -Wextra -s
+cc_armel   := arm-linux-gnueabi-gcc -march=armv5te -mfloat-abi=soft
+cc_armhf   := arm-linux-gnueabihf-gcc
+cc_mips    := mips-linux-gnu-gcc
+cc_mipsel  := mipsel-linux-gnu-gcc
+cc_powerpc := powerpc-linux-gnu-gcc
+cc_sh4     := sh4-linux-gnu-gcc
+cc_m68k    := m68k-linux-gnu-gcc
+cc_sparc64 := sparc64-linux-gnu-gcc
+cc_i386    := i686-linux-gnu-gcc
+cbeacons: $(addprefix $(CBEACON_DIR)/cbeacon-,$(CBEACON_ARCHES))
+$(CBEACON_DIR)/cbeacon-%: $(CBEACON_SRC) internal/demo/cbeacon/policy.h
+	@mkdir -p $(CBEACON_DIR)
+	$(or $(cc_$*),$(error no C compiler for '$*' (one of $(CBEACON_ARCHES)))) $(CBEACON_CFLAGS) -static -o $@ $(CBEACON_SRC)
+# armel's dynamic one needs armel's own libraries (the demo runs it so).
+$(CBEACON_DIR)/cbeacon-armel-dynamic: $(CBEACON_SRC) internal/demo/cbeacon/policy.h
+	@mkdir -p $(CBEACON_DIR)
+	$(cc_armel) $(CBEACON_CFLAGS) -o $@ $(CBEACON_SRC)
 bin/c2server: FORCE
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./testdata/c2server
@@ -44,6 +72,8 @@ bin/c2server: FORCE
 # The whole suite: unit, CLI (testscript) and integration tests, for real.
 test: deps build
 	$(GO) vet ./...
+	@# tb-run without cgo talks to the guest agent through virsh: keep it building.
+	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/tb-run
 	$(GO) test -count=1 -timeout 35m ./...
 	scripts/fuzz.sh 10s
 

@@ -2,7 +2,8 @@
 # The whole Talkbox loop with the benign beacon sample (what `make demo`
 # runs after scripts/deps.sh and make build). As root on Debian 12:
 #
-#   1. the amd64 guest image: from the demo state's cache, or built once;
+#   1. the guest image of $ARCH (default amd64): from the demo state's
+#      cache, or built once;
 #   2. a lab network (bridge, sinkhole, nftables) and an "internet"
 #      namespace on documentation addresses hosting the beacon's C2;
 #   3. cycle 1: the C2 is sinkholed; the observables show its name and the
@@ -51,14 +52,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-say "sample: the beacon, cross-compiled (harmless: it refuses any address outside the documentation ranges and the lab)"
-CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $GO build -trimpath -ldflags='-s -w' -o "$work/beacon" ./testdata/beacon
-CGO_ENABLED=0 $GO build -trimpath -o "$work/c2server" ./testdata/c2server
-
-say "image: debian-bookworm-amd64 (cached in $TB_STATE, built on the first run)"
-if ! tb-build list --kind image | grep -q '"spec":"debian-bookworm-amd64".*"status":"active"\|"status":"active".*"spec":"debian-bookworm-amd64"'; then
-  tb-build build debian-bookworm-amd64 ${TB_APT_CACHE:+--cache-dir "$TB_APT_CACHE"} >/dev/null
+# ARCH picks the sample and so the guest: the Go beacon where Go targets the
+# architecture, the C beacon (statically cross-compiled with Debian's gcc)
+# for the rest. armel's is dynamic, so that it needs armel's own libraries;
+# the long tail (no Debian kernel) runs in the amd64 guest under qemu-user.
+arch=${ARCH:-amd64}
+goarch="" cbeacon=""
+case "$arch" in
+  amd64|arm64|s390x) goarch=$arch ;;
+  i386) goarch=386 ;;
+  armhf) goarch=arm ;;
+  mipsel) goarch=mipsle ;;
+  mips64el) goarch=mips64le ;;
+  ppc64el) goarch=ppc64le ;;
+  armel) cbeacon=armel-dynamic ;;
+  mips|powerpc|m68k|sparc64) cbeacon=$arch ;;
+  sh4) echo "demo: no sh4 beacon can run: Debian bookworm's static sh4 C library (libc6-dev-sh4-cross 2.36) never gets past __libc_start_main (its envp scan is compiled to a branch to itself), and the amd64 guest has no dynamic sh4 one; tb-plan still plans static sh4 samples for qemu-sh4-static" >&2; exit 69 ;;
+  *) echo "demo: unknown ARCH '$arch' (amd64 i386 arm64 armhf armel mipsel mips64el ppc64el s390x mips powerpc sh4 m68k sparc64)" >&2; exit 2 ;;
+esac
+say "sample: the ${goarch:+Go}${cbeacon:+C} beacon for $arch, cross-compiled (harmless: it refuses any address outside the documentation ranges and the lab)"
+if [ -n "$goarch" ]; then
+  CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=7 GOMIPS=softfloat $GO build -trimpath -ldflags='-s -w' -o "$work/beacon" ./testdata/beacon
+else
+  make -s "bin/beacon/cbeacon-$cbeacon" >&2
+  cp "bin/beacon/cbeacon-$cbeacon" "$work/beacon"
 fi
+CGO_ENABLED=0 $GO build -trimpath -o "$work/c2server" ./testdata/c2server
 
 demo_net_up "$inet" "$uplink"
 say "internet: namespace $inet with the C2 on $c2 (HTTP) and a resolver for $c2name"
@@ -77,28 +96,54 @@ printf '{"documentation": true}\n' > "$work/policy.json"
 export TB_ALLOW_POLICY=$work/policy.json
 
 say "plan: tb-plan, allow-list mode, promotion on, 60 s timeout"
-plan=$(tb-plan --network allowlist --promote --timeout 60s \
+planned=$(tb-plan --network allowlist --promote --timeout 60s \
   --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=2s --arg=-count --arg=6 \
-  $(printf -- '--arg=-scan --arg=%s ' "${scan[@]}") "$work/beacon" | idof plan)
+  $(printf -- '--arg=-scan --arg=%s ' "${scan[@]}") "$work/beacon" | grep '"kind":"plan"')
+plan=$(echo "$planned" | idof plan)
 echo "plan $plan" >&2
+# The plan names the guest platform the sample needs (amd64 for the long
+# tail, which runs there under user-mode emulation).
+platform=$(echo "$planned" | grep -o '"platform":"[a-z0-9]*"' | head -1 | cut -d'"' -f4)
+echo "$planned" | grep -q '"runnable":true' || { echo "demo: tb-plan finds no guest for the $arch beacon: $planned" >&2; exit 1; }
+emulation=$(echo "$planned" | grep -o '"emulator":"[a-z0-9_-]*"' | cut -d'"' -f4 || true)
+echo "guest platform $platform${emulation:+, the sample under $emulation}" >&2
+spec=debian-bookworm-$platform
+say "image: $spec (cached in $TB_STATE, built on the first run)"
+if ! tb-build list --kind image | grep -q "\"spec\":\"$spec\".*\"status\":\"active\"\|\"status\":\"active\".*\"spec\":\"$spec\""; then
+  tb-build build "$spec" ${TB_APT_CACHE:+--cache-dir "$TB_APT_CACHE"} >/dev/null
+fi
 
 say "lease: tb-lease acquire (boots the VM: the cold part)"
 t0=$(date +%s%N)
 lease=$(tb-lease acquire --plan "$plan" --fresh | idof lease)
 echo "lease $lease ($(( ($(date +%s%N) - t0) / 1000000 )) ms)" >&2
+echo "timing: arch $arch acquire $(( ($(date +%s%N) - t0) / 1000000 )) ms" >&2
 
 say "capture: containment rules for the lease, pcap on its tap"
 tb-capture start --lab "$lab" --lease "$lease" >/dev/null
 
+# ms of a Go duration (1m2.5s, 850ms, 12.3s).
+dur_ms() { awk -v d="$1" 'BEGIN { t = 0; while (match(d, /^[0-9.]+(h|ms|m|s|µs|us|ns)/)) { u = substr(d, RSTART, RLENGTH); d = substr(d, RLENGTH + 1); v = u + 0; sub(/^[0-9.]+/, "", u);
+  t += v * (u == "h" ? 3600000 : u == "m" ? 60000 : u == "s" ? 1000 : u == "ms" ? 1 : u == "ns" ? 1e-6 : 1e-3) } printf "%d", t }'; }
+# cycle N: runs one cycle, prints its report and a timing line: the tb-run
+# command's wall time, the sample's own run and the difference (overhead).
+cycle() {
+  local n=$1 t0 wall run
+  t0=$(date +%s%N)
+  tb-run --lab "$lab" --lease "$lease" --plan "$plan" > "$work/cycle$n.jsonl" || true
+  wall=$(( ($(date +%s%N) - t0) / 1000000 ))
+  run=$(dur_ms "$(grep '"kind":"execution"' "$work/cycle$n.jsonl" | grep -o '"duration":"[^"]*"' | head -1 | cut -d'"' -f4)")
+  tb-run report "$(idof cycle < "$work/cycle$n.jsonl")"
+  echo "timing: arch $arch cycle $n wall ${wall} ms, sample ${run} ms, overhead $((wall - run)) ms" >&2
+}
+
 say "cycle 1: the C2 is sinkholed"
-tb-run --lab "$lab" --lease "$lease" --plan "$plan" > "$work/cycle1.jsonl" || true
+cycle 1
 cycle1=$(idof cycle < "$work/cycle1.jsonl")
-tb-run report "$cycle1"
 
 say "cycle 2: with the revised allow-list in force"
-tb-run --lab "$lab" --lease "$lease" --plan "$plan" > "$work/cycle2.jsonl" || true
+cycle 2
 cycle2=$(idof cycle < "$work/cycle2.jsonl")
-tb-run report "$cycle2"
 
 say "the C2 server's log ($c2)"
 hits=$(grep -c '"bot"' "$work/c2.log" || true)

@@ -14,6 +14,12 @@ pkgs=(
   qemu-system-mips qemu-system-ppc qemu-system-misc qemu-user-static binfmt-support
   debootstrap mmdebstrap arch-test e2fsprogs
   nftables iproute2 tcpdump tshark inetsim dnsmasq-base busybox-static
+  # The C beacon's cross compilers (make cbeacons); with --no-install-recommends
+  # each needs its libc spelled out.
+  gcc-arm-linux-gnueabi gcc-arm-linux-gnueabihf gcc-mips-linux-gnu gcc-mipsel-linux-gnu
+  gcc-powerpc-linux-gnu gcc-sh4-linux-gnu gcc-m68k-linux-gnu gcc-sparc64-linux-gnu gcc-i686-linux-gnu
+  libc6-dev-armel-cross libc6-dev-armhf-cross libc6-dev-mips-cross libc6-dev-mipsel-cross
+  libc6-dev-powerpc-cross libc6-dev-sh4-cross libc6-dev-m68k-cross libc6-dev-sparc64-cross libc6-dev-i386-cross
 )
 
 missing=()
@@ -57,8 +63,15 @@ fi
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
   export PATH=$PATH:/usr/local/go/bin
 fi
+# The Go that go.mod names, or newer (Debian 12's golang is too old).
+want_go=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(dirname "$0")/../go.mod")
 if ! command -v go >/dev/null 2>&1; then
-  echo "deps.sh: Go 1.24 or newer is needed (https://go.dev/doc/install); Debian 12's golang is too old" >&2
+  echo "deps.sh: Go $want_go or newer is needed (https://go.dev/doc/install, into /usr/local/go); Debian 12's golang is too old" >&2
+  exit 69
+fi
+have_go=$(GOTOOLCHAIN=local go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n%s\n' "$want_go" "$have_go" | sort -V | head -1)" != "$want_go" ]; then
+  echo "deps.sh: Go $want_go or newer is needed (go.mod); $(command -v go) is go$have_go: install a newer Go from https://go.dev/doc/install into /usr/local/go" >&2
   exit 69
 fi
 go mod download

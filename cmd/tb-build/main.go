@@ -29,9 +29,12 @@ func (f specsFlag) dir() string {
 	return filepath.Join(home, ".config", "talkbox", "specs")
 }
 
-type specsCmd struct{ specsFlag }
+type specsCmd struct {
+	specsFlag
+	Format string `name:"format" enum:"text,json" default:"text" help:"text (a table for a person) or json (one spec-summary line per spec)."`
+}
 
-func (c *specsCmd) Run(env *cli.Env) error { return image.ListSpecs(env, c.dir()) }
+func (c *specsCmd) Run(env *cli.Env) error { return image.ListSpecs(env, c.dir(), c.Format) }
 
 type specShowCmd struct {
 	ID string `arg:"" help:"Spec id."`
@@ -161,7 +164,7 @@ func lifecycle(env *cli.Env) (*image.Lifecycle, error) {
 
 type tbBuild struct {
 	cli.Globals
-	Specs specsCmd `cmd:"" help:"List image specs (embedded and user)."`
+	Specs specsCmd `cmd:"" help:"List image specs (embedded and user): a table for a person; --format json for JSON lines."`
 	Spec  struct {
 		Show specShowCmd `cmd:"" help:"Print one spec, resolved, as JSON."`
 	} `cmd:"" help:"Inspect image specs."`
@@ -178,9 +181,37 @@ type tbBuild struct {
 }
 
 func main() {
-	os.Exit(cli.Run(cli.Tool{
+	os.Exit(cli.Run(tool(), &tbBuild{}, os.Args[1:]))
+}
+
+// tool is a function, not a variable, so that main_test.go can check the
+// examples without package state.
+func tool() cli.Tool {
+	return cli.Tool{
 		Name:        "tb-build",
 		Description: "Reproducible, smoke-tested, signed sandbox images for many architectures.",
 		Kinds:       "image,build",
-	}, &tbBuild{}, os.Args[1:]))
+		Examples: map[string][]string{
+			"": {
+				"tb-build specs",
+				"tb-build build debian-bookworm-amd64",
+			},
+			"specs":     {"tb-build specs"},
+			"spec":      {"tb-build spec show debian-bookworm-mipsel"},
+			"spec show": {"tb-build spec show debian-bookworm-mipsel"},
+			"build": {
+				"tb-build build debian-bookworm-amd64",
+				"tb-build build debian-bookworm-mipsel --accel tcg",
+			},
+			"list":      {"tb-build list --kind image"},
+			"get":       {`tb-build get "$(tb-build list --kind image --limit 1 | jq -r .id)"`},
+			"verify":    {"tb-build verify debian-bookworm-amd64"},
+			"pin":       {"tb-build pin debian-bookworm-amd64", "tb-build pin --remove debian-bookworm-amd64"},
+			"supersede": {"tb-build supersede IMAGE"},
+			"rollback":  {"tb-build rollback debian-bookworm-amd64"},
+			"rm":        {"tb-build rm IMAGE"},
+			"gc":        {"tb-build gc"},
+			"smoke":     {"tb-build smoke debian-bookworm-amd64", "tb-build smoke debian-bookworm-amd64 --accel tcg"},
+		},
+	}
 }

@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/clitest"
 )
 
 func TestMain(m *testing.M) {
@@ -20,7 +23,7 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:   "testdata/script",
 		Setup: setup,
-		Cmds:  map[string]func(*testscript.TestScript, bool, []string){"exits": exits},
+		Cmds:  map[string]func(*testscript.TestScript, bool, []string){"exits": exits, "kinds": clitest.Kinds},
 	})
 }
 
@@ -72,5 +75,13 @@ func exits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
+	}
+}
+
+// TestExamples fails when a command has no --help example or an example no
+// longer parses as its command (a renamed flag, a removed argument).
+func TestExamples(t *testing.T) {
+	for _, p := range cli.CheckExamples(tool(), &tbBuild{}) {
+		t.Error(p)
 	}
 }

@@ -74,10 +74,11 @@ type cancelCmd struct {
 func (c *cancelCmd) Run(env *cli.Env) error { return cycle.CancelCmd(env, c.opts(), c.IDs, c.NoWait) }
 
 type reportCmd struct {
-	IDs []string `arg:"" name:"cycle" help:"Cycles to summarise."`
+	IDs    []string `arg:"" name:"cycle" help:"Cycles to summarise."`
+	Format string   `name:"format" enum:"text,json" default:"text" help:"text (for a person) or json (one cycle-report line per cycle)."`
 }
 
-func (c *reportCmd) Run(env *cli.Env) error { return cycle.ReportCmd(env, c.IDs) }
+func (c *reportCmd) Run(env *cli.Env) error { return cycle.ReportCmd(env, c.IDs, c.Format) }
 
 type metricsCmd struct {
 	File string `arg:"" optional:"" default:"-" name:"file" help:"Textfile to write ('-': stdout)."`
@@ -93,14 +94,49 @@ type tbRun struct {
 	Get     cli.GetCmd  `cmd:"" help:"Print stored records by ID."`
 	Watch   watchCmd    `cmd:"" help:"Follow cycle events as JSON lines."`
 	Cancel  cancelCmd   `cmd:"" help:"Cancel cycles."`
-	Report  reportCmd   `cmd:"" help:"Summarise cycles for people: what ran, was seen, promoted, refused; what next."`
+	Report  reportCmd   `cmd:"" help:"Summarise cycles as text for a person: what ran, was seen, promoted, refused; what next (--format json for JSON lines)."`
 	Metrics metricsCmd  `cmd:"" help:"Write Prometheus textfile metrics."`
 }
 
 func main() {
-	os.Exit(cli.Run(cli.Tool{
+	os.Exit(cli.Run(tool(), &tbRun{}, os.Args[1:]))
+}
+
+// tool is a function, not a variable, so that main_test.go can check the
+// examples without package state.
+func tool() cli.Tool {
+	return cli.Tool{
 		Name:        "tb-run",
 		Description: "Run observation cycles of a sample on a live lease.",
 		Kinds:       "cycle,execution,analysis",
-	}, &tbRun{}, os.Args[1:]))
+		Examples: map[string][]string{
+			"": {
+				`tb-run --lease "$L" --plan "$P"`,
+				`tb-run report "$C"`,
+			},
+			"cycle": {
+				`tb-run --lease "$L" --plan "$P"`,
+				`tb-run --lease "$L" --detach --window 1h --metrics /var/lib/node_exporter/tb-run.prom`,
+			},
+			"resume": {
+				"tb-run resume",
+				`tb-run resume "$C"`,
+			},
+			"list": {"tb-run list --kind cycle --limit 10"},
+			"get":  {`tb-run get "$C"`},
+			"watch": {
+				`tb-run watch "$C" | jq -r '[.at, .to, .detail] | @tsv'`,
+				"tb-run watch --all",
+			},
+			"cancel": {
+				`tb-run cancel "$C"`,
+				`tb-run cancel --no-wait "$C"`,
+			},
+			"report": {`tb-run report "$C"`},
+			"metrics": {
+				"tb-run metrics",
+				"tb-run metrics /var/lib/node_exporter/tb-run.prom",
+			},
+		},
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
 )
 
@@ -29,4 +30,12 @@ func idof(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("no %s id in stdout", args[0])
 	}
 	ts.Setenv(args[1], m[len(m)-1][1])
+}
+
+// TestExamples fails when a command has no --help example or an example no
+// longer parses as its command (a renamed flag, a removed argument).
+func TestExamples(t *testing.T) {
+	for _, p := range cli.CheckExamples(tool(), &tbRun{}) {
+		t.Error(p)
+	}
 }

@@ -73,15 +73,6 @@ func openBook(env *cli.Env) (*Book, error) {
 	return &Book{St: st}, nil
 }
 
-func printJSON(env *cli.Env, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(env.Stdout, "%s\n", b)
-	return err
-}
-
 // ---- input ----
 
 // Input says where observables come from: stdin, or the state (a lease's,
@@ -315,15 +306,20 @@ func ClassifyCmd(env *cli.Env, req ClassifyRequest) error {
 	if err != nil {
 		return exitErr(err)
 	}
+	w := records.NewWriter(env.Stdout)
+	defer w.Flush()
 	for _, lease := range order {
 		for _, d := range Classify(groups[lease], &pol) {
 			if !req.All && d.Class == ClassOther {
 				continue
 			}
-			if err := printJSON(env, d); err != nil {
+			if err := w.Line(records.LineAllowClass, d); err != nil {
 				return err
 			}
 		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
 	}
 	return batch.Err()
 }
@@ -403,6 +399,8 @@ func Apply(env *cli.Env, req ApplyRequest) error {
 	}
 	now := b.St.Now()
 	var batch cli.Batch
+	w := records.NewWriter(env.Stdout)
+	defer w.Flush()
 	for _, lease := range leases {
 		var res Applied
 		if req.Incremental {
@@ -421,9 +419,12 @@ func Apply(env *cli.Env, req ApplyRequest) error {
 		} else if res.Unchanged {
 			env.Log.Info("already applied: nothing changed", "lease", lease)
 		}
-		if err := printJSON(env, res); err != nil {
+		if err := w.Line(records.LineAllowApplied, res); err != nil {
 			return err
 		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
 	}
 	names, err := b.Names(now)
 	if err != nil {
@@ -607,18 +608,19 @@ func DiffCmd(env *cli.Env, a, bID string) error {
 	}
 	fm, tm := byKey(from), byKey(to)
 	cs := Diff(from, to)
+	w := records.NewWriter(env.Stdout)
 	for _, l := range []struct {
 		op string
 		cs []records.Change
 		m  map[string]*records.AllowEntry
 	}{{"removed", cs.Removed, fm}, {"added", cs.Added, tm}, {"changed", cs.Changed, tm}} {
 		for _, ch := range l.cs {
-			if err := printJSON(env, DiffLine{Op: l.op, Key: ch.Key, From: ch.From, To: ch.To, Entry: l.m[ch.Key]}); err != nil {
+			if err := w.Line(records.LineAllowDiff, DiffLine{Op: l.op, Key: ch.Key, From: ch.From, To: ch.To, Entry: l.m[ch.Key]}); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
+	return w.Flush()
 }
 
 // ---- changes ----

@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -41,15 +40,6 @@ func exitErr(err error) error {
 	return err
 }
 
-func printJSON(env *cli.Env, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(env.Stdout, "%s\n", b)
-	return err
-}
-
 func open(env *cli.Env) (*state.Store, error) { return env.OpenState() }
 
 // NetUp is "tb-capture net up".
@@ -70,7 +60,7 @@ func NetUp(env *cli.Env, cfg netlab.Config) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(env, s)
+	return records.PrintLine(env.Stdout, records.LineLabStatus, s)
 }
 
 // NetDown is "tb-capture net down".
@@ -95,7 +85,7 @@ func NetStatus(env *cli.Env, lab string) error {
 	if err != nil {
 		return err
 	}
-	if err := printJSON(env, s); err != nil {
+	if err := records.PrintLine(env.Stdout, records.LineLabStatus, s); err != nil {
 		return err
 	}
 	if !s.Up {
@@ -251,12 +241,13 @@ func AllowCmd(env *cli.Env, lab, lease string, add, del []string) error {
 	if err != nil {
 		return cli.Failure(err)
 	}
+	w := records.NewWriter(env.Stdout)
 	for _, e := range els {
-		if err := printJSON(env, e); err != nil {
+		if err := w.Line(records.LineAllowElement, e); err != nil {
 			return err
 		}
 	}
-	return nil
+	return w.Flush()
 }
 
 // ReconcileCmd is "tb-capture reconcile".
@@ -266,8 +257,15 @@ func ReconcileCmd(env *cli.Env, lab string, dryRun bool) error {
 		return err
 	}
 	acts, err := Reconcile(env.Ctx, st, lab, dryRun)
+	w := records.NewWriter(env.Stdout)
 	for _, a := range acts {
-		printJSON(env, a)
+		if werr := w.Line(records.LineReconcileAction, a); werr != nil {
+			return werr
+		}
+	}
+	// The actions taken are printed even when a later one failed.
+	if werr := w.Flush(); werr != nil {
+		return werr
 	}
 	if err != nil {
 		return err
@@ -290,12 +288,13 @@ func StatusCmd(env *cli.Env, lab string) error {
 	if err != nil {
 		return err
 	}
+	w := records.NewWriter(env.Stdout)
 	for _, r := range reps {
-		if err := printJSON(env, r); err != nil {
+		if err := w.Line(records.LineCaptureStatus, r); err != nil {
 			return err
 		}
 	}
-	return nil
+	return w.Flush()
 }
 
 // DaemonCmd is the hidden "tb-capture daemon ID" that start runs.

@@ -14,9 +14,11 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
 )
 
-// Cmds returns the shared commands: status CODE PROG ARGS... and mkelf PATH KEY=VALUE...
+// Cmds returns the shared commands: status CODE PROG ARGS..., mkelf PATH KEY=VALUE...
+// and kinds [KIND...].
 func Cmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
 	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		"kinds":  Kinds,
 		"mkelf":  mkelf,
 		"status": status,
 	}

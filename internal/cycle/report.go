@@ -12,16 +12,26 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
-// ReportCmd prints a short human summary of cycles: what ran, what was
-// seen, what was promoted and why, what was refused, and what to do next.
-func ReportCmd(env *cli.Env, ids []string) error {
+// ReportCmd prints a short summary of cycles for a person: what ran, what
+// was seen, what was promoted and why, what was refused, and what to do
+// next. Format "json" prints the same facts as one cycle-report line per
+// cycle, for pipelines.
+func ReportCmd(env *cli.Env, ids []string, format string) error {
 	st, err := env.OpenState()
 	if err != nil {
 		return err
 	}
+	w := records.NewWriter(env.Stdout)
+	defer w.Flush()
 	var batch cli.Batch
 	for _, id := range ids {
-		if err := Report(st, env.Stdout, id); err != nil {
+		r, err := Summarise(st, id)
+		if err == nil && format == "json" {
+			err = w.Line(records.LineCycleReport, r)
+		} else if err == nil {
+			r.Text(env.Stdout)
+		}
+		if err != nil {
 			env.Warnf("%v", err)
 			batch.Add(err)
 		}
@@ -29,71 +39,134 @@ func ReportCmd(env *cli.Env, ids []string) error {
 	return batch.Err()
 }
 
-// Report writes the summary of one cycle.
-func Report(st *state.Store, w io.Writer, id string) error {
+// Summary is what a report says about one cycle; the text and the JSON
+// forms are both rendered from it, so they cannot disagree.
+type Summary struct {
+	Cycle    string            `json:"cycle"`
+	State    string            `json:"state"`
+	Took     *records.Duration `json:"took,omitempty"`
+	Lease    string            `json:"lease"`
+	Previous string            `json:"previous,omitempty"`
+	// Revision is the allow-list revision in force (none: everything
+	// sinkholed) and Allowed its active entries.
+	Revision string      `json:"revision,omitempty"`
+	Allowed  int         `json:"allowed"`
+	Error    string      `json:"error,omitempty"`
+	Run      *RunSummary `json:"run,omitempty"`
+	// The rest comes from the run's analysis, when there is one.
+	Analysis       string            `json:"analysis,omitempty"`
+	Seen           map[string]int    `json:"seen,omitempty"`
+	Names          []string          `json:"names,omitempty"`
+	Promoted       []Promoted        `json:"promoted,omitempty"`
+	Refused        []records.Refusal `json:"refused,omitempty"`
+	Classification []string          `json:"classification,omitempty"`
+	Recommendation string            `json:"recommendation,omitempty"`
+	Reasons        []string          `json:"reasons,omitempty"`
+}
+
+// RunSummary is how the sample's run ended, with the last lines it wrote.
+type RunSummary struct {
+	Outcome     string           `json:"outcome"`
+	Duration    records.Duration `json:"duration"`
+	StdoutBytes int64            `json:"stdout_bytes"`
+	StderrBytes int64            `json:"stderr_bytes"`
+	StdoutTail  []string         `json:"stdout_tail,omitempty"`
+	StderrTail  []string         `json:"stderr_tail,omitempty"`
+}
+
+// Promoted is an allow-list entry the cycle added and the classifier's reason.
+type Promoted struct {
+	Key    string `json:"key"`
+	Reason string `json:"reason"`
+}
+
+// Summarise gathers what a report says about one cycle.
+func Summarise(st *state.Store, id string) (*Summary, error) {
 	var c records.Cycle
 	if err := st.Get(id, &c); err != nil {
-		return notFound("cycle", id, err)
+		return nil, notFound("cycle", id, err)
 	}
-	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
-	took := ""
+	r := &Summary{Cycle: c.ID, State: c.State, Lease: c.Lease, Previous: c.Previous,
+		Revision: c.Revision, Allowed: c.Allowed, Error: c.Error}
 	if c.StartedAt != nil && c.CompletedAt != nil {
-		took = " in " + c.CompletedAt.Sub(*c.StartedAt).Round(time.Millisecond).String()
-	}
-	p("cycle %s: %s%s (lease %s)", c.ID, c.State, took, c.Lease)
-	if c.Previous != "" {
-		p("  follows %s", c.Previous)
-	}
-	if c.Revision != "" {
-		p("  allow-list in force: %s (%d active)", c.Revision, c.Allowed)
-	} else {
-		p("  allow-list in force: none (everything sinkholed)")
-	}
-	if c.Error != "" {
-		p("  error: %s", c.Error)
+		d := records.Duration(c.CompletedAt.Sub(*c.StartedAt).Round(time.Millisecond))
+		r.Took = &d
 	}
 	if c.Execution != "" {
 		var ex records.ExecutionSnapshot
 		if err := st.Get(c.Execution, &ex); err == nil {
-			what := execSummary(&ex)
-			p("  run: %s after %s; %d bytes of stdout, %d of stderr", what, ex.Duration.D().Round(time.Millisecond), ex.StdoutBytes, ex.StderrBytes)
-			for _, l := range lastN(ex.StdoutTail, 3) {
-				p("    | %s", l)
-			}
-			for _, l := range lastN(ex.StderrTail, 2) {
-				p("    ! %s", l)
-			}
+			r.Run = &RunSummary{Outcome: execSummary(&ex), Duration: records.Duration(ex.Duration.D().Round(time.Millisecond)),
+				StdoutBytes: ex.StdoutBytes, StderrBytes: ex.StderrBytes,
+				StdoutTail: lastN(ex.StdoutTail, 3), StderrTail: lastN(ex.StderrTail, 2)}
 		}
 	}
 	if c.Analysis == "" {
-		return nil
+		return r, nil
 	}
 	var a records.RunAnalysis
 	if err := st.Get(c.Analysis, &a); err != nil {
-		return err
+		return nil, err
 	}
-	var counts []string
-	for _, k := range sortedKeysInt(a.Observables) {
-		counts = append(counts, fmt.Sprintf("%d %s", a.Observables[k], k))
-	}
-	p("  seen: %s", orNone(strings.Join(counts, ", ")))
-	if len(a.Domains) > 0 {
-		p("  names: %s", strings.Join(a.Domains, ", "))
-	}
+	r.Analysis, r.Seen, r.Names, r.Refused = a.ID, a.Observables, a.Domains, a.Refused
+	r.Classification, r.Recommendation, r.Reasons = a.Classification, a.Recommendation, a.Reasons
 	reasons := entryReasons(st, a.Revision)
 	for _, k := range a.Promoted {
-		p("  promoted: %s — %s", k, orNone(reasons[k]))
+		r.Promoted = append(r.Promoted, Promoted{Key: k, Reason: reasons[k]})
 	}
-	for _, f := range a.Refused {
+	return r, nil
+}
+
+// Text writes the summary for a person.
+func (r *Summary) Text(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	took := ""
+	if r.Took != nil {
+		took = " in " + r.Took.String()
+	}
+	p("cycle %s: %s%s (lease %s)", r.Cycle, r.State, took, r.Lease)
+	if r.Previous != "" {
+		p("  follows %s", r.Previous)
+	}
+	if r.Revision != "" {
+		p("  allow-list in force: %s (%d active)", r.Revision, r.Allowed)
+	} else {
+		p("  allow-list in force: none (everything sinkholed)")
+	}
+	if r.Error != "" {
+		p("  error: %s", r.Error)
+	}
+	if ex := r.Run; ex != nil {
+		p("  run: %s after %s; %d bytes of stdout, %d of stderr", ex.Outcome, ex.Duration, ex.StdoutBytes, ex.StderrBytes)
+		for _, l := range ex.StdoutTail {
+			p("    | %s", l)
+		}
+		for _, l := range ex.StderrTail {
+			p("    ! %s", l)
+		}
+	}
+	if r.Analysis == "" {
+		return
+	}
+	var counts []string
+	for _, k := range sortedKeysInt(r.Seen) {
+		counts = append(counts, fmt.Sprintf("%d %s", r.Seen[k], k))
+	}
+	p("  seen: %s", orNone(strings.Join(counts, ", ")))
+	if len(r.Names) > 0 {
+		p("  names: %s", strings.Join(r.Names, ", "))
+	}
+	for _, pr := range r.Promoted {
+		p("  promoted: %s — %s", pr.Key, orNone(pr.Reason))
+	}
+	for _, f := range r.Refused {
 		ex := ""
 		if len(f.Examples) > 0 {
 			ex = " (" + strings.Join(f.Examples, ", ") + ")"
 		}
 		p("  refused: %s [%s] — %s%s", f.Target, f.Class, f.Reason, ex)
 	}
-	p("  classification: %s", orNone(strings.Join(a.Classification, ", ")))
-	p("  recommendation: %s — %s", a.Recommendation, strings.Join(a.Reasons, "; "))
-	return nil
+	p("  classification: %s", orNone(strings.Join(r.Classification, ", ")))
+	p("  recommendation: %s — %s", r.Recommendation, strings.Join(r.Reasons, "; "))
 }
 
 // entryReasons maps "type value" keys of a revision's entries to the

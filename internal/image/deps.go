@@ -41,7 +41,7 @@ func emulatorPackage(emulator string) string {
 
 // qemuUserName is qemu-user's name for a Debian architecture.
 var qemuUserName = map[string]string{
-	"amd64": "x86_64", "i386": "i386", "arm64": "aarch64", "armhf": "arm", "mipsel": "mipsel",
+	"amd64": "x86_64", "i386": "i386", "arm64": "aarch64", "armhf": "arm", "armel": "arm", "mipsel": "mipsel",
 	"mips64el": "mips64el", "ppc64el": "ppc64le", "s390x": "s390x",
 }
 
@@ -52,7 +52,7 @@ func nativeArch(arch string) bool {
 	case "amd64":
 		return arch == "amd64" || arch == "i386"
 	case "arm64":
-		return arch == "arm64" || arch == "armhf"
+		return arch == "arm64" || arch == "armhf" || arch == "armel"
 	}
 	return runtime.GOARCH == arch
 }

@@ -29,7 +29,44 @@ $b mount -t tmpfs -o mode=755 tmpfs /run
 $b hostname -F /etc/hostname
 /sbin/talkbox-net
 [ -f /etc/sysctl.d/90-talkbox.conf ] && $b sysctl -q -p /etc/sysctl.d/90-talkbox.conf >/dev/null 2>&1
+/sbin/talkbox-binfmt
 exec $b init
+`
+
+// talkboxBinfmt registers Debian's qemu-user-static entries, so that a
+// foreign sample (big-endian MIPS, PowerPC, SuperH, …) runs inside the
+// guest, behind the VM boundary, and never on the host. The entries keep
+// Debian's flags: F opens the interpreter now, so it serves the sample's
+// children and other mount namespaces; P gives QEMU the sample's argv[0];
+// O passes the binary as an open file. Only builtins run per entry (a fork
+// costs milliseconds under TCG), and the script exits at once in images
+// without the package. An entry whose emulator the spec excluded fails to
+// register (F needs the interpreter) and is left out, as userEmulators
+// leaves it out of the image record.
+const talkboxBinfmt = `#!/bin/busybox sh
+# talkbox-binfmt: register /usr/lib/binfmt.d/qemu-*.conf with binfmt_misc.
+b=/bin/busybox
+d=/proc/sys/fs/binfmt_misc
+set -- /usr/lib/binfmt.d/qemu-*.conf
+[ -e "$1" ] || exit 0
+if [ ! -e $d/register ]; then
+	# insmod by path: under TCG it is a fraction of modprobe's half
+	# second, which mounting an unloaded binfmt_misc would cost too (the
+	# kernel calls modprobe). A built-in one has no .ko; insmod of a
+	# loaded one fails harmlessly.
+	read -r r </proc/sys/kernel/osrelease
+	m=/lib/modules/$r/kernel/fs/binfmt_misc.ko
+	[ -e $m ] && $b insmod $m 2>/dev/null
+	$b mount -t binfmt_misc binfmt_misc $d 2>/dev/null || exit 0
+fi
+for f; do
+	while read -r l; do
+		case "$l" in
+		:*) printf '%s\n' "$l" >$d/register ;;
+		esac
+	done <"$f"
+done 2>/dev/null
+exit 0
 `
 
 const talkboxNet = `#!/bin/busybox sh
@@ -110,6 +147,7 @@ func customize(root string, s *Spec) error {
 		{"sbin/talkbox-init", talkboxInit, 0o755},
 		{"sbin/talkbox-net", talkboxNet, 0o755},
 		{"sbin/talkbox-agent", talkboxAgent, 0o755},
+		{"sbin/talkbox-binfmt", talkboxBinfmt, 0o755},
 		{"etc/talkbox/network", net, 0o644},
 		{"etc/hostname", s.Hardening.Hostname + "\n", 0o644},
 		{"etc/hosts", "127.0.0.1\tlocalhost\n127.0.1.1\t" + s.Hardening.Hostname + "\n", 0o644},

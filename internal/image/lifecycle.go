@@ -477,19 +477,34 @@ func (l *Lifecycle) gcSpec(ctx context.Context, spec string) (int, error) {
 	return n, nil
 }
 
-// ListSpecs prints one line per spec: id, version, arch, source.
-func ListSpecs(env *cli.Env, dir string) error {
+// ListSpecs prints one line per spec: id, version, arch, boot mode, source;
+// a table for a person, or (format "json") one spec-summary line each.
+func ListSpecs(env *cli.Env, dir, format string) error {
 	ss, err := LoadSpecs(dir)
 	if err != nil {
 		return err
 	}
+	w := records.NewWriter(env.Stdout)
+	defer w.Flush()
 	for _, id := range ss.IDs() {
 		s, err := ss.Get(id)
 		if err != nil {
 			env.Warnf("%v", err)
 			continue
 		}
-		fmt.Fprintf(env.Stdout, "%-30s %-7s %-9s %-12s %s\n", s.ID, s.Version, s.Arch, s.Boot.Mode, s.Source)
+		if format != "json" {
+			fmt.Fprintf(env.Stdout, "%-30s %-7s %-9s %-12s %s\n", s.ID, s.Version, s.Arch, s.Boot.Mode, s.Source)
+			continue
+		}
+		if err := w.Line(records.LineSpecSummary, struct {
+			ID       string `json:"id"`
+			Version  string `json:"version"`
+			Arch     string `json:"arch"`
+			BootMode string `json:"boot_mode"`
+			Source   string `json:"source"`
+		}{s.ID, s.Version, s.Arch, s.Boot.Mode, s.Source}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 	}
 	defer unlock()
 	args := []string{
-		"--mode=root", "--variant=" + s.OS.Variant, "--architectures=" + s.Arch,
+		"--mode=root", "--variant=" + s.OS.Variant, "--architectures=" + strings.Join(append([]string{s.Arch}, s.foreignArches()...), ","),
 		"--components=" + strings.Join(s.OS.Components, ","),
 		"--include=" + strings.Join(s.Packages, ","),
 		// Keep the essential packages' .debs so the cache gets them too.

@@ -5,6 +5,7 @@ package image
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -128,16 +129,30 @@ type SmokeCommand struct {
 type archDefaults struct {
 	kernel, console, qemuArch, cpu, bus string
 	extraModules                        []string
+	// cmdline replaces defaultCmdline where the board limits its length.
+	cmdline string
+	// abi is the userland ABI a dynamic sample of the architecture must
+	// match, named as internal/triage names records.ABI.Name; empty where
+	// the architecture has only one.
+	abi string
 }
 
 var arches = map[string]archDefaults{
-	"amd64":    {kernel: "linux-image-amd64", console: "ttyS0", qemuArch: "x86_64"},
-	"i386":     {kernel: "linux-image-686-pae", console: "ttyS0", qemuArch: "i686"},
-	"arm64":    {kernel: "linux-image-arm64", console: "ttyAMA0", qemuArch: "aarch64", cpu: "cortex-a57", extraModules: []string{"virtio_mmio"}},
-	"armhf":    {kernel: "linux-image-armmp", console: "ttyAMA0", qemuArch: "armv7l", cpu: "cortex-a15", extraModules: []string{"virtio_mmio"}},
-	"mipsel":   {kernel: "linux-image-4kc-malta", console: "ttyS0", qemuArch: "mipsel"},
-	"mips64el": {kernel: "linux-image-5kc-malta", console: "ttyS0", qemuArch: "mips64el", cpu: "5KEc"},
-	"ppc64el":  {kernel: "linux-image-powerpc64le", console: "hvc0", qemuArch: "ppc64le", cpu: "POWER9"},
+	"amd64": {kernel: "linux-image-amd64", console: "ttyS0", qemuArch: "x86_64"},
+	"i386":  {kernel: "linux-image-686-pae", console: "ttyS0", qemuArch: "i686"},
+	"arm64": {kernel: "linux-image-arm64", console: "ttyAMA0", qemuArch: "aarch64", cpu: "cortex-a57", extraModules: []string{"virtio_mmio"}},
+	"armhf": {kernel: "linux-image-armmp", console: "ttyAMA0", qemuArch: "armv7l", cpu: "cortex-a15", extraModules: []string{"virtio_mmio"}, abi: "eabi5-hf"},
+	// 32-bit ARM guests reach their disk over virtio-mmio (internal/virt).
+	// Debian armel has no kernel for QEMU's virt board; the armhf one runs
+	// an EABI soft-float userland as well (multiarch, see foreignArches).
+	"armel":  {kernel: "linux-image-armmp:armhf", console: "ttyAMA0", qemuArch: "armv7l", cpu: "cortex-a15", extraModules: []string{"virtio_mmio"}, abi: "eabi5-sf"},
+	"mipsel": {kernel: "linux-image-4kc-malta", console: "ttyS0", qemuArch: "mipsel", cmdline: maltaCmdline, abi: "o32"},
+	// QEMU's Malta default for mips64el is the 20Kc, a MIPS64 release 1
+	// CPU; Debian's mips64el userland needs release 2, and a CPU with an
+	// FPU spares the kernel emulating every floating-point instruction.
+	// libvirt has no MIPS CPU driver: internal/virt hands QEMU the model.
+	"mips64el": {kernel: "linux-image-5kc-malta", console: "ttyS0", qemuArch: "mips64el", cpu: "5KEf", cmdline: maltaCmdline, abi: "n64"},
+	"ppc64el":  {kernel: "linux-image-powerpc64le", console: "hvc0", qemuArch: "ppc64le", cpu: "POWER9", abi: "elfv2"},
 	"s390x":    {kernel: "linux-image-s390x", console: "ttysclp0", qemuArch: "s390x", extraModules: []string{"virtio_ccw"}},
 }
 
@@ -146,6 +161,22 @@ var arches = map[string]archDefaults{
 // defaultCmdline keeps the console quiet (every character is slow under
 // TCG) and skips boot work a throw-away sandbox guest does not need.
 const defaultCmdline = "quiet loglevel=3 mitigations=off rodata=off tsc=reliable no_timer_check cryptomgr.notests audit=0 apparmor=0 random.trust_cpu=on"
+
+// maltaCmdline is what defaultCmdline does that matters on Malta, short
+// enough to fit maltaCmdlineMax with a lease's parameters. Left out:
+// x86-only options (tsc=, no_timer_check, random.trust_cpu), rodata=
+// (MIPS has no strict kernel RWX), cryptomgr.notests (Debian's kernels
+// skip the self-tests already) and mitigations=off (nothing to turn off
+// on these CPUs).
+const maltaCmdline = "quiet loglevel=3 audit=0 apparmor=0"
+
+// maltaCmdlineMax is the longest command line QEMU's Malta board hands the
+// kernel (hw/mips/malta.c: ENVP_ENTRY_SIZE 256, NUL included); it drops
+// the rest without a word. With an initrd, QEMU writes its address and
+// size into the same 256 bytes first (maltaInitrdArgs at their widest).
+const maltaCmdlineMax = 255
+
+const maltaInitrdArgs = "rd_start=0xffffffff80000000 rd_size=2147483647 "
 
 var requiredPackages = []string{"qemu-guest-agent", "busybox-static"}
 
@@ -191,7 +222,7 @@ func (s *Spec) Resolve() error {
 	}
 	def(&s.Boot.Mode, "talkbox-init")
 	def(&s.Boot.Console, ad.console)
-	def(&s.Boot.Cmdline, defaultCmdline)
+	def(&s.Boot.Cmdline, cmp.Or(ad.cmdline, defaultCmdline))
 	switch s.Boot.Mode {
 	case "talkbox-init":
 	case "systemd":
@@ -247,13 +278,49 @@ func (s *Spec) Resolve() error {
 	}
 	pk := append(append([]string{}, requiredPackages...), s.Kernel.Package)
 	s.Packages = dedupe(append(pk, s.Packages...))
+	if s.VM.Machine == "malta" {
+		if n := len(MaltaCmdline(bootFor(s).Cmdline, s.Network.Interface)); n > maltaCmdlineMax {
+			return fmt.Errorf("%s: boot.cmdline is too long for QEMU's Malta board: with the image's own parameters, a lease's and QEMU's initrd address it is %d bytes, and Malta passes the kernel at most %d (shorten boot.cmdline by %d bytes)",
+				s.ID, n, maltaCmdlineMax, n-maltaCmdlineMax)
+		}
+	}
 	return nil
+}
+
+// LeaseCmdline is the longest set of parameters a lease adds to an
+// image's command line (internal/lease), with every address at its widest.
+func LeaseCmdline(iface string) string {
+	const ip = "255.255.255.255"
+	return fmt.Sprintf("talkbox.net=static talkbox.if=%s talkbox.ip=%s/32 talkbox.gw=%s talkbox.dns=%s", iface, ip, ip, ip)
+}
+
+// MaltaCmdline is, at its longest, what a Malta guest's kernel is handed
+// for an image command line: QEMU's initrd arguments, then a lease's
+// parameters (which internal/lease puts first), then the image's own.
+func MaltaCmdline(image, iface string) string {
+	return maltaInitrdArgs + LeaseCmdline(iface) + " " + image
+}
+
+// ABI is the userland ABI of an image of a Debian architecture, as
+// records.SandboxImage.ABI and internal/triage name it.
+func ABI(arch string) string { return arches[arch].abi }
+
+// foreignArches are the other Debian architectures a spec installs
+// packages of ("pkg:arch"), such as armel's armhf kernel.
+func (s *Spec) foreignArches() []string {
+	var out []string
+	for _, p := range s.Packages {
+		if _, a, ok := strings.Cut(p, ":"); ok && a != s.Arch && a != "all" && a != "any" && a != "native" {
+			out = append(out, a)
+		}
+	}
+	return dedupe(out)
 }
 
 // UnameMachine is what uname -m prints in a guest of a Debian architecture.
 func UnameMachine(arch string) string {
 	return map[string]string{"amd64": "x86_64", "i386": "i686", "arm64": "aarch64", "armhf": "armv7l",
-		"mipsel": "mips", "mips64el": "mips64", "ppc64el": "ppc64le", "s390x": "s390x"}[arch]
+		"armel": "armv7l", "mipsel": "mips", "mips64el": "mips64", "ppc64el": "ppc64le", "s390x": "s390x"}[arch]
 }
 
 func dedupe(in []string) []string {

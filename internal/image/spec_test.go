@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 func TestEmbeddedSpecsResolve(t *testing.T) {
@@ -15,7 +16,7 @@ func TestEmbeddedSpecsResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"amd64", "i386", "arm64", "armhf", "mipsel", "mips64el", "ppc64el", "s390x"}
+	want := []string{"amd64", "i386", "arm64", "armhf", "armel", "mipsel", "mips64el", "ppc64el", "s390x"}
 	got := map[string]bool{}
 	for _, id := range ss.IDs() {
 		s, err := ss.Get(id)
@@ -43,6 +44,70 @@ func TestEmbeddedSpecsResolve(t *testing.T) {
 		if !got[a] {
 			t.Errorf("no embedded spec for %s", a)
 		}
+	}
+}
+
+func TestImageABI(t *testing.T) {
+	// The names must be those internal/triage gives a sample's ABI.Name.
+	for arch, want := range map[string]string{"armhf": "eabi5-hf", "armel": "eabi5-sf", "mipsel": "o32", "mips64el": "n64",
+		"ppc64el": "elfv2", "amd64": "", "i386": "", "arm64": "", "s390x": ""} {
+		if got := ABI(arch); got != want {
+			t.Errorf("ABI(%s) = %q, want %q", arch, got, want)
+		}
+	}
+}
+
+func TestArmelSpec(t *testing.T) {
+	ss, _ := LoadSpecs("")
+	s, err := ss.Get("debian-bookworm-armel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Kernel.Package != "linux-image-armmp:armhf" || strings.Join(s.foreignArches(), ",") != "armhf" ||
+		s.VM.Emulator != "qemu-system-arm" || s.VM.Machine != "virt" || s.VM.CPU != "cortex-a15" || UnameMachine("armel") != "armv7l" {
+		t.Fatalf("armel spec: kernel %s foreign %v vm %+v", s.Kernel.Package, s.foreignArches(), s.VM)
+	}
+	if a, _ := ss.Get("debian-bookworm-armhf"); len(a.foreignArches()) != 0 {
+		t.Errorf("armhf spec installs foreign architectures %v", a.foreignArches())
+	}
+}
+
+func TestMaltaCmdlineFits(t *testing.T) {
+	ss, _ := LoadSpecs("")
+	for _, id := range []string{"debian-bookworm-mipsel", "debian-bookworm-mips64el"} {
+		s, err := ss.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full := MaltaCmdline(bootFor(s).Cmdline, s.Network.Interface)
+		if len(full) > maltaCmdlineMax || strings.Contains(full, "tsc=") || !strings.HasSuffix(full, " apparmor=0") {
+			t.Errorf("%s: %d-byte command line on Malta: %s", id, len(full), full)
+		}
+	}
+	// The lease's parameters are as long as internal/lease makes them.
+	if got := LeaseCmdline("eth0"); len(got) != len("talkbox.net=static talkbox.if=eth0 talkbox.ip=198.51.100.200/24 talkbox.gw=198.51.100.1 talkbox.dns=198.51.100.1")+7 {
+		t.Errorf("LeaseCmdline = %q (%d bytes)", got, len(got))
+	}
+	dir := t.TempDir()
+	long := strings.Repeat("x", 50)
+	writeSpec(t, dir, "m.json", `{"id":"long-mipsel","arch":"mipsel","boot":{"cmdline":"quiet `+long+`"}}`)
+	writeSpec(t, dir, "n.json", `{"id":"long-armhf","arch":"armhf","boot":{"cmdline":"quiet `+long+`"}}`)
+	// talkbox.init=/sbin/init tips this one over; the same line fits talkbox-init.
+	writeSpec(t, dir, "s.json", `{"id":"mipsel-systemd","arch":"mipsel","boot":{"mode":"systemd","cmdline":"quiet `+long[:30]+`"}}`)
+	writeSpec(t, dir, "t.json", `{"id":"mipsel-init","arch":"mipsel","boot":{"cmdline":"quiet `+long[:30]+`"}}`)
+	ss, _ = LoadSpecs(dir)
+	for _, id := range []string{"long-mipsel", "mipsel-systemd"} {
+		_, err := ss.Get(id)
+		if err == nil || cli.ExitCode(err) != cli.ExitDataErr || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "Malta") ||
+			strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: got %v (exit %d), want a one-line data error naming the spec and Malta", id, err, cli.ExitCode(err))
+		}
+	}
+	if _, err := ss.Get("long-armhf"); err != nil {
+		t.Errorf("the Malta limit was applied to the virt board: %v", err)
+	}
+	if _, err := ss.Get("mipsel-init"); err != nil {
+		t.Errorf("a command line that fits was refused: %v", err)
 	}
 }
 
@@ -151,5 +216,20 @@ func TestVersions(t *testing.T) {
 		if _, err := ParseVersion(bad); err == nil {
 			t.Errorf("ParseVersion(%q) accepted", bad)
 		}
+	}
+}
+
+func TestPublishedImageCarriesABI(t *testing.T) {
+	f := newFixture(t)
+	img := f.publishFake(1)
+	if err := setImageABI(f.ctx, f.st, img, ABI("armel")); err != nil {
+		t.Fatal(err)
+	}
+	var got records.SandboxImage
+	if err := f.st.Get(img.ID, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ABI != "eabi5-sf" || img.ABI != "eabi5-sf" || got.Status != records.ImageActive {
+		t.Fatalf("stored ABI %q, returned %q, status %s", got.ABI, img.ABI, got.Status)
 	}
 }

@@ -119,7 +119,7 @@ func (r *Request) defaults() {
 // glibcLoaders are the dynamic loaders Debian images of each platform have.
 var glibcLoaders = map[string]string{
 	"amd64": "/lib64/ld-linux-x86-64.so.2", "i386": "/lib/ld-linux.so.2", "arm64": "/lib/ld-linux-aarch64.so.1",
-	"armhf": "/lib/ld-linux-armhf.so.3", "mipsel": "/lib/ld.so.1", "mips64el": "/lib64/ld.so.1",
+	"armhf": "/lib/ld-linux-armhf.so.3", "armel": "/lib/ld-linux.so.3", "mipsel": "/lib/ld.so.1", "mips64el": "/lib64/ld.so.1",
 	"ppc64el": "/lib64/ld64.so.2", "s390x": "/lib/ld64.so.1",
 }
 
@@ -136,9 +136,67 @@ func missingFeature(img *records.SandboxImage, features []string) string {
 			if in != glibcLoaders[img.Platform] && !slices.Contains(debianInterpreters, in) {
 				return f
 			}
+		case strings.HasPrefix(f, "qemu-user:"):
+			// The guest's binfmt_misc hands the sample to this emulator;
+			// without it the exec fails with ENOEXEC.
+			if !slices.Contains(img.UserEmulators, strings.TrimPrefix(f, "qemu-user:")) {
+				return f
+			}
 		default:
 			return f
 		}
+	}
+	return ""
+}
+
+// defaultABIs are the userland ABIs of the platforms that have several,
+// for image records written before images recorded their ABI.
+var defaultABIs = map[string]string{
+	"armhf": "eabi5-hf", "armel": "eabi5-sf", "mipsel": "o32", "mips64el": "n64", "ppc64el": "elfv2",
+}
+
+// abiMismatch says why an image's userland cannot host the plan's sample,
+// or "". Only a dynamic sample run natively links against the image's
+// libraries: a static one needs only the platform's kernel (the planner
+// already maps static soft-float ARM to armhf for that), and an emulated
+// one runs under qemu-user with no guest library at all.
+func abiMismatch(img *records.SandboxImage, p *records.Plan) string {
+	need, have := p.Image.ABI, img.ABI
+	if have == "" {
+		have = defaultABIs[img.Platform]
+	}
+	if need == "" || have == "" || p.Emulation != nil || slices.Contains(p.Image.Features, "static") || abiCompatible(need, have) {
+		return ""
+	}
+	return fmt.Sprintf("%s has abi %s, the plan needs %s", img.ID, have, need)
+}
+
+// abiCompatible reports whether a binary of ABI need runs on libraries of
+// ABI have. For ARM the float ABI (-hf, -sf) decides which libraries a
+// binary links against; a name without one (float unknown) fits either.
+func abiCompatible(need, have string) bool {
+	if need == have {
+		return true
+	}
+	if strings.HasPrefix(need, "eabi") && strings.HasPrefix(have, "eabi") {
+		_, nf, _ := strings.Cut(need, "-")
+		_, hf, _ := strings.Cut(have, "-")
+		return nf == "" || nf == hf
+	}
+	return false
+}
+
+// imageMismatch says why an image cannot run the plan's sample, or "".
+func imageMismatch(img *records.SandboxImage, p *records.Plan) string {
+	needs := p.Image
+	if needs.Platform != "" && img.Platform != needs.Platform {
+		return fmt.Sprintf("%s is %s, the plan needs %s", img.ID, img.Platform, needs.Platform)
+	}
+	if w := abiMismatch(img, p); w != "" {
+		return w
+	}
+	if f := missingFeature(img, needs.Features); f != "" {
+		return fmt.Sprintf("%s lacks %s", img.ID, f)
 	}
 	return ""
 }
@@ -149,15 +207,6 @@ func missingFeature(img *records.SandboxImage, features []string) string {
 func (m *Manager) chooseImage(r *Request) (*records.SandboxImage, error) {
 	p := r.Plan
 	needs := p.Image
-	check := func(img *records.SandboxImage) string {
-		if needs.Platform != "" && img.Platform != needs.Platform {
-			return fmt.Sprintf("%s is %s, the plan needs %s", img.ID, img.Platform, needs.Platform)
-		}
-		if f := missingFeature(img, needs.Features); f != "" {
-			return fmt.Sprintf("%s lacks %s", img.ID, f)
-		}
-		return ""
-	}
 	refs := needs.Preferred
 	if r.Image != "" {
 		refs = []string{r.Image}
@@ -172,7 +221,7 @@ func (m *Manager) chooseImage(r *Request) (*records.SandboxImage, error) {
 			}
 			continue
 		}
-		if w := check(img); w != "" {
+		if w := imageMismatch(img, p); w != "" {
 			if strings.Contains(ref, "@") || r.Image != "" {
 				return nil, m.noImage(p, w)
 			}
@@ -190,7 +239,7 @@ func (m *Manager) chooseImage(r *Request) (*records.SandboxImage, error) {
 		if img.Status != records.ImageActive {
 			continue
 		}
-		if w := check(img); w != "" {
+		if w := imageMismatch(img, p); w != "" {
 			why = append(why, w)
 			continue
 		}
@@ -223,6 +272,10 @@ func (m *Manager) noImage(p *records.Plan, why string) error {
 	}
 	if n.Platform == "" {
 		hint = "build one with: tb-build build SPEC (see tb-build specs)"
+	}
+	if e := p.Emulation; e != nil {
+		hint = fmt.Sprintf("it runs the %s sample under %s: build an image for %s whose user_emulators include %s (tb-build build debian-bookworm-%s, with qemu-user-static)",
+			e.Platform, e.Emulator, n.Platform, e.Target, n.Platform)
 	}
 	msg := fmt.Sprintf("no image matches plan %s: it needs %s; %s", orAny(p.ID), need, hint)
 	if why != "" {
@@ -568,7 +621,10 @@ func (m *Manager) domainXML(l *records.SandboxLease, img *records.SandboxImage) 
 	} else if !filepath.IsAbs(emu) {
 		emu = "/usr/bin/" + emu
 	}
-	cmdline := fmt.Sprintf("%s talkbox.net=static talkbox.if=%s talkbox.ip=%s/%d talkbox.gw=%s", b.Cmdline, orDefault(b.Interface, "eth0"), l.IP, l.Prefix, l.Gateway)
+	// The lease's parameters go first: QEMU's Malta board hands the kernel
+	// at most 255 bytes of command line and drops the rest.
+	cmdline := fmt.Sprintf("talkbox.net=static talkbox.if=%s talkbox.ip=%s/%d talkbox.gw=%s talkbox.dns=%s %s",
+		orDefault(b.Interface, "eth0"), l.IP, l.Prefix, l.Gateway, l.Gateway, b.Cmdline)
 	x, err := virt.DomainXML(virt.DomainConfig{
 		Name: l.VMName, Accel: virt.Accel(l.Accel), Emulator: emu, Arch: b.Arch, Machine: b.Machine, CPU: b.CPU,
 		MemoryMiB: l.Limits.MemoryMiB, VCPUs: l.Limits.VCPUs,

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -67,7 +66,7 @@ func AcquireCmd(env *cli.Env, o Options, planID string, r Request) error {
 			if err != nil {
 				return err
 			}
-			return printJSON(env, d)
+			return records.PrintLine(env.Stdout, records.LineLeaseDecision, d)
 		}
 		l, err := m.Acquire(env.Ctx, r)
 		if err != nil {
@@ -122,15 +121,6 @@ func ExpireCmd(env *cli.Env, o Options, apply bool) error {
 	})
 }
 
-func printJSON(env *cli.Env, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(env.Stdout, "%s\n", b)
-	return err
-}
-
 // ReapCmd is "tb-lease reap".
 func ReapCmd(env *cli.Env, o Options, dryRun bool) error {
 	return withManager(env, o, func(m *Manager) error {
@@ -138,9 +128,13 @@ func ReapCmd(env *cli.Env, o Options, dryRun bool) error {
 		if err != nil {
 			return err
 		}
+		w := records.NewWriter(env.Stdout)
+		defer w.Flush()
 		failed := 0
 		for _, a := range acts {
-			printJSON(env, a)
+			if err := w.Line(records.LineReapAction, a); err != nil {
+				return err
+			}
 			if a.Error != "" {
 				failed++
 			}
@@ -159,9 +153,13 @@ func HealCmd(env *cli.Env, o Options, ids []string, timeout time.Duration) error
 		if err != nil {
 			return err
 		}
+		w := records.NewWriter(env.Stdout)
+		defer w.Flush()
 		failed := 0
 		for _, a := range acts {
-			printJSON(env, a)
+			if err := w.Line(records.LineHealAction, a); err != nil {
+				return err
+			}
 			if a.Action == "fail-lease" {
 				failed++
 			}
@@ -180,10 +178,13 @@ func InspectHostCmd(env *cli.Env, o Options, host string) error {
 		if err != nil {
 			return err
 		}
+		w := records.NewWriter(env.Stdout)
 		for _, r := range rs {
-			printJSON(env, r)
+			if err := w.Line(records.LineHostReport, r); err != nil {
+				return err
+			}
 		}
-		return nil
+		return w.Flush()
 	})
 }
 

@@ -12,7 +12,9 @@ import (
 // set, is the platform a flag imposed instead of the triage's choice.
 func Make(s *records.Sample, p Profile, applied []string, forced string, now time.Time) (*records.Plan, error) {
 	m := platform.For(s.Triage)
-	if forced != "" {
+	// Forcing the platform the emulator runs in keeps the emulation: the
+	// sample still needs its qemu-user target in that guest.
+	if forced != "" && (m.User == nil || forced != m.Platform.Name) {
 		fp, ok := platform.Lookup(forced)
 		if !ok {
 			return nil, fmt.Errorf("unknown platform %q", forced)
@@ -35,9 +37,15 @@ func Make(s *records.Sample, p Profile, applied []string, forced string, now tim
 		Instrument:   p.Instrument,
 		Overrides:    applied,
 	}
-	if pl.Runnable {
+	switch {
+	case pl.Runnable && m.User != nil:
+		// Analysts must see that the sample ran under an emulator, and why.
+		pl.Reason = fmt.Sprintf("user-mode emulated: static %s binary runs under %s via binfmt_misc in the %s guest (native: %s)",
+			m.User.Platform, m.User.Emulator(), m.Platform.Name, m.Native)
+		pl.Emulation = &records.Emulation{Mode: "user", Target: m.User.Name, Emulator: m.User.Emulator(), Platform: m.User.Platform}
+	case pl.Runnable:
 		pl.Reason = ""
-	} else if pl.Reason == "" {
+	case pl.Reason == "":
 		pl.Reason = "no image can run this sample"
 	}
 	pl.Image = records.ImageNeeds{
@@ -51,7 +59,9 @@ func Make(s *records.Sample, p Profile, applied []string, forced string, now tim
 		pl.Image.Bits = m.Platform.Bits
 		pl.Image.Endianness = m.Platform.Endianness
 	}
-	if s.ABI != nil {
+	// The ABI is the userland an image must match; an emulated sample
+	// brings none into the guest, whose own ABI does not matter to it.
+	if s.ABI != nil && pl.Emulation == nil {
 		pl.Image.ABI = s.ABI.Name
 	}
 	records.Init(pl, records.KindPlan, now)

@@ -3,6 +3,7 @@ package plan
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,14 +131,18 @@ func TestMakePlansAndRunnability(t *testing.T) {
 		{elfSample("x86", "little", 32, "", false), "i386", true, ""},
 		{elfSample("arm", "little", 32, "eabi5-hf", false), "armhf", true, ""},
 		{elfSample("arm", "little", 32, "eabi5-sf", true), "armhf", true, ""},
-		{elfSample("arm", "little", 32, "eabi5-sf", false), "armel", false, "armel"},
+		{elfSample("arm", "little", 32, "eabi5-sf", false), "armel", true, ""},
 		{elfSample("mips", "little", 32, "o32", true), "mipsel", true, ""},
-		{elfSample("mips", "big", 32, "o32", true), "mips", false, "big-endian MIPS"},
+		{elfSample("mips", "big", 32, "o32", true), "amd64", true, "user-mode emulated: static mips binary runs under qemu-mips-static via binfmt_misc in the amd64 guest (native: needs a mips guest: Debian bookworm has no big-endian MIPS port)"},
+		{elfSample("mips", "big", 32, "o32", false), "mips", false, "only static mips binaries run under qemu-mips-static"},
+		{elfSample("ppc", "big", 32, "", true), "amd64", true, "qemu-ppc-static"},
+		{elfSample("sh", "little", 32, "", true), "amd64", true, "qemu-sh4-static"},
 		{elfSample("mips64", "little", 64, "n64", false), "mips64el", true, ""},
 		{elfSample("ppc64", "little", 64, "elfv2", false), "ppc64el", true, ""},
 		{elfSample("s390x", "big", 64, "", true), "s390x", true, ""},
-		{elfSample("sparc", "big", 32, "", true), "", false, "sparc"},
-		{elfSample("m68k", "big", 32, "", true), "", false, "m68k"},
+		{elfSample("sparc", "big", 32, "", true), "amd64", true, "qemu-sparc-static"},
+		{elfSample("m68k", "big", 32, "", true), "amd64", true, "qemu-m68k-static"},
+		{elfSample("sparc", "big", 32, "", false), "", false, "dynamic"},
 	}
 	for _, c := range cases {
 		pl, err := Make(c.s, prof, nil, "", time.Now())
@@ -148,8 +153,14 @@ func TestMakePlansAndRunnability(t *testing.T) {
 			t.Errorf("%s/%s/%+v: platform=%q runnable=%v reason=%q; want %q %v ~%q",
 				c.s.Arch, c.s.Endianness, c.s.ABI, pl.Image.Platform, pl.Runnable, pl.Reason, c.platform, c.runnable, c.reason)
 		}
-		if pl.Runnable && pl.Reason != "" {
-			t.Errorf("runnable plan with a reason: %q", pl.Reason)
+		if e := pl.Emulation; e != nil {
+			// The image needs the emulator, not the sample's ABI.
+			if !pl.Runnable || e.Mode != "user" || e.Emulator != "qemu-"+e.Target+"-static" || !strings.Contains(pl.Reason, e.Emulator) ||
+				!slices.Contains(pl.Image.Features, "qemu-user:"+e.Target) || pl.Image.ABI != "" || pl.Image.Arch != "x86_64" {
+				t.Errorf("%s: emulated plan %+v image %+v", c.s.Arch, e, pl.Image)
+			}
+		} else if pl.Runnable && pl.Reason != "" {
+			t.Errorf("runnable native plan with a reason: %q", pl.Reason)
 		}
 		if pl.Network.Mode != "sinkhole" || pl.Sample != c.s.ID || records.KindOf(pl.ID) != "plan" {
 			t.Errorf("plan fields: %+v", pl)
@@ -164,6 +175,17 @@ func TestMakePlansAndRunnability(t *testing.T) {
 	}
 	if _, err := Make(pe, prof, nil, "vax", time.Now()); err == nil {
 		t.Error("unknown forced platform accepted")
+	}
+	mips := elfSample("mips", "big", 32, "o32", true)
+	if pl, _ := Make(mips, prof, nil, "", time.Now()); pl.Emulation == nil || pl.Emulation.Platform != "mips" || pl.Emulation.Target != "mips" {
+		t.Errorf("static big-endian MIPS: %+v", pl.Emulation)
+	}
+	// --platform amd64 is where the emulator runs: the emulation stays.
+	if pl, _ := Make(mips, prof, nil, "amd64", time.Now()); pl.Emulation == nil || !pl.Runnable {
+		t.Errorf("--platform amd64 dropped the emulation: %+v", pl)
+	}
+	if pl, _ := Make(mips, prof, nil, "mipsel", time.Now()); pl.Emulation != nil || pl.Image.Platform != "mipsel" {
+		t.Errorf("--platform mipsel must force a native plan: %+v", pl)
 	}
 	forced, _ := Make(pe, prof, nil, "amd64", time.Now())
 	if !forced.Runnable || forced.Image.Platform != "amd64" {

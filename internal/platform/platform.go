@@ -1,5 +1,6 @@
 // Package platform is the catalogue of guest platforms Talkbox can run
-// samples on, and the rules that match a triaged binary to one of them.
+// samples on, of the qemu-user targets that run the long tail inside one of
+// them, and the rules that match a triaged binary to a platform or target.
 package platform
 
 import (
@@ -32,7 +33,7 @@ func Catalogue() []Platform {
 		{Name: "i386", Arch: "x86", Bits: 32, Endianness: "little", QEMU: "qemu-system-i386", Machine: "pc", Images: true},
 		{Name: "arm64", Arch: "aarch64", Bits: 64, Endianness: "little", QEMU: "qemu-system-aarch64", Machine: "virt", Images: true},
 		{Name: "armhf", Arch: "arm", Bits: 32, Endianness: "little", QEMU: "qemu-system-arm", Machine: "virt", Images: true},
-		{Name: "armel", Arch: "arm", Bits: 32, Endianness: "little", QEMU: "qemu-system-arm", Machine: "virt", Why: "no armel image spec yet (dynamic soft-float ARM needs armel libraries)"},
+		{Name: "armel", Arch: "arm", Bits: 32, Endianness: "little", QEMU: "qemu-system-arm", Machine: "virt", Images: true},
 		{Name: "mipsel", Arch: "mips", Bits: 32, Endianness: "little", QEMU: "qemu-system-mipsel", Machine: "malta", Images: true},
 		{Name: "mips64el", Arch: "mips64", Bits: 64, Endianness: "little", QEMU: "qemu-system-mips64el", Machine: "malta", Images: true},
 		{Name: "mips", Arch: "mips", Bits: 32, Endianness: "big", QEMU: "qemu-system-mips", Machine: "malta", Why: "Debian bookworm has no big-endian MIPS port"},
@@ -61,6 +62,10 @@ type Match struct {
 	Found    bool   // a catalogue platform runs this binary
 	Reason   string // why it is not runnable (empty when runnable)
 	Features []string
+	// User is set when Platform is UserHost and the sample runs in it under
+	// a qemu-user emulator; Native then says why no guest runs it natively.
+	User   *UserTarget
+	Native string
 }
 
 // Runnable reports whether an image can run the sample.
@@ -114,15 +119,18 @@ func forELF(t records.Triage) Match {
 		features = append(features, "interpreter:"+t.Interpreter)
 	}
 	name, reason := platformName(t, abi, static)
-	if name == "" {
-		return Match{Reason: reason, Features: features}
+	m := Match{Reason: reason, Features: features}
+	if name != "" {
+		p, _ := Lookup(name)
+		m.Platform, m.Found = p, true
+		if m.Reason == "" && !p.Images {
+			m.Reason = fmt.Sprintf("needs a %s guest: %s", p.Name, p.Why)
+		}
 	}
-	p, _ := Lookup(name)
-	m := Match{Platform: p, Found: true, Reason: reason, Features: features}
-	if m.Reason == "" && !p.Images {
-		m.Reason = fmt.Sprintf("needs a %s guest: %s", p.Name, p.Why)
+	if m.Runnable() {
+		return m
 	}
-	return m
+	return userMode(t, abi, static, m)
 }
 
 // platformName picks the Debian architecture whose kernel and libraries run
@@ -138,6 +146,9 @@ func platformName(t records.Triage, abi string, static bool) (string, string) {
 	case "x86":
 		return "i386", ""
 	case "aarch64":
+		if t.Bits == 32 {
+			return "", "AArch64 ILP32 binaries need a kernel with ILP32 support; mainline Linux has none"
+		}
 		if !le {
 			return "", "big-endian AArch64: no image"
 		}

@@ -38,10 +38,18 @@ type SandboxImage struct {
 	BuildNumber int    `json:"build_number"`
 	// Platform is the Debian architecture (amd64, mipsel, …).
 	Platform string `json:"platform"`
-	OS       string `json:"os"`
-	Release  string `json:"release"`
-	Status   string `json:"status"`
-	Pinned   bool   `json:"pinned,omitempty"`
+	// ABI is the userland ABI a dynamic sample must match (ARM float ABI
+	// eabi5-hf or eabi5-sf, MIPS o32 or n64, PowerPC64 elfv2, …); empty
+	// where the platform has only one.
+	ABI string `json:"abi,omitempty"`
+	// UserEmulators are the qemu-user targets (qemu-<name>-static, e.g.
+	// mips, ppc, sh4, m68k, sparc) registered with binfmt_misc in the
+	// guest: foreign binaries of those architectures run inside it.
+	UserEmulators []string `json:"user_emulators,omitempty"`
+	OS            string   `json:"os"`
+	Release       string   `json:"release"`
+	Status        string   `json:"status"`
+	Pinned        bool     `json:"pinned,omitempty"`
 	// Dir holds the files; their names are relative to it.
 	Dir      string      `json:"dir"`
 	Files    []ImageFile `json:"files"`

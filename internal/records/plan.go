@@ -13,9 +13,24 @@ type Plan struct {
 	Lease        LeaseNeeds `json:"lease"`
 	Network      NetPolicy  `json:"network"`
 	Execution    Execution  `json:"execution"`
-	Timeouts     Timeouts   `json:"timeouts"`
-	Instrument   string     `json:"instrumentation"`
-	Overrides    []string   `json:"overrides,omitempty"`
+	// Emulation is set when no guest runs the sample natively: it runs
+	// inside a guest of Image.Platform under a user-mode emulator.
+	Emulation  *Emulation `json:"emulation,omitempty"`
+	Timeouts   Timeouts   `json:"timeouts"`
+	Instrument string     `json:"instrumentation"`
+	Overrides  []string   `json:"overrides,omitempty"`
+}
+
+// Emulation is how a sample with no native guest runs inside one.
+type Emulation struct {
+	Mode string `json:"mode"` // user: qemu-user through binfmt_misc in the guest
+	// Target is the qemu-user target (mips, ppc, sh4, m68k, sparc, …) and
+	// Emulator its binary in the guest (qemu-mips-static, …).
+	Target   string `json:"target"`
+	Emulator string `json:"emulator"`
+	// Platform is the sample's own architecture, as Debian or the
+	// toolchain names it (mips, powerpc, sh4, m68k, sparc, …).
+	Platform string `json:"platform"`
 }
 
 // ProfileRef names the profile version a plan was made from.

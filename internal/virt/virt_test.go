@@ -63,6 +63,34 @@ func TestDomainXML(t *testing.T) {
 	if !strings.Contains(x, "<model>cortex-a15</model>") || strings.Contains(x, "<acpi>") {
 		t.Errorf("ARM domain:\n%s", x)
 	}
+	// A 32-bit ARM kernel without LPAE cannot reach virt's PCIe host
+	// bridge: every virtio device must be on virtio-mmio.
+	if n := strings.Count(x, `<address type="virtio-mmio"></address>`); n != 3 || strings.Contains(x, `type="pci"`) {
+		t.Errorf("ARM domain: %d virtio-mmio devices, want disk, NIC and agent channel's controller:\n%s", n, x)
+	}
+	nics := cfg.NICs
+	cfg.NICs = []NIC{{Bridge: "tbsm-1", Model: "e1000"}}
+	if x, _ = DomainXML(cfg); strings.Count(x, `<address type="virtio-mmio"></address>`) != 2 {
+		t.Errorf("ARM domain: a non-virtio NIC on virtio-mmio:\n%s", x)
+	}
+	cfg.NICs = nics
+	cfg.Arch, cfg.CPU = "aarch64", "cortex-a57"
+	if x, _ = DomainXML(cfg); strings.Contains(x, "<address") {
+		t.Errorf("arm64 domain with fixed device addresses:\n%s", x)
+	}
+	// libvirt's CPU driver has no MIPS: the model must reach QEMU some
+	// other way, or libvirt refuses the domain.
+	cfg.Arch, cfg.Machine, cfg.CPU = "mips64el", "malta", "5KEf"
+	x, _ = DomainXML(cfg)
+	if strings.Contains(x, "<cpu") || !strings.Contains(x, `xmlns:qemu="http://libvirt.org/schemas/domain/qemu/1.0"`) ||
+		!strings.Contains(x, `<qemu:arg value="-cpu"></qemu:arg>`) || !strings.Contains(x, `<qemu:arg value="5KEf"></qemu:arg>`) {
+		t.Errorf("MIPS domain:\n%s", x)
+	}
+	cfg.Arch, cfg.CPU = "mipsel", ""
+	x, _ = DomainXML(cfg)
+	if strings.Contains(x, "<cpu") || strings.Contains(x, "qemu:") {
+		t.Errorf("MIPS domain with QEMU's default CPU:\n%s", x)
+	}
 	if _, err := DomainXML(DomainConfig{Name: "x"}); err == nil {
 		t.Error("a domain without a kernel was accepted")
 	}

@@ -3,11 +3,14 @@ package virt
 import (
 	"encoding/xml"
 	"fmt"
+	"strings"
 )
 
 type domainXML struct {
-	XMLName    xml.Name     `xml:"domain"`
-	Type       string       `xml:"type,attr"`
+	XMLName xml.Name `xml:"domain"`
+	Type    string   `xml:"type,attr"`
+	// XMLNSQEMU declares the namespace of QEMUArgs.
+	XMLNSQEMU  string       `xml:"xmlns:qemu,attr,omitempty"`
 	Name       string       `xml:"name"`
 	Memory     memoryXML    `xml:"memory"`
 	VCPU       int          `xml:"vcpu"`
@@ -18,6 +21,26 @@ type domainXML struct {
 	OnReboot   string       `xml:"on_reboot"`
 	OnCrash    string       `xml:"on_crash"`
 	Devices    devicesXML   `xml:"devices"`
+	QEMUArgs   *qemuArgsXML `xml:"qemu:commandline,omitempty"`
+}
+
+const qemuNS = "http://libvirt.org/schemas/domain/qemu/1.0"
+
+type qemuArgsXML struct {
+	Args []qemuArgXML `xml:"qemu:arg"`
+}
+
+type qemuArgXML struct {
+	Value string `xml:"value,attr"`
+}
+
+// cpuDriverArches are the guest architectures libvirt's CPU driver knows
+// (libvirt 9: x86, ppc64, s390, arm). For any other, libvirt refuses a
+// domain with a <cpu> element ("architecture is not supported by CPU
+// driver"), so the model goes straight to QEMU instead.
+var cpuDriverArches = map[string]bool{
+	"i686": true, "x86_64": true, "ppc64": true, "ppc64le": true, "s390x": true,
+	"armv6l": true, "armv7l": true, "armv7b": true, "aarch64": true,
 }
 
 type featuresXML struct {
@@ -70,10 +93,28 @@ type diskXML struct {
 
 type addressXML struct {
 	Type     string `xml:"type,attr"`
-	Domain   string `xml:"domain,attr"`
-	Bus      string `xml:"bus,attr"`
-	Slot     string `xml:"slot,attr"`
-	Function string `xml:"function,attr"`
+	Domain   string `xml:"domain,attr,omitempty"`
+	Bus      string `xml:"bus,attr,omitempty"`
+	Slot     string `xml:"slot,attr,omitempty"`
+	Function string `xml:"function,attr,omitempty"`
+}
+
+// deviceAddresses places virtio devices where the guest's kernel can find
+// them; nil leaves the choice to libvirt.
+type deviceAddresses interface {
+	take(virtio bool) *addressXML
+}
+
+// deviceAddressesFor is nil (libvirt's choice) except on boards where that
+// choice leaves devices unreachable.
+func deviceAddressesFor(arch, machine string) deviceAddresses {
+	switch {
+	case machine == "malta":
+		return &pciSlots{next: 18}
+	case arch == "armv7l" && (machine == "virt" || strings.HasPrefix(machine, "virt-")):
+		return virtioMMIO{}
+	}
+	return nil
 }
 
 // pciSlots hands out PCI slots on machines whose firmware routes
@@ -81,13 +122,32 @@ type addressXML struct {
 // leaves devices anywhere else without an interrupt.
 type pciSlots struct{ next int }
 
-func (p *pciSlots) take() *addressXML {
-	if p == nil {
-		return nil
-	}
+func (p *pciSlots) take(bool) *addressXML {
 	a := &addressXML{Type: "pci", Domain: "0x0000", Bus: "0x00", Slot: fmt.Sprintf("0x%02x", p.next), Function: "0x0"}
 	p.next++
 	return a
+}
+
+// virtioMMIO keeps 32-bit ARM guests off PCI. libvirt puts virtio devices
+// on PCIe, and QEMU's virt board maps the PCIe ECAM above 4 GiB (at
+// 0x4010000000) for any CPU with LPAE; a kernel without LPAE (Debian's
+// armmp) truncates the address, pci-host-generic fails to claim it, and
+// the guest never sees its disk. virtio-mmio needs no host bridge.
+type virtioMMIO struct{}
+
+// A device that is not virtio stays where libvirt puts it.
+func (virtioMMIO) take(virtio bool) *addressXML {
+	if !virtio {
+		return nil
+	}
+	return &addressXML{Type: "virtio-mmio"}
+}
+
+func take(a deviceAddresses, virtio bool) *addressXML {
+	if a == nil {
+		return nil
+	}
+	return a.take(virtio)
 }
 
 type driverXML struct {
@@ -171,21 +231,21 @@ func DomainXML(cfg DomainConfig) (string, error) {
 	if cfg.Accel == KVM {
 		d.Type = "kvm"
 		d.CPU = &cpuXML{Mode: "host-passthrough"}
-	} else if cfg.CPU != "" {
+	} else if cfg.CPU != "" && cpuDriverArches[cfg.Arch] {
 		d.CPU = &cpuXML{Mode: "custom", Model: cfg.CPU}
+	} else if cfg.CPU != "" {
+		d.XMLNSQEMU = qemuNS
+		d.QEMUArgs = &qemuArgsXML{Args: []qemuArgXML{{Value: "-cpu"}, {Value: cfg.CPU}}}
 	}
 	if cfg.Arch == "x86_64" || cfg.Arch == "i686" {
 		// Without ACPI (libvirt's default) the kernel probes PCI and
 		// interrupts the slow way: seconds under TCG.
 		d.Features = &featuresXML{ACPI: &struct{}{}, APIC: &struct{}{}}
 	}
-	var slots *pciSlots
-	if cfg.Machine == "malta" {
-		slots = &pciSlots{next: 18}
-	}
+	slots := deviceAddressesFor(cfg.Arch, cfg.Machine)
 	zero := 0
 	d.Devices.Controllers = append(d.Devices.Controllers, controllerXML{Type: "usb", Model: "none"},
-		controllerXML{Type: "virtio-serial", Index: &zero, Address: slots.take()})
+		controllerXML{Type: "virtio-serial", Index: &zero, Address: take(slots, true)})
 	for i, disk := range cfg.Disks {
 		bus := disk.Bus
 		if bus == "" {
@@ -205,7 +265,7 @@ func DomainXML(cfg DomainConfig) (string, error) {
 			x.ReadOnly = &struct{}{}
 		}
 		if bus == "virtio" {
-			x.Address = slots.take()
+			x.Address = take(slots, true)
 		}
 		d.Devices.Disks = append(d.Devices.Disks, x)
 	}
@@ -225,7 +285,7 @@ func DomainXML(cfg DomainConfig) (string, error) {
 		if n.MAC != "" {
 			x.MAC = &macXML{Address: n.MAC}
 		}
-		x.Address = slots.take()
+		x.Address = take(slots, x.Model.Type == "virtio")
 		d.Devices.Interfaces = append(d.Devices.Interfaces, x)
 	}
 	if cfg.ConsoleLog != "" {

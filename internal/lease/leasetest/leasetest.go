@@ -51,18 +51,23 @@ type Fixture struct {
 	Image *records.SandboxImage
 }
 
-// Image returns the fixture image, building it first if no valid one is
-// cached. A file lock makes parallel test processes build it once.
-func Image(ctx context.Context) (*Fixture, error) {
+// Image returns the amd64 fixture image (see ImageFor).
+func Image(ctx context.Context) (*Fixture, error) { return ImageFor(ctx, Spec) }
+
+// ImageFor returns the fixture image of an embedded spec, building it first
+// if no valid one is cached. The cache is keyed by the spec's digest, so a
+// changed spec is built again; a file lock makes parallel test processes
+// build each spec once.
+func ImageFor(ctx context.Context, specID string) (*Fixture, error) {
 	ss, err := image.LoadSpecs("")
 	if err != nil {
 		return nil, err
 	}
-	spec, err := ss.Get(Spec)
+	spec, err := ss.Get(specID)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(Root(), Spec+"-"+spec.SHA256()[:16])
+	dir := filepath.Join(Root(), specID+"-"+spec.SHA256()[:16])
 	if err := reachable(dir); err != nil {
 		return nil, err
 	}
@@ -75,22 +80,22 @@ func Image(ctx context.Context) (*Fixture, error) {
 		return nil, err
 	}
 	f := &Fixture{State: filepath.Join(dir, "state")}
-	if f.Image, err = verified(ctx, f.State); err == nil {
+	if f.Image, err = verified(ctx, f.State, specID); err == nil {
 		return f, nil
 	}
 	os.RemoveAll(f.State)
 	env := &cli.Env{Ctx: ctx, Tool: "tb-build", Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: os.Stderr,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), G: &cli.Globals{State: f.State}}
-	if err := image.Build(env, image.BuildRequest{Spec: Spec, URI: virt.DefaultURI, Accel: "auto", CacheDir: AptCache()}); err != nil {
-		return nil, fmt.Errorf("building the fixture image %s: %w", Spec, err)
+	if err := image.Build(env, image.BuildRequest{Spec: specID, URI: virt.DefaultURI, Accel: "auto", CacheDir: AptCache()}); err != nil {
+		return nil, fmt.Errorf("building the fixture image %s: %w", specID, err)
 	}
-	if f.Image, err = verified(ctx, f.State); err != nil {
+	if f.Image, err = verified(ctx, f.State, specID); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-func verified(ctx context.Context, dir string) (*records.SandboxImage, error) {
+func verified(ctx context.Context, dir, specID string) (*records.SandboxImage, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, err
 	}
@@ -99,7 +104,7 @@ func verified(ctx context.Context, dir string) (*records.SandboxImage, error) {
 		return nil, err
 	}
 	defer st.Close()
-	img, err := image.Active(st, Spec)
+	img, err := image.Active(st, specID)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,299 @@
+// Package cbeacon tests the C beacon (beacon.c, policy.c): its cross builds
+// as Talkbox's triage sees them, and its address policy against the Go
+// beacon's. The beacon itself never runs on the host, natively or under
+// qemu-user: the policy tests compile a host driver (testdata/policy_driver.c)
+// that links policy.c alone, without the beacon's networking, and compare
+// its answers with internal/demo/beacon's.
+package cbeacon
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/triage"
+)
+
+// crossBuilds is what each Makefile target must come out as. Compilers
+// are Debian's gcc-<triplet> packages (scripts/deps.sh installs them).
+var crossBuilds = []struct {
+	arch, cc                  string
+	triArch, endian, abi, typ string
+	bits                      int
+	static                    bool
+	float, isa, interp        string
+}{
+	{"armel", "arm-linux-gnueabi-gcc", "arm", "little", "eabi5-sf", "exec", 32, true, "soft", "armv5te", ""},
+	// The demo's armel beacon: Debian's default, a PIE that needs armel's loader.
+	{"armel-dynamic", "arm-linux-gnueabi-gcc", "arm", "little", "eabi5-sf", "pie", 32, false, "soft", "armv5te", "/lib/ld-linux.so.3"},
+	{"armhf", "arm-linux-gnueabihf-gcc", "arm", "little", "eabi5-hf", "exec", 32, true, "hard", "armv7", ""},
+	{"mips", "mips-linux-gnu-gcc", "mips", "big", "o32", "exec", 32, true, "hard", "mips32r2", ""},
+	{"mipsel", "mipsel-linux-gnu-gcc", "mips", "little", "o32", "exec", 32, true, "hard", "mips32r2", ""},
+	{"powerpc", "powerpc-linux-gnu-gcc", "ppc", "big", "", "exec", 32, true, "hard", "", ""},
+	{"sh4", "sh4-linux-gnu-gcc", "sh", "little", "", "exec", 32, true, "", "", ""},
+	{"m68k", "m68k-linux-gnu-gcc", "m68k", "big", "", "exec", 32, true, "", "", ""},
+	{"sparc64", "sparc64-linux-gnu-gcc", "sparc64", "big", "", "exec", 64, true, "", "v9", ""},
+	{"i386", "i686-linux-gnu-gcc", "x86", "little", "", "exec", 32, true, "", "", ""},
+}
+
+// TestCrossBuildsTriage builds every C beacon with the Makefile's own rules
+// (into a temporary directory) and checks each is the ELF the plan needs.
+func TestCrossBuildsTriage(t *testing.T) {
+	var targets []string
+	dir := t.TempDir()
+	for _, b := range crossBuilds {
+		if _, err := exec.LookPath(b.cc); err != nil {
+			t.Fatalf("%s: cross compiler %s missing: run scripts/deps.sh test (Debian package gcc-%s)", b.arch, b.cc, strings.TrimSuffix(b.cc, "-gcc"))
+		}
+		targets = append(targets, filepath.Join(dir, "cbeacon-"+b.arch))
+	}
+	cmd := exec.Command("make", append([]string{"-s", "-C", "../../..", "CBEACON_DIR=" + dir}, targets...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make: %v\n%s", err, out)
+	}
+	for _, b := range crossBuilds {
+		tr := inspect(t, filepath.Join(dir, "cbeacon-"+b.arch))
+		t.Logf("%-13s %s", b.arch, summary(tr))
+		var abi records.ABI
+		if tr.ABI != nil {
+			abi = *tr.ABI
+		}
+		if tr.Format != "elf" || tr.Arch != b.triArch || tr.Endianness != b.endian || tr.Bits != b.bits ||
+			tr.OS != "linux" || tr.Type != b.typ || abi.Name != b.abi || abi.Float != b.float || abi.ISA != b.isa ||
+			tr.Static == nil || *tr.Static != b.static || tr.Interpreter != b.interp || tr.Problem != "" {
+			t.Errorf("%s: triage %s\nwant arch=%s endian=%s bits=%d type=%s abi=%s float=%s isa=%s static=%v interp=%s",
+				b.arch, summary(tr), b.triArch, b.endian, b.bits, b.typ, b.abi, b.float, b.isa, b.static, b.interp)
+		}
+	}
+}
+
+func inspect(t *testing.T, path string) records.Triage {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return triage.Inspect(f, st.Size())
+}
+
+func summary(tr records.Triage) string {
+	s := fmt.Sprintf("format=%s arch=%s endian=%s bits=%d os=%s type=%s", tr.Format, tr.Arch, tr.Endianness, tr.Bits, tr.OS, tr.Type)
+	if tr.ABI != nil {
+		s += fmt.Sprintf(" abi=%s float=%s isa=%s", tr.ABI.Name, tr.ABI.Float, tr.ABI.ISA)
+	}
+	if tr.Static != nil {
+		s += fmt.Sprintf(" static=%v", *tr.Static)
+	}
+	if tr.Interpreter != "" {
+		s += " interp=" + tr.Interpreter
+	}
+	if tr.Problem != "" {
+		s += " problem=" + tr.Problem
+	}
+	return s
+}
+
+// driver compiles testdata/policy_driver.c with policy.c only, for the host.
+func driver(t *testing.T) func(args ...string) []string {
+	t.Helper()
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatal("gcc missing: run scripts/deps.sh test")
+	}
+	bin := filepath.Join(t.TempDir(), "policy_driver")
+	if out, err := exec.Command(cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-o", bin, "testdata/policy_driver.c", "policy.c").CombinedOutput(); err != nil {
+		t.Fatalf("building the policy driver: %v\n%s", err, out)
+	}
+	return func(args ...string) []string {
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil {
+			t.Fatalf("policy_driver %q: %v", args, err)
+		}
+		return strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	}
+}
+
+// TestAddressPolicyMatchesTheGoBeacon asks both beacons about the edges of
+// every network and a spread of other addresses: the C one must allow
+// exactly what the Go one allows, for a scan and for the C2.
+func TestAddressPolicyMatchesTheGoBeacon(t *testing.T) {
+	run := driver(t)
+	texts := []string{"0.0.0.0", "255.255.255.255", "8.8.8.8", "1.1.1.1", "93.184.216.34", "169.254.1.1",
+		"10.0.0.1", "10.13.36.255", "10.13.39.0", "10.213.7.1", "172.16.0.1", "192.168.1.1", "128.0.0.1", "126.255.255.255",
+		"192.0.3.1", "198.51.101.1", "203.0.114.9", "192.0.1.255", "198.51.99.255", "203.0.112.255",
+		"::1", "::", "2001:db8::1", "::ffff:8.8.8.8", "::ffff:192.0.2.1", "::FFFF:10.13.38.2", "::ffff:127.0.0.1",
+		"010.13.37.1", "192.0.2.01", "1.2.3", "1.2.3.4.5", "256.0.0.1", "192.0.2.1 ", "", "c2.example", "-1.0.0.0"}
+	for _, n := range []string{"192.0.2", "198.51.100", "203.0.113", "10.13.37", "10.13.38", "127.0.0", "127.255.255"} {
+		for _, h := range []string{"0", "1", "127", "254", "255"} {
+			texts = append(texts, n+"."+h)
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 11))
+	for range 2000 {
+		// Mostly near the allowed networks, where a mistake would be.
+		a := [4]byte{byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}
+		switch r.IntN(4) {
+		case 0:
+			a[0], a[1] = 10, 13
+		case 1:
+			a[0] = []byte{127, 192, 198, 203}[r.IntN(4)]
+		}
+		texts = append(texts, netip.AddrFrom4(a).String())
+	}
+	lines := run(append([]string{"addr"}, texts...)...)
+	if len(lines) != len(texts) {
+		t.Fatalf("driver answered %d lines for %d addresses", len(lines), len(texts))
+	}
+	for i, s := range texts {
+		var kind, scan, c2, resolver int
+		var ip string
+		if _, err := fmt.Sscanf(lines[i], "%d %d %d %d %s", &kind, &scan, &c2, &resolver, &ip); err != nil {
+			t.Fatalf("%q: driver said %q", s, lines[i])
+		}
+		a, err := netip.ParseAddr(s)
+		goScan, goC2 := err == nil && beacon.ScanAllowed(a), err == nil && beacon.C2Allowed(a)
+		if (scan == 1) != goScan || (c2 == 1) != goC2 {
+			t.Errorf("%q: C beacon scan=%d c2=%d, Go beacon scan=%v c2=%v", s, scan, c2, goScan, goC2)
+		}
+		if err == nil && a.Unmap().Is4() && (kind != 1 || ip != a.Unmap().String()) {
+			t.Errorf("%q: C beacon reads %d %s, Go %s", s, kind, ip, a.Unmap())
+		}
+		if err != nil && kind == 1 {
+			t.Errorf("%q: C beacon reads an address, Go does not", s)
+		}
+		// The resolver may be private too, but never a public address.
+		if pub := err == nil && a.Unmap().Is4() && !a.Unmap().IsPrivate() && !goC2; pub && resolver == 1 {
+			t.Errorf("%q: C beacon would query a public resolver", s)
+		}
+	}
+}
+
+// TestParseMirrorsTheGoBeacon runs the same command lines through both
+// parsers: the same accepted, the same refused, the same configuration.
+func TestParseMirrorsTheGoBeacon(t *testing.T) {
+	run := driver(t)
+	cases := [][]string{
+		{"-c2", "c2.example", "-scan", "192.0.2.1, 198.51.100.255", "-scan", "203.0.113.7,10.13.37.20"},
+		{"-c2", "c2.example", "-c2-addr", "198.51.100.2", "-interval", "2s", "-count", "6", "-scan", "198.51.100.3", "-scan", "198.51.100.4"},
+		{"-c2=c2.example", "--port=8080", "-path", "/x", "-id", "bot-7", "-interval", "1h2m3.5s", "-jitter", "0.5",
+			"-count", "0x10", "-retry", "250ms", "-retries", "5", "-timeout", "1.5s", "-scan-port", "2323"},
+		{"-c2", "10.13.38.2"}, {"-c2", "127.0.0.1"}, {"-c2", "::ffff:127.0.0.1"}, {"-c2", "x", "-c2-addr", "10.13.38.9"},
+		{"-c2", "x", "-c2-addr", "::ffff:192.0.2.5"}, {"-c2", "x", "-scan", ""}, {"-c2", "x", "-scan", ",, ,"},
+		{"-c2", "x", "extra", "-scan", "8.8.8.8"}, {"-c2", "x", "--", "-scan", "8.8.8.8"}, {"-c2", "x", "-", "-scan", "8.8.8.8"},
+		{"-c2", "x", "-jitter", "1"}, {"-c2", "x", "-jitter", "0"}, {"-c2", "x", "-interval", "1ms", "-retry", "0"},
+		{"-c2", "x", "-interval", "300µs"}, {"-c2", "x", "-count", "010"}, {"-c2", "x", "-c2", "y"},
+		// Refused or malformed, as the Go beacon's tests list them and more.
+		{}, {"-c2", "8.8.8.8"}, {"-c2", "::1"}, {"-c2", "10.13.39.1"}, {"-c2", "2001:db8::1"},
+		{"-c2", "x", "-c2-addr", "8.8.8.8"}, {"-c2", "x", "-c2-addr", "nonsense"}, {"-c2", "x", "-c2-addr", "192.0.2.01"},
+		{"-c2", "x", "-c2-addr", "::1"}, {"-c2", "x", "-c2-addr", "10.213.1.1"},
+		{"-c2", "x", "-port", "0"}, {"-c2", "x", "-port", "65536"}, {"-c2", "x", "-scan-port", "0"}, {"-c2", "x", "-port", "abc"},
+		{"-c2", "x", "-jitter", "2"}, {"-c2", "x", "-jitter", "-0.1"}, {"-c2", "x", "-interval", "0"}, {"-c2", "x", "-interval", "5"},
+		{"-c2", "x", "-interval", "-1s"}, {"-c2", "x", "-retries", "0"}, {"-c2", "x", "-count", "-1"},
+		{"-c2", "x", "-path", "gate"}, {"-c2", "x y"}, {"-c2", "x", "-id", "a\nb"}, {"-c2", "x", "-path", "/a b"},
+		{"-c2", "x", "-scan", "nonsense"}, {"-c2", "x", "-bogus", "1"}, {"-c2"}, {"---c2", "x"}, {"-h"},
+		{"-c2", "x", "-scan", "192.0.2.1,8.8.8.8"}, {"-c2", "x", "-scan", "::ffff:8.8.8.8"}, {"-c2", "x", "-scan", "10.13.38.2"},
+		{"-c2", "x", "-scan", "127.0.0.1"}, {"-c2", "x", "-scan", "2001:db8::1"}, {"-c2", "x", "-scan", "10.0.0.1"},
+	}
+	for _, bad := range []string{"8.8.8.8", "10.0.0.1", "10.13.38.2", "127.0.0.1", "192.0.3.1", "198.51.101.1", "203.0.114.9", "169.254.1.1", "::1", "2001:db8::1", "::ffff:8.8.8.8"} {
+		cases = append(cases, []string{"-c2", "c2.example", "-scan", "192.0.2.1," + bad})
+	}
+	for _, args := range cases {
+		got := run(append([]string{"args"}, args...)...)[0]
+		cfg, err := beacon.Parse(args, io.Discard)
+		switch {
+		case err != nil && !strings.HasPrefix(got, "error: "):
+			t.Errorf("%q: Go refuses (%v), C accepts: %s", args, err, got)
+		case err != nil && strings.HasPrefix(err.Error(), "refusing") && got != "error: "+err.Error():
+			t.Errorf("%q: Go %q, C %q", args, err, got)
+		case err == nil && got != goConfig(cfg):
+			t.Errorf("%q:\nGo %s\nC  %s", args, goConfig(cfg), got)
+		}
+	}
+}
+
+// goConfig prints a Go Config as the driver prints the C one.
+func goConfig(c *beacon.Config) string {
+	addr := ""
+	if c.C2Addr.IsValid() {
+		addr = c.C2Addr.Unmap().String()
+	}
+	var scan []string
+	for _, a := range c.Scan {
+		scan = append(scan, a.Unmap().String())
+	}
+	return fmt.Sprintf("c2=%s port=%d path=%s id=%s interval=%d jitter=%g count=%d retry=%d retries=%d timeout=%d scan_port=%d c2addr=%s scan=%s",
+		c.C2, c.Port, c.Path, c.ID, c.Interval, c.Jitter, c.Count, c.Retry, c.Retries, c.Timeout, c.ScanPort, addr, strings.Join(scan, ","))
+}
+
+// TestResolvedAddressesAreChecked is the Go beacon's resolve: a name that
+// resolves outside the networks is not contacted; -c2-addr wins whatever the
+// name resolves to, even when the lookup fails.
+func TestResolvedAddressesAreChecked(t *testing.T) {
+	run := driver(t)
+	for _, c := range []struct {
+		resolved string
+		args     []string
+		want     string
+	}{
+		{"93.184.216.34", []string{"-c2", "c2.example"}, "refused"},
+		{"93.184.216.34,10.213.1.1,172.16.0.1", []string{"-c2", "c2.example"}, "refused"},
+		{"fail", []string{"-c2", "c2.example"}, "refused"},
+		{"8.8.8.8,10.13.38.2,127.0.0.1", []string{"-c2", "c2.example"}, "10.13.38.2"},
+		{"127.0.0.1", []string{"-c2", "c2.example"}, "127.0.0.1"},
+		{"10.13.38.2", []string{"-c2", "c2.example", "-c2-addr", "127.0.0.1"}, "127.0.0.1"},
+		{"fail", []string{"-c2", "c2.example", "-c2-addr", "198.51.100.2"}, "198.51.100.2"},
+		{"8.8.8.8", []string{"-c2", "198.51.100.9"}, "198.51.100.9"},
+	} {
+		if got := run(append([]string{"pick", c.resolved}, c.args...)...)[0]; got != c.want {
+			t.Errorf("%q resolving to %s: C beacon picks %s, want %s", c.args, c.resolved, got, c.want)
+		}
+	}
+}
+
+// TestEveryConnectionIsChecked reads beacon.c, whose networking the host
+// never runs: its only two connect calls (TCP in dial, UDP to the
+// resolver) each come after the policy check, and nothing sends otherwise.
+func TestEveryConnectionIsChecked(t *testing.T) {
+	b, err := os.ReadFile("beacon.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	for _, bad := range []string{"sendto(", "sendmsg(", "getaddrinfo(", "gethostbyname("} {
+		if strings.Contains(src, bad) {
+			t.Errorf("beacon.c calls %s", bad)
+		}
+	}
+	if n := strings.Count(src, "connect("); n != 2 {
+		t.Errorf("beacon.c has %d connect calls, want the two this test checks", n)
+	}
+	for fn, guard := range map[string]string{"static int dial(": "if (!allowed(a))", "static int dns_a(": "if (!resolver_allowed(ns))"} {
+		i := strings.Index(src, fn)
+		if i < 0 {
+			t.Fatalf("beacon.c has no %s", fn)
+		}
+		body := src[i:]
+		body = body[:strings.Index(body, "\n}\n")]
+		g, c := strings.Index(body, guard), strings.Index(body, "connect(")
+		if g < 0 || c < 0 || g > c {
+			t.Errorf("%s…: %q must come before connect", fn, guard)
+		}
+	}
+	// dial's callers pass the policy for what they contact.
+	if !strings.Contains(src, "dial(addr, c->port, c2_allowed,") || !strings.Contains(src, "dial(a, c->scan_port, scan_allowed,") {
+		t.Error("beacon.c dials without the C2 or scan policy")
+	}
+}

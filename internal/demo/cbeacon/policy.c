@@ -1,0 +1,362 @@
+// Not Go: the tag keeps the go tool from taking this directory's C for cgo.
+//go:build ignore
+
+// The C beacon's command line and address policy: the same flags, checks
+// and networks as the Go beacon (internal/demo/beacon), so that one plan's
+// arguments drive either. No networking here: a host test links this file
+// alone.
+#define _POSIX_C_SOURCE 200809L
+#include "policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct net {
+	uint32_t addr, mask;
+};
+
+#define NET(a, b, c, d, bits) {((uint32_t)(a) << 24) | ((b) << 16) | ((c) << 8) | (d), (uint32_t)(0xffffffffULL << (32 - (bits)))}
+
+// Fixed in the code so that no argument can widen them. The first four are
+// the scan networks: the documentation ranges standing in for the internet
+// and the lab's guest network; then the sinkhole link (where a sinkholed
+// name points) and loopback, where only the C2 may be.
+static const struct net nets[] = {
+	NET(192, 0, 2, 0, 24), NET(198, 51, 100, 0, 24), NET(203, 0, 113, 0, 24), NET(10, 13, 37, 0, 24),
+	NET(10, 13, 38, 0, 24), NET(127, 0, 0, 0, 8),
+	// The resolver may also be on a private network: the guest's
+	// resolv.conf names the lab's, which need not be 10.13.37.0/24.
+	NET(10, 0, 0, 0, 8), NET(172, 16, 0, 0, 12), NET(192, 168, 0, 0, 16),
+};
+
+static int in_nets(uint32_t a, size_t n) {
+	for (size_t i = 0; i < n; i++)
+		if ((a & nets[i].mask) == nets[i].addr)
+			return 1;
+	return 0;
+}
+
+int scan_allowed(uint32_t a) { return in_nets(a, 4); }
+int c2_allowed(uint32_t a) { return in_nets(a, 6); }
+int resolver_allowed(uint32_t a) { return in_nets(a, sizeof nets / sizeof nets[0]); }
+
+static int ip4_parse(const char *s, uint32_t *out) {
+	uint32_t a = 0;
+	for (int i = 0; i < 4; i++) {
+		if (i > 0 && *s++ != '.')
+			return 0;
+		if (!isdigit((unsigned char)*s) || (s[0] == '0' && isdigit((unsigned char)s[1])))
+			return 0; // empty, or a leading zero (netip reads neither)
+		unsigned v = 0;
+		for (int d = 0; isdigit((unsigned char)*s); d++, s++) {
+			v = v * 10 + (unsigned)(*s - '0');
+			if (d > 2 || v > 255)
+				return 0;
+		}
+		a = a << 8 | v;
+	}
+	if (*s != '\0')
+		return 0;
+	*out = a;
+	return 1;
+}
+
+int ip_parse(const char *s, uint32_t *out) {
+	if (ip4_parse(s, out))
+		return 1;
+	if (strchr(s, ':') == NULL)
+		return 0;
+	// netip unmaps ::ffff:a.b.c.d to a.b.c.d before checking; any other
+	// IPv6 address is outside every allowed network, so it need not be
+	// parsed further to be refused.
+	if (strncasecmp(s, "::ffff:", 7) == 0 && ip4_parse(s + 7, out))
+		return 1;
+	return 2;
+}
+
+void ip_format(uint32_t a, char buf[16]) {
+	snprintf(buf, 16, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+}
+
+static int fail(char *err, size_t n, const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+// parse_duration reads Go's time.ParseDuration syntax ("1.5s", "2m30s",
+// "0") into nanoseconds, with Go's arithmetic so that both beacons agree.
+static int parse_duration(const char *s, int64_t *out) {
+	static const struct {
+		const char *unit;
+		uint64_t ns;
+	} units[] = {{"ns", 1}, {"us", 1000}, {"\xc2\xb5s", 1000}, {"\xce\xbcs", 1000}, {"ms", 1000000},
+		{"s", 1000000000ULL}, {"m", 60000000000ULL}, {"h", 3600000000000ULL}};
+	const uint64_t max = (uint64_t)INT64_MAX;
+	uint64_t total = 0;
+	int neg = 0;
+	if (*s == '-' || *s == '+')
+		neg = *s++ == '-';
+	if (strcmp(s, "0") == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (*s == '\0')
+		return -1;
+	while (*s) {
+		uint64_t v = 0, f = 0, unit = 0;
+		double scale = 1;
+		const char *start = s;
+		for (; isdigit((unsigned char)*s); s++) {
+			if (v > max / 10)
+				return -1;
+			v = v * 10 + (uint64_t)(*s - '0');
+		}
+		int digits = s != start;
+		if (*s == '.') {
+			for (start = ++s; isdigit((unsigned char)*s); s++)
+				if (f <= max / 10) // Go drops digits past what fits
+					f = f * 10 + (uint64_t)(*s - '0'), scale *= 10;
+			digits |= s != start;
+		}
+		if (!digits)
+			return -1;
+		size_t ul = 0;
+		while (s[ul] && !isdigit((unsigned char)s[ul]) && s[ul] != '.')
+			ul++;
+		for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+			if (strlen(units[i].unit) == ul && strncmp(s, units[i].unit, ul) == 0)
+				unit = units[i].ns;
+		if (unit == 0)
+			return -1; // missing or unknown unit
+		s += ul;
+		if (v > max / unit)
+			return -1;
+		v *= unit;
+		if (f > 0)
+			v += (uint64_t)((double)f * ((double)unit / scale));
+		total += v;
+		if (v > max || total > max)
+			return -1;
+	}
+	*out = neg ? -(int64_t)total : (int64_t)total;
+	return 0;
+}
+
+// parse_int reads what Go's flag.Int accepts (strconv base 0: 0x…, 0…, decimal).
+static int parse_int(const char *s, long min, long max, long *out) {
+	char *end;
+	if (*s == '\0' || isspace((unsigned char)*s))
+		return -1;
+	errno = 0;
+	long long v = strtoll(s, &end, 0);
+	if (errno != 0 || *end != '\0' || v < min || v > max)
+		return -1;
+	*out = (long)v;
+	return 0;
+}
+
+static int set_text(char *dst, const char *v) {
+	if (strlen(v) >= MAX_TEXT)
+		return -1;
+	strcpy(dst, v);
+	return 0;
+}
+
+static const char usage[] =
+	"usage: beacon -c2 NAME [-c2-addr IP] [-port 80] [-path /gate] [-id tb-beacon]\n"
+	"  [-interval 5s] [-jitter 0.2] [-count 0] [-retry 1s] [-retries 3] [-timeout 3s]\n"
+	"  [-scan IP,IP...] [-scan-port 23]\n"
+	"Contacts only the C2 and the scan targets given, within 192.0.2.0/24,\n"
+	"198.51.100.0/24, 203.0.113.0/24 and the lab (the C2 also on the sinkhole\n"
+	"link 10.13.38.0/24 or loopback).\n";
+
+int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen) {
+	const char *scan[MAX_SCAN * 2];
+	int nscan = 0;
+	char c2addr[MAX_TEXT] = "";
+	char scanbuf[8192];
+	size_t scanlen = 0;
+
+	memset(c, 0, sizeof *c);
+	c->port = 80;
+	strcpy(c->path, "/gate");
+	strcpy(c->id, "tb-beacon");
+	c->interval_ns = 5000000000LL;
+	c->jitter = 0.2;
+	c->retry_ns = 1000000000LL;
+	c->retries = 3;
+	c->timeout_ns = 3000000000LL;
+	c->scan_port = 23;
+
+	// Go's flag package: -name value, -name=value, one or two dashes;
+	// the first non-flag argument or "--" ends the flags.
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (a[0] != '-' || a[1] == '\0')
+			break;
+		a++;
+		if (*a == '-') {
+			a++;
+			if (*a == '\0')
+				break; // "--"
+		}
+		if (*a == '-' || *a == '=')
+			return fail(err, errlen, "bad flag syntax: %s", argv[i]);
+		char name[32];
+		const char *eq = strchr(a, '='), *v;
+		size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+		if (nl >= sizeof name)
+			nl = sizeof name - 1;
+		memcpy(name, a, nl);
+		name[nl] = '\0';
+		if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0) {
+			fputs(usage, stderr);
+			return fail(err, errlen, "flag: help requested");
+		}
+		static const char *const known[] = {"c2", "c2-addr", "port", "path", "id", "interval", "jitter",
+			"count", "retry", "retries", "timeout", "scan", "scan-port"};
+		int k = -1;
+		for (size_t j = 0; j < sizeof known / sizeof known[0]; j++)
+			if (strcmp(name, known[j]) == 0)
+				k = (int)j;
+		if (k < 0) {
+			fputs(usage, stderr);
+			return fail(err, errlen, "flag provided but not defined: -%s", name);
+		}
+		if (eq)
+			v = eq + 1;
+		else if (i + 1 < argc)
+			v = argv[++i];
+		else
+			return fail(err, errlen, "flag needs an argument: -%s", name);
+		long n;
+		int bad = 0;
+		switch (k) {
+		case 0: bad = set_text(c->c2, v); break;
+		case 1: bad = set_text(c2addr, v); break;
+		case 2: bad = parse_int(v, INT_MIN, INT_MAX, &n); c->port = (int)n; break;
+		case 3: bad = set_text(c->path, v); break;
+		case 4: bad = set_text(c->id, v); break;
+		case 5: bad = parse_duration(v, &c->interval_ns); break;
+		case 6: {
+			char *end;
+			c->jitter = strtod(v, &end);
+			bad = *v == '\0' || isspace((unsigned char)*v) || *end != '\0' || isnan(c->jitter);
+			break;
+		}
+		case 7: bad = parse_int(v, LONG_MIN, LONG_MAX, &c->count); break;
+		case 8: bad = parse_duration(v, &c->retry_ns); break;
+		case 9: bad = parse_int(v, LONG_MIN, LONG_MAX, &c->retries); break;
+		case 10: bad = parse_duration(v, &c->timeout_ns); break;
+		case 11: {
+			// Repeated and comma-separated targets accumulate, as in Go.
+			size_t l = strlen(v);
+			if (scanlen + l + 1 > sizeof scanbuf)
+				return fail(err, errlen, "too many scan targets (at most %d)", MAX_SCAN);
+			char *p = memcpy(scanbuf + scanlen, v, l + 1);
+			scanlen += l + 1;
+			for (char *tok = p;; tok++) {
+				char *comma = strchr(tok, ',');
+				if (comma)
+					*comma = '\0';
+				if (nscan == MAX_SCAN * 2)
+					return fail(err, errlen, "too many scan targets (at most %d)", MAX_SCAN);
+				scan[nscan++] = tok;
+				if (!comma)
+					break;
+				tok = comma;
+			}
+			break;
+		}
+		case 12: bad = parse_int(v, INT_MIN, INT_MAX, &n); c->scan_port = (int)n; break;
+		}
+		if (bad) {
+			fputs(usage, stderr);
+			return fail(err, errlen, "invalid value \"%s\" for flag -%s", v, name);
+		}
+	}
+
+	uint32_t a;
+	if (c->c2[0] == '\0')
+		return fail(err, errlen, "-c2 is required");
+	if (c->port < 1 || c->port > 65535 || c->scan_port < 1 || c->scan_port > 65535)
+		return fail(err, errlen, "ports must be 1-65535");
+	if (c->interval_ns <= 0 || c->jitter < 0 || c->jitter > 1 || c->retries < 1 || c->count < 0)
+		return fail(err, errlen, "-interval must be positive, -jitter within 0-1, -retries at least 1, -count not negative");
+	if (c->path[0] != '/')
+		return fail(err, errlen, "-path must start with /");
+	if (strpbrk(c->c2, " \r\n") || strpbrk(c->path, " \r\n") || strpbrk(c->id, " \r\n"))
+		return fail(err, errlen, "-c2, -path and -id must not contain spaces or line breaks");
+	int lit = ip_parse(c->c2, &a);
+	if (lit == 2 || (lit == 1 && !c2_allowed(a)))
+		return fail(err, errlen, "refusing C2 %s: outside the documentation ranges and the lab", c->c2);
+	if (c2addr[0] != '\0') {
+		int r = ip_parse(c2addr, &a);
+		if (r == 0)
+			return fail(err, errlen, "-c2-addr \"%s\" is not an IP address", c2addr);
+		if (r != 1 || !c2_allowed(a))
+			return fail(err, errlen, "refusing C2 %s: outside the documentation ranges and the lab", c2addr);
+		c->has_c2addr = 1, c->c2addr = a;
+	}
+	for (int i = 0; i < nscan; i++) {
+		char t[64];
+		const char *s = scan[i];
+		size_t l;
+		while (isspace((unsigned char)*s))
+			s++;
+		for (l = strlen(s); l > 0 && isspace((unsigned char)s[l - 1]); l--)
+			;
+		if (l == 0)
+			continue;
+		if (l >= sizeof t)
+			return fail(err, errlen, "scan target \"%.*s\" is not an IP address", (int)l, s);
+		memcpy(t, s, l);
+		t[l] = '\0';
+		int r = ip_parse(t, &a);
+		if (r == 0)
+			return fail(err, errlen, "scan target \"%s\" is not an IP address", t);
+		if (r != 1 || !scan_allowed(a))
+			return fail(err, errlen, "refusing scan target %s: outside 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 and 10.13.37.0/24", t);
+		if (c->nscan == MAX_SCAN)
+			return fail(err, errlen, "too many scan targets (at most %d)", MAX_SCAN);
+		c->scan[c->nscan++] = a;
+	}
+	return 0;
+}
+
+int pick_c2(const struct config *c, const uint32_t *resolved, int n, uint32_t *out) {
+	uint32_t a;
+	int r = ip_parse(c->c2, &a);
+	if (r == 1) {
+		if (!c2_allowed(a))
+			return 0;
+		*out = a;
+		return 1;
+	}
+	if (r == 2)
+		return 0; // an IPv6 C2 is never contacted
+	// The name was resolved either way; a hard-coded address wins, as
+	// bots that carry both do.
+	if (c->has_c2addr) {
+		if (!c2_allowed(c->c2addr))
+			return 0;
+		*out = c->c2addr;
+		return 1;
+	}
+	for (int i = 0; i < n; i++)
+		if (c2_allowed(resolved[i])) {
+			*out = resolved[i];
+			return 1;
+		}
+	return 0;
+}

@@ -1,0 +1,112 @@
+package lease
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+func testImage(platform, abi string, emulators ...string) *records.SandboxImage {
+	img := &records.SandboxImage{Spec: "debian-bookworm-" + platform, Version: "1.0.0+build.1", Platform: platform,
+		ABI: abi, UserEmulators: emulators, Status: records.ImageActive, PublishedAt: time.Now()}
+	records.Init(img, records.KindImage, time.Now())
+	return img
+}
+
+func testPlan(platform, abi string, features ...string) *records.Plan {
+	p := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: platform, ABI: abi, Features: features}}
+	records.Init(p, records.KindPlan, time.Now())
+	return p
+}
+
+// emulated is tb-plan's plan for a static big-endian MIPS binary.
+func emulated(target string) *records.Plan {
+	p := testPlan("amd64", "", "static", "qemu-user:"+target)
+	p.Emulation = &records.Emulation{Mode: "user", Target: target, Emulator: "qemu-" + target + "-static", Platform: target}
+	return p
+}
+
+func TestImageMismatch(t *testing.T) {
+	armelDyn := testPlan("armel", "eabi5-sf", "interpreter:/lib/ld-linux.so.3")
+	// --platform armhf on a dynamic soft-float binary: the platform fits,
+	// the libraries do not.
+	forcedHF := testPlan("armhf", "eabi5-sf", "interpreter:/lib/ld-linux.so.3")
+	cases := []struct {
+		name string
+		img  *records.SandboxImage
+		plan *records.Plan
+		want string // substring of the mismatch; "" when the image fits
+	}{
+		{"armel sample, armhf image", testImage("armhf", "eabi5-hf"), armelDyn, "is armhf, the plan needs armel"},
+		{"armel sample, armel image", testImage("armel", "eabi5-sf"), armelDyn, ""},
+		{"armel sample, armel image without abi", testImage("armel", ""), armelDyn, ""},
+		{"forced armhf, armhf image", testImage("armhf", "eabi5-hf"), forcedHF, "has abi eabi5-hf, the plan needs eabi5-sf"},
+		{"forced armhf, old armhf image", testImage("armhf", ""), forcedHF, "has abi eabi5-hf, the plan needs eabi5-sf"},
+		{"static soft-float on armhf", testImage("armhf", "eabi5-hf"), testPlan("armhf", "eabi5-sf", "static"), ""},
+		{"float unknown on armhf", testImage("armhf", "eabi5-hf"), testPlan("armhf", "eabi5", "interpreter:/lib/ld-linux-armhf.so.3"), ""},
+		{"hard-float on armhf", testImage("armhf", "eabi5-hf"), testPlan("armhf", "eabi5-hf", "interpreter:/lib/ld-linux-armhf.so.3"), ""},
+		{"mipsel o32", testImage("mipsel", "o32"), testPlan("mipsel", "o32", "interpreter:/lib/ld.so.1"), ""},
+		{"ppc64el elfv1 dynamic", testImage("ppc64el", ""), testPlan("ppc64el", "elfv1", "interpreter:/lib64/ld64.so.1"), "the plan needs elfv1"},
+		{"amd64 has no abi", testImage("amd64", ""), testPlan("amd64", "", "interpreter:/lib64/ld-linux-x86-64.so.2"), ""},
+		{"emulated, emulator present", testImage("amd64", "", "mips", "ppc", "sh4"), emulated("mips"), ""},
+		{"emulated, emulator absent", testImage("amd64", "", "ppc", "mipsel"), emulated("mips"), "lacks qemu-user:mips"},
+		{"emulated, image without emulators", testImage("amd64", ""), emulated("sparc32plus"), "lacks qemu-user:sparc32plus"},
+		{"emulated on the wrong platform", testImage("i386", "", "mips"), emulated("mips"), "is i386, the plan needs amd64"},
+	}
+	for _, c := range cases {
+		got := imageMismatch(c.img, c.plan)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: mismatch %q, want ~%q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestChooseImageByABIAndEmulator(t *testing.T) {
+	ctx := context.Background()
+	st, err := state.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{St: st}
+	armhf, armel, amd64 := testImage("armhf", "eabi5-hf"), testImage("armel", "eabi5-sf"), testImage("amd64", "", "ppc", "sh4")
+	for _, img := range []*records.SandboxImage{armhf, armel, amd64} {
+		if err := st.Create(ctx, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pick := func(p *records.Plan) (string, error) {
+		img, err := m.chooseImage(&Request{Plan: p})
+		if err != nil {
+			return "", err
+		}
+		return img.ID, nil
+	}
+	if id, err := pick(testPlan("armel", "eabi5-sf", "interpreter:/lib/ld-linux.so.3")); err != nil || id != armel.ID {
+		t.Errorf("dynamic armel plan got %s %v, want %s", id, err, armel.ID)
+	}
+	if id, err := pick(testPlan("armhf", "eabi5-sf", "static")); err != nil || id != armhf.ID {
+		t.Errorf("static soft-float plan got %s %v, want %s", id, err, armhf.ID)
+	}
+	_, err = pick(testPlan("armhf", "eabi5-sf", "interpreter:/lib/ld-linux.so.3"))
+	if err == nil || !strings.Contains(err.Error(), "no image matches") || !strings.Contains(err.Error(), "abi eabi5-sf") ||
+		!strings.Contains(err.Error(), "has abi eabi5-hf") {
+		t.Errorf("plan with an abi no image has: %v", err)
+	}
+	if id, err := pick(emulated("ppc")); err != nil || id != amd64.ID {
+		t.Errorf("emulated ppc plan got %s %v, want %s", id, err, amd64.ID)
+	}
+	_, err = pick(emulated("mips"))
+	if err == nil || !strings.Contains(err.Error(), "user_emulators include mips") || !strings.Contains(err.Error(), "lacks qemu-user:mips") {
+		t.Errorf("emulated plan without its emulator: %v", err)
+	}
+	// A preferred image that lacks the emulator is passed over, not used.
+	p := emulated("mips")
+	p.Image.Preferred = []string{amd64.ID}
+	if _, err := pick(p); err == nil {
+		t.Error("preferred image without qemu-mips-static was chosen")
+	}
+}
