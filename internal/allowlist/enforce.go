@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -253,25 +254,12 @@ func (b *Book) forgetApplied(lease string) error {
 	return err
 }
 
-// writeFile replaces a small file of tb-allow's own through a temp file
-// and rename.
+// writeFile replaces a small file of tb-allow's own atomically.
 func writeFile(p string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), p)
+	return files.WriteAtomic(p, data, 0o600)
 }
 
 // Reconcile makes a lease's live set match its chains, reading the live

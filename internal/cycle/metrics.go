@@ -2,11 +2,10 @@ package cycle
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -146,23 +145,7 @@ func WriteMetrics(st *state.Store, path string) error {
 	for _, k := range chains {
 		fmt.Fprintf(&b, "talkbox_allowlist_entries{chain=%q,status=\"active\"} %d\ntalkbox_allowlist_entries{chain=%q,status=\"all\"} %d\n", k, latest[k].Active, k, latest[k].Entries)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tb-run-metrics-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return files.WriteAtomic(path, []byte(b.String()), 0o644)
 }
 
 func metric(b *strings.Builder, name, typ, help string) {

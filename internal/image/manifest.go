@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/files"
-
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -98,10 +97,10 @@ func LoadOrCreateKey(ctx context.Context, stateRoot string, lock func(context.Co
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Key{}, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "ed25519.pub"), []byte(base64.StdEncoding.EncodeToString(pub)+"\n"), 0o644); err != nil {
+	if err := files.WriteAtomic(filepath.Join(dir, "ed25519.pub"), []byte(base64.StdEncoding.EncodeToString(pub)+"\n"), 0o644); err != nil {
 		return Key{}, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "ed25519.key"), []byte(base64.StdEncoding.EncodeToString(priv.Seed())+"\n"), 0o600); err != nil {
+	if err := files.WriteAtomic(filepath.Join(dir, "ed25519.key"), []byte(base64.StdEncoding.EncodeToString(priv.Seed())+"\n"), 0o600); err != nil {
 		return Key{}, err
 	}
 	return Key{Private: priv, Public: pub}, nil
@@ -134,26 +133,6 @@ func LoadPublicKey(stateRoot string) (ed25519.PublicKey, error) {
 	return pub, nil
 }
 
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 // WriteSigned writes manifest.json and manifest.sig into dir.
 func WriteSigned(dir string, m *Manifest, k Key) error {
 	m.Format = ManifestFormat
@@ -163,12 +142,12 @@ func WriteSigned(dir string, m *Manifest, k Key) error {
 		return err
 	}
 	b = append(b, '\n')
-	if err := writeFileAtomic(filepath.Join(dir, ManifestFile), b, 0o644); err != nil {
+	if err := files.WriteAtomic(filepath.Join(dir, ManifestFile), b, 0o644); err != nil {
 		return err
 	}
 	sig := ed25519.Sign(k.Private, b)
 	line := fmt.Sprintf("ed25519 %s %s\n", k.ID(), base64.StdEncoding.EncodeToString(sig))
-	return writeFileAtomic(filepath.Join(dir, SignatureFile), []byte(line), 0o644)
+	return files.WriteAtomic(filepath.Join(dir, SignatureFile), []byte(line), 0o644)
 }
 
 // Problem is one thing wrong with an image on disk, naming the file.

@@ -34,9 +34,16 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 		}
 		return strings.TrimSpace(string(v))
 	}
+	// A new namespace inherits IPv4 forwarding from the host's (while a
+	// lab runs there, on): start from off, as a host without labs would.
+	if err := netns.Do(l.HostNS(), func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	before := forwarding()
 	if before != "0" {
-		t.Fatalf("a new namespace should start with forwarding off, got %s", before)
+		t.Fatalf("forwarding did not turn off in the test's namespace: %s", before)
 	}
 	for _, c := range []netlab.Config{a, b} {
 		c := c

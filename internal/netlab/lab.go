@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 )
@@ -173,27 +174,7 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return files.WriteAtomic(path, data, mode)
 }
 
 func handleAt(path string) (*netlink.Handle, error) {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 )
 
 // ProbeConfig is what the acceleration probe boots: a real x86 kernel,
@@ -81,11 +83,7 @@ func ProbeAccel(ctx context.Context, cfg ProbeConfig) (ProbeResult, error) {
 		return r, err
 	}
 	b, _ := json.MarshalIndent(r, "", "  ")
-	tmp := cache + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return r, err
-	}
-	return r, os.Rename(tmp, cache)
+	return r, files.WriteAtomic(cache, append(b, '\n'), 0o644)
 }
 
 const banner = "Linux version"
