@@ -314,14 +314,8 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 	}
 
 	t = time.Now()
-	img, err := publish(ctx, st, spec, ver, bl.rec, out, m, bl.key, res)
+	img, err := publish(ctx, st, spec, ver, bl.rec, out, m, bl.key, res, emus)
 	if err != nil {
-		return nil, err
-	}
-	if err := setImageABI(ctx, st, img, ABI(spec.Arch)); err != nil {
-		return nil, err
-	}
-	if err := setUserEmulators(ctx, st, img, emus); err != nil {
 		return nil, err
 	}
 	bl.phase("publish", t)
@@ -345,27 +339,6 @@ func (bl *build) chooseAccel(ctx context.Context, kernel string, log io.Writer) 
 	fmt.Fprintf(log, "acceleration: %s (%s)\n", r.Accel, r.Detail)
 	bl.env.Log.Info("acceleration", "accel", string(r.Accel), "detail", r.Detail)
 	return r.Accel, nil
-}
-
-// setImageABI records the userland ABI on a published image, so that a
-// dynamic sample is matched with an image whose libraries it can load.
-func setImageABI(ctx context.Context, st *state.Store, img *records.SandboxImage, abi string) error {
-	if abi == "" {
-		return nil
-	}
-	var cur records.SandboxImage
-	err := st.Update(ctx, img.ID, &cur, func(exists bool) error {
-		if !exists {
-			return fmt.Errorf("%s: %w", img.ID, state.ErrNotFound)
-		}
-		cur.ABI = abi
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	img.ABI = abi
-	return nil
 }
 
 // bootFor is how a spec's image boots.

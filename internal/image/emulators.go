@@ -2,16 +2,12 @@ package image
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/talkbox-sandbox/talkbox/internal/records"
-	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // binfmtConfDir holds the systemd-binfmt entries qemu-user-static installs;
@@ -112,26 +108,4 @@ func resolveIn(root, p string) (string, error) {
 		p = filepath.Clean(t)
 	}
 	return "", fmt.Errorf("%s: too many levels of symbolic links", p)
-}
-
-// setUserEmulators records the emulators on a just-published image. The
-// rootfs they are read from is gone by then (the disk phase removes it),
-// so they are listed before and written to the record here.
-func setUserEmulators(ctx context.Context, st *state.Store, img *records.SandboxImage, emus []string) error {
-	if len(emus) == 0 {
-		return nil
-	}
-	var cur records.SandboxImage
-	err := st.Update(ctx, img.ID, &cur, func(exists bool) error {
-		if !exists {
-			return fmt.Errorf("%s: %w", img.ID, state.ErrNotFound)
-		}
-		cur.UserEmulators = emus
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("recording the user-mode emulators of %s: %w", img.ID, err)
-	}
-	img.UserEmulators = emus
-	return nil
 }

@@ -26,10 +26,12 @@ import (
 // which the newest counts (Active) and gc repairs the other.
 
 // publish moves a smoke-tested build into images/<spec>/<version>/ and
-// creates its image record, making it active unless the active image is
-// pinned. The caller holds the spec's lock.
+// creates its image record — with the userland ABI a dynamic sample must
+// match and the user-mode emulators the guest registers (read from the
+// rootfs before the disk phase removed it) — making it active unless the
+// active image is pinned. The caller holds the spec's lock.
 func publish(ctx context.Context, st *state.Store, spec *Spec, ver Version, b *records.ImageBuildRun, out string,
-	m *Manifest, key Key, smoke *records.SmokeResult) (*records.SandboxImage, error) {
+	m *Manifest, key Key, smoke *records.SmokeResult, emus []string) (*records.SandboxImage, error) {
 	final := filepath.Join(imagesDir(st), spec.ID, ver.String())
 	if err := mkdirReachable(st, filepath.Dir(final)); err != nil {
 		return nil, err
@@ -46,7 +48,7 @@ func publish(ctx context.Context, st *state.Store, spec *Spec, ver Version, b *r
 	}
 	img := &records.SandboxImage{
 		Spec: spec.ID, SpecVersion: spec.Version, Version: ver.String(), BuildNumber: ver.Build,
-		Platform: spec.Arch, OS: spec.OS.Distribution, Release: spec.OS.Release, Status: records.ImageStable,
+		Platform: spec.Arch, ABI: ABI(spec.Arch), UserEmulators: emus, OS: spec.OS.Distribution, Release: spec.OS.Release, Status: records.ImageStable,
 		Dir: final, Manifest: ManifestFile, KeyID: key.ID(), Boot: m.Boot, Build: b.ID, BootToAgent: smoke.BootToAgent,
 	}
 	for _, f := range m.Files {

@@ -56,7 +56,7 @@ func (f *fixture) publishFake(build int) *records.SandboxImage {
 	}
 	out := filepath.Join(tmpDir(f.st), f.spec.ID+"."+b.ID, "out")
 	m := fakeImage(t, out, f.key, f.spec.ID, ver.String(), b.ID)
-	img, err := publish(f.ctx, f.st, f.spec, ver, b, out, m, f.key, &records.SmokeResult{Passed: true})
+	img, err := publish(f.ctx, f.st, f.spec, ver, b, out, m, f.key, &records.SmokeResult{Passed: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,17 +219,35 @@ func TestVersions(t *testing.T) {
 	}
 }
 
-func TestPublishedImageCarriesABI(t *testing.T) {
+func TestPublishedImageCarriesABIAndEmulators(t *testing.T) {
 	f := newFixture(t)
-	img := f.publishFake(1)
-	if err := setImageABI(f.ctx, f.st, img, ABI("armel")); err != nil {
+	ss, err := LoadSpecs("")
+	if err != nil {
 		t.Fatal(err)
 	}
+	if f.spec, err = ss.Get("debian-bookworm-armel"); err != nil {
+		t.Fatal(err)
+	}
+	ver := Version{Spec: "1.0.0", Build: 1}
+	b := &records.ImageBuildRun{Spec: f.spec.ID, SpecVersion: "1.0.0", Version: ver.String(), BuildNumber: 1, Status: records.BuildRunning}
+	records.Init(b, records.KindBuild, f.st.Now())
+	if err := f.st.Create(f.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(tmpDir(f.st), f.spec.ID+"."+b.ID, "out")
+	m := fakeImage(t, out, f.key, f.spec.ID, ver.String(), b.ID)
+	img, err := publish(f.ctx, f.st, f.spec, ver, b, out, m, f.key, &records.SmokeResult{Passed: true}, []string{"mips", "sh4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written with the record itself: no moment at which the image is
+	// active without them.
 	var got records.SandboxImage
 	if err := f.st.Get(img.ID, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.ABI != "eabi5-sf" || img.ABI != "eabi5-sf" || got.Status != records.ImageActive {
-		t.Fatalf("stored ABI %q, returned %q, status %s", got.ABI, img.ABI, got.Status)
+	if got.ABI != "eabi5-sf" || img.ABI != "eabi5-sf" || got.Status != records.ImageActive ||
+		strings.Join(got.UserEmulators, ",") != "mips,sh4" || got.Rev != 2 {
+		t.Fatalf("stored %+v", got)
 	}
 }
