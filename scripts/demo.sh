@@ -95,8 +95,8 @@ export TB_LEASE_BRIDGE=$bridge TB_LEASE_LAB_NET=$labnet
 printf '{"documentation": true}\n' > "$work/policy.json"
 export TB_ALLOW_POLICY=$work/policy.json
 
-say "plan: tb-plan, allow-list mode, promotion on, 60 s timeout"
-planned=$(tb-plan --network allowlist --promote --timeout 60s \
+say "plan: tb-plan, allow-list mode, promotion on, 180 s timeout (the slowest guests take ~40 s)"
+planned=$(tb-plan --network allowlist --promote --timeout 180s \
   --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=2s --arg=-count --arg=6 \
   $(printf -- '--arg=-scan --arg=%s ' "${scan[@]}") "$work/beacon" | grep '"kind":"plan"')
 plan=$(echo "$planned" | idof plan)
