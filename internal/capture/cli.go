@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -80,7 +81,7 @@ func NetStatus(env *cli.Env, lab string) error {
 	}
 	s, err := netlab.Inspect(env.Ctx, LabDir(st, lab))
 	if errors.Is(err, os.ErrNotExist) {
-		return cli.Failure(fmt.Errorf("lab %q is not up", first(lab, "default")))
+		return cli.Failure(fmt.Errorf("lab %q is not up", cmp.Or(lab, "default")))
 	}
 	if err != nil {
 		return err

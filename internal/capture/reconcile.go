@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -208,7 +209,7 @@ func Status(ctx context.Context, st *state.Store, lab string) ([]LeaseReport, er
 		if st.Get(id, &c) != nil || (c.State != StateRunning && c.State != StateStarting) {
 			continue
 		}
-		key := first(c.Lease, c.Iface)
+		key := cmp.Or(c.Lease, c.Iface)
 		r := get(key)
 		r.Capture, r.State, r.Iface, r.IP = c.ID, c.State, c.Iface, c.IP
 		r.Files, r.Sensors = c.Files, c.Sensors

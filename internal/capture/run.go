@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,7 +56,7 @@ func LabDir(st *state.Store, lab string) string {
 func LabFirewall(st *state.Store, lab string) (*firewall.NFT, error) {
 	m, err := netlab.Load(LabDir(st, lab))
 	if err != nil {
-		return nil, fmt.Errorf("lab %q is not up (tb-capture net up): %w", first(lab, "default"), err)
+		return nil, fmt.Errorf("lab %q is not up (tb-capture net up): %w", cmp.Or(lab, "default"), err)
 	}
 	return m.Config.Firewall()
 }
@@ -95,9 +96,9 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		if l.Gone() {
 			return nil, &InputError{fmt.Errorf("lease %s is %s", req.Lease, l.State)}
 		}
-		rec.Iface = first(req.Iface, l.Tap)
-		rec.IP = first(req.IP, l.IP)
-		rec.Plan = first(req.Plan, l.Plan)
+		rec.Iface = cmp.Or(req.Iface, l.Tap)
+		rec.IP = cmp.Or(req.IP, l.IP)
+		rec.Plan = cmp.Or(req.Plan, l.Plan)
 		mac = l.MAC
 	}
 	if rec.Iface == "" {
@@ -158,22 +159,22 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 	}
 	probe.Close()
 
-	unlock, ok, err := st.TryLock(ctx, "capture/lease/"+first(req.Lease, rec.Iface))
+	unlock, ok, err := st.TryLock(ctx, "capture/lease/"+cmp.Or(req.Lease, rec.Iface))
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, &BusyError{fmt.Errorf("a capture is starting or stopping for %s", first(req.Lease, rec.Iface))}
+		return nil, &BusyError{fmt.Errorf("a capture is starting or stopping for %s", cmp.Or(req.Lease, rec.Iface))}
 	}
 	defer unlock()
 	if id := runningFor(st, req.Lease, rec.Iface); id != "" {
-		return nil, &BusyError{fmt.Errorf("capture %s is already running for %s", id, first(req.Lease, rec.Iface))}
+		return nil, &BusyError{fmt.Errorf("capture %s is already running for %s", id, cmp.Or(req.Lease, rec.Iface))}
 	}
 
 	records.Init(rec, records.KindCapture, st.Now())
 	rec.State = StateStarting
 	rec.Clock = ClockNow()
-	rec.Spool = first(req.Spool, st.Path("capture", "spool"))
+	rec.Spool = cmp.Or(req.Spool, st.Path("capture", "spool"))
 	rec.Spool = filepath.Join(rec.Spool, rec.ID)
 	if err := os.MkdirAll(rec.Spool, 0o750); err != nil {
 		return nil, err
@@ -240,13 +241,6 @@ type BusyError struct{ Err error }
 
 func (e *BusyError) Error() string { return e.Err.Error() }
 func (e *BusyError) Unwrap() error { return e.Err }
-
-func first(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
 
 // leaseRules compiles the lease's plan into its rule plan.
 func leaseRules(st *state.Store, lease string, rec *records.Capture, lab *netlab.Made) (*firewall.LeaseRules, *records.RuleSummary, error) {

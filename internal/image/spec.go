@@ -287,18 +287,19 @@ func (s *Spec) Resolve() error {
 	return nil
 }
 
-// LeaseCmdline is the longest set of parameters a lease adds to an
-// image's command line (internal/lease), with every address at its widest.
-func LeaseCmdline(iface string) string {
-	const ip = "255.255.255.255"
-	return fmt.Sprintf("talkbox.net=static talkbox.if=%s talkbox.ip=%s/32 talkbox.gw=%s talkbox.dns=%s", iface, ip, ip, ip)
+// LeaseCmdline is what a lease (internal/lease) puts ahead of its image's
+// command line: the guest's interface, address, gateway and resolver (the
+// lab's gateway, whose DNS the lab redirects to the sinkhole).
+func LeaseCmdline(iface, ip string, prefix int, gw string) string {
+	return fmt.Sprintf("talkbox.net=static talkbox.if=%s talkbox.ip=%s/%d talkbox.gw=%s talkbox.dns=%s", iface, ip, prefix, gw, gw)
 }
 
 // MaltaCmdline is, at its longest, what a Malta guest's kernel is handed
 // for an image command line: QEMU's initrd arguments, then a lease's
 // parameters (which internal/lease puts first), then the image's own.
 func MaltaCmdline(image, iface string) string {
-	return maltaInitrdArgs + LeaseCmdline(iface) + " " + image
+	const widest = "255.255.255.255"
+	return maltaInitrdArgs + LeaseCmdline(iface, widest, 32, widest) + " " + image
 }
 
 // ABI is the userland ABI of an image of a Debian architecture, as

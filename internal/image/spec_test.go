@@ -85,8 +85,8 @@ func TestMaltaCmdlineFits(t *testing.T) {
 		}
 	}
 	// The lease's parameters are as long as internal/lease makes them.
-	if got := LeaseCmdline("eth0"); len(got) != len("talkbox.net=static talkbox.if=eth0 talkbox.ip=198.51.100.200/24 talkbox.gw=198.51.100.1 talkbox.dns=198.51.100.1")+7 {
-		t.Errorf("LeaseCmdline = %q (%d bytes)", got, len(got))
+	if got, want := LeaseCmdline("eth0", "198.51.100.200", 24, "198.51.100.1"), "talkbox.net=static talkbox.if=eth0 talkbox.ip=198.51.100.200/24 talkbox.gw=198.51.100.1 talkbox.dns=198.51.100.1"; got != want {
+		t.Errorf("LeaseCmdline = %q, want %q", got, want)
 	}
 	dir := t.TempDir()
 	long := strings.Repeat("x", 50)

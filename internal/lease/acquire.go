@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -324,7 +325,7 @@ func (m *Manager) Decide(ctx context.Context, r Request) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.Host, d.URI, d.Accel, d.Placement = host.Name, host.URI, string(a), orDefault(r.Placement, m.Cfg.Placement)
+	d.Host, d.URI, d.Accel, d.Placement = host.Name, host.URI, string(a), cmp.Or(r.Placement, m.Cfg.Placement)
 	if r.Host != "" {
 		d.Placement = Explicit
 	}
@@ -623,8 +624,7 @@ func (m *Manager) domainXML(l *records.SandboxLease, img *records.SandboxImage) 
 	}
 	// The lease's parameters go first: QEMU's Malta board hands the kernel
 	// at most 255 bytes of command line and drops the rest.
-	cmdline := fmt.Sprintf("talkbox.net=static talkbox.if=%s talkbox.ip=%s/%d talkbox.gw=%s talkbox.dns=%s %s",
-		orDefault(b.Interface, "eth0"), l.IP, l.Prefix, l.Gateway, l.Gateway, b.Cmdline)
+	cmdline := image.LeaseCmdline(cmp.Or(b.Interface, "eth0"), l.IP, l.Prefix, l.Gateway) + " " + b.Cmdline
 	x, err := virt.DomainXML(virt.DomainConfig{
 		Name: l.VMName, Accel: virt.Accel(l.Accel), Emulator: emu, Arch: b.Arch, Machine: b.Machine, CPU: b.CPU,
 		MemoryMiB: l.Limits.MemoryMiB, VCPUs: l.Limits.VCPUs,
@@ -649,13 +649,6 @@ func (m *Manager) domainXML(l *records.SandboxLease, img *records.SandboxImage) 
 	x = strings.Replace(x, nameTag, nameTag+extra, 1)
 	x = strings.Replace(x, `<interface type="bridge">`, `<interface type="bridge"><target dev="`+l.Tap+`"></target>`, 1)
 	return x, nil
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
 
 // boot makes the overlay, starts the domain and waits for the guest agent.

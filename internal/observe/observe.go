@@ -4,6 +4,7 @@
 package observe
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"time"
@@ -346,22 +347,15 @@ func mergeFile(dp **records.FileInfo, s *records.FileInfo) {
 		*dp = &records.FileInfo{}
 	}
 	d := *dp
-	d.MIMEType = first(d.MIMEType, s.MIMEType)
-	d.SHA256 = first(d.SHA256, s.SHA256)
-	d.SHA1 = first(d.SHA1, s.SHA1)
-	d.MD5 = first(d.MD5, s.MD5)
+	d.MIMEType = cmp.Or(d.MIMEType, s.MIMEType)
+	d.SHA256 = cmp.Or(d.SHA256, s.SHA256)
+	d.SHA1 = cmp.Or(d.SHA1, s.SHA1)
+	d.MD5 = cmp.Or(d.MD5, s.MD5)
 	if s.Size > d.Size {
 		d.Size = s.Size
 	}
 	d.Filenames = union(d.Filenames, s.Filenames, MaxList)
 	d.Hosts = union(d.Hosts, s.Hosts, MaxList)
-}
-
-func first(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // union appends the members of b missing from a, keeping at most max.
