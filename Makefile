@@ -29,7 +29,7 @@ deps:
 
 # The whole loop on this host: lab, image, lease, two cycles of the beacon,
 # on ARCH's guest (amd64 i386 arm64 armhf armel mipsel mips64el ppc64el
-# s390x, or the long tail mips powerpc m68k sparc64 under qemu-user in
+# s390x, or the long tail mips powerpc sh4 m68k sparc64 under qemu-user in
 # the amd64 guest).
 ARCH ?= amd64
 demo:
@@ -61,6 +61,21 @@ cbeacons: $(addprefix $(CBEACON_DIR)/cbeacon-,$(CBEACON_ARCHES))
 $(CBEACON_DIR)/cbeacon-%: $(CBEACON_SRC) internal/demo/cbeacon/policy.h
 	@mkdir -p $(CBEACON_DIR)
 	$(or $(cc_$*),$(error no C compiler for '$*' (one of $(CBEACON_ARCHES)))) $(CBEACON_CFLAGS) -static -o $@ $(CBEACON_SRC)
+# sh4: bookworm's sh4 gcc 12 miscompiles tests against zero at -O1 and up, and
+# bookworm's sh4 glibc, built with it, never reaches main (see
+# internal/demo/cbeacon/sh4-sysroot.sh). So the beacon's own files are built
+# with bookworm's gcc at -O0 and linked, static, against trixie's sh4 glibc and
+# libgcc, which that script fetches once into CBEACON_SH4_ROOT.
+CBEACON_SH4_ROOT ?= bin/sh4-sysroot
+$(CBEACON_SH4_ROOT)/.complete: internal/demo/cbeacon/sh4-sysroot.sh
+	sh internal/demo/cbeacon/sh4-sysroot.sh $(CBEACON_SH4_ROOT)
+$(CBEACON_DIR)/cbeacon-sh4: $(CBEACON_SRC) internal/demo/cbeacon/policy.h $(CBEACON_SH4_ROOT)/.complete
+	@mkdir -p $(CBEACON_DIR)
+	$(cc_sh4) $(CBEACON_CFLAGS) -O0 -nostdinc -isystem "$$($(cc_sh4) -print-file-name=include)" \
+	  -isystem $(CBEACON_SH4_ROOT)/include -static -nostdlib -o $@ \
+	  $(addprefix $(CBEACON_SH4_ROOT)/,lib/crt1.o lib/crti.o gcc/crtbeginT.o) $(CBEACON_SRC) \
+	  -Wl,--start-group $(addprefix $(CBEACON_SH4_ROOT)/,lib/libc.a gcc/libgcc.a gcc/libgcc_eh.a) -Wl,--end-group \
+	  $(addprefix $(CBEACON_SH4_ROOT)/,gcc/crtend.o lib/crtn.o)
 # armel's dynamic one needs armel's own libraries (the demo runs it so).
 $(CBEACON_DIR)/cbeacon-armel-dynamic: $(CBEACON_SRC) internal/demo/cbeacon/policy.h
 	@mkdir -p $(CBEACON_DIR)

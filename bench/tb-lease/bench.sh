@@ -3,18 +3,20 @@
 # agent ready), warm acquire (reuse of an idle lease), snapshot, restore
 # from a snapshot to agent ready, and, as the peer, libvirt's own restore
 # of the same save file with virsh (no checksums, no re-addressing).
-# Usage: bench/tb-lease/bench.sh   (root, after `make build`; RUNS=5)
+# Usage: bench/tb-lease/bench.sh   (root, after `make build`; RUNS=5,
+# ARCH=amd64: any architecture with an image spec)
 # TB_STATE may name a state directory that already has the
-# debian-bookworm-amd64 image; otherwise one is built (TB_APT_CACHE reused).
+# debian-bookworm-$ARCH image; otherwise one is built (TB_APT_CACHE reused).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${RUNS:-5}
+arch=${ARCH:-amd64}
 accel=${ACCEL:-tcg}
 work=$(mktemp -d /var/tmp/tb-lease-bench.XXXXXX)
 chmod 755 "$work"
 if [ -z "${TB_STATE:-}" ]; then
   export TB_STATE=$work/state
-  bin/tb-build build debian-bookworm-amd64 >"$work/build.out" 2>"$work/build.log"
+  bin/tb-build build "debian-bookworm-$arch" >"$work/build.out" 2>"$work/build.log"
 fi
 br=tbbench$$
 ip link add "$br" type bridge && ip link set "$br" up
@@ -26,10 +28,10 @@ cleanup() {
 }
 trap cleanup EXIT
 field() { grep -o "\"$1\":\"[^\"]*\"" | head -1 | cut -d'"' -f4; }
-plan='{"kind":"plan","id":"plan_01JD0000000000000000000000","v":1,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z","image":{"platform":"amd64"},"lease":{"vcpus":1,"memory_mib":512,"ttl":"1h"}}'
+plan='{"kind":"plan","id":"plan_01JD0000000000000000000000","v":1,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z","image":{"platform":"'"$arch"'"},"lease":{"vcpus":1,"memory_mib":512,"ttl":"1h"}}'
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
-printf '# %s, %s, %d CPUs, load %s, accel %s, 512 MiB guest, %d runs\n' "$(date -u +%FT%TZ)" "$(uname -r)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$accel" "$runs"
+printf '# %s, %s, %d CPUs, load %s, accel %s, %s 512 MiB guest, %d runs\n' "$(date -u +%FT%TZ)" "$(uname -r)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$accel" "$arch" "$runs"
 printf '%-4s %12s %12s %12s %12s %14s %12s\n' run cold_ms warm_ms snapshot_ms restore_ms virsh_restore_ms snap_MiB
 for i in $(seq "$runs"); do
   t=$(date +%s%N); out=$(echo "$plan" | $tl acquire --fresh --accel "$accel"); cold=$(ms "$t")

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 arches=("$@")
-[ ${#arches[@]} -gt 0 ] || arches=(amd64 i386 arm64 armhf armel mipsel mips64el ppc64el s390x mips powerpc m68k sparc64)
+[ ${#arches[@]} -gt 0 ] || arches=(amd64 i386 arm64 armhf armel mipsel mips64el ppc64el s390x mips powerpc sh4 m68k sparc64)
 export TB_DEMO_STATE=${TB_DEMO_STATE:-/var/lib/talkbox-demo}
 out=$(mktemp -d /tmp/tb-arches.XXXXXX)
 printf '# %s, %s, %d CPUs, load %s\n' "$(date -u +%FT%TZ)" "$(uname -r)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
