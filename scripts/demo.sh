@@ -38,6 +38,12 @@ lease="" c2=""
 cleanup() {
   set +e
   say "teardown"
+  if [ -n "$lease" ] && [ -n "${TB_DEMO_OUT:-}" ]; then
+    # The guest's console, kept for the end-to-end test (a hung guest or a slow one).
+    mkdir -p "$TB_DEMO_OUT"
+    console=$(tb-lease get "$lease" | grep -o '"console_log":"[^"]*"' | cut -d'"' -f4)
+    [ -n "$console" ] && cp "$console" "$TB_DEMO_OUT/console.log" 2>/dev/null
+  fi
   [ -n "$lease" ] && { tb-capture stop --lease "$lease" >/dev/null; tb-lease release "$lease" >/dev/null; }
   tb-capture net down --lab "$lab" >/dev/null 2>&1
   [ -f "$work/c2.pid" ] && kill "$(cat "$work/c2.pid")" 2>/dev/null

@@ -88,6 +88,14 @@ func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("demo.sh ARCH=%s (%s):\n%s", arch, time.Since(start).Round(time.Second), out)
 	if err != nil {
+		// What the guests' consoles said is what tells a hung guest from
+		// a slow one.
+		if b, err := os.ReadFile(filepath.Join(outDir, "console.log")); err == nil {
+			if len(b) > 4096 {
+				b = b[len(b)-4096:]
+			}
+			t.Logf("the guest's console (last 4 KiB):\n%s", b)
+		}
 		t.Fatalf("demo.sh: %v", err)
 	}
 

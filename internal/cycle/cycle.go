@@ -684,6 +684,10 @@ func (r *Runner) alive(ctx context.Context, g Guest, pid int) (bool, error) {
 	return res.ExitCode == 0, nil
 }
 
+// agentGrace is how long the watch of a running sample tolerates a guest
+// agent that does not answer before the cycle fails.
+const agentGrace = 2 * time.Minute
+
 func guestFiles(c *records.Cycle) (pidfile, stdout, stderr string) {
 	return c.GuestOut + ".pid", c.GuestOut + ".stdout", c.GuestOut + ".stderr"
 }
@@ -743,17 +747,32 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 	wait := 5 * time.Millisecond
 	lastStream := time.Now()
 	cancelled := false
+	var unanswered time.Time // since when the agent has not answered
 	for {
 		p, err := g.Status(ctx, c.GuestPID)
 		if err != nil {
 			alive, aerr := r.alive(ctx, g, c.GuestPID)
 			if aerr != nil {
-				return c, fmt.Errorf("watching the sample: %v (%v)", err, aerr)
+				// A slow guest (TCG, a busy sample) can leave its agent
+				// unanswered for a while: give it agentGrace before the
+				// cycle fails.
+				if unanswered.IsZero() {
+					unanswered = time.Now()
+					r.Log.Warn("the guest agent does not answer; waiting", "cycle", c.ID, "err", aerr, "grace", agentGrace)
+				}
+				if time.Since(unanswered) < agentGrace && ctx.Err() == nil {
+					if err := sleepCtx(ctx, time.Second); err != nil {
+						return c, err
+					}
+					continue
+				}
+				return c, fmt.Errorf("watching the sample: %v (%v; no answer for %s)", err, aerr, time.Since(unanswered).Round(time.Second))
 			}
 			if !alive {
 				p = Proc{Exited: true, ExitCode: -1}
 			}
 		}
+		unanswered = time.Time{}
 		if p.Exited {
 			code := p.ExitCode
 			if p.Signal != 0 {
