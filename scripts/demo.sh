@@ -113,8 +113,10 @@ echo "$planned" | grep -q '"runnable":true' || { echo "demo: tb-plan finds no gu
 emulation=$(echo "$planned" | grep -o '"emulator":"[a-z0-9_-]*"' | cut -d'"' -f4 || true)
 echo "guest platform $platform${emulation:+, the sample under $emulation}" >&2
 spec=debian-bookworm-$platform
-say "image: $spec (cached in $TB_STATE, built on the first run)"
-if ! tb-build list --kind image | grep -q "\"spec\":\"$spec\".*\"status\":\"active\"\|\"status\":\"active\".*\"spec\":\"$spec\""; then
+say "image: $spec (cached in $TB_STATE, built when none there fits the plan)"
+# tb-lease's own matching decides: an image of an older spec (without the
+# plan's ABI or emulator) is built again rather than failing the acquire.
+if ! tb-lease acquire --plan "$plan" --fresh --dry-run >/dev/null 2>&1; then
   tb-build build "$spec" ${TB_APT_CACHE:+--cache-dir "$TB_APT_CACHE"} >/dev/null
 fi
 
