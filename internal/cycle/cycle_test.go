@@ -204,6 +204,16 @@ func TestTimeoutKillsTheSampleInTheGuest(t *testing.T) {
 	}
 }
 
+func TestASilentAgentWhileTheSampleRunsIsWaitedFor(t *testing.T) {
+	e := setup(t, "out started")
+	// Status, then the alive check (Status and a guest command): all unanswered.
+	e.g.onSpawn = func(int) { e.g.mu.Lock(); e.g.silent = 3; e.g.mu.Unlock() }
+	c := e.run(t, Request{})
+	if c.State != records.CycleCompleted {
+		t.Fatalf("cycle = %s: %s", c.State, c.Error)
+	}
+}
+
 func TestExecFormatErrorRecommendsReplanning(t *testing.T) {
 	e := setup(t, "noexec")
 	c := e.run(t, Request{})

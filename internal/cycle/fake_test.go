@@ -33,6 +33,9 @@ type fakeGuest struct {
 	onSpawn func(pid int)
 	// onStatus runs on each Status call.
 	onStatus func(pid int)
+	// silent is how many more Status calls the agent leaves unanswered
+	// (Run fails too while it is silent), as a busy TCG guest's does.
+	silent int
 }
 
 type fakeProc struct {
@@ -92,6 +95,9 @@ func (f *fakeGuest) ReadFileAt(ctx context.Context, path string, off int64, max 
 func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.silent > 0 {
+		return nil, errors.New("guest agent not ready: Guest agent is not responding")
+	}
 	switch {
 	case argv[0] == "/bin/mkdir":
 		return &ExecResult{}, nil
@@ -172,6 +178,10 @@ func (f *fakeGuest) Status(ctx context.Context, pid int) (Proc, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.silent > 0 {
+		f.silent--
+		return Proc{}, errors.New("guest agent not ready: Guest agent is not responding")
+	}
 	p, ok := f.procs[pid]
 	if !ok || p.reaped {
 		return Proc{}, fmt.Errorf("guest-exec-status %d: Invalid parameter 'pid'", pid)
