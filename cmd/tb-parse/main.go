@@ -2,9 +2,12 @@
 package main
 
 import (
+	"fmt"
+	"net/netip"
 	"os"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
 )
 
@@ -15,7 +18,7 @@ type parseCmd struct {
 	Merge    bool     `name:"merge" help:"Fold observables into those the state already holds for the lease (count, first/last seen, sets)."`
 	NoStore  bool     `name:"no-store" help:"Only print the observables; do not write them to the state."`
 	MaxFlows int      `name:"max-flows" default:"131072" help:"Connections tracked at once (about 450 bytes each); beyond it the least recently active one is ended early."`
-	MaxHeld  int      `name:"max-held" default:"16384" help:"Distinct observables held for deduplication; beyond it half are written out early (flows first, then the least recently updated)."`
+	MaxHeld  int      `name:"max-held" default:"16384" help:"Distinct observables held for deduplication; beyond it the least recently updated half is written out early."`
 }
 
 func (c *parseCmd) Run(env *cli.Env) error {
@@ -34,9 +37,31 @@ func (c *parseCmd) Run(env *cli.Env) error {
 	})
 }
 
+type flowsCmd struct {
+	Lease     string   `name:"lease" help:"Only the flow logs of this lease."`
+	Cycle     string   `name:"cycle" help:"Only the flow logs of this cycle."`
+	Artifacts []string `name:"artifact" sep:"none" help:"Only these flow logs, or those parsed from these capture artifacts (repeatable)."`
+	Addrs     []string `name:"addr" sep:"none" help:"Only connections with this address on either side (repeatable)."`
+	Ports     []uint16 `name:"port" sep:"none" help:"Only connections with this port on either side (repeatable)."`
+	ZeekTSV   string   `name:"zeek" placeholder:"FILE" help:"Write Zeek's TSV conn.log to FILE instead of records on stdout."`
+}
+
+func (c *flowsCmd) Run(env *cli.Env) error {
+	q := flowlog.Query{Lease: c.Lease, Cycle: c.Cycle, Artifacts: c.Artifacts, Ports: c.Ports}
+	for _, s := range c.Addrs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return cli.Usage(fmt.Errorf("--addr %q: not an IP address", s))
+		}
+		q.Addrs = append(q.Addrs, a.Unmap())
+	}
+	return parse.Flows(env, parse.FlowsRequest{Query: q, ZeekTSV: c.ZeekTSV})
+}
+
 type tbParse struct {
 	cli.Globals
 	Parse parseCmd    `cmd:"" default:"withargs" help:"Extract observables from artifacts or files (default command)."`
+	Flows flowsCmd    `cmd:"" help:"Stream connections back from the flow logs, as conn records or Zeek's TSV."`
 	List  cli.ListCmd `cmd:"" help:"List observables."`
 	Get   cli.GetCmd  `cmd:"" help:"Print stored records by ID."`
 }
@@ -66,6 +91,10 @@ func tool() cli.Tool {
 				"tb-parse list | jq -c 'select(.type==\"ip\") | [.value, .ip.conns, .ip.domains]'",
 			},
 			"get": {`tb-parse get "$(tb-parse list --limit 1 | jq -r .id)"`},
+			"flows": {
+				"tb-parse flows --lease L --cycle C --port 443 | jq -c '[.\"id.resp_h\", .conn_state, .history]'",
+				"tb-parse flows --lease L --addr 203.0.113.7 --zeek conn.log",
+			},
 		},
 	}
 }

@@ -38,16 +38,18 @@ var (
 	other    = netip.MustParseAddr("198.51.100.9")
 )
 
-// mkpcap PATH [ng] [gz] [nano] [vlan] [sll] [beacons=N]: writes a capture
-// of a sample that resolves c2.example, fetches a URL from it, opens TLS to
-// it with SNI, and is refused by another host.
+// mkpcap PATH [ng] [gz] [nano] [vlan] [sll] [beacons=N] [scan=N]: writes a
+// capture of a sample that resolves c2.example, fetches a URL from it, opens
+// TLS to it with SNI, and is refused by another host; scan=N adds a telnet
+// scan of N addresses of 198.51.100.0/24 and 203.0.113.0/24 (N ≤ 500),
+// every tenth one answering.
 func mkpcap(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 1 {
 		ts.Fatalf("usage: mkpcap PATH [ng] [gz] [nano] [vlan] [sll] [beacons=N]")
 	}
 	var opt pcapgen.Options
 	gz := false
-	beacons := 1
+	beacons, scan := 1, 0
 	for _, a := range args[1:] {
 		switch {
 		case a == "ng":
@@ -64,6 +66,10 @@ func mkpcap(ts *testscript.TestScript, neg bool, args []string) {
 			n, err := strconv.Atoi(a[8:])
 			ts.Check(err)
 			beacons = n
+		case len(a) > 5 && a[:5] == "scan=":
+			n, err := strconv.Atoi(a[5:])
+			ts.Check(err)
+			scan = min(n, 500)
 		default:
 			ts.Fatalf("mkpcap: unknown option %q", a)
 		}
@@ -86,6 +92,17 @@ func mkpcap(ts *testscript.TestScript, neg bool, args []string) {
 		SNI: "c2.example", Groups: []uint16{29}, PointFormats: []uint8{0}, ALPN: []string{"http/1.1"}, SupportedVersions: []uint16{0x0304}}))
 	c.Close()
 	g.Refused(netip.AddrPortFrom(lab, 43000), netip.AddrPortFrom(other, 6667), 1)
+	for i := range scan {
+		net := [2][3]byte{{198, 51, 100}, {203, 0, 113}}[i/250]
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{net[0], net[1], net[2], byte(1 + i%250)}), 23)
+		src := netip.AddrPortFrom(lab, uint16(50000+i))
+		if i%10 == 0 {
+			g.Dial(src, dst, uint32(i), 9).Reset()
+		} else {
+			g.Refused(src, dst, uint32(i))
+		}
+		g.T = g.T.Add(10e6)
+	}
 	ts.Check(g.Flush())
 	data := buf.Bytes()
 	if gz {

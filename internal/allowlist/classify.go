@@ -2,8 +2,10 @@ package allowlist
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +48,11 @@ type Dest struct {
 	// Observable is the ID of the observable that is the main evidence.
 	Observable string    `json:"observable,omitempty"`
 	LastSeen   time.Time `json:"last_seen"`
+	// Dests and Sample are, for a scan, the distinct destinations it
+	// stands for (beyond the endpoints classified one by one) and some of
+	// them.
+	Dests  int64    `json:"dests,omitempty"`
+	Sample []string `json:"sample,omitempty"`
 
 	addr  netip.Addr
 	proto string
@@ -103,6 +110,9 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 	var icmpFloods []string
 	seenFlowIP := map[netip.Addr]bool{}
 	var ipObs []*records.Observable
+	// Scans summarised by tb-parse, by "proto/port" (the distinct
+	// destinations of all their observables, one per cycle).
+	scanObs := map[string][]*records.Observable{}
 	lease := ""
 	for _, o := range obs {
 		if lease == "" {
@@ -130,6 +140,26 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			e.maxDur = math.Max(e.maxDur, f.Duration/float64(n))
 			e.starts = append(e.starts, starts...)
 			e.touch(o)
+		case o.Endpoint != nil:
+			p := o.Endpoint
+			a, err := netip.ParseAddr(p.Addr)
+			if err != nil || (p.Proto != "tcp" && p.Proto != "udp") {
+				continue
+			}
+			a = a.Unmap()
+			seenFlowIP[a] = true
+			e := get(a, p.Proto, p.Port)
+			e.conns += p.Conns
+			e.established += p.Established
+			e.pkts += p.OrigPkts
+			e.maxDur = math.Max(e.maxDur, p.MaxDuration)
+			e.starts = append(e.starts, p.Starts...)
+			e.touch(o)
+		case o.Scan != nil:
+			if o.Scan.Addr == "" && (o.Scan.Proto == "tcp" || o.Scan.Proto == "udp") {
+				k := o.Scan.Proto + "/" + strconv.Itoa(int(o.Scan.Port))
+				scanObs[k] = append(scanObs[k], o)
+			}
 		case o.IP != nil:
 			ipObs = append(ipObs, o)
 		case o.Domain != nil:
@@ -247,7 +277,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 	sort.Slice(list, func(i, j int) bool { return list[i].key() < list[j].key() })
 
 	// Infrastructure and abuse first: they never count as destinations.
-	scanGroups := scans(list, pol)
+	scanGroups := scans(list, scanObs, pol)
 	few := 0
 	for _, e := range list {
 		d := &Dest{Lease: lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
@@ -296,6 +326,11 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 	}
 	for _, e := range list {
 		out = append(out, *res[e.key()])
+	}
+	for _, k := range slices.Sorted(maps.Keys(scanObs)) {
+		if d, ok := scanDest(lease, k, scanObs[k], len(byPortOf(list, k)), pol); ok {
+			out = append(out, d)
+		}
 	}
 
 	// A name takes the class of the destinations it led to.
@@ -491,9 +526,60 @@ func median(v []float64) float64 {
 
 type scanGroup struct{ group, reason string }
 
+// scanDest is the destination a port's scan observables stand for (the
+// scanned addresses tb-parse summarised), when they make a scan.
+func scanDest(lease, port string, obs []*records.Observable, endpoints int, pol *Policy) (Dest, bool) {
+	proto, p, _ := parseService(port)
+	if pol.isInfraService(proto, p) {
+		return Dest{}, false
+	}
+	d := Dest{Lease: lease, Type: records.ObsScan, Value: port, Class: ClassScan, group: "scan of " + port}
+	for _, o := range obs {
+		d.Dests = max(d.Dests, o.Scan.Dests)
+		d.Conns += o.Scan.Conns
+		if o.LastSeen.After(d.LastSeen) {
+			d.LastSeen = o.LastSeen
+		}
+		if d.Observable == "" || o.ID != "" && o.ID < d.Observable {
+			d.Observable = o.ID
+		}
+		for _, s := range o.Scan.Sample {
+			if len(d.Sample) < 8 && !slices.Contains(d.Sample, s) {
+				d.Sample = append(d.Sample, s)
+			}
+		}
+	}
+	n := max(d.Dests, int64(endpoints))
+	if n < int64(scanMin(pol, p)) {
+		return Dest{}, false
+	}
+	d.Reason = fmt.Sprintf("scan: %d distinct destinations on %s", n, port)
+	// The endpoints of the port are destinations of their own.
+	d.Dests = max(n-int64(endpoints), 1)
+	return d, true
+}
+
+func byPortOf(list []*endpoint, port string) []*endpoint {
+	var out []*endpoint
+	for _, e := range list {
+		if e.proto+"/"+strconv.Itoa(int(e.port)) == port {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func scanMin(pol *Policy, port uint16) int {
+	if pol.isScanPort(port) {
+		return pol.ScanPortMinTargets
+	}
+	return pol.ScanMinTargets
+}
+
 // scans finds the endpoints that belong to a scan: one port contacted on
-// many addresses, or a run of consecutive addresses.
-func scans(list []*endpoint, pol *Policy) map[string]scanGroup {
+// many addresses (counting those tb-parse summarised in scan
+// observables), or a run of consecutive addresses.
+func scans(list []*endpoint, scanObs map[string][]*records.Observable, pol *Policy) map[string]scanGroup {
 	out := map[string]scanGroup{}
 	byPort := map[string][]*endpoint{}
 	for _, e := range list {
@@ -505,12 +591,11 @@ func scans(list []*endpoint, pol *Policy) map[string]scanGroup {
 	}
 	for k, es := range byPort {
 		n := len(es)
-		_, port, _ := parseService(k)
-		min := pol.ScanMinTargets
-		if pol.isScanPort(port) {
-			min = pol.ScanPortMinTargets
+		for _, o := range scanObs[k] {
+			n = max(n, int(o.Scan.Dests))
 		}
-		if n >= min {
+		_, port, _ := parseService(k)
+		if n >= scanMin(pol, port) {
 			g := scanGroup{group: "scan of " + k, reason: fmt.Sprintf("scan: %d distinct destinations on %s", n, k)}
 			for _, e := range es {
 				out[e.key()] = g

@@ -194,9 +194,19 @@ func TestClassifyCapture(t *testing.T) {
 	if d := m["domain "+c2Name]; d.Class != ClassC2 || d.Score < pol.PromoteScore {
 		t.Errorf("c2 name: %+v", d)
 	}
+	// The telnet scans are one destination each, standing for their
+	// targets; the sweep's ten endpoints are classified one by one.
 	scans := 0
 	for _, d := range ds {
-		if d.Type != records.AllowEndpoint {
+		switch d.Type {
+		case records.ObsScan:
+			scans += int(d.Dests)
+			if d.Class != ClassScan || !strings.HasPrefix(d.Reason, "scan: ") {
+				t.Errorf("scan %s: %s (%s)", d.Value, d.Class, d.Reason)
+			}
+			continue
+		case records.AllowEndpoint:
+		default:
 			continue
 		}
 		_, _, port, _ := ParseEndpoint(d.Value)
@@ -210,6 +220,9 @@ func TestClassifyCapture(t *testing.T) {
 	}
 	if scans != 210 {
 		t.Errorf("%d scan targets classified, want 210", scans)
+	}
+	if d := m["scan tcp/23"]; d.Reason != "scan: 150 distinct destinations on tcp/23" || d.Dests != 150 {
+		t.Errorf("telnet scan: %+v", d)
 	}
 	if d := m["endpoint 82.165.10.14:8080/tcp"]; !strings.Contains(d.Reason, "sweep") {
 		t.Errorf("sweep: %+v", d)

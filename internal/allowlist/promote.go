@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -234,16 +235,23 @@ func (r *refusalSet) add(d *Dest) {
 	if r.groups == nil {
 		r.groups = map[string]int{}
 	}
+	// A scan tb-parse summarised stands for its distinct destinations.
+	n, examples := 1, []string{d.Value}
+	if d.Dests > 0 {
+		n, examples = int(d.Dests), d.Sample
+	}
 	i, ok := r.groups[k]
 	if !ok {
 		r.groups[k] = len(r.list)
-		r.list = append(r.list, records.Refusal{Target: target, Class: d.Class, Reason: d.Reason, Count: 1, Examples: []string{d.Value}})
+		r.list = append(r.list, records.Refusal{Target: target, Class: d.Class, Reason: d.Reason, Count: n, Examples: slices.Clone(examples)})
 		return
 	}
 	f := &r.list[i]
-	f.Count++
-	if len(f.Examples) < 8 {
-		f.Examples = append(f.Examples, d.Value)
+	f.Count += n
+	for _, x := range examples {
+		if len(f.Examples) < 8 {
+			f.Examples = append(f.Examples, x)
+		}
 	}
 	if f.Reason != d.Reason && !strings.HasSuffix(f.Reason, "…") {
 		f.Reason += "; …"

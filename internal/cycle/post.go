@@ -100,7 +100,7 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		switch o.Type {
 		case records.ObsDomain:
 			a.Domains = append(a.Domains, o.Value)
-		case records.ObsFlow:
+		case records.ObsEndpoint:
 			a.Destinations = append(a.Destinations, o.Value)
 		}
 	}

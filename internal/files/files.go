@@ -47,12 +47,20 @@ func SHA256(path string) (string, int64, error) {
 // then renamed over path. A reader sees the old file or the new one, never
 // a part; a crash leaves at most a stray temp file.
 func WriteAtomic(path string, data []byte, mode os.FileMode) error {
+	return WriteAtomicFunc(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteAtomicFunc is WriteAtomic for content that write streams.
+func WriteAtomicFunc(path string, mode os.FileMode, write func(io.Writer) error) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
+	if err := write(tmp); err != nil {
 		tmp.Close()
 		return err
 	}

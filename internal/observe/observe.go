@@ -22,9 +22,11 @@ const (
 	MaxCycles     = 64  // cycles (most recent kept)
 )
 
-// Sink receives observables from a decoder. The sink owns o after the call.
+// Sink receives what a decoder finds: observables, which the sink owns
+// after the call, and connections, which it copies what it keeps of.
 type Sink interface {
 	Add(o *records.Observable)
+	Conn(c *Conn)
 }
 
 // Origin is the input a decoder reads: the artifact record it came from (if
@@ -72,36 +74,6 @@ func (o Origin) fill(b *block, typ, value string, t time.Time, packet, line int6
 		b.cycles[0] = o.Cycle
 		b.obs.Cycles = b.cycles[:]
 	}
-}
-
-// NewFlow is New for a flow, with its FlowInfo in the same allocation.
-func (o Origin) NewFlow(value string, t time.Time, packet, line int64) (*records.Observable, *records.FlowInfo) {
-	b := new(struct {
-		block
-		info   records.FlowInfo
-		starts [1]time.Time
-	})
-	o.fill(&b.block, records.ObsFlow, value, t, packet, line)
-	b.starts[0] = t.UTC()
-	b.info.Starts = b.starts[:]
-	b.obs.Flow = &b.info
-	return &b.obs, &b.info
-}
-
-// NewIP is New for an ip observable of one connection from client to
-// port, with its IPInfo in the same allocation.
-func (o Origin) NewIP(value string, t time.Time, packet, line int64, port, client string) (*records.Observable, *records.IPInfo) {
-	b := new(struct {
-		block
-		info          records.IPInfo
-		starts        [1]time.Time
-		ports, client [1]string
-	})
-	o.fill(&b.block, records.ObsIP, value, t, packet, line)
-	b.starts[0], b.ports[0], b.client[0] = t.UTC(), port, client
-	b.info = records.IPInfo{Conns: 1, Ports: b.ports[:], Clients: b.client[:], Starts: b.starts[:]}
-	b.obs.IP = &b.info
-	return &b.obs, &b.info
 }
 
 // NewHTTP is New for an HTTP request (status 0: no response seen), with
@@ -199,7 +171,8 @@ func Merge(dst, src *records.Observable) {
 	}
 	mergeDomain(&dst.Domain, src.Domain)
 	mergeIP(&dst.IP, src.IP)
-	mergeFlow(&dst.Flow, src.Flow)
+	mergeEndpoint(&dst.Endpoint, src.Endpoint)
+	mergeScan(&dst.Scan, src.Scan)
 	mergeHTTP(&dst.HTTP, src.HTTP)
 	mergeTLS(&dst.TLS, src.TLS)
 	mergeICMP(&dst.ICMP, src.ICMP)
@@ -271,29 +244,69 @@ func mergeIP(dp **records.IPInfo, s *records.IPInfo) {
 	d.Domains = union(d.Domains, s.Domains, MaxList)
 }
 
-func mergeFlow(dp **records.FlowInfo, s *records.FlowInfo) {
+func mergeEndpoint(dp **records.EndpointInfo, s *records.EndpointInfo) {
+	if s == nil {
+		return
+	}
+	if *dp == nil {
+		*dp = &records.EndpointInfo{Proto: s.Proto, Addr: s.Addr, Port: s.Port}
+	}
+	d := *dp
+	d.Conns += s.Conns
+	d.Established += s.Established
+	d.ConnStates = union(d.ConnStates, s.ConnStates, MaxList)
+	d.Services = union(d.Services, s.Services, MaxList)
+	d.OrigPkts += s.OrigPkts
+	d.OrigBytes += s.OrigBytes
+	d.RespPkts += s.RespPkts
+	d.RespBytes += s.RespBytes
+	d.MaxDuration = max(d.MaxDuration, s.MaxDuration)
+	d.Clients = union(d.Clients, s.Clients, MaxList)
+	d.Starts = mergeTimes(d.Starts, s.Starts)
+	d.Domains = union(d.Domains, s.Domains, MaxList)
+}
+
+// mergeScan unites two sightings of one cycle's scan: counts add up, and
+// the distinct destinations become the estimate of the united sketches
+// (two exact counts cannot be united without their members).
+func mergeScan(dp **records.ScanInfo, s *records.ScanInfo) {
 	if s == nil {
 		return
 	}
 	if *dp == nil {
 		c := *s
-		c.Starts = slices.Clone(s.Starts)
+		c.Sample, c.OpenSample, c.Clients = slices.Clone(s.Sample), slices.Clone(s.OpenSample), slices.Clone(s.Clients)
 		*dp = &c
 		return
 	}
 	d := *dp
-	if d.Service == "" {
-		d.Service = s.Service
+	span := 0.0
+	if d.Rate > 0 {
+		span = float64(d.Conns) / d.Rate
 	}
-	d.ConnState, d.Outcome = s.ConnState, s.Outcome
-	d.OrigPkts += s.OrigPkts
-	d.OrigBytes += s.OrigBytes
-	d.OrigIPBytes += s.OrigIPBytes
-	d.RespPkts += s.RespPkts
-	d.RespBytes += s.RespBytes
-	d.RespIPBytes += s.RespIPBytes
-	d.Duration += s.Duration
-	d.Starts = mergeTimes(d.Starts, s.Starts)
+	if s.Rate > 0 {
+		span += float64(s.Conns) / s.Rate
+	}
+	d.Conns += s.Conns
+	d.Open += s.Open
+	d.Rejected += s.Rejected
+	d.Unanswered += s.Unanswered
+	if span > 0 {
+		d.Rate = float64(int64(float64(d.Conns)/span*100+0.5)) / 100
+	}
+	ds, errD := parseSketch(d.Sketch)
+	ss, errS := parseSketch(s.Sketch)
+	switch {
+	case errD == nil && errS == nil:
+		ds.union(ss)
+		d.Sketch, d.Dests, d.Estimated = ds.String(), ds.estimate(), true
+	default:
+		// No sketch to unite: the larger count is a lower bound.
+		d.Dests, d.Estimated = max(d.Dests, s.Dests), true
+	}
+	d.Sample = union(d.Sample, s.Sample, MaxSample)
+	d.OpenSample = union(d.OpenSample, s.OpenSample, MaxSample)
+	d.Clients = union(d.Clients, s.Clients, MaxList)
 }
 
 func mergeHTTP(dp **records.HTTPInfo, s *records.HTTPInfo) {

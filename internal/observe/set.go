@@ -2,6 +2,7 @@ package observe
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"sort"
 
@@ -26,6 +27,19 @@ const (
 
 type key struct{ typ, value string }
 
+// PerCycle reports whether observables of a type stand for one cycle
+// (scans), so that those of different cycles are kept apart.
+func PerCycle(typ string) bool { return typ == records.ObsScan }
+
+// Key is what observables of a lease are deduplicated by, with their type:
+// the value, and the cycle for per-cycle types.
+func Key(o *records.Observable) string {
+	if PerCycle(o.Type) {
+		return o.Value + " " + o.Cycle
+	}
+	return o.Value
+}
+
 type entry struct {
 	o    *records.Observable
 	tick uint64
@@ -33,8 +47,7 @@ type entry struct {
 }
 
 // Set deduplicates observables within a run. It holds at most max distinct
-// ones: beyond that, half are emitted early (flows first, then the least
-// recently updated), and a later sighting of one of them starts a new
+// ones: beyond that, the least recently updated half is emitted early, and a later sighting of one of them starts a new
 // observable (merged again by --merge in the state). Emit order at Flush is
 // deterministic.
 type Set struct {
@@ -45,6 +58,7 @@ type Set struct {
 	err   error
 	bytes int                 // estimated size of what is held
 	names map[string][]string // address -> domains that resolved to it
+	named map[netip.Addr]bool
 	nameB int
 	free  []*entry
 }
@@ -54,7 +68,7 @@ func NewSet(max int, emit func(*records.Observable) error) *Set {
 	if max <= 0 {
 		max = DefaultMaxHeld
 	}
-	return &Set{max: max, m: make(map[key]*entry), emit: emit, names: make(map[string][]string)}
+	return &Set{max: max, m: make(map[key]*entry), emit: emit, names: make(map[string][]string), named: make(map[netip.Addr]bool)}
 }
 
 // Add records one sighting.
@@ -71,9 +85,12 @@ func (s *Set) Add(o *records.Observable) {
 			}
 			s.names[a] = append(names, o.Value)
 			s.nameB += len(a) + len(o.Value) + 2*stringOverhead
+			if ip, err := netip.ParseAddr(a); err == nil {
+				s.named[ip.Unmap()] = true
+			}
 		}
 	}
-	k := key{o.Type, o.Value}
+	k := key{o.Type, Key(o)}
 	if e, ok := s.m[k]; ok {
 		Merge(e.o, o)
 		e.tick = s.tick
@@ -111,8 +128,11 @@ func sizeOf(o *records.Observable) int {
 	if ip := o.IP; ip != nil {
 		n += strs(ip.Ports) + strs(ip.Clients) + strs(ip.Domains) + 24*len(ip.Starts)
 	}
-	if f := o.Flow; f != nil {
-		n += 256 + len(f.OrigH) + len(f.RespH) + 24*len(f.Starts)
+	if e := o.Endpoint; e != nil {
+		n += 256 + len(e.Addr) + strs(e.ConnStates) + strs(e.Services) + strs(e.Clients) + strs(e.Domains) + 24*len(e.Starts)
+	}
+	if c := o.Scan; c != nil {
+		n += 256 + len(c.Addr) + len(c.Sketch) + strs(c.Sample) + strs(c.OpenSample) + strs(c.Clients)
 	}
 	if h := o.HTTP; h != nil {
 		n += len(h.Host) + len(h.URI) + strs(h.UserAgents) + 8*len(h.Statuses) + strs(h.Servers) + strs(h.Clients)
@@ -140,6 +160,9 @@ func strs(ss []string) int {
 	return n
 }
 
+// Named reports whether a DNS answer seen so far carried the address.
+func (s *Set) Named(a netip.Addr) bool { return s.named[a.Unmap()] }
+
 // Len is the number of observables held.
 func (s *Set) Len() int { return len(s.m) }
 
@@ -148,20 +171,9 @@ func (s *Set) evict(n int) {
 	for _, e := range s.m {
 		all = append(all, e)
 	}
-	// Flows go first: a connection is rarely seen again, while names and
-	// addresses are; then the least recently updated.
-	slices.SortFunc(all, func(a, b *entry) int {
-		fa, fb := a.o.Type == records.ObsFlow, b.o.Type == records.ObsFlow
-		if fa != fb {
-			if fa {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.tick, b.tick)
-	})
+	slices.SortFunc(all, func(a, b *entry) int { return cmp.Compare(a.tick, b.tick) })
 	for _, e := range all[:max(n, 1)] {
-		delete(s.m, key{e.o.Type, e.o.Value})
+		delete(s.m, key{e.o.Type, Key(e.o)})
 		s.bytes -= e.size
 		s.out(e.o)
 		*e = entry{}
@@ -173,6 +185,9 @@ func (s *Set) out(o *records.Observable) {
 	if o.IP != nil {
 		o.IP.Domains = union(o.IP.Domains, s.names[o.Value], MaxList)
 	}
+	if e := o.Endpoint; e != nil {
+		e.Domains = union(e.Domains, s.names[e.Addr], MaxList)
+	}
 	if s.err != nil {
 		return
 	}
@@ -180,12 +195,12 @@ func (s *Set) out(o *records.Observable) {
 }
 
 var typeOrder = map[string]int{
-	records.ObsDomain: 0, records.ObsIP: 1, records.ObsFlow: 2, records.ObsHTTP: 3, records.ObsTLS: 4,
-	records.ObsICMP: 5, records.ObsFile: 6, records.ObsNotice: 7, records.ObsAlert: 8,
+	records.ObsDomain: 0, records.ObsIP: 1, records.ObsEndpoint: 2, records.ObsScan: 3, records.ObsHTTP: 4, records.ObsTLS: 5,
+	records.ObsICMP: 6, records.ObsFile: 7, records.ObsNotice: 8, records.ObsAlert: 9,
 }
 
-// Flush emits everything held, by type (domain, ip, flow, http, tls, icmp,
-// file, notice, alert), then first sighting, then value; it returns the
+// Flush emits everything held, by type (domain, ip, endpoint, scan, http,
+// tls, icmp, file, notice, alert), then first sighting, then value; it returns the
 // first error emit returned.
 func (s *Set) Flush() error {
 	all := make([]*records.Observable, 0, len(s.m))
@@ -200,7 +215,10 @@ func (s *Set) Flush() error {
 		if !a.FirstSeen.Equal(b.FirstSeen) {
 			return a.FirstSeen.Before(b.FirstSeen)
 		}
-		return a.Value < b.Value
+		if a.Value != b.Value {
+			return a.Value < b.Value
+		}
+		return a.Cycle < b.Cycle
 	})
 	for _, o := range all {
 		s.out(o)

@@ -28,6 +28,16 @@ type Capture struct {
 	RotateSize  int64    `json:"rotate_size,omitempty"`
 	RotateEvery Duration `json:"rotate_every,omitempty"`
 	Spool       string   `json:"spool"`
+	// KeepDays and KeepBytes bound what the lease keeps of its pcaps and
+	// flow logs, oldest pruned first (0: no bound); the daemon prunes after
+	// each rotation.
+	KeepDays  float64 `json:"keep_days,omitempty"`
+	KeepBytes int64   `json:"keep_bytes,omitempty"`
+	// MinFree and MinFreePercent are what must stay free on the state's and
+	// the spool's file systems, the larger bound winning: below it the
+	// capture stops (both 0: never).
+	MinFree        int64   `json:"min_free,omitempty"`
+	MinFreePercent float64 `json:"min_free_percent,omitempty"`
 	// State is starting, running, stopped or failed.
 	State string `json:"state"`
 	PID   int    `json:"pid,omitempty"`
@@ -96,6 +106,13 @@ type Artifact struct {
 	// Drops are the kernel's drops while this file was written.
 	Drops uint64 `json:"drops"`
 	// Reason is why the file was closed: rotate, size, time, stop, disk-full.
-	Reason   string         `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Source is the artifact this one was derived from (a flow log's
+	// capture), Conns the connections a flow log holds.
+	Source string `json:"source,omitempty"`
+	Conns  int64  `json:"conns,omitempty"`
+	// PrunedAt is when retention deleted the artifact's content; the
+	// record stays, its URI no longer resolves.
+	PrunedAt *time.Time     `json:"pruned_at,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"`
 }

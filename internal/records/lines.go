@@ -29,6 +29,7 @@ const (
 	LineCaptureStatus   = "capture-status"   // tb-capture status
 	LineCycleReport     = "cycle-report"     // tb-run report --format json
 	LineSpecSummary     = "spec-summary"     // tb-build specs --format json
+	LineFlowConn        = "flow-conn"        // tb-parse flows
 )
 
 // ValidLineKind reports whether k is an output-only kind: lower-case words

@@ -14,22 +14,28 @@ const KindObservable = "observable"
 //
 //	domain  a DNS name, lower case, no trailing dot ("c2.example.com")
 //	ip      a contacted (responder) address, canonical text ("203.0.113.7", "2001:db8::1")
-//	flow    "proto orig_h:orig_p>resp_h:resp_p", IPv6 in brackets ("tcp 10.13.37.5:49152>203.0.113.7:443")
+//	endpoint a contacted destination "resp_h:resp_p/proto", IPv6 in brackets ("203.0.113.7:443/tcp")
+//	scan    a cycle's scan: "proto/port" for one port across many addresses ("tcp/23"),
+//	        "addr/proto" for many ports of one address ("203.0.113.9/tcp"); one per cycle
+//	flow    "proto orig_h:orig_p>resp_h:resp_p", IPv6 in brackets ("tcp 10.13.37.5:49152>203.0.113.7:443");
+//	        tb-parse no longer writes flows (connections go to the flow log), tb-allow still reads them
 //	http    "METHOD http://host/uri" with the Host header as sent ("GET http://c2.example.com/gate.php?id=1")
 //	tls     the ClientHello's server name, or "resp_h:resp_p" without SNI
 //	icmp    "orig_h>resp_h type/code" ("10.13.37.5>198.51.100.1 8/0")
 //	file    the file's sha256 (md5, sha1 or sensor file id when that is all there is)
 //	notice  Zeek notice name, alert Suricata signature text
 const (
-	ObsDomain = "domain"
-	ObsIP     = "ip"
-	ObsFlow   = "flow"
-	ObsHTTP   = "http"
-	ObsTLS    = "tls"
-	ObsICMP   = "icmp"
-	ObsFile   = "file"
-	ObsNotice = "notice"
-	ObsAlert  = "alert"
+	ObsDomain   = "domain"
+	ObsIP       = "ip"
+	ObsEndpoint = "endpoint"
+	ObsScan     = "scan"
+	ObsFlow     = "flow"
+	ObsHTTP     = "http"
+	ObsTLS      = "tls"
+	ObsICMP     = "icmp"
+	ObsFile     = "file"
+	ObsNotice   = "notice"
+	ObsAlert    = "alert"
 )
 
 // Observable is one thing the sensors saw, deduplicated by (lease, type,
@@ -54,15 +60,17 @@ type Observable struct {
 	Sources    []string     `json:"sources,omitempty"`
 	Provenance []Provenance `json:"provenance,omitempty"`
 
-	Domain *DomainInfo `json:"domain,omitempty"`
-	IP     *IPInfo     `json:"ip,omitempty"`
-	Flow   *FlowInfo   `json:"flow,omitempty"`
-	HTTP   *HTTPInfo   `json:"http,omitempty"`
-	TLS    *TLSInfo    `json:"tls,omitempty"`
-	ICMP   *ICMPInfo   `json:"icmp,omitempty"`
-	File   *FileInfo   `json:"file,omitempty"`
-	Notice *NoticeInfo `json:"notice,omitempty"`
-	Alert  *AlertInfo  `json:"alert,omitempty"`
+	Domain   *DomainInfo   `json:"domain,omitempty"`
+	IP       *IPInfo       `json:"ip,omitempty"`
+	Endpoint *EndpointInfo `json:"endpoint,omitempty"`
+	Scan     *ScanInfo     `json:"scan,omitempty"`
+	Flow     *FlowInfo     `json:"flow,omitempty"`
+	HTTP     *HTTPInfo     `json:"http,omitempty"`
+	TLS      *TLSInfo      `json:"tls,omitempty"`
+	ICMP     *ICMPInfo     `json:"icmp,omitempty"`
+	File     *FileInfo     `json:"file,omitempty"`
+	Notice   *NoticeInfo   `json:"notice,omitempty"`
+	Alert    *AlertInfo    `json:"alert,omitempty"`
 }
 
 // Provenance says where one sighting came from: the artifact record (when
@@ -112,6 +120,60 @@ type IPInfo struct {
 	Starts []time.Time `json:"starts,omitempty"`
 	// Domains are names whose DNS answers carried this address.
 	Domains []string `json:"domains,omitempty"`
+}
+
+// EndpointInfo sums up the connections to one destination (address,
+// protocol, port) that had something to say: carried by name, repeated,
+// long, or not part of a scan.
+type EndpointInfo struct {
+	Proto string `json:"proto"`
+	Addr  string `json:"addr"`
+	Port  uint16 `json:"port"`
+	Conns int64  `json:"conns"`
+	// Established counts TCP connections that completed a handshake and
+	// UDP exchanges the destination answered.
+	Established int64    `json:"established"`
+	ConnStates  []string `json:"conn_states,omitempty"` // Zeek conn_states seen
+	Services    []string `json:"services,omitempty"`    // dns, http, ssl
+	OrigPkts    int64    `json:"orig_pkts"`
+	OrigBytes   int64    `json:"orig_bytes"`
+	RespPkts    int64    `json:"resp_pkts"`
+	RespBytes   int64    `json:"resp_bytes"`
+	// MaxDuration is the longest connection, in seconds.
+	MaxDuration float64  `json:"max_duration"`
+	Clients     []string `json:"clients,omitempty"`
+	// Starts are connection start times, the most recent ones (bounded).
+	Starts []time.Time `json:"starts,omitempty"`
+	// Domains are names whose DNS answers carried the address.
+	Domains []string `json:"domains,omitempty"`
+}
+
+// ScanInfo is a cycle's scan: connections to many addresses on one port
+// (Port set), or to many ports of one address (Addr set).
+type ScanInfo struct {
+	Proto string `json:"proto"`
+	Port  uint16 `json:"port,omitempty"`
+	Addr  string `json:"addr,omitempty"`
+	Conns int64  `json:"conns"`
+	// Open counts connections the destination accepted (a SYN-ACK, a UDP
+	// reply), Rejected those it refused (RST, ICMP unreachable),
+	// Unanswered the rest.
+	Open       int64 `json:"open"`
+	Rejected   int64 `json:"rejected"`
+	Unanswered int64 `json:"unanswered"`
+	// Dests are the distinct destinations (addresses, or ports of Addr):
+	// exact up to 4096, beyond that (or after a merge) a HyperLogLog
+	// estimate (Estimated), whose 4096 registers Sketch holds in base64.
+	Dests     int64  `json:"dests"`
+	Estimated bool   `json:"estimated,omitempty"`
+	Sketch    string `json:"sketch,omitempty"`
+	// Rate is connections per second between first and last seen.
+	Rate float64 `json:"rate"`
+	// Sample holds the first destinations, OpenSample the first that
+	// accepted ("addr" or "port" as text), both bounded.
+	Sample     []string `json:"sample,omitempty"`
+	OpenSample []string `json:"open_sample,omitempty"`
+	Clients    []string `json:"clients,omitempty"`
 }
 
 // FlowInfo is one connection, or the sum of the connections that reused
@@ -286,6 +348,50 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.int("resp_bytes", ip.RespBytes, false)
 		e.times("starts", ip.Starts)
 		e.strs("domains", ip.Domains)
+		e.close()
+	}
+	if p := o.Endpoint; p != nil {
+		e.key("endpoint")
+		e.open()
+		e.str("proto", p.Proto, false)
+		e.str("addr", p.Addr, false)
+		e.int("port", int64(p.Port), false)
+		e.int("conns", p.Conns, false)
+		e.int("established", p.Established, false)
+		e.strs("conn_states", p.ConnStates)
+		e.strs("services", p.Services)
+		e.int("orig_pkts", p.OrigPkts, false)
+		e.int("orig_bytes", p.OrigBytes, false)
+		e.int("resp_pkts", p.RespPkts, false)
+		e.int("resp_bytes", p.RespBytes, false)
+		e.key("max_duration")
+		e.b = appendFloat(e.b, p.MaxDuration)
+		e.strs("clients", p.Clients)
+		e.times("starts", p.Starts)
+		e.strs("domains", p.Domains)
+		e.close()
+	}
+	if c := o.Scan; c != nil {
+		e.key("scan")
+		e.open()
+		e.str("proto", c.Proto, false)
+		e.int("port", int64(c.Port), true)
+		e.str("addr", c.Addr, true)
+		e.int("conns", c.Conns, false)
+		e.int("open", c.Open, false)
+		e.int("rejected", c.Rejected, false)
+		e.int("unanswered", c.Unanswered, false)
+		e.int("dests", c.Dests, false)
+		if c.Estimated {
+			e.key("estimated")
+			e.b = append(e.b, "true"...)
+		}
+		e.str("sketch", c.Sketch, true)
+		e.key("rate")
+		e.b = appendFloat(e.b, c.Rate)
+		e.strs("sample", c.Sample)
+		e.strs("open_sample", c.OpenSample)
+		e.strs("clients", c.Clients)
 		e.close()
 	}
 	if f := o.Flow; f != nil {

@@ -51,7 +51,7 @@ func randObservable(r *rand.Rand) *Observable {
 	for i := 0; i < r.Intn(3); i++ {
 		o.Provenance = append(o.Provenance, Provenance{Artifact: randString(r), Cycle: randString(r), Input: randString(r), Packet: r.Int63n(3), Line: r.Int63n(3)})
 	}
-	switch r.Intn(9) {
+	switch r.Intn(11) {
 	case 0:
 		o.Domain = &DomainInfo{Queries: r.Int63n(5), Responses: r.Int63n(5), QTypes: randStrings(r), RCodes: randStrings(r),
 			Addrs: randStrings(r), CNAMEs: randStrings(r), Resolvers: randStrings(r), Clients: randStrings(r), Transports: randStrings(r)}
@@ -86,6 +86,18 @@ func randObservable(r *rand.Rand) *Observable {
 		o.Notice = &NoticeInfo{Note: randString(r), Msgs: randStrings(r), Src: randStrings(r), Dst: randStrings(r)}
 	case 8:
 		o.Alert = &AlertInfo{Signature: randString(r), SignatureID: r.Int63n(9), Category: randString(r), Severity: r.Intn(3), Src: randStrings(r), Dst: randStrings(r)}
+	case 9:
+		durs := []float64{0, 1.5, 0.000001, 123456.789}
+		o.Endpoint = &EndpointInfo{Proto: randString(r), Addr: randString(r), Port: uint16(r.Intn(65536)), Conns: r.Int63n(9), Established: r.Int63n(9),
+			ConnStates: randStrings(r), Services: randStrings(r), OrigPkts: r.Int63n(9), OrigBytes: r.Int63n(9), RespPkts: r.Int63n(9),
+			RespBytes: r.Int63n(9), MaxDuration: durs[r.Intn(len(durs))], Clients: randStrings(r), Domains: randStrings(r)}
+		for i := 0; i < r.Intn(3); i++ {
+			o.Endpoint.Starts = append(o.Endpoint.Starts, randTime(r))
+		}
+	case 10:
+		o.Scan = &ScanInfo{Proto: randString(r), Port: uint16(r.Intn(3)), Addr: randString(r), Conns: r.Int63n(9), Open: r.Int63n(9),
+			Rejected: r.Int63n(9), Unanswered: r.Int63n(9), Dests: r.Int63n(9), Estimated: r.Intn(2) == 0, Sketch: randString(r),
+			Rate: float64(r.Intn(1000)) / 7, Sample: randStrings(r), OpenSample: randStrings(r), Clients: randStrings(r)}
 	}
 	return o
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -93,35 +94,75 @@ func (s *Store) putBlob(ctx context.Context, want string, r io.Reader) (Blob, er
 	if err := ctx.Err(); err != nil {
 		return Blob{}, err
 	}
-	tmp, err := createTemp(filepath.Join(s.root, "tmp"), "blob-")
+	w, err := s.CreateBlob()
 	if err != nil {
 		return Blob{}, err
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), r)
-	if err != nil {
+	defer w.Abort()
+	if _, err := io.Copy(w, r); err != nil {
 		return Blob{}, err
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if want != "" && sum != want {
+	if sum := hex.EncodeToString(w.h.Sum(nil)); want != "" && sum != want {
 		return Blob{}, fmt.Errorf("blob content has sha256 %s, expected %s", sum, want)
 	}
+	return w.Commit()
+}
+
+// BlobWriter writes a blob as it is produced (a flow log while tb-parse
+// reads its capture): nothing is visible under a digest until Commit.
+type BlobWriter struct {
+	s    *Store
+	f    *os.File
+	h    hash.Hash
+	n    int64
+	done bool
+}
+
+// CreateBlob starts a blob in the store's temporary directory.
+func (s *Store) CreateBlob() (*BlobWriter, error) {
+	tmp, err := createTemp(filepath.Join(s.root, "tmp"), "blob-")
+	if err != nil {
+		return nil, err
+	}
+	return &BlobWriter{s: s, f: tmp, h: sha256.New()}, nil
+}
+
+func (w *BlobWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.h.Write(p[:n])
+	w.n += int64(n)
+	return n, err
+}
+
+// Commit publishes the blob under its digest.
+func (w *BlobWriter) Commit() (Blob, error) {
+	defer w.Abort()
+	s := w.s
+	sum := hex.EncodeToString(w.h.Sum(nil))
 	if s.durability == SyncEachWrite {
-		if err := tmp.Sync(); err != nil {
+		if err := w.f.Sync(); err != nil {
 			return Blob{}, err
 		}
 	}
-	if err := tmp.Chmod(0o444); err != nil {
+	if err := w.f.Chmod(0o444); err != nil {
 		return Blob{}, err
 	}
 	s.hook(crashBlobTemp)
-	if err := s.linkIntoPlace(tmp.Name(), s.BlobPath(sum), n); err != nil {
+	if err := s.linkIntoPlace(w.f.Name(), s.BlobPath(sum), w.n); err != nil {
 		return Blob{}, err
 	}
 	s.hook(crashBlobLinked)
-	return Blob{SHA256: sum, Size: n}, nil
+	return Blob{SHA256: sum, Size: w.n}, nil
+}
+
+// Abort removes an uncommitted blob (after Commit, its temporary name).
+func (w *BlobWriter) Abort() {
+	if w.done {
+		return
+	}
+	w.done = true
+	w.f.Close()
+	os.Remove(w.f.Name())
 }
 
 // linkIntoPlace publishes a finished temp file under its final name. link(2)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -306,25 +305,16 @@ func (e *ev) flow(o observe.Origin, n int64, sink observe.Sink) error {
 			last = t
 		}
 	}
-	fi := &records.FlowInfo{Proto: e.proto, OrigH: e.src.String(), OrigP: e.sp, RespH: e.dst.String(), RespP: e.dp,
-		Service:  e.get("app_proto").String(),
-		OrigPkts: max(f.Get("pkts_toserver").Int(), 0), OrigIPBytes: max(f.Get("bytes_toserver").Int(), 0),
-		RespPkts: max(f.Get("pkts_toclient").Int(), 0), RespIPBytes: max(f.Get("bytes_toclient").Int(), 0),
-		Duration: last.Sub(start).Seconds(), Starts: []time.Time{start}}
-	if fi.Service == "failed" {
-		fi.Service = ""
+	service := e.get("app_proto").String()
+	if service == "failed" {
+		service = ""
 	}
-	fi.ConnState = e.connState(fi.RespPkts)
-	fi.Outcome = pcap.Outcome(e.proto, fi.ConnState, fi.RespPkts)
-	obs := o.New(records.ObsFlow, pcap.FlowValue(e.proto, e.src, e.sp, e.dst, e.dp), start, 0, n)
-	obs.LastSeen = last
-	obs.Flow = fi
-	sink.Add(obs)
-	ip := o.New(records.ObsIP, e.dst.String(), start, 0, n)
-	ip.LastSeen = last
-	ip.IP = &records.IPInfo{Conns: 1, Ports: []string{e.proto + "/" + strconv.Itoa(int(e.dp))}, Clients: []string{e.src.String()},
-		Starts: []time.Time{start}}
-	sink.Add(ip)
+	c := observe.Conn{Start: start.UnixNano(), End: last.UnixNano(), Proto: e.proto, OrigH: e.src, OrigP: e.sp, RespH: e.dst, RespP: e.dp,
+		Service:  service,
+		OrigPkts: max(f.Get("pkts_toserver").Int(), 0), OrigIPBytes: max(f.Get("bytes_toserver").Int(), 0),
+		RespPkts: max(f.Get("pkts_toclient").Int(), 0), RespIPBytes: max(f.Get("bytes_toclient").Int(), 0), Line: n}
+	c.ConnState = e.connState(c.RespPkts)
+	sink.Conn(&c)
 	return nil
 }
 

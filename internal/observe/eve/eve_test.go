@@ -10,40 +10,23 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/observetest"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-type sink map[string]*records.Observable
+// sink adapts observetest.Sink to the tests' lookups.
+type sink struct{ *observetest.Sink }
 
-func (s sink) Add(o *records.Observable) {
-	k := o.Type + " " + o.Value
-	if prev := s[k]; prev != nil {
-		observe.Merge(prev, o)
-		return
-	}
-	s[k] = o
-}
-
-func (s sink) get(t *testing.T, typ, value string) *records.Observable {
-	t.Helper()
-	o := s[typ+" "+value]
-	if o == nil {
-		var keys []string
-		for k := range s {
-			keys = append(keys, k)
-		}
-		t.Fatalf("no %s %q; have %q", typ, value, keys)
-	}
-	return o
-}
+func (s sink) get(t *testing.T, typ, value string) *records.Observable { return s.Get(t, typ, value) }
 
 func read(t *testing.T, data []byte) (sink, Stats) {
 	t.Helper()
-	s := sink{}
+	s := sink{observetest.New(observe.Origin{})}
 	st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(data)), observe.Origin{Input: "eve.json", Source: "eve"}, s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Finish(t)
 	return s, st
 }
 
@@ -114,7 +97,7 @@ func FuzzEVE(f *testing.F) {
 	}
 	f.Add(data)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "eve"}, sink{})
+		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "eve"}, sink{observetest.New(observe.Origin{})})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/eve"
@@ -108,6 +109,10 @@ func Run(env *cli.Env, req Request) error {
 	}
 	out := &output{env: env, st: st, req: req, w: bufio.NewWriterSize(env.Stdout, 256<<10)}
 	sets := map[string]*observe.Set{}
+	// One cycle's destinations per lease at a time: inputs come cycle by
+	// cycle, and a scan is one observable per cycle.
+	dests := map[string]*observe.Dests{}
+	destCycle := map[string]string{}
 	for _, in := range inputs {
 		if err := env.Ctx.Err(); err != nil {
 			return err
@@ -118,7 +123,16 @@ func Run(env *cli.Env, req Request) error {
 			set = observe.NewSet(req.MaxHeld, func(o *records.Observable) error { return out.emit(lease, o) })
 			sets[in.lease] = set
 		}
-		if err := parseOne(env, st, in, req, set); err != nil {
+		d := dests[in.lease]
+		if d != nil && destCycle[in.lease] != in.cycle {
+			d.Flush()
+			d = nil
+		}
+		if d == nil {
+			d = observe.NewDests(in.cycle, set.Named, set.Add)
+			dests[in.lease], destCycle[in.lease] = d, in.cycle
+		}
+		if err := parseOne(env, st, in, req, &inputSink{Set: set, dests: d}, out); err != nil {
 			msg := in.name
 			if in.where != "" {
 				msg = in.where + ": " + in.name
@@ -130,6 +144,7 @@ func Run(env *cli.Env, req Request) error {
 	}
 	leases := slices.Sorted(maps.Keys(sets))
 	for _, lease := range leases {
+		dests[lease].Flush()
 		if err := sets[lease].Flush(); err != nil {
 			out.w.Flush()
 			return err
@@ -224,9 +239,26 @@ func fromRecord(rec records.Record, req Request) (input, error) {
 	return in, nil
 }
 
-func parseOne(env *cli.Env, st *state.Store, in input, req Request, set *observe.Set) error {
+// inputSink is where one input's decoder sends what it finds: observables
+// to the lease's set, connections to the cycle's destinations and to the
+// input's flow log.
+type inputSink struct {
+	*observe.Set
+	dests  *observe.Dests
+	origin observe.Origin
+	flows  *flowlog.Writer
+	err    error
+}
+
+func (s *inputSink) Conn(c *observe.Conn) {
+	s.dests.Conn(c, &s.origin)
+	if s.flows != nil && s.err == nil {
+		s.err = s.flows.Write(c)
+	}
+}
+
+func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputSink, out *output) (err error) {
 	var f *os.File
-	var err error
 	if in.blob != "" {
 		f, err = st.OpenBlob(in.blob)
 		if errors.Is(err, state.ErrNotFound) {
@@ -258,15 +290,33 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, set *observe
 		return cli.DataErr(err)
 	}
 	origin := observe.Origin{Artifact: in.artifact, Cycle: in.cycle, Input: in.name, Source: format}
+	sink.origin = origin
+	if !req.NoStore {
+		fl, ferr := newFlowLog(st, in)
+		if ferr != nil {
+			return cli.Failure(ferr)
+		}
+		defer fl.abort()
+		sink.flows = fl.w
+		defer func() {
+			if sink.err != nil {
+				err = cli.Failure(fmt.Errorf("flow log: %w", sink.err))
+				return
+			}
+			if cerr := out.commitFlowLog(fl, in, err); cerr != nil {
+				err = cli.Failure(fmt.Errorf("flow log: %w", cerr))
+			}
+		}()
+	}
 	env.Log.Debug("parsing", "input", in.name, "format", format)
 	switch format {
 	case FormatPcap:
-		return parsePcap(env.Ctx, env, br, origin, req, set)
+		return parsePcap(env.Ctx, env, br, origin, req, sink)
 	case FormatZeek:
-		stats, err := zeek.Read(env.Ctx, br, origin, set)
+		stats, err := zeek.Read(env.Ctx, br, origin, sink)
 		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
 	default:
-		stats, err := eve.Read(env.Ctx, br, origin, set)
+		stats, err := eve.Read(env.Ctx, br, origin, sink)
 		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
 	}
 }
@@ -285,12 +335,12 @@ func logErr(env *cli.Env, name string, lines, bad int64, first error, err error)
 	return nil
 }
 
-func parsePcap(ctx context.Context, env *cli.Env, br *bufio.Reader, origin observe.Origin, req Request, set *observe.Set) error {
+func parsePcap(ctx context.Context, env *cli.Env, br *bufio.Reader, origin observe.Origin, req Request, sink observe.Sink) error {
 	rd, err := capfile.NewReader(br)
 	if err != nil {
 		return cli.DataErr(err)
 	}
-	dec := pcap.New(pcap.Config{MaxFlows: req.MaxFlows, Origin: origin, Sink: set})
+	dec := pcap.New(pcap.Config{MaxFlows: req.MaxFlows, Origin: origin, Sink: sink})
 	var p capfile.Packet
 	for {
 		err = rd.Next(&p)
@@ -398,7 +448,7 @@ func (o *output) write(obs *records.Observable) error {
 }
 
 // IndexKey is the state index key of an observable: the sha256 of lease,
-// type and value.
+// type and observe.Key (the value, with the cycle for per-cycle types).
 func IndexKey(lease, typ, value string) string {
 	sum := sha256.Sum256([]byte(lease + "\x00" + typ + "\x00" + value))
 	return hex.EncodeToString(sum[:])
@@ -411,7 +461,7 @@ func (o *output) emit(lease string, obs *records.Observable) error {
 		return o.write(obs)
 	}
 	ctx := o.env.Ctx
-	key := IndexKey(lease, obs.Type, obs.Value)
+	key := IndexKey(lease, obs.Type, observe.Key(obs))
 	if !o.req.Merge {
 		records.Init(obs, records.KindObservable, o.st.Now())
 		if err := o.st.Create(ctx, obs); err != nil {

@@ -13,6 +13,7 @@ import (
 type discard struct{}
 
 func (discard) Add(*records.Observable) {}
+func (discard) Conn(*observe.Conn)      {}
 
 func origin() observe.Origin { return observe.Origin{Input: "test", Source: "pcap"} }
 

@@ -88,6 +88,7 @@ type Decoder struct {
 	strs      httpmsg.Strings
 	ch        tlsfp.ClientHello
 	sh        tlsfp.ServerHello
+	conn      observe.Conn
 
 	Stats
 }
@@ -532,6 +533,7 @@ func (d *Decoder) tcpPacket(k *pkt) {
 	ep.pkts++
 	ep.ipBytes += int64(k.ipLen)
 	f.tcpSegment(isOrig, flags, t.Seq, t.Ack, plen, ts)
+	f.tcpHistory(fwd == f.origIsA, flags, plen)
 	payload := t.Payload
 	if len(payload) > plen {
 		payload = payload[:plen]
@@ -563,6 +565,9 @@ func (d *Decoder) udpPacket(k *pkt) {
 		ulen = max(k.l4Len-8, 0)
 	}
 	ep.udpBytes += int64(ulen)
+	if ulen > 0 {
+		f.history(isOrig, 'D')
+	}
 	if isDNSPort(sp) || isDNSPort(dp) {
 		payload := u.Payload
 		if len(payload) > ulen {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -324,3 +325,4 @@ func TestUnansweredPipelinedRequests(t *testing.T) {
 type sinkFunc func(*records.Observable)
 
 func (f sinkFunc) Add(o *records.Observable) { f(o) }
+func (f sinkFunc) Conn(*observe.Conn)        {}

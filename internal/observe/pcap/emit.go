@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/tlsfp"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -24,8 +25,8 @@ func FlowValue(proto string, oh netip.Addr, op uint16, rh netip.Addr, rp uint16)
 	return string(b)
 }
 
-// finish ends a connection: its flow, ip, icmp, http and tls observables go
-// to the sink, and its slot is recycled.
+// finish ends a connection: the connection, and its icmp, http and tls
+// observables go to the sink, and its slot is recycled.
 func (d *Decoder) finish(f *flow) {
 	if f.list < nLists {
 		d.lists[f.list].remove(f)
@@ -75,25 +76,14 @@ func (d *Decoder) emitFlow(f *flow) {
 	case f.dnsSeen:
 		service = "dns"
 	}
-	start, last := tsTime(f.start), tsTime(f.last)
 	ohs, rhs := d.addrString(f.origAddr(), v6), d.addrString(f.respAddr(), v6)
+	d.conn = observe.Conn{Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
+		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
+		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
+		Packet: f.firstPkt}
+	d.cfg.Sink.Conn(&d.conn)
 	origin := d.cfg.Origin
-	fo, fi := origin.NewFlow(FlowValue(proto, oh, op, rh, rp), start, f.firstPkt, 0)
-	fo.LastSeen = last
-	*fi = records.FlowInfo{
-		Proto: proto, OrigH: ohs, OrigP: op, RespH: rhs, RespP: rp, Service: service,
-		ConnState: state, Outcome: Outcome(proto, state, r.pkts),
-		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes,
-		RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
-		Duration: float64(f.last-f.start) / 1e9, Starts: fi.Starts,
-	}
-	d.cfg.Sink.Add(fo)
-
-	io, ii := origin.NewIP(rhs, start, f.firstPkt, 0, d.portName(f.key.proto, proto, rp), ohs)
-	io.LastSeen = last
-	ii.OrigBytes, ii.RespBytes = ob, rb
-	d.cfg.Sink.Add(io)
-
+	start, last := tsTime(f.start), tsTime(f.last)
 	if proto == "icmp" {
 		value := ohs + ">" + rhs + " " + strconv.Itoa(int(f.icmpType)) + "/" + strconv.Itoa(int(f.icmpCode))
 		ic := origin.New(records.ObsICMP, value, start, f.firstPkt, 0)

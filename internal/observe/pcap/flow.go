@@ -84,6 +84,9 @@ type flow struct {
 	dnsIDs             [4]uint16
 	dnsN               uint8
 	dnsSeen            bool
+	histSeen           uint16 // history letters recorded, a bit per letter and side
+	histN              uint8
+	hist               [13]byte
 }
 
 // pending holds what the application parsers found until the flow ends.
@@ -125,6 +128,64 @@ func (f *flow) flip() {
 	f.origIsA = !f.origIsA
 	f.ep[0], f.ep[1] = f.ep[1], f.ep[0]
 	f.half[0], f.half[1] = f.half[1], f.half[0]
+	for i, c := range f.hist[:f.histN] {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			f.hist[i] = c + 'a' - 'A'
+		case c >= 'a' && c <= 'z':
+			f.hist[i] = c - ('a' - 'A')
+		}
+	}
+	f.histSeen = f.histSeen>>6&0x3f | f.histSeen&0x3f<<6 | f.histSeen&(1<<12)
+	f.history(true, '^')
+}
+
+// historyLetters are the letters of Zeek's history that tb-parse records,
+// the originator's in upper case, the responder's in lower case, each once.
+const historyLetters = "SHADFR"
+
+// history records a letter of the connection's history once per side.
+func (f *flow) history(isOrig bool, c byte) {
+	bit := uint16(1 << 12) // '^'
+	if c != '^' {
+		i := uint16(0)
+		for historyLetters[i] != c {
+			i++
+		}
+		bit = 1 << i
+		if !isOrig {
+			bit <<= 6
+			c += 'a' - 'A'
+		}
+	}
+	if f.histSeen&bit != 0 || int(f.histN) >= len(f.hist) {
+		return
+	}
+	f.histSeen |= bit
+	f.hist[f.histN] = c
+	f.histN++
+}
+
+// tcpHistory records a TCP segment's history letters: S a SYN, H a
+// SYN-ACK, A a pure ACK, D data, F a FIN, R a reset.
+func (f *flow) tcpHistory(isOrig bool, flags uint8, plen int) {
+	switch {
+	case flags&flagSYN != 0 && flags&flagACK != 0:
+		f.history(isOrig, 'H')
+	case flags&flagSYN != 0:
+		f.history(isOrig, 'S')
+	}
+	if plen > 0 && flags&flagRST == 0 {
+		f.history(isOrig, 'D')
+	} else if flags == flagACK {
+		f.history(isOrig, 'A')
+	}
+	if flags&flagFIN != 0 {
+		f.history(isOrig, 'F')
+	}
+	if flags&flagRST != 0 {
+		f.history(isOrig, 'R')
+	}
 }
 
 func protoName(p uint8) string {

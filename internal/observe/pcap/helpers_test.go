@@ -8,6 +8,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/observetest"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -70,16 +71,13 @@ func capture(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) []by
 // decode runs the decoder over a capture.
 func decode(t testing.TB, data []byte, maxFlows int) result {
 	t.Helper()
-	res := result{obs: map[string]*records.Observable{}}
-	set := observe.NewSet(0, func(o *records.Observable) error {
-		res.obs[o.Type+" "+o.Value] = o
-		return nil
-	})
+	origin := observe.Origin{Input: "test.pcap", Source: "pcap"}
+	sink := observetest.New(origin)
 	rd, err := capfile.NewReader(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := New(Config{MaxFlows: maxFlows, Origin: observe.Origin{Input: "test.pcap", Source: "pcap"}, Sink: set})
+	d := New(Config{MaxFlows: maxFlows, Origin: origin, Sink: sink})
 	var p capfile.Packet
 	for {
 		err := rd.Next(&p)
@@ -95,11 +93,8 @@ func decode(t testing.TB, data []byte, maxFlows int) result {
 		}
 	}
 	d.Finish()
-	if err := set.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	res.stats = d.Stats
-	return res
+	sink.Finish(t)
+	return result{obs: sink.Obs, stats: d.Stats}
 }
 
 func run(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) result {

@@ -313,24 +313,3 @@ func (f *flow) tcpConnState() string {
 	}
 	return "OTH"
 }
-
-// Outcome summarises a conn_state for tb-allow.
-func Outcome(proto, state string, respPkts int64) string {
-	if proto != "tcp" {
-		if respPkts > 0 {
-			return "answered"
-		}
-		return "unanswered"
-	}
-	switch state {
-	case "S0", "SH":
-		return "attempted"
-	case "REJ":
-		return "rejected"
-	case "RSTO", "RSTR", "RSTOS0", "RSTRH":
-		return "reset"
-	case "S1", "S2", "S3", "SF", "SHR":
-		return "established"
-	}
-	return "partial"
-}

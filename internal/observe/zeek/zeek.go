@@ -321,21 +321,13 @@ func connEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.S
 	last := ts.Add(time.Duration(dur * 1e9))
 	state, _ := r.str("conn_state")
 	service, _ := r.str("service")
-	fi := &records.FlowInfo{Proto: proto, OrigH: c.oh.String(), OrigP: c.op, RespH: c.rh.String(), RespP: c.rp,
-		Service: service, ConnState: state,
+	history, _ := r.str("history")
+	conn := observe.Conn{Start: ts.UnixNano(), End: last.UnixNano(), Proto: proto, OrigH: c.oh, OrigP: c.op, RespH: c.rh, RespP: c.rp,
+		Service: service, ConnState: state, History: history,
 		OrigPkts: num(r, "orig_pkts"), OrigBytes: num(r, "orig_bytes"), OrigIPBytes: num(r, "orig_ip_bytes"),
-		RespPkts: num(r, "resp_pkts"), RespBytes: num(r, "resp_bytes"), RespIPBytes: num(r, "resp_ip_bytes"),
-		Duration: dur, Starts: []time.Time{ts}}
-	fi.Outcome = pcap.Outcome(proto, state, fi.RespPkts)
-	f := o.New(records.ObsFlow, pcap.FlowValue(proto, c.oh, c.op, c.rh, c.rp), ts, 0, line)
-	f.LastSeen = last
-	f.Flow = fi
-	sink.Add(f)
-	ip := o.New(records.ObsIP, c.rh.String(), ts, 0, line)
-	ip.LastSeen = last
-	ip.IP = &records.IPInfo{Conns: 1, Ports: []string{proto + "/" + strconv.Itoa(int(c.rp))}, Clients: []string{c.oh.String()},
-		OrigBytes: fi.OrigBytes, RespBytes: fi.RespBytes, Starts: []time.Time{ts}}
-	sink.Add(ip)
+		RespPkts: num(r, "resp_pkts"), RespBytes: num(r, "resp_bytes"), RespIPBytes: num(r, "resp_ip_bytes"), Line: line}
+	sink.Conn(&conn)
+	fi := &conn
 	if proto == "icmp" {
 		v := c.oh.String() + ">" + c.rh.String() + " " + strconv.Itoa(int(c.op)) + "/" + strconv.Itoa(int(c.rp))
 		ic := o.New(records.ObsICMP, v, ts, 0, line)

@@ -10,40 +10,23 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/observetest"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-type sink map[string]*records.Observable
+// sink adapts observetest.Sink to the tests' lookups.
+type sink struct{ *observetest.Sink }
 
-func (s sink) Add(o *records.Observable) {
-	k := o.Type + " " + o.Value
-	if prev := s[k]; prev != nil {
-		observe.Merge(prev, o)
-		return
-	}
-	s[k] = o
-}
-
-func (s sink) get(t *testing.T, typ, value string) *records.Observable {
-	t.Helper()
-	o := s[typ+" "+value]
-	if o == nil {
-		var keys []string
-		for k := range s {
-			keys = append(keys, k)
-		}
-		t.Fatalf("no %s %q; have %q", typ, value, keys)
-	}
-	return o
-}
+func (s sink) get(t *testing.T, typ, value string) *records.Observable { return s.Get(t, typ, value) }
 
 func read(t *testing.T, data []byte) (sink, Stats) {
 	t.Helper()
-	s := sink{}
+	s := sink{observetest.New(observe.Origin{})}
 	st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(data)), observe.Origin{Input: "zeek", Source: "zeek"}, s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Finish(t)
 	return s, st
 }
 
@@ -120,7 +103,7 @@ func TestJSONLogs(t *testing.T) {
 	s := readFiles(t, "conn.json")
 	tsv := readFiles(t, "conn.log", "dns.log", "http.log")
 	for _, k := range []string{"flow tcp 10.13.37.5:49152>203.0.113.7:80", "domain www.example.com", "http GET http://c2.example.com/gate.php?id=42"} {
-		a, b := s[k], tsv[k]
+		a, b := s.Obs[k], tsv.Obs[k]
 		if a == nil || b == nil {
 			t.Fatalf("%s missing (json %v, tsv %v)", k, a != nil, b != nil)
 		}
@@ -178,7 +161,7 @@ func FuzzZeek(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "zeek"}, sink{})
+		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "zeek"}, sink{observetest.New(observe.Origin{})})
 		if err != nil {
 			t.Fatal(err)
 		}

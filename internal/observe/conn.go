@@ -1,0 +1,56 @@
+package observe
+
+import "net/netip"
+
+// Conn is one connection as Zeek's conn.log describes it: the decoders
+// hand every connection to their sink, which writes it to the flow log and
+// folds it into the cycle's destinations. A decoder may reuse a Conn after
+// the call returns.
+type Conn struct {
+	// Start and End are capture times in Unix nanoseconds.
+	Start, End int64
+	Proto      string // tcp, udp, icmp, or the IP protocol number
+	OrigH      netip.Addr
+	OrigP      uint16
+	RespH      netip.Addr
+	RespP      uint16
+	// Service is what was recognised in the payload: dns, http, ssl.
+	Service   string
+	ConnState string // Zeek's conn_state
+	History   string // Zeek's history letters ("" when unknown)
+	// Byte counts follow Zeek's conn.log: payload bytes from sequence
+	// numbers (TCP) or datagram lengths, and IP-level bytes.
+	OrigPkts, OrigBytes, OrigIPBytes int64
+	RespPkts, RespBytes, RespIPBytes int64
+	// Packet or Line is where it was first seen in its input.
+	Packet, Line int64
+}
+
+// Accepted reports whether the destination accepted the connection: a TCP
+// handshake it answered (or data it sent), a UDP or other reply.
+func (c *Conn) Accepted() bool {
+	if c.Proto != "tcp" {
+		return c.RespPkts > 0
+	}
+	switch c.ConnState {
+	case "S1", "S2", "S3", "SF", "RSTO", "RSTR", "SHR":
+		return true
+	}
+	return c.RespBytes > 0
+}
+
+// Rejected reports whether the destination refused a TCP connection.
+func (c *Conn) Rejected() bool { return c.Proto == "tcp" && c.ConnState == "REJ" }
+
+// Established reports whether the connection counts as established for the
+// allow-list's evidence: a completed TCP handshake, a UDP answer.
+func (c *Conn) Established() bool {
+	if c.Proto != "tcp" {
+		return c.RespPkts > 0
+	}
+	switch c.ConnState {
+	case "S1", "S2", "S3", "SF", "SHR":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,478 @@
+package observe
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Bounds of what a cycle's destinations keep, so that a bot scanning
+// without pause costs the state O(1) per connection (see tb-parse(1)).
+const (
+	// ScanMinDests distinct addresses on one (protocol, port), or ports of
+	// one address, make a scan: from there on its destinations are
+	// summarised by one scan observable, and only those with something to
+	// say keep an endpoint observable of their own.
+	ScanMinDests = 64
+	// MaxSample bounds the destinations a scan lists.
+	MaxSample = 32
+	// LongConn is the duration from which a connection stands out of a
+	// scan (the allow-list's default long session).
+	LongConn = 5 * time.Minute
+	// RepeatSpan: contacts of one destination spread over this much time
+	// stand out of a scan (a beacon, not a brute-force burst).
+	RepeatSpan = time.Minute
+	// maxTracked bounds the endpoints tracked one by one; maxOneShot the
+	// scanned destinations remembered to notice a second contact.
+	maxTracked = 1 << 16
+	maxOneShot = 1 << 18
+)
+
+type epKey struct {
+	addr  netip.Addr
+	port  uint16
+	proto string
+}
+
+type groupKey struct {
+	proto string
+	port  uint16
+}
+
+type hostKey struct {
+	addr  netip.Addr
+	proto string
+}
+
+// scanGroup is the connections of one (protocol, port), or of one
+// address's ports.
+type scanGroup struct {
+	proto                             string
+	port                              uint16     // a port group
+	addr                              netip.Addr // a host group
+	dests                             distinct
+	conns, open, rejected, unanswered int64
+	first, last                       int64
+	sample, openSample, clients       []string
+	scanning                          bool
+	tracked                           int // a host group: endpoints tracked
+	prov                              records.Provenance
+	source                            string
+}
+
+type endpointStat struct {
+	key                                      epKey
+	conns, established                       int64
+	origPkts, origBytes, respPkts, respBytes int64
+	maxDur                                   int64
+	first, last                              int64
+	states, services, clients                []string
+	starts                                   []int64
+	named                                    bool
+	// The last connection's 5-tuple, start and whether it counted as
+	// established: a 5-tuple is not reused within a second (TIME_WAIT), so
+	// pieces closer than that which start without a SYN are one connection
+	// a sensor split (or a capture out of time order ended early).
+	lastOrig   netip.AddrPort
+	lastStart  int64
+	lastEstabl bool
+	prov       records.Provenance
+	source     string
+	tick       uint64
+}
+
+type oneShot struct {
+	first int64
+	n     int32
+}
+
+// Dests folds one cycle's connections into endpoint and scan observables.
+type Dests struct {
+	cycle   string
+	named   func(netip.Addr) bool
+	emit    func(*records.Observable)
+	groups  map[groupKey]*scanGroup
+	hosts   map[hostKey]*scanGroup
+	eps     map[epKey]*endpointStat
+	oneShot map[epKey]oneShot
+	tick    uint64
+	conns   int64
+}
+
+// NewDests returns the destinations of one cycle. named reports whether
+// DNS answers named an address so far; emit receives the observables (at
+// Flush, or early when more endpoints stand out than it tracks).
+func NewDests(cycle string, named func(netip.Addr) bool, emit func(*records.Observable)) *Dests {
+	return &Dests{cycle: cycle, named: named, emit: emit, groups: map[groupKey]*scanGroup{}, hosts: map[hostKey]*scanGroup{},
+		eps: map[epKey]*endpointStat{}, oneShot: map[epKey]oneShot{}}
+}
+
+// Conns is how many connections it has folded.
+func (t *Dests) Conns() int64 { return t.conns }
+
+// Conn folds one connection seen in origin.
+func (t *Dests) Conn(c *Conn, origin *Origin) {
+	t.conns++
+	t.tick++
+	g := t.groups[groupKey{c.Proto, c.RespP}]
+	if g == nil {
+		g = &scanGroup{proto: c.Proto, port: c.RespP}
+		t.groups[groupKey{c.Proto, c.RespP}] = g
+	}
+	g.add(c, origin)
+	if !g.scanning && g.dests.n >= ScanMinDests {
+		t.startScan(g)
+	}
+	hk := hostKey{c.RespH, c.Proto}
+	h := t.hosts[hk]
+	if h != nil && h.scanning {
+		h.add(c, origin)
+	}
+	k := epKey{c.RespH, c.RespP, c.Proto}
+	e := t.eps[k]
+	if e == nil {
+		named := c.Service != "" || t.named(c.RespH)
+		if (g.scanning || h != nil && h.scanning) && !named && c.End-c.Start < int64(LongConn) {
+			s := t.oneShot[k]
+			if s.n == 0 {
+				if len(t.oneShot) >= maxOneShot {
+					clear(t.oneShot)
+				}
+				t.oneShot[k] = oneShot{first: c.Start, n: 1}
+				return
+			}
+			// A second contact: track it from here, with the first.
+			delete(t.oneShot, k)
+			e = t.track(k, c, origin)
+			e.conns = int64(s.n)
+			e.starts = append(e.starts, s.first)
+			e.first = min(e.first, s.first)
+		} else {
+			e = t.track(k, c, origin)
+		}
+		if h == nil {
+			h = &scanGroup{proto: c.Proto, addr: c.RespH}
+			t.hosts[hk] = h
+		}
+		h.tracked++
+		e.add(c, t.tick)
+		if !h.scanning && h.tracked >= ScanMinDests {
+			t.startHostScan(h)
+		}
+	} else {
+		e.add(c, t.tick)
+	}
+	if len(t.eps) > maxTracked {
+		t.shed()
+	}
+}
+
+func (t *Dests) track(k epKey, c *Conn, origin *Origin) *endpointStat {
+	e := &endpointStat{key: k, first: c.Start, last: c.End, prov: origin.Prov(c.Packet, c.Line), source: origin.Source}
+	t.eps[k] = e
+	return e
+}
+
+// add counts one connection; for a host group the destination is the port.
+func (g *scanGroup) add(c *Conn, origin *Origin) {
+	if g.conns == 0 {
+		g.first, g.last, g.prov, g.source = c.Start, c.End, origin.Prov(c.Packet, c.Line), origin.Source
+	}
+	accepted := c.Accepted()
+	switch {
+	case accepted:
+		g.count(1, 1, 0, 0, c.Start, c.End)
+	case c.Rejected():
+		g.count(1, 0, 1, 0, c.Start, c.End)
+	default:
+		g.count(1, 0, 0, 1, c.Start, c.End)
+	}
+	g.dest(c.RespH, c.RespP, accepted)
+	if len(g.clients) < MaxList {
+		if s := c.OrigH.String(); !slices.Contains(g.clients, s) {
+			g.clients = append(g.clients, s)
+		}
+	}
+}
+
+func (g *scanGroup) count(conns, open, rejected, unanswered, first, last int64) {
+	if g.conns == 0 {
+		g.first, g.last = first, last
+	}
+	g.conns += conns
+	g.open += open
+	g.rejected += rejected
+	g.unanswered += unanswered
+	g.first, g.last = min(g.first, first), max(g.last, last)
+}
+
+func (g *scanGroup) dest(a netip.Addr, port uint16, accepted bool) {
+	host := g.addr.IsValid()
+	key := uint64(port)
+	if !host {
+		key = addrKey(a)
+	}
+	text := func() string {
+		if host {
+			return strconv.Itoa(int(port))
+		}
+		return a.String()
+	}
+	if g.dests.add(key) && len(g.sample) < MaxSample {
+		g.sample = append(g.sample, text())
+	}
+	if accepted && len(g.openSample) < MaxSample {
+		if s := text(); !slices.Contains(g.openSample, s) {
+			g.openSample = append(g.openSample, s)
+		}
+	}
+}
+
+func (e *endpointStat) add(c *Conn, tick uint64) {
+	e.tick = tick
+	orig := netip.AddrPortFrom(c.OrigH, c.OrigP)
+	piece := e.conns > 0 && orig == e.lastOrig && c.Start-e.lastStart < int64(time.Second) && e.lastStart-c.Start < int64(time.Second) &&
+		(c.History == "" || c.History[0] != 'S')
+	if !piece {
+		e.conns++
+		e.lastOrig, e.lastStart, e.lastEstabl = orig, c.Start, false
+		e.starts = append(e.starts, c.Start)
+	}
+	if c.Established() && !e.lastEstabl {
+		e.established++
+		e.lastEstabl = true
+	}
+	e.origPkts += c.OrigPkts
+	e.origBytes += c.OrigBytes
+	e.respPkts += c.RespPkts
+	e.respBytes += c.RespBytes
+	e.maxDur = max(e.maxDur, c.End-c.Start)
+	e.first, e.last = min(e.first, c.Start), max(e.last, c.End)
+	e.states = union(e.states, []string{c.ConnState}, MaxList)
+	if c.Service != "" {
+		e.services = union(e.services, []string{c.Service}, MaxList)
+		e.named = true
+	}
+	if len(e.clients) < MaxList {
+		e.clients = union(e.clients, []string{c.OrigH.String()}, MaxList)
+	}
+	if len(e.starts) >= 2*MaxStarts {
+		slices.Sort(e.starts)
+		e.starts = e.starts[:copy(e.starts, e.starts[len(e.starts)-MaxStarts:])]
+	}
+}
+
+// standsOut reports whether an endpoint of a scanned port or host says more
+// than the scan: named, long, or contacted repeatedly over a span.
+func (t *Dests) standsOut(e *endpointStat) bool {
+	return e.named || t.named(e.key.addr) || e.maxDur >= int64(LongConn) ||
+		e.conns >= 3 && e.last-e.first >= int64(RepeatSpan)
+}
+
+// scanned reports whether an endpoint belongs to a scan.
+func (t *Dests) scanned(e *endpointStat) bool {
+	if g := t.groups[groupKey{e.key.proto, e.key.port}]; g != nil && g.scanning {
+		return true
+	}
+	h := t.hosts[hostKey{e.key.addr, e.key.proto}]
+	return h != nil && h.scanning
+}
+
+// startScan turns a port group into a scan: its tracked destinations seen
+// once are folded into it, remembered only to notice a second contact.
+func (t *Dests) startScan(g *scanGroup) {
+	g.scanning = true
+	g.dests.startSketch()
+	for k, e := range t.eps {
+		if k.proto == g.proto && k.port == g.port && e.conns == 1 && !t.standsOut(e) {
+			t.fold(k, e)
+		}
+	}
+}
+
+// startHostScan turns a host into a scan of its ports, with what its
+// tracked endpoints saw so far.
+func (t *Dests) startHostScan(h *scanGroup) {
+	h.scanning = true
+	for k, e := range t.eps {
+		if k.addr != h.addr || k.proto != h.proto {
+			continue
+		}
+		if h.conns == 0 {
+			h.prov, h.source = e.prov, e.source
+		}
+		open := e.established
+		h.count(e.conns, open, 0, e.conns-open, e.first, e.last)
+		h.dest(k.addr, k.port, open > 0)
+		if len(e.clients) > 0 {
+			h.clients = union(h.clients, e.clients, MaxList)
+		}
+		if e.conns == 1 && !t.standsOut(e) {
+			t.fold(k, e)
+		}
+	}
+	h.dests.startSketch()
+}
+
+func (t *Dests) fold(k epKey, e *endpointStat) {
+	delete(t.eps, k)
+	if h := t.hosts[hostKey{k.addr, k.proto}]; h != nil {
+		h.tracked--
+	}
+	if len(t.oneShot) >= maxOneShot {
+		clear(t.oneShot)
+	}
+	t.oneShot[k] = oneShot{first: e.first, n: int32(e.conns)}
+}
+
+// shed keeps the tracked endpoints bounded: first it folds scanned ones
+// that do not stand out, then it writes out the least recently active half.
+func (t *Dests) shed() {
+	for k, e := range t.eps {
+		if t.scanned(e) && !t.standsOut(e) {
+			t.fold(k, e)
+		}
+	}
+	if len(t.eps) <= maxTracked*3/4 {
+		return
+	}
+	all := make([]*endpointStat, 0, len(t.eps))
+	for _, e := range t.eps {
+		all = append(all, e)
+	}
+	slices.SortFunc(all, func(a, b *endpointStat) int { return int(a.tick - b.tick) })
+	for _, e := range all[:len(all)/2] {
+		t.out(e)
+		delete(t.eps, e.key)
+	}
+}
+
+// Flush emits the endpoints with something to say and the scans, and
+// empties the tracker.
+func (t *Dests) Flush() {
+	keys := make([]epKey, 0, len(t.eps))
+	for k := range t.eps {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b epKey) int {
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
+		}
+		if a.port != b.port {
+			return int(a.port) - int(b.port)
+		}
+		return compareStr(a.proto, b.proto)
+	})
+	for _, k := range keys {
+		e := t.eps[k]
+		if t.scanned(e) && !t.standsOut(e) {
+			continue
+		}
+		t.out(e)
+	}
+	gkeys := make([]groupKey, 0, len(t.groups))
+	for k, g := range t.groups {
+		if g.scanning {
+			gkeys = append(gkeys, k)
+		}
+	}
+	slices.SortFunc(gkeys, func(a, b groupKey) int {
+		if a.proto != b.proto {
+			return compareStr(a.proto, b.proto)
+		}
+		return int(a.port) - int(b.port)
+	})
+	for _, k := range gkeys {
+		t.emit(t.scanObservable(t.groups[k], k.proto+"/"+strconv.Itoa(int(k.port))))
+	}
+	hkeys := make([]hostKey, 0)
+	for k, h := range t.hosts {
+		if h.scanning {
+			hkeys = append(hkeys, k)
+		}
+	}
+	slices.SortFunc(hkeys, func(a, b hostKey) int {
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
+		}
+		return compareStr(a.proto, b.proto)
+	})
+	for _, k := range hkeys {
+		t.emit(t.scanObservable(t.hosts[k], k.addr.String()+"/"+k.proto))
+	}
+	clear(t.eps)
+	clear(t.groups)
+	clear(t.hosts)
+	clear(t.oneShot)
+}
+
+func compareStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func nsTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+// out emits an endpoint and the ip observable of its address.
+func (t *Dests) out(e *endpointStat) {
+	k := e.key
+	slices.Sort(e.starts)
+	if n := len(e.starts) - MaxStarts; n > 0 {
+		e.starts = e.starts[n:]
+	}
+	starts := make([]time.Time, len(e.starts))
+	for i, s := range e.starts {
+		starts[i] = nsTime(s)
+	}
+	addr := k.addr.String()
+	first, last := nsTime(e.first), nsTime(e.last)
+	origin := Origin{Cycle: t.cycle, Artifact: e.prov.Artifact, Input: e.prov.Input, Source: e.source}
+	o := origin.New(records.ObsEndpoint, netip.AddrPortFrom(k.addr, k.port).String()+"/"+k.proto, first, e.prov.Packet, e.prov.Line)
+	o.LastSeen, o.Count = last, e.conns
+	o.Endpoint = &records.EndpointInfo{Proto: k.proto, Addr: addr, Port: k.port, Conns: e.conns, Established: e.established,
+		ConnStates: e.states, Services: e.services, OrigPkts: e.origPkts, OrigBytes: e.origBytes, RespPkts: e.respPkts,
+		RespBytes: e.respBytes, MaxDuration: float64(e.maxDur) / 1e9, Clients: e.clients, Starts: starts}
+	t.emit(o)
+	ip := origin.New(records.ObsIP, addr, first, e.prov.Packet, e.prov.Line)
+	ip.LastSeen, ip.Count = last, e.conns
+	ip.IP = &records.IPInfo{Conns: e.conns, Ports: []string{k.proto + "/" + strconv.Itoa(int(k.port))}, Clients: slices.Clone(e.clients),
+		OrigBytes: e.origBytes, RespBytes: e.respBytes, Starts: slices.Clone(starts)}
+	t.emit(ip)
+}
+
+func (t *Dests) scanObservable(g *scanGroup, value string) *records.Observable {
+	origin := Origin{Cycle: t.cycle, Artifact: g.prov.Artifact, Input: g.prov.Input, Source: g.source}
+	first, last := nsTime(g.first), nsTime(g.last)
+	o := origin.New(records.ObsScan, value, first, g.prov.Packet, g.prov.Line)
+	o.LastSeen, o.Count = last, g.conns
+	n, est := g.dests.count()
+	info := &records.ScanInfo{Proto: g.proto, Conns: g.conns, Open: g.open, Rejected: g.rejected, Unanswered: g.unanswered,
+		Dests: n, Estimated: est, Rate: rate(g.conns, last.Sub(first)), Sample: g.sample, OpenSample: g.openSample, Clients: g.clients}
+	if g.dests.sketch != nil {
+		info.Sketch = g.dests.sketch.String()
+	}
+	if g.addr.IsValid() {
+		info.Addr = g.addr.String()
+	} else {
+		info.Port = g.port
+	}
+	o.Scan = info
+	return o
+}
+
+// rate is connections per second over a span, rounded to 0.01.
+func rate(n int64, span time.Duration) float64 {
+	if span <= 0 {
+		return float64(n)
+	}
+	r := float64(n) / span.Seconds()
+	return float64(int64(r*100+0.5)) / 100
+}
