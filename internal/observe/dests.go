@@ -28,7 +28,7 @@ const (
 	// maxTracked bounds the endpoints tracked one by one; maxOneShot the
 	// scanned destinations remembered to notice a second contact.
 	maxTracked = 1 << 16
-	maxOneShot = 1 << 18
+	maxOneShot = 1 << 16
 )
 
 type epKey struct {
@@ -84,9 +84,52 @@ type endpointStat struct {
 	tick       uint64
 }
 
+// oneShots remembers scanned destinations contacted once, to notice a
+// second contact: a fixed table indexed by a hash of the destination,
+// where a newer destination overwrites an older one (the cost of a
+// forgotten destination is a second contact counted as a first).
+type oneShots []oneShot
+
 type oneShot struct {
+	key   uint64
 	first int64
 	n     int32
+}
+
+func (k epKey) hash() uint64 {
+	return addrKey(k.addr) ^ mix64(uint64(k.port)<<8|uint64(protoCode(k.proto)))
+}
+
+// protoCode is a protocol name's small code for hashing.
+func protoCode(p string) uint8 {
+	switch p {
+	case "tcp":
+		return 6
+	case "udp":
+		return 17
+	case "icmp":
+		return 1
+	}
+	return uint8(len(p))
+}
+
+// seen counts a contact of k and returns the contacts before it, and the
+// first one's start.
+func (o oneShots) seen(k epKey, start int64) (before int32, first int64) {
+	h := k.hash()
+	s := &o[h&uint64(len(o)-1)]
+	if s.key == h && s.n > 0 {
+		before, first = s.n, s.first
+		s.n = 0 // tracked from now on
+		return before, first
+	}
+	*s = oneShot{key: h, first: start, n: 1}
+	return 0, 0
+}
+
+func (o oneShots) remember(k epKey, first int64, n int32) {
+	h := k.hash()
+	o[h&uint64(len(o)-1)] = oneShot{key: h, first: first, n: n}
 }
 
 // Dests folds one cycle's connections into endpoint and scan observables.
@@ -97,7 +140,7 @@ type Dests struct {
 	groups  map[groupKey]*scanGroup
 	hosts   map[hostKey]*scanGroup
 	eps     map[epKey]*endpointStat
-	oneShot map[epKey]oneShot
+	oneShot oneShots
 	tick    uint64
 	conns   int64
 }
@@ -107,7 +150,7 @@ type Dests struct {
 // Flush, or early when more endpoints stand out than it tracks).
 func NewDests(cycle string, named func(netip.Addr) bool, emit func(*records.Observable)) *Dests {
 	return &Dests{cycle: cycle, named: named, emit: emit, groups: map[groupKey]*scanGroup{}, hosts: map[hostKey]*scanGroup{},
-		eps: map[epKey]*endpointStat{}, oneShot: map[epKey]oneShot{}}
+		eps: map[epKey]*endpointStat{}}
 }
 
 // Conns is how many connections it has folded.
@@ -136,20 +179,18 @@ func (t *Dests) Conn(c *Conn, origin *Origin) {
 	if e == nil {
 		named := c.Service != "" || t.named(c.RespH)
 		if (g.scanning || h != nil && h.scanning) && !named && c.End-c.Start < int64(LongConn) {
-			s := t.oneShot[k]
-			if s.n == 0 {
-				if len(t.oneShot) >= maxOneShot {
-					clear(t.oneShot)
-				}
-				t.oneShot[k] = oneShot{first: c.Start, n: 1}
+			if t.oneShot == nil {
+				t.oneShot = make(oneShots, maxOneShot)
+			}
+			n, first := t.oneShot.seen(k, c.Start)
+			if n == 0 {
 				return
 			}
 			// A second contact: track it from here, with the first.
-			delete(t.oneShot, k)
 			e = t.track(k, c, origin)
-			e.conns = int64(s.n)
-			e.starts = append(e.starts, s.first)
-			e.first = min(e.first, s.first)
+			e.conns = int64(n)
+			e.starts = append(e.starts, first)
+			e.first = min(e.first, first)
 		} else {
 			e = t.track(k, c, origin)
 		}
@@ -191,11 +232,23 @@ func (g *scanGroup) add(c *Conn, origin *Origin) {
 		g.count(1, 0, 0, 1, c.Start, c.End)
 	}
 	g.dest(c.RespH, c.RespP, accepted)
-	if len(g.clients) < MaxList {
-		if s := c.OrigH.String(); !slices.Contains(g.clients, s) {
-			g.clients = append(g.clients, s)
+	g.clients = addClient(g.clients, c.OrigH)
+}
+
+// addClient adds a client's address to a bounded list, stringifying it
+// only when it is new (scans come from one or two clients).
+func addClient(clients []string, a netip.Addr) []string {
+	if len(clients) >= MaxList {
+		return clients
+	}
+	var buf [64]byte
+	b := a.AppendTo(buf[:0])
+	for _, c := range clients {
+		if c == string(b) {
+			return clients
 		}
 	}
+	return append(clients, string(b))
 }
 
 func (g *scanGroup) count(conns, open, rejected, unanswered, first, last int64) {
@@ -251,14 +304,16 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 	e.respBytes += c.RespBytes
 	e.maxDur = max(e.maxDur, c.End-c.Start)
 	e.first, e.last = min(e.first, c.Start), max(e.last, c.End)
-	e.states = union(e.states, []string{c.ConnState}, MaxList)
+	if !slices.Contains(e.states, c.ConnState) && len(e.states) < MaxList {
+		e.states = append(e.states, c.ConnState)
+	}
 	if c.Service != "" {
-		e.services = union(e.services, []string{c.Service}, MaxList)
+		if !slices.Contains(e.services, c.Service) && len(e.services) < MaxList {
+			e.services = append(e.services, c.Service)
+		}
 		e.named = true
 	}
-	if len(e.clients) < MaxList {
-		e.clients = union(e.clients, []string{c.OrigH.String()}, MaxList)
-	}
+	e.clients = addClient(e.clients, c.OrigH)
 	if len(e.starts) >= 2*MaxStarts {
 		slices.Sort(e.starts)
 		e.starts = e.starts[:copy(e.starts, e.starts[len(e.starts)-MaxStarts:])]
@@ -322,10 +377,10 @@ func (t *Dests) fold(k epKey, e *endpointStat) {
 	if h := t.hosts[hostKey{k.addr, k.proto}]; h != nil {
 		h.tracked--
 	}
-	if len(t.oneShot) >= maxOneShot {
-		clear(t.oneShot)
+	if t.oneShot == nil {
+		t.oneShot = make(oneShots, maxOneShot)
 	}
-	t.oneShot[k] = oneShot{first: e.first, n: int32(e.conns)}
+	t.oneShot.remember(k, e.first, int32(e.conns))
 }
 
 // shed keeps the tracked endpoints bounded: first it folds scanned ones
@@ -406,7 +461,7 @@ func (t *Dests) Flush() {
 	clear(t.eps)
 	clear(t.groups)
 	clear(t.hosts)
-	clear(t.oneShot)
+	t.oneShot = nil
 }
 
 func compareStr(a, b string) int {

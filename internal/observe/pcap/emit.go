@@ -76,7 +76,6 @@ func (d *Decoder) emitFlow(f *flow) {
 	case f.dnsSeen:
 		service = "dns"
 	}
-	ohs, rhs := d.addrString(f.origAddr(), v6), d.addrString(f.respAddr(), v6)
 	d.conn = observe.Conn{Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
@@ -85,6 +84,7 @@ func (d *Decoder) emitFlow(f *flow) {
 	origin := d.cfg.Origin
 	start, last := tsTime(f.start), tsTime(f.last)
 	if proto == "icmp" {
+		ohs, rhs := d.addrString(f.origAddr(), v6), d.addrString(f.respAddr(), v6)
 		value := ohs + ">" + rhs + " " + strconv.Itoa(int(f.icmpType)) + "/" + strconv.Itoa(int(f.icmpCode))
 		ic := origin.New(records.ObsICMP, value, start, f.firstPkt, 0)
 		ic.LastSeen = last
