@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
 )
@@ -19,6 +20,8 @@ type parseCmd struct {
 	NoStore  bool     `name:"no-store" help:"Only print the observables; do not write them to the state."`
 	MaxFlows int      `name:"max-flows" default:"131072" help:"Connections tracked at once (about 450 bytes each); beyond it the least recently active one is ended early."`
 	MaxHeld  int      `name:"max-held" default:"16384" help:"Distinct observables held for deduplication; beyond it the least recently updated half is written out early."`
+	MinFree        diskspace.Size `name:"min-free" default:"1G" placeholder:"SIZE" help:"Stop (exit 75) before less than SIZE (default ${default}) is free on the state's file system; 0 and --min-free-percent 0: never."`
+	MinFreePercent float64        `name:"min-free-percent" default:"2" placeholder:"P" help:"... or less than P percent of it (default ${default}; the larger bound wins)."`
 }
 
 func (c *parseCmd) Run(env *cli.Env) error {
@@ -34,6 +37,7 @@ func (c *parseCmd) Run(env *cli.Env) error {
 	return parse.Run(env, parse.Request{
 		Inputs: c.Inputs, FromStdin: fromStdin, Lease: c.Lease, Cycle: c.Cycle,
 		Merge: c.Merge, NoStore: c.NoStore, MaxFlows: c.MaxFlows, MaxHeld: c.MaxHeld,
+		MinFree: diskspace.Threshold{Bytes: int64(c.MinFree), Percent: c.MinFreePercent},
 	})
 }
 

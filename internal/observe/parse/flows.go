@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -26,13 +27,13 @@ type flowLog struct {
 	w    *flowlog.Writer
 }
 
-func newFlowLog(st *state.Store, in input) (*flowLog, error) {
+func newFlowLog(st *state.Store, in input, guard *diskspace.Guard) (*flowLog, error) {
 	b, err := st.CreateBlob()
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(inputKey(in)))
-	w, err := flowlog.NewWriter(b, strconv.FormatUint(binary.BigEndian.Uint64(sum[:])>>24, 36))
+	w, err := flowlog.NewWriter(guarded{b, guard}, strconv.FormatUint(binary.BigEndian.Uint64(sum[:])>>24, 36))
 	if err != nil {
 		b.Abort()
 		return nil, err
@@ -48,6 +49,20 @@ func inputKey(in input) string {
 }
 
 func (f *flowLog) abort() { f.blob.Abort() }
+
+// guarded stops a flow log when the state's file system runs low.
+type guarded struct {
+	w     io.Writer
+	guard *diskspace.Guard
+}
+
+func (g guarded) Write(p []byte) (int, error) {
+	n, err := g.w.Write(p)
+	if err == nil && g.guard != nil {
+		err = g.guard.Wrote(int64(n), minReserve)
+	}
+	return n, err
+}
 
 // commitFlowLog publishes an input's flow log and records it as an
 // artifact, even when parsing stopped early (parseErr): the connections

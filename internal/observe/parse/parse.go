@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
@@ -47,6 +48,9 @@ type Request struct {
 	NoStore  bool
 	MaxFlows int
 	MaxHeld  int
+	// MinFree is what must stay free on the state's file system: below
+	// it, parsing stops before writing more (exit 75).
+	MinFree diskspace.Threshold
 }
 
 // Formats recognised by content.
@@ -108,6 +112,12 @@ func Run(env *cli.Env, req Request) error {
 		}
 	}
 	out := &output{env: env, st: st, req: req, w: bufio.NewWriterSize(env.Stdout, 256<<10)}
+	if st != nil && !req.NoStore {
+		out.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
+		if _, err := out.guard.Check(reserveFor(inputs)); err != nil {
+			return out.lowSpace(err)
+		}
+	}
 	sets := map[string]*observe.Set{}
 	// One cycle's destinations per lease at a time: inputs come cycle by
 	// cycle, and a scan is one observable per cycle.
@@ -133,6 +143,9 @@ func Run(env *cli.Env, req Request) error {
 			dests[in.lease], destCycle[in.lease] = d, in.cycle
 		}
 		if err := parseOne(env, st, in, req, &inputSink{Set: set, dests: d}, out); err != nil {
+			if errors.Is(err, diskspace.ErrLow) {
+				return out.lowSpace(err)
+			}
 			msg := in.name
 			if in.where != "" {
 				msg = in.where + ": " + in.name
@@ -140,6 +153,11 @@ func Run(env *cli.Env, req Request) error {
 			err = fmt.Errorf("%s: %w", msg, err)
 			env.Warnf("%v", err)
 			batch.Add(err)
+		}
+	}
+	if out.guard != nil {
+		if _, err := out.guard.Check(minReserve); err != nil {
+			return out.lowSpace(err)
 		}
 	}
 	leases := slices.Sorted(maps.Keys(sets))
@@ -248,16 +266,22 @@ type inputSink struct {
 	origin observe.Origin
 	flows  *flowlog.Writer
 	err    error
+	stop   context.CancelCauseFunc
 }
 
 func (s *inputSink) Conn(c *observe.Conn) {
 	s.dests.Conn(c, &s.origin)
 	if s.flows != nil && s.err == nil {
-		s.err = s.flows.Write(c)
+		if s.err = s.flows.Write(c); s.err != nil {
+			s.stop(s.err) // the decoder stops at its next check
+		}
 	}
 }
 
 func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputSink, out *output) (err error) {
+	ctx, stop := context.WithCancelCause(env.Ctx)
+	defer stop(nil)
+	sink.stop = stop
 	var f *os.File
 	if in.blob != "" {
 		f, err = st.OpenBlob(in.blob)
@@ -292,7 +316,7 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 	origin := observe.Origin{Artifact: in.artifact, Cycle: in.cycle, Input: in.name, Source: format}
 	sink.origin = origin
 	if !req.NoStore {
-		fl, ferr := newFlowLog(st, in)
+		fl, ferr := newFlowLog(st, in, out.guard)
 		if ferr != nil {
 			return cli.Failure(ferr)
 		}
@@ -300,7 +324,10 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 		sink.flows = fl.w
 		defer func() {
 			if sink.err != nil {
-				err = cli.Failure(fmt.Errorf("flow log: %w", sink.err))
+				err = fmt.Errorf("flow log: %w", sink.err)
+				if !errors.Is(sink.err, diskspace.ErrLow) {
+					err = cli.Failure(err)
+				}
 				return
 			}
 			if cerr := out.commitFlowLog(fl, in, err); cerr != nil {
@@ -311,12 +338,12 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 	env.Log.Debug("parsing", "input", in.name, "format", format)
 	switch format {
 	case FormatPcap:
-		return parsePcap(env.Ctx, env, br, origin, req, sink)
+		return parsePcap(ctx, env, br, origin, req, sink)
 	case FormatZeek:
-		stats, err := zeek.Read(env.Ctx, br, origin, sink)
+		stats, err := zeek.Read(ctx, br, origin, sink)
 		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
 	default:
-		stats, err := eve.Read(env.Ctx, br, origin, sink)
+		stats, err := eve.Read(ctx, br, origin, sink)
 		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
 	}
 }
@@ -424,11 +451,43 @@ func Detect(br *bufio.Reader) (string, error) {
 
 // output stores and prints deduplicated observables.
 type output struct {
-	env *cli.Env
-	st  *state.Store
-	req Request
-	w   *bufio.Writer
-	buf []byte
+	env   *cli.Env
+	st    *state.Store
+	req   Request
+	w     *bufio.Writer
+	buf   []byte
+	guard *diskspace.Guard
+}
+
+// minReserve is what the observables and records of a run need at most
+// beyond the flow logs (the held observables are bounded by --max-held).
+const minReserve = 64 << 20
+
+// reserveFor is what parsing the inputs may write: their flow logs (a
+// tenth of a capture at most) and the observables.
+func reserveFor(inputs []input) int64 {
+	var n int64
+	for _, in := range inputs {
+		if fi, err := os.Stat(in.path); in.path != "" && err == nil {
+			n += fi.Size() / 10
+		}
+	}
+	return n + minReserve
+}
+
+// lowSpace stops the run cleanly when the state's file system runs low:
+// the flow log being written is discarded, nothing else of the unfinished
+// work is stored, an event says why, and the exit code says retry later.
+func (o *output) lowSpace(err error) error {
+	o.w.Flush()
+	now := o.st.Now()
+	ev := &records.Event{Type: "parse.low-space", Subject: o.st.Root(), Detail: err.Error(), At: now}
+	records.Init(ev, records.KindEvent, now)
+	if cerr := o.st.Create(context.WithoutCancel(o.env.Ctx), ev); cerr != nil {
+		err = fmt.Errorf("%w (and the event: %v)", err, cerr)
+	}
+	o.st.Flush()
+	return cli.TempFail(fmt.Errorf("state %s: %w; nothing of the unfinished inputs was stored, run again once there is room", o.st.Root(), err))
 }
 
 // write prints one record as a JSON line: the bytes records.Writer would
