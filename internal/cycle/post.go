@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -106,6 +107,17 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	}
 	sort.Strings(a.Domains)
 	sort.Strings(a.Destinations)
+	arts, err := st.List(records.KindArtifact)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range arts {
+		var art records.Artifact
+		if st.Get(id, &art) == nil && art.Type == flowlog.ArtifactType && art.Cycle == c.ID {
+			a.Connections += art.Conns
+			a.FlowLogs = append(a.FlowLogs, art.ID)
+		}
+	}
 	var ex records.ExecutionSnapshot
 	if c.Execution != "" {
 		if err := st.Get(c.Execution, &ex); err != nil {

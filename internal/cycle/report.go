@@ -56,6 +56,7 @@ type Summary struct {
 	// The rest comes from the run's analysis, when there is one.
 	Analysis       string            `json:"analysis,omitempty"`
 	Seen           map[string]int    `json:"seen,omitempty"`
+	Connections    int64             `json:"connections"`
 	Names          []string          `json:"names,omitempty"`
 	Promoted       []Promoted        `json:"promoted,omitempty"`
 	Refused        []records.Refusal `json:"refused,omitempty"`
@@ -107,7 +108,7 @@ func Summarise(st *state.Store, id string) (*Summary, error) {
 	if err := st.Get(c.Analysis, &a); err != nil {
 		return nil, err
 	}
-	r.Analysis, r.Seen, r.Names, r.Refused = a.ID, a.Observables, a.Domains, a.Refused
+	r.Analysis, r.Seen, r.Names, r.Refused, r.Connections = a.ID, a.Observables, a.Domains, a.Refused, a.Connections
 	r.Classification, r.Recommendation, r.Reasons = a.Classification, a.Recommendation, a.Reasons
 	reasons := entryReasons(st, a.Revision)
 	for _, k := range a.Promoted {
@@ -151,7 +152,7 @@ func (r *Summary) Text(w io.Writer) {
 	for _, k := range sortedKeysInt(r.Seen) {
 		counts = append(counts, fmt.Sprintf("%d %s", r.Seen[k], k))
 	}
-	p("  seen: %s", orNone(strings.Join(counts, ", ")))
+	p("  seen: %s; %d connections in the flow log", orNone(strings.Join(counts, ", ")), r.Connections)
 	if len(r.Names) > 0 {
 		p("  names: %s", strings.Join(r.Names, ", "))
 	}

@@ -152,6 +152,10 @@ type RunAnalysis struct {
 	Observables  map[string]int `json:"observables"`
 	Domains      []string       `json:"domains,omitempty"`
 	Destinations []string       `json:"destinations,omitempty"`
+	// Connections are the connections of the cycle's flow logs, FlowLogs
+	// those artifacts.
+	Connections int64    `json:"connections"`
+	FlowLogs    []string `json:"flow_logs,omitempty"`
 	// Revision is the allow-list revision post-processing wrote (if any),
 	// Promoted what it added and Refused what it would not allow.
 	Revision string    `json:"revision,omitempty"`
