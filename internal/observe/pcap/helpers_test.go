@@ -24,34 +24,16 @@ var (
 
 func ap(a netip.Addr, p uint16) netip.AddrPort { return netip.AddrPortFrom(a, p) }
 
-// result is what one capture produced, by "type value".
+// result is what one capture produced: the observables by "type value"
+// (and each 5-tuple's connections as a "flow"), and the decoder's counts.
 type result struct {
-	obs   map[string]*records.Observable
+	*observetest.Sink
 	stats Stats
 }
 
-func (r result) get(t *testing.T, typ, value string) *records.Observable {
-	t.Helper()
-	o := r.obs[typ+" "+value]
-	if o == nil {
-		var keys []string
-		for k := range r.obs {
-			keys = append(keys, k)
-		}
-		t.Fatalf("no %s observable %q; have %q", typ, value, keys)
-	}
-	return o
-}
+func (r result) get(t *testing.T, typ, value string) *records.Observable { return r.Get(t, typ, value) }
 
-func (r result) count(typ string) int {
-	n := 0
-	for _, o := range r.obs {
-		if o.Type == typ {
-			n++
-		}
-	}
-	return n
-}
+func (r result) count(typ string) int { return r.Count(typ) }
 
 // capture writes a capture with build and returns its bytes.
 func capture(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) []byte {
@@ -94,7 +76,7 @@ func decode(t testing.TB, data []byte, maxFlows int) result {
 	}
 	d.Finish()
 	sink.Finish(t)
-	return result{obs: sink.Obs, stats: d.Stats}
+	return result{Sink: sink, stats: d.Stats}
 }
 
 func run(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) result {

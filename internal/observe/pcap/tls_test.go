@@ -79,7 +79,7 @@ func TestReorderedHeads(t *testing.T) {
 		t.Errorf("%+v", tl)
 	}
 	r.get(t, "http", "GET http://late.example/retransmitted")
-	if _, ok := r.obs["http GET http://never.example/"]; ok {
+	if _, ok := r.Obs["http GET http://never.example/"]; ok {
 		t.Error("read past a gap")
 	}
 	if f := r.get(t, "flow", FlowValue("tcp", client, 50102, server, 80)).Flow; f.OrigBytes != int64(100+len(pcapgen.HTTPGet("never.example", "/", "ua"))) {
