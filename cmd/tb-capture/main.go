@@ -9,6 +9,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 )
 
@@ -85,12 +86,36 @@ type startCmd struct {
 	Sensors     []string      `name:"sensor" help:"External sensor to run beside the capture (tcpdump, zeek, suricata)."`
 	Spool       string        `name:"spool" type:"path" help:"Directory for files being written (default: in the state directory)."`
 	NoRules     bool          `name:"no-rules" help:"Capture only; apply no containment rules."`
+	retentionFlags
+	MinFree        diskspace.Size `name:"min-free" default:"1G" placeholder:"SIZE" help:"Stop the capture (the daemon exits 75) before less than SIZE (default ${default}) is free on the state's or the spool's file system; 0 and --min-free-percent 0: never."`
+	MinFreePercent float64        `name:"min-free-percent" default:"2" placeholder:"P" help:"... or less than P percent of it (default ${default}; the larger bound wins)."`
+}
+
+type retentionFlags struct {
+	KeepDays  float64        `name:"keep-days" placeholder:"N" help:"Prune the lease's pcaps and flow logs older than N days."`
+	KeepBytes diskspace.Size `name:"keep-bytes" placeholder:"SIZE" help:"Prune the lease's oldest pcaps and flow logs beyond SIZE (e.g. 20G)."`
+}
+
+func (f retentionFlags) retention() capture.Retention {
+	return capture.Retention{KeepDays: f.KeepDays, KeepBytes: int64(f.KeepBytes)}
 }
 
 func (c *startCmd) Run(env *cli.Env) error {
 	return capture.StartCmd(env, capture.StartRequest{Lease: c.Lease, Plan: c.Plan, Cycle: c.Cycle, Lab: c.Lab,
 		Iface: c.Iface, IP: c.IP, NetNS: c.NetNS, Snaplen: c.Snaplen, Filter: c.Filter, BPF: c.BPF,
-		RotateSize: c.RotateSize, RotateEvery: c.RotateEvery, Sensors: c.Sensors, Spool: c.Spool, NoRules: c.NoRules})
+		RotateSize: c.RotateSize, RotateEvery: c.RotateEvery, Sensors: c.Sensors, Spool: c.Spool, NoRules: c.NoRules,
+		Retention: c.retention(), MinFree: diskspace.Threshold{Bytes: int64(c.MinFree), Percent: c.MinFreePercent}})
+}
+
+type pruneCmd struct {
+	Lease   string `name:"lease" xor:"which" required:"" help:"Prune the lease's artifacts, of all its captures."`
+	Capture string `name:"capture" xor:"which" required:"" help:"Prune a capture's artifacts (a capture without a lease)."`
+	retentionFlags
+	DryRun bool `name:"dry-run" short:"n" help:"Only print what would be pruned."`
+}
+
+func (c *pruneCmd) Run(env *cli.Env) error {
+	return capture.PruneCmd(env, c.Capture, c.Lease, c.retention(), c.DryRun)
 }
 
 type which struct {
@@ -150,6 +175,7 @@ type tbCapture struct {
 	Start     startCmd     `cmd:"" help:"Apply a lease's rules and start capture on its tap."`
 	Rotate    rotateCmd    `cmd:"" help:"Close the current capture file and register it as an artifact."`
 	Stop      stopCmd      `cmd:"" help:"Stop capture (registering the last file) and remove the lease's rules."`
+	Prune     pruneCmd     `cmd:"" help:"Delete a lease's oldest pcaps and flow logs beyond a retention (records stay, marked pruned_at)."`
 	Allow     allowCmd     `cmd:"" help:"Add or delete elements of a lease's live allow set, in one batch."`
 	Reconcile reconcileCmd `cmd:"" help:"Remove rules, sensors and captures whose lease is gone."`
 	Status    statusCmd    `cmd:"" help:"What is applied per lease, with counters."`
@@ -188,7 +214,14 @@ func tool() cli.Tool {
 				"tb-capture net dns-allow raw.githubusercontent.com",
 				"tb-capture net dns-allow    # none: clears the list",
 			},
-			"start":  {"tb-capture start --lease lease_01JD... --rotate-every 1h"},
+			"start": {
+				"tb-capture start --lease lease_01JD... --rotate-every 1h",
+				"tb-capture start --lease lease_01JD... --rotate-every 1h --keep-days 3 --keep-bytes 20G --min-free 5G",
+			},
+			"prune": {
+				"tb-capture prune --lease lease_01JD... --keep-bytes 20G --dry-run",
+				"tb-capture prune --lease lease_01JD...    # the capture's own retention",
+			},
 			"rotate": {"tb-capture rotate --lease lease_01JD... --cycle cycle_01JD..."},
 			"stop":   {"tb-capture stop --lease lease_01JD..."},
 			"allow": {

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
@@ -51,6 +53,10 @@ func TestScripts(t *testing.T) {
 			"killdaemon": killdaemon,
 			"nsexists":   nsexists,
 			"kinds":      clitest.Kinds,
+			"status":     clitest.Cmds()["status"],
+			"mounttmpfs": mounttmpfs,
+			"fillto":     fillto,
+			"waitstate":  waitstate,
 		},
 	})
 }
@@ -200,6 +206,55 @@ func killdaemon(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("daemon %d still answers", c.PID)
 		}
 		time.Sleep(10 * time.Millisecond) // no event for another process's death
+	}
+}
+
+// mounttmpfs DIR SIZE: a tmpfs of SIZE (e.g. 64m) on DIR, unmounted at
+// the end of the script (after what later commands deferred).
+func mounttmpfs(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: mounttmpfs DIR SIZE")
+	}
+	dir := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(dir, 0o750))
+	ts.Check(unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+args[1]))
+	ts.Defer(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+}
+
+// fillto DIR SIZE: a file in DIR takes the space until SIZE is left free.
+func fillto(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: fillto DIR SIZE")
+	}
+	dir := ts.MkAbs(args[0])
+	want, err := diskspace.ParseSize(args[1])
+	ts.Check(err)
+	f, err := diskspace.Check(dir)
+	ts.Check(err)
+	if f.Avail <= int64(want) {
+		ts.Fatalf("%s: only %d bytes free", dir, f.Avail)
+	}
+	ts.Check(os.WriteFile(filepath.Join(dir, "filler"), make([]byte, f.Avail-int64(want)), 0o600))
+}
+
+// waitstate LEASE STATE: wait until the lease's capture is in STATE.
+func waitstate(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitstate LEASE STATE")
+	}
+	st, err := state.Open(context.Background(), ts.Getenv("TB_STATE"))
+	ts.Check(err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := capture.Find(st, "", args[0])
+		ts.Check(err)
+		if c.State == args[1] {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("capture %s is %s, not %s", c.ID, c.State, args[1])
+		}
+		time.Sleep(50 * time.Millisecond) // no event for another process's record change
 	}
 }
 

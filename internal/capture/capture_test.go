@@ -82,13 +82,24 @@ type running struct {
 
 func startDaemon(t *testing.T, l *link, spool, filter string, sensors ...capture.Sensor) *running {
 	t.Helper()
-	ctx := context.Background()
-	st, err := state.Open(ctx, t.TempDir())
+	st, err := state.Open(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startDaemonIn(t, st, l, spool, filter, nil, sensors...)
+}
+
+// startDaemonIn starts a capture daemon in st; set, if not nil, completes
+// the capture record (retention, free-space threshold).
+func startDaemonIn(t *testing.T, st *state.Store, l *link, spool, filter string, set func(*records.Capture), sensors ...capture.Sensor) *running {
+	t.Helper()
+	ctx := context.Background()
+	var err error
 	rec := &records.Capture{Iface: l.tap, NetNS: netns.Path(l.host), Snaplen: 65535, Spool: spool, State: capture.StateStarting,
 		Cycle: records.NewID("cycle", time.Now()), Clock: capture.ClockNow(), Filter: filter}
+	if set != nil {
+		set(rec)
+	}
 	var prog []unix.SockFilter
 	if filter != "" {
 		if prog, err = capture.CompileFilter(ctx, filter, rec.Snaplen); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -27,6 +28,8 @@ func exitErr(err error) error {
 	var me *netlab.MissingError
 	var ce *netlab.ConfigChangedError
 	switch {
+	case errors.Is(err, diskspace.ErrLow):
+		return cli.TempFail(err)
 	case errors.As(err, &ce):
 		return cli.Usage(err)
 	case errors.As(err, &ie), errors.As(err, &inv):
@@ -298,11 +301,49 @@ func StatusCmd(env *cli.Env, lab string) error {
 	return w.Flush()
 }
 
-// DaemonCmd is the hidden "tb-capture daemon ID" that start runs.
+// DaemonCmd is the hidden "tb-capture daemon ID" that start runs; it exits
+// 75 when it stopped for want of disk space.
 func DaemonCmd(env *cli.Env, id string) error {
 	st, err := open(env)
 	if err != nil {
 		return err
 	}
-	return RunDaemon(env.Ctx, st, env.Log, id)
+	return exitErr(RunDaemon(env.Ctx, st, env.Log, id))
+}
+
+// PruneCmd is "tb-capture prune": the artifacts it pruned (or would
+// prune), oldest first. Without --keep-days or --keep-bytes it applies the
+// retention of the lease's (or the capture's) newest capture.
+func PruneCmd(env *cli.Env, captureID, lease string, ret Retention, dryRun bool) error {
+	st, err := open(env)
+	if err != nil {
+		return err
+	}
+	if err := ret.check(); err != nil {
+		return exitErr(err)
+	}
+	if ret.Zero() {
+		c, err := Find(st, captureID, lease)
+		if err != nil {
+			return exitErr(err)
+		}
+		ret = Retention{KeepDays: c.KeepDays, KeepBytes: c.KeepBytes}
+		if ret.Zero() {
+			return cli.Usage(fmt.Errorf("capture %s has no retention: give --keep-days or --keep-bytes", c.ID))
+		}
+	}
+	res, err := Prune(env.Ctx, st, env.Log, PruneRequest{Lease: lease, Capture: captureID, Retention: ret, DryRun: dryRun})
+	w := records.NewWriter(env.Stdout)
+	if res != nil {
+		for i := range res.Pruned {
+			if werr := w.Write(&res.Pruned[i]); werr != nil {
+				return werr
+			}
+		}
+	}
+	// What was pruned is printed even when a later deletion failed.
+	if werr := w.Flush(); werr != nil {
+		return werr
+	}
+	return exitErr(err)
 }

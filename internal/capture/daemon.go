@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -80,15 +82,30 @@ type Daemon struct {
 	// unwritten counts packets the kernel accepted that a drain gave up
 	// waiting for.
 	unwritten uint64
+	// guards watch the state's file system (and the spool's, when it is
+	// another); d.mu is held to use them.
+	guards []*diskspace.Guard
+	// prune wakes the retention goroutine after a rotation (nil without
+	// retention); pruning is done by pruneWG's goroutine.
+	prune   chan struct{}
+	pruneWG sync.WaitGroup
 }
 
 // Serve runs the capture until a stop request, ctx's end, or a fatal
-// error (a full disk stops it cleanly).
+// error. A full disk stops it cleanly; so does a file system running low
+// (below the capture's min_free), before it is full, with an event and an
+// error matching diskspace.ErrLow.
 func (d *Daemon) Serve(ctx context.Context) error {
 	if err := d.St.Get(d.ID, &d.rec); err != nil {
 		return err
 	}
 	var err error
+	if d.guards, err = spaceGuards(d.St, d.rec.Spool, d.threshold()); err != nil {
+		return d.fail(ctx, err)
+	}
+	if err := d.checkSpace(); err != nil {
+		return d.fail(ctx, err)
+	}
 	d.w, err = NewWriter(d.rec.Spool, "capture", d.rec.Snaplen, d.rec.RotateSize, d.rec.RotateEvery.D())
 	if err != nil {
 		return d.fail(ctx, err)
@@ -103,7 +120,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	defer ln.Close()
 
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	defer func() {
+		cancel()
+		d.pruneWG.Wait()
+	}()
+	d.startRetention(ctx)
 	d.startSensors(ctx)
 	if err := d.update(ctx, func(c *records.Capture) { c.State, c.PID = StateRunning, os.Getpid() }); err != nil {
 		return err
@@ -127,25 +148,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	for {
 		select {
 		case err := <-capErr:
-			// The source stopped by itself: a full disk, or an error.
-			reason, state := "stop", StateStopped
-			if errors.Is(err, ErrDiskFull) {
-				reason = "disk-full"
-			} else if err != nil && ctx.Err() == nil {
-				reason, state = "error", StateFailed
+			// The source stopped by itself: a full disk, low space, or an error.
+			if ctx.Err() != nil {
+				err = nil
 			}
-			_, ferr := d.finish(context.WithoutCancel(ctx), reason, false)
-			d.stopSensors(context.WithoutCancel(ctx))
-			d.collectSensors(context.WithoutCancel(ctx))
-			msg := ""
-			if err != nil && ctx.Err() == nil {
-				msg = err.Error()
-			}
-			return errors.Join(ferr, d.update(context.WithoutCancel(ctx), func(c *records.Capture) {
-				c.State, c.Error = state, msg
-				now := d.St.Now()
-				c.StoppedAt = &now
-			}))
+			return d.end(ctx, err)
 		case c, ok := <-reqs:
 			if !ok {
 				return errors.New("control socket closed")
@@ -155,15 +162,23 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			}
 		case <-tick.C:
 			d.mu.Lock()
+			// Other processes write to the file system too: read it on
+			// every tick, not only when this capture has written.
+			low := d.checkSpace()
 			var err error
-			if d.w.Due(time.Now()) {
+			if low == nil && d.w.Due(time.Now()) {
 				_, err = d.rotateLocked(ctx, "time", true)
-			} else {
+			} else if low == nil {
 				err = d.w.Flush()
 			}
 			d.mu.Unlock()
 			if err != nil {
 				d.Log.Error("capture write", "err", err)
+			}
+			if low != nil {
+				cancel()
+				<-capErr
+				return d.end(ctx, low)
 			}
 		case <-ctx.Done():
 			// Killed (SIGTERM): finish like a stop request.
@@ -193,7 +208,184 @@ func (d *Daemon) packet(ts time.Time, data []byte, origLen int) error {
 	if errors.Is(err, ErrDiskFull) {
 		return ErrDiskFull
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// A pcap record is the packet and a 16-byte header.
+	return d.wroteLocked(int64(min(len(data), d.rec.Snaplen)) + 16)
+}
+
+// end finishes a capture whose source stopped by itself (err nil when it
+// was told to stop): the last file is closed and registered, the sensors
+// stopped and collected, and the capture marked stopped, or failed on an
+// error. On low space it stores a capture.low-space event and returns the
+// *diskspace.LowError, so that the daemon exits 75.
+func (d *Daemon) end(ctx context.Context, err error) error {
+	bg := context.WithoutCancel(ctx)
+	reason, state := "stop", StateStopped
+	var low *diskspace.LowError
+	switch {
+	case errors.As(err, &low):
+		reason = "low-space"
+	case errors.Is(err, ErrDiskFull):
+		reason = "disk-full"
+	case err != nil:
+		reason, state = "error", StateFailed
+	}
+	_, ferr := d.finish(bg, reason, false)
+	d.stopSensors(bg)
+	d.collectSensors(bg)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if low != nil {
+		msg = "stopped before the disk is full: " + low.Error()
+		d.Log.Error("capture stopped: low on disk space", "capture", d.ID, "err", low)
+		ferr = errors.Join(ferr, d.event(bg, "capture.low-space", msg))
+	}
+	uerr := d.update(bg, func(c *records.Capture) {
+		c.State, c.Error = state, msg
+		now := d.St.Now()
+		c.StoppedAt = &now
+	})
+	if low != nil {
+		return errors.Join(fmt.Errorf("capture %s: %w", d.ID, low), ferr, uerr)
+	}
+	return errors.Join(ferr, uerr)
+}
+
+// event stores an event about this capture, for its cycle ("tb-run watch"
+// shows it with the cycle's).
+func (d *Daemon) event(ctx context.Context, typ, detail string) error {
+	now := d.St.Now()
+	d.mu.Lock()
+	cycle := d.rec.Cycle
+	d.mu.Unlock()
+	e := &records.Event{Type: typ, Subject: d.ID, Cycle: cycle, Detail: detail, At: now}
+	records.Init(e, records.KindEvent, now)
+	return d.St.Create(ctx, e)
+}
+
+func (d *Daemon) threshold() diskspace.Threshold {
+	return diskspace.Threshold{Bytes: d.rec.MinFree, Percent: d.rec.MinFreePercent}
+}
+
+// checkSpace reads the file systems now and returns a *LowError when one
+// is low; d.mu is held (or the capture is not running yet). The state's
+// must keep room for the open file's copy into the blob store.
+func (d *Daemon) checkSpace() error {
+	for i, g := range d.guards {
+		if _, err := g.Check(d.reserve(i)); d.lowSpace(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// wroteLocked accounts n bytes written to the open file.
+func (d *Daemon) wroteLocked(n int64) error {
+	for i, g := range d.guards {
+		if err := g.Wrote(n, d.reserve(i)); d.lowSpace(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// lowSpace reports whether err is low space; a file system that cannot be
+// read (statfs failing) does not stop the capture, the writes would tell.
+func (d *Daemon) lowSpace(err error) bool {
+	if err != nil && !errors.Is(err, diskspace.ErrLow) {
+		d.Log.Warn("capture: reading free space", "capture", d.ID, "err", err)
+	}
+	return errors.Is(err, diskspace.ErrLow)
+}
+
+// reserve is what guard i must keep room for besides its threshold: the
+// buffer, which is not on disk yet, and, on the state's file system (guard
+// 0), a copy of the whole file when it is registered. Guard 1 is the
+// spool's, another file system.
+func (d *Daemon) reserve(i int) int64 {
+	if d.w == nil {
+		return 0
+	}
+	if i == 0 {
+		return d.w.Size() + d.w.Buffered()
+	}
+	return d.w.Buffered()
+}
+
+// spaceGuards returns the free-space guards of a capture: the state's file
+// system first, then the spool's if it is another.
+func spaceGuards(st *state.Store, spool string, min diskspace.Threshold) ([]*diskspace.Guard, error) {
+	if min.Zero() {
+		return nil, nil
+	}
+	gs := []*diskspace.Guard{{Path: st.Root(), Min: min}}
+	sp := existingDir(spool)
+	var a, b unix.Stat_t
+	if err := unix.Stat(st.Root(), &a); err != nil {
+		return nil, fmt.Errorf("state directory %s: %w", st.Root(), err)
+	}
+	if err := unix.Stat(sp, &b); err != nil {
+		return nil, fmt.Errorf("spool %s: %w", sp, err)
+	}
+	if a.Dev != b.Dev {
+		gs = append(gs, &diskspace.Guard{Path: sp, Min: min})
+	}
+	return gs, nil
+}
+
+// existingDir is dir or its nearest existing parent.
+func existingDir(dir string) string {
+	for {
+		if _, err := os.Stat(dir); err == nil || dir == filepath.Dir(dir) {
+			return dir
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// startRetention starts the goroutine that prunes the lease's pcaps and
+// flow logs after each rotation (and once now, which also finishes what a
+// crash interrupted), off the packet path.
+func (d *Daemon) startRetention(ctx context.Context) {
+	ret := Retention{KeepDays: d.rec.KeepDays, KeepBytes: d.rec.KeepBytes}
+	if ret.Zero() {
+		return
+	}
+	req := PruneRequest{Lease: d.rec.Lease, Retention: ret}
+	if req.Lease == "" {
+		req.Capture = d.ID
+	}
+	d.prune = make(chan struct{}, 1)
+	d.prune <- struct{}{}
+	d.pruneWG.Add(1)
+	go func() {
+		defer d.pruneWG.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.prune:
+			}
+			if _, err := Prune(ctx, d.St, d.Log, req); err != nil && ctx.Err() == nil {
+				d.Log.Error("capture retention", "capture", d.ID, "err", err)
+			}
+		}
+	}()
+}
+
+// kickPrune asks for a retention pass without waiting for it.
+func (d *Daemon) kickPrune() {
+	if d.prune == nil {
+		return
+	}
+	select {
+	case d.prune <- struct{}{}:
+	default: // one is already pending
+	}
 }
 
 // handle answers one control request; it reports whether the daemon is done.
@@ -342,7 +534,7 @@ func (d *Daemon) rotateLocked(ctx context.Context, reason string, reopen bool) (
 func (d *Daemon) registerLocked(ctx context.Context, reason string) func(File) error {
 	return func(f File) error {
 		d.readStatsLocked()
-		if f.Packets == 0 && f.Reason == "stop" && d.drops == 0 {
+		if f.Packets == 0 && (f.Reason == "stop" || f.Reason == "low-space") && d.drops == 0 {
 			// Nothing since the last rotate: no empty artifact.
 			return os.Remove(f.Path)
 		}
@@ -362,8 +554,15 @@ func (d *Daemon) registerLocked(ctx context.Context, reason string) func(File) e
 		if err != nil {
 			return err
 		}
+		defer fh.Close()
+		// Held until the record exists, so that a prune of the same
+		// content cannot delete the blob in between.
+		unlock, err := d.St.LockBlob(ctx, f.SHA256)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		blob, err := d.St.PutBlobKnown(ctx, f.SHA256, fh)
-		fh.Close()
 		if err != nil {
 			// The state's disk is full too: keep the file where it is.
 			a.URI = "file://" + f.Path
@@ -378,12 +577,37 @@ func (d *Daemon) registerLocked(ctx context.Context, reason string) func(File) e
 			os.Remove(f.Path) // stored as a blob
 		}
 		d.drops = 0
+		d.kickPrune()
 		return d.updateLocked(ctx, func(c *records.Capture) {
 			c.Artifacts = append(c.Artifacts, a.ID)
 			c.Files++
 			c.Packets += f.Packets
 			c.Drops += a.Drops
 		})
+	}
+}
+
+// storeBlob stores f's content and returns it with the blob's lock held,
+// for the caller to create the record that refers to it before unlocking.
+// A prune may delete the content between PutBlob and the lock; it is then
+// stored again.
+func storeBlob(ctx context.Context, st *state.Store, f io.ReadSeeker) (state.Blob, func(), error) {
+	for {
+		blob, err := st.PutBlob(ctx, f)
+		if err != nil {
+			return blob, nil, err
+		}
+		unlock, err := st.LockBlob(ctx, blob.SHA256)
+		if err != nil {
+			return blob, nil, err
+		}
+		if st.HasBlob(blob.SHA256) {
+			return blob, unlock, nil
+		}
+		unlock()
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return blob, nil, err
+		}
 	}
 }
 
@@ -496,11 +720,16 @@ func (d *Daemon) collectSensors(ctx context.Context) []string {
 			continue
 		}
 		for _, p := range files {
+			if err := d.roomFor(p); err != nil {
+				// Copying it could fill the disk: it stays in the spool.
+				d.Log.Error("not registering sensor output", "file", p, "err", err)
+				continue
+			}
 			fh, err := os.Open(p)
 			if err != nil {
 				continue
 			}
-			blob, err := d.St.PutBlob(ctx, fh)
+			blob, unlock, err := storeBlob(ctx, d.St, fh)
 			fh.Close()
 			if err != nil {
 				d.Log.Error("registering sensor output", "file", p, "err", err)
@@ -510,13 +739,32 @@ func (d *Daemon) collectSensors(ctx context.Context) []string {
 				Sensor: s.Name(), URI: blob.URI(), SHA256: blob.SHA256, Size: blob.Size, ParserStatus: "pending",
 				ContentType: contentType(p), Iface: d.rec.Iface, Metadata: map[string]any{"file": filepath.Base(p)}}
 			records.Init(a, records.KindArtifact, d.St.Now())
-			if err := d.St.Create(ctx, a); err == nil {
+			err = d.St.Create(ctx, a)
+			unlock()
+			if err == nil {
 				ids = append(ids, a.ID)
 				d.update(ctx, func(c *records.Capture) { c.Artifacts = append(c.Artifacts, a.ID) })
 			}
 		}
 	}
 	return ids
+}
+
+// roomFor checks that the state's file system takes a copy of file p.
+func (d *Daemon) roomFor(p string) error {
+	if len(d.guards) == 0 {
+		return nil
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err = d.guards[0].Check(fi.Size()); d.lowSpace(err) {
+		return err
+	}
+	return nil
 }
 
 func contentType(p string) string {

@@ -287,13 +287,15 @@ func recoverFile(ctx context.Context, st *state.Store, c *records.Capture, path 
 	if _, err := f.Seek(0, 0); err != nil {
 		return err
 	}
-	blob, err := st.PutBlob(ctx, f)
+	blob, unlock, err := storeBlob(ctx, st, f)
 	if err != nil {
 		return err
 	}
 	a.URI, a.SHA256, a.Size = blob.URI(), blob.SHA256, blob.Size
 	records.Init(a, records.KindArtifact, st.Now())
-	if err := st.Create(ctx, a); err != nil {
+	err = st.Create(ctx, a)
+	unlock()
+	if err != nil {
 		return err
 	}
 	var u records.Capture

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
@@ -72,6 +73,11 @@ type StartRequest struct {
 	RotateEvery      time.Duration
 	Sensors          []string
 	Spool            string
+	// Retention bounds what the lease keeps of its pcaps and flow logs.
+	Retention
+	// MinFree is what must stay free on the state's (and the spool's) file
+	// system; the zero value never stops the capture.
+	MinFree diskspace.Threshold
 	// NoRules captures without applying containment rules.
 	NoRules bool
 	// Daemon is the command line that runs "tb-capture daemon".
@@ -83,7 +89,8 @@ type StartRequest struct {
 // are removed again if the daemon does not come up.
 func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequest) (*records.Capture, error) {
 	rec := &records.Capture{Lease: req.Lease, Plan: req.Plan, Cycle: req.Cycle, Iface: req.Iface, IP: req.IP,
-		NetNS: req.NetNS, Snaplen: req.Snaplen, RotateSize: req.RotateSize, RotateEvery: records.Duration(req.RotateEvery)}
+		NetNS: req.NetNS, Snaplen: req.Snaplen, RotateSize: req.RotateSize, RotateEvery: records.Duration(req.RotateEvery),
+		KeepDays: req.KeepDays, KeepBytes: req.KeepBytes, MinFree: req.MinFree.Bytes, MinFreePercent: req.MinFree.Percent}
 	if rec.Snaplen <= 0 {
 		rec.Snaplen = 262144
 	}
@@ -135,6 +142,26 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 	for _, name := range req.Sensors {
 		if _, err := Builtin(name); err != nil {
 			return nil, &InputError{err}
+		}
+	}
+	if err := req.Retention.check(); err != nil {
+		return nil, err
+	}
+	if req.MinFree.Bytes < 0 || req.MinFree.Percent < 0 || req.MinFree.Percent >= 100 {
+		return nil, &InputError{errors.New("--min-free must be at least 0 and --min-free-percent from 0 to 100")}
+	}
+	if req.KeepBytes > 0 && req.RotateSize > req.KeepBytes {
+		log.Warn("--keep-bytes is below --rotate-size: each full file is pruned as soon as it is registered",
+			"keep_bytes", req.KeepBytes, "rotate_size", req.RotateSize)
+	}
+	// A capture that would stop at once for want of space does not start.
+	guards, err := spaceGuards(st, cmp.Or(req.Spool, st.Path("capture", "spool")), req.MinFree)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range guards {
+		if _, err := g.Check(0); err != nil {
+			return nil, err
 		}
 	}
 	var rules *firewall.LeaseRules

@@ -231,6 +231,22 @@ func (w *Writer) Open() error {
 	return w.open()
 }
 
+// Size is what the open file will hold once its buffer is written, and
+// Buffered the part not yet written (0 with no file open).
+func (w *Writer) Size() int64 {
+	if w.f == nil {
+		return 0
+	}
+	return w.size + int64(w.buf.Len())
+}
+
+func (w *Writer) Buffered() int64 {
+	if w.f == nil {
+		return 0
+	}
+	return int64(w.buf.Len())
+}
+
 // Flush writes buffered packets to the file.
 func (w *Writer) Flush() error {
 	if w.f == nil {

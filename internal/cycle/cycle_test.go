@@ -464,6 +464,7 @@ func TestMetrics(t *testing.T) {
 		`talkbox_lease_healthy{lease="` + e.lease + `",state="busy",health="healthy"} 1`,
 		`talkbox_allowlist_entries{chain="lease:` + e.lease + `",status="active"} 1`,
 		`talkbox_capture_packets_total 10`, `talkbox_observables 3`,
+		`talkbox_low_space_stops_total{type="parse.low-space"} 0`, `talkbox_state_low_space{path="` + e.st.Root() + `"} 0`,
 	} {
 		if !strings.Contains(string(b), want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, b)

@@ -5,7 +5,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -100,14 +102,22 @@ func WriteMetrics(st *state.Store, path string) error {
 	if err != nil {
 		return err
 	}
-	var parsedBytes, parsedPackets float64
+	var parsedBytes, parsedPackets, flowBytes, flowConns float64
 	for _, id := range aids {
 		var a records.Artifact
-		if st.Get(id, &a) != nil || a.Type == "guest-stdout" || a.Type == "guest-stderr" {
+		if st.Get(id, &a) != nil {
 			continue
 		}
-		parsedBytes += float64(a.Size)
-		parsedPackets += float64(a.Packets)
+		switch a.Type {
+		case "pcap":
+			parsedBytes += float64(a.Size)
+			parsedPackets += float64(a.Packets)
+		case flowlog.ArtifactType:
+			if a.PrunedAt == nil {
+				flowBytes += float64(a.Size)
+			}
+			flowConns += float64(a.Conns)
+		}
 	}
 	oids, err := st.List(records.KindObservable)
 	if err != nil {
@@ -121,6 +131,32 @@ func WriteMetrics(st *state.Store, path string) error {
 	fmt.Fprintf(&b, "talkbox_capture_packets_total %g\n", parsedPackets)
 	metric(&b, "talkbox_observables", "gauge", "Observables in the state.")
 	fmt.Fprintf(&b, "talkbox_observables %d\n", len(oids))
+	metric(&b, "talkbox_flowlog_connections_total", "counter", "Connections written to flow logs.")
+	fmt.Fprintf(&b, "talkbox_flowlog_connections_total %g\n", flowConns)
+	metric(&b, "talkbox_flowlog_bytes", "gauge", "Bytes of the flow logs retention has kept.")
+	fmt.Fprintf(&b, "talkbox_flowlog_bytes %g\n", flowBytes)
+	// The health monitor: the state's free space against the default
+	// bound, and the captures and parses it stopped.
+	if f, err := diskspace.Check(st.Root()); err == nil {
+		if err := diskspace.WriteMetrics(&b, f, diskspace.DefaultThreshold()); err != nil {
+			return err
+		}
+	}
+	eids, err := st.List(records.KindEvent)
+	if err != nil {
+		return err
+	}
+	stops := map[string]int{"capture.low-space": 0, "parse.low-space": 0}
+	for _, id := range eids {
+		var e records.Event
+		if st.Get(id, &e) == nil && strings.HasSuffix(e.Type, ".low-space") {
+			stops[e.Type]++
+		}
+	}
+	metric(&b, "talkbox_low_space_stops_total", "counter", "Captures and parses the health monitor stopped because the state's file system ran low.")
+	for _, k := range sortedKeysInt(stops) {
+		fmt.Fprintf(&b, "talkbox_low_space_stops_total{type=%q} %d\n", k, stops[k])
+	}
 	// Allow-list size: the active entries of each chain's latest revision.
 	rids, err := st.List(records.KindRevision)
 	if err != nil {

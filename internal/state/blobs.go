@@ -134,11 +134,14 @@ func (w *BlobWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Sum is the digest of what was written so far: the blob's, once done.
+func (w *BlobWriter) Sum() string { return hex.EncodeToString(w.h.Sum(nil)) }
+
 // Commit publishes the blob under its digest.
 func (w *BlobWriter) Commit() (Blob, error) {
 	defer w.Abort()
 	s := w.s
-	sum := hex.EncodeToString(w.h.Sum(nil))
+	sum := w.Sum()
 	if s.durability == SyncEachWrite {
 		if err := w.f.Sync(); err != nil {
 			return Blob{}, err

@@ -75,6 +75,13 @@ func (o *output) commitFlowLog(f *flowLog, in input, parseErr error) error {
 	if f.w.Conns() == 0 {
 		return nil
 	}
+	// Under the blob's lock from its publication to its record, so that a
+	// prune (tb-capture) never deletes identical content in between.
+	unlock, err := o.st.LockBlob(o.env.Ctx, f.blob.Sum())
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	blob, err := f.blob.Commit()
 	if err != nil {
 		return err

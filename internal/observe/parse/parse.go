@@ -229,6 +229,9 @@ func fromRecord(rec records.Record, req Request) (input, error) {
 		return s
 	}
 	in := input{artifact: h.ID, cycle: str("cycle"), lease: str("lease"), typ: str("type")}
+	if _, pruned := h.Extra["pruned_at"]; pruned {
+		return in, fmt.Errorf("%s: pruned by retention (its content is gone)", h.ID)
+	}
 	if in.cycle == "" {
 		in.cycle = req.Cycle
 	}
