@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand"
 	"os"
 	"strconv"
@@ -29,7 +30,7 @@ var claimKeys = []string{"k0", "k1", "k2"}
 // and "done …" after each operation.
 func workerChaos() {
 	ctx := context.Background()
-	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(durabilityFromEnv()))
+	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(durabilityFromEnv()), journalLimitFromEnv())
 	if err != nil {
 		fail("open: %v", err)
 	}
@@ -140,6 +141,15 @@ func workerChaos() {
 		}
 	}
 	fail("never killed")
+}
+
+// journalLimitFromEnv is WithJournalLimit(TB_JOURNAL_LIMIT) when it is set.
+func journalLimitFromEnv() Option {
+	n, err := strconv.ParseInt(os.Getenv("TB_JOURNAL_LIMIT"), 10, 64)
+	if err != nil {
+		return func(*Store) {}
+	}
+	return WithJournalLimit(n)
 }
 
 type recState struct {
@@ -271,7 +281,9 @@ func TestCrashRandomKill(t *testing.T) {
 		if round%3 == 2 {
 			selfKill = 15
 		}
-		cmd := workerCmd(t, "chaos", "TB_DIR="+dir, "TB_DURABILITY="+durability,
+		// A small journal limit, so that writes compact the journal often
+		// and kills land in compactions too.
+		cmd := workerCmd(t, "chaos", "TB_DIR="+dir, "TB_DURABILITY="+durability, "TB_JOURNAL_LIMIT=16384",
 			"TB_SEED="+strconv.FormatInt(rng.Int63(), 10), "TB_SEQ="+strconv.Itoa(round*1000000),
 			"TB_SELFKILL_PERMILLE="+strconv.Itoa(selfKill))
 		var stderr bytes.Buffer
@@ -361,7 +373,12 @@ func TestCrashRandomKill(t *testing.T) {
 		model.recs = obs
 		done += len(lines)
 	}
-	t.Logf("%d lines of operations, %d committed in-flight operations, in %v; kill points: %v", done, inFlight, time.Since(start), tally)
+	var gen int64
+	if f, err := os.Open(openT(t, dir).journalPath()); err == nil {
+		gen, _, _ = readHeader(f)
+		f.Close()
+	}
+	t.Logf("%d lines of operations, %d committed in-flight operations, %d journal compactions, in %v; kill points: %v", done, inFlight, gen, time.Since(start), tally)
 }
 
 // ---- deterministic kill points ----
@@ -370,7 +387,7 @@ const crashBlob = "content of the crash test blob"
 
 func workerCrashAt() {
 	ctx := context.Background()
-	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(SyncEachWrite))
+	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(SyncEachWrite), journalLimitFromEnv())
 	if err != nil {
 		fail("open: %v", err)
 	}
@@ -397,6 +414,8 @@ func workerCrashAt() {
 		err = s.Create(ctx, c)
 	case "delete":
 		err = s.Delete(ctx, id)
+	case "compact":
+		_, err = s.Compact(ctx)
 	case "blob":
 		_, err = s.PutBlob(ctx, strings.NewReader(crashBlob))
 	case "claim":
@@ -429,24 +448,38 @@ func TestCrashPoints(t *testing.T) {
 		// open: what must be on disk before recovery for the window to
 		// be the one named.
 		intent, marker, torn bool
+		// limit is the worker's journal limit (0: the default): 1 makes
+		// its write compact the journal. compacted: the journal in place
+		// is the compaction's.
+		limit     int64
+		compacted bool
 	}{
-		{"update", crashPutIntent, want{2, 0}, true, false, false},
-		{"update", crashJournalTorn, want{2, 0}, true, false, true},
-		{"update", crashPutJournaled, want{3, 1}, true, false, false},
-		{"update", crashPutRenamed, want{3, 1}, false, false, false},
-		{"put", crashPutIntent, want{2, 0}, true, false, false},
-		{"put", crashPutJournaled, want{3, 5}, true, false, false},
-		{"create", crashPutIntent, want{0, 0}, true, false, false},
-		{"create", crashJournalTorn, want{0, 0}, true, false, true},
-		{"create", crashPutJournaled, want{1, 0}, true, false, false},
-		{"delete", crashDeleteIntent, want{2, 0}, false, true, false},
-		{"delete", crashJournalTorn, want{2, 0}, false, true, true},
-		{"delete", crashDeleteJournaled, want{0, 0}, false, true, false},
-		{"delete", crashDeleteRemoved, want{0, 0}, false, true, false},
-		{"blob", crashBlobTemp, want{}, false, false, false},
-		{"blob", crashBlobLinked, want{}, false, false, false},
-		{"claim", crashPutJournaled, want{}, true, false, false},
-		{"claim", crashClaimCreated, want{}, false, false, false},
+		{"update", crashPutIntent, want{2, 0}, true, false, false, 0, false},
+		{"update", crashJournalTorn, want{2, 0}, true, false, true, 0, false},
+		{"update", crashPutJournaled, want{3, 1}, true, false, false, 0, false},
+		{"update", crashPutRenamed, want{3, 1}, false, false, false, 0, false},
+		{"put", crashPutIntent, want{2, 0}, true, false, false, 0, false},
+		{"put", crashPutJournaled, want{3, 5}, true, false, false, 0, false},
+		{"create", crashPutIntent, want{0, 0}, true, false, false, 0, false},
+		{"create", crashJournalTorn, want{0, 0}, true, false, true, 0, false},
+		{"create", crashPutJournaled, want{1, 0}, true, false, false, 0, false},
+		{"delete", crashDeleteIntent, want{2, 0}, false, true, false, 0, false},
+		{"delete", crashJournalTorn, want{2, 0}, false, true, true, 0, false},
+		{"delete", crashDeleteJournaled, want{0, 0}, false, true, false, 0, false},
+		{"delete", crashDeleteRemoved, want{0, 0}, false, true, false, 0, false},
+		{"blob", crashBlobTemp, want{}, false, false, false, 0, false},
+		{"blob", crashBlobLinked, want{}, false, false, false, 0, false},
+		{"claim", crashPutJournaled, want{}, true, false, false, 0, false},
+		{"claim", crashClaimCreated, want{}, false, false, false, 0, false},
+		// Compactions: explicit, and started by a write that just committed
+		// (its intent is still there).
+		{"compact", crashCompactWritten, want{2, 0}, false, false, false, 0, false},
+		{"compact", crashCompactRenamed, want{2, 0}, false, false, false, 0, true},
+		{"update", crashCompactWritten, want{3, 1}, true, false, false, 1, false},
+		{"update", crashCompactRenamed, want{3, 1}, true, false, false, 1, true},
+		{"create", crashCompactRenamed, want{1, 0}, true, false, false, 1, true},
+		{"delete", crashCompactWritten, want{0, 0}, false, true, false, 1, false},
+		{"delete", crashCompactRenamed, want{0, 0}, false, true, false, 1, true},
 	}
 	for _, tc := range cases {
 		for _, via := range []string{"open", "writer"} {
@@ -479,6 +512,9 @@ func TestCrashPoints(t *testing.T) {
 					target = records.NewID(kind, s0.Now())
 				}
 				cmd := workerCmd(t, "crashat", "TB_DIR="+dir, "TB_POINT="+tc.point, "TB_OP="+tc.op, "TB_ID="+target)
+				if tc.limit != 0 {
+					cmd.Env = append(cmd.Env, "TB_JOURNAL_LIMIT="+strconv.FormatInt(tc.limit, 10))
+				}
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
 				if err := cmd.Start(); err != nil {
@@ -499,6 +535,10 @@ func TestCrashPoints(t *testing.T) {
 				j := journalBytes(t, s0)
 				if torn := len(j) > 0 && j[len(j)-1] != '\n'; torn != tc.torn {
 					t.Errorf("journal torn = %v, want %v", torn, tc.torn)
+				}
+				first, _, _ := bytes.Cut(j, []byte("\n"))
+				if compacted := bytes.Contains(first, []byte(`"op":"compact"`)); compacted != tc.compacted {
+					t.Errorf("journal compacted = %v, want %v", compacted, tc.compacted)
 				}
 
 				s := s0
@@ -577,6 +617,17 @@ func TestCrashPoints(t *testing.T) {
 				}
 				if want := map[bool]int{true: 1, false: 0}[tc.torn]; stats.Torn != want {
 					t.Errorf("journal has %d torn lines, want %d", stats.Torn, want)
+				}
+				if tc.op == "compact" || tc.limit != 0 {
+					// The next compaction replaces what the killed one left in tmp/.
+					before := recordFiles(t, s)
+					if _, err := s.Compact(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := os.Stat(s.compactTempPath()); !errors.Is(err, fs.ErrNotExist) {
+						t.Errorf("%s left after a compaction: %v", s.compactTempPath(), err)
+					}
+					diffStates(t, "before compacting", before, "after", assertConsistent(t, s))
 				}
 				if t.Failed() {
 					t.Logf("journal:\n%s", journalBytes(t, s))

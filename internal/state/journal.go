@@ -22,10 +22,16 @@ import (
 const (
 	opPut    = "put"
 	opDelete = "delete"
+	// opCompact marks the first line of a compacted journal (journalHeader).
+	opCompact = "compact"
 )
 
 // entry is one line of the journal.
 type entry struct {
+	// Pos is set on the entries a compaction copied: where the entry was
+	// first appended (see position). An entry without it was appended to the
+	// file it is in, at its own offset.
+	Pos    *position       `json:"pos,omitempty"`
 	At     time.Time       `json:"at"`
 	Op     string          `json:"op"`
 	Kind   string          `json:"kind"`
@@ -45,13 +51,60 @@ func (e *entry) valid() bool {
 	return false
 }
 
+// position is where an entry was appended: the generation of the journal
+// file (0 for one never compacted, n for the file the nth compaction wrote)
+// and the entry's byte offset in it. Positions order entries as they were
+// committed, across compactions; a journal follower uses them to return
+// every entry once.
+type position [2]int64
+
+func (p position) less(q position) bool {
+	return p[0] < q[0] || p[0] == q[0] && p[1] < q[1]
+}
+
+// journalHeader is the first line of a journal a compaction wrote.
+type journalHeader struct {
+	At  time.Time `json:"at"`
+	Op  string    `json:"op"`
+	Gen int64     `json:"gen"`
+	// Body is the length of what the compaction wrote after this line; the
+	// file grows by appends from there.
+	Body int64 `json:"body"`
+	// From is the size of the journal the compaction replaced.
+	From int64 `json:"from"`
+}
+
+// readHeader returns a journal file's generation and the size it had when
+// it was written (0 and 0 for a journal never compacted).
+func readHeader(f *os.File) (gen, base int64, err error) {
+	var buf [512]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if err != nil && err != io.EOF {
+		return 0, 0, err
+	}
+	nl := bytes.IndexByte(buf[:n], '\n')
+	if nl < 0 || !bytes.Contains(buf[:nl], []byte(`"op":"compact"`)) {
+		return 0, 0, nil
+	}
+	var h journalHeader
+	if json.Unmarshal(buf[:nl], &h) != nil || h.Op != opCompact {
+		return 0, 0, nil
+	}
+	return h.Gen, int64(nl+1) + h.Body, nil
+}
+
 func (s *Store) journalPath() string { return filepath.Join(s.root, "journal", "journal.jsonl") }
+
+// DefaultJournalLimit is the journal's growth since its last compaction
+// that makes the store compact it (WithJournalLimit).
+const DefaultJournalLimit = 16 << 20
 
 // appendJournal appends one entry as a single write under the journal's
 // flock. If a killed writer left a torn last line, it is closed with a
 // newline first so that this entry starts a line of its own. A write that
 // fails is cut back off, so that an entry whose caller saw an error is not
-// half there.
+// half there. When the journal has outgrown its limit, the same flock then
+// covers its compaction.
 func (s *Store) appendJournal(e *entry) error {
 	// The record is embedded verbatim: json.Marshal would re-escape <, > and
 	// & inside it, and then the journal's copy would no longer be
@@ -68,29 +121,106 @@ func (s *Store) appendJournal(e *entry) error {
 	}
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
-	if s.journal == nil {
-		f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640) // read too: the last byte is checked
-		if err != nil {
-			return err
-		}
-		s.journal = f
-	}
-	f := s.journal
-	// The flock orders appends between processes; journalMu, between this
-	// process's goroutines, which share the descriptor and so the flock.
-	if err := flockRetry(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return err
-	}
-	defer flockRetry(int(f.Fd()), unix.LOCK_UN)
-	st, err := f.Stat()
+	f, size, err := s.lockJournal()
 	if err != nil {
 		return err
 	}
-	size := st.Size()
+	size, err = s.appendLocked(f, size, line)
+	retired := false
+	if err == nil && s.compactDue(size) {
+		// The entry is committed whatever happens to the compaction; a
+		// failed one leaves the journal as it was and is tried again only
+		// after as much growth again, so that a persistent failure (a full
+		// disk) does not make every write rewrite the journal.
+		var cerr error
+		if _, retired, cerr = s.compactLocked(context.Background(), f, size); cerr != nil {
+			s.journalRetryAt = size + max(s.journalLimit, s.journalBase)
+		}
+	}
+	s.unlockJournal(f, retired)
+	return err
+}
+
+// compactDue reports whether a journal of size bytes, of which the last
+// compaction wrote journalBase, should be compacted now: when it has grown
+// by more than the limit and by more than its compacted size, so that the
+// cost of a compaction (its size) is at most about twice the bytes appended
+// since the last one.
+func (s *Store) compactDue(size int64) bool {
+	if s.journalLimit <= 0 || size < s.journalRetryAt {
+		return false
+	}
+	return size-s.journalBase > max(s.journalLimit, s.journalBase)
+}
+
+// lockJournal returns the store's descriptor of the current journal file,
+// flocked, and its size. A compaction in any process replaces the file by
+// rename(2) while it holds the flock of the old one, so a descriptor that no
+// longer names the file at the journal's path, checked under the flock, is
+// stale: appending to it would lose the entry. It is dropped for a new one.
+// The caller holds journalMu.
+func (s *Store) lockJournal() (*os.File, int64, error) {
+	for {
+		if s.journal == nil {
+			f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640) // read too: the last byte is checked
+			if err != nil {
+				return nil, 0, err
+			}
+			s.journal = f
+			s.journalBase, s.journalRetryAt = -1, 0
+		}
+		f := s.journal
+		// The flock orders appends between processes; journalMu, between this
+		// process's goroutines, which share the descriptor and so the flock.
+		if err := flockRetry(int(f.Fd()), unix.LOCK_EX); err != nil {
+			return nil, 0, err
+		}
+		// Raw stat calls: this runs on every append, and os.Stat allocates.
+		var st, cur unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			s.unlockJournal(f, false)
+			return nil, 0, pathErr("stat", f.Name(), err)
+		}
+		err := unix.Stat(s.journalPath(), &cur)
+		if err == nil && st.Dev == cur.Dev && st.Ino == cur.Ino {
+			if s.journalBase < 0 {
+				// A header is written with its file and never changes.
+				if _, s.journalBase, err = readHeader(f); err != nil {
+					s.unlockJournal(f, false)
+					return nil, 0, err
+				}
+			}
+			return f, st.Size, nil
+		}
+		if err != nil && err != unix.ENOENT {
+			s.unlockJournal(f, false)
+			return nil, 0, pathErr("stat", s.journalPath(), err)
+		}
+		s.unlockJournal(f, true)
+	}
+}
+
+// unlockJournal releases the journal's flock and, if the descriptor is
+// stale (retired), closes it so that the next append opens the current file.
+// The flock is released before the close, while the descriptor is still
+// ours: its number may be reused as soon as it is closed.
+func (s *Store) unlockJournal(f *os.File, retired bool) {
+	flockRetry(int(f.Fd()), unix.LOCK_UN)
+	if retired {
+		f.Close()
+		if s.journal == f {
+			s.journal = nil
+		}
+	}
+}
+
+// appendLocked writes line at the end of the flocked journal of the given
+// size and returns its new size.
+func (s *Store) appendLocked(f *os.File, size int64, line []byte) (int64, error) {
 	if size > 0 {
 		var last [1]byte
 		if _, err := unix.Pread(int(f.Fd()), last[:], size-1); err != nil {
-			return err
+			return size, err
 		}
 		if last[0] != '\n' {
 			line = append([]byte{'\n'}, line...)
@@ -98,20 +228,20 @@ func (s *Store) appendJournal(e *entry) error {
 	}
 	if err := s.writeJournalLine(f, line); err != nil {
 		if terr := f.Truncate(size); terr != nil {
-			return fmt.Errorf("%w (and cutting the partial entry off: %v)", err, terr)
+			return size, fmt.Errorf("%w (and cutting the partial entry off: %v)", err, terr)
 		}
-		return err
+		return size, err
 	}
 	if s.durability == SyncEachWrite {
 		if err := f.Sync(); err != nil {
 			// Whether the entry is on disk is unknown; it is in the file.
-			return err
+			return size, err
 		}
 		if size == 0 {
-			return s.syncDir(filepath.Dir(s.journalPath()))
+			return size + int64(len(line)), s.syncDir(filepath.Dir(s.journalPath()))
 		}
 	}
-	return nil
+	return size + int64(len(line)), nil
 }
 
 // writeJournalLine writes the line in one call, or, when a test hook is set,
@@ -172,9 +302,13 @@ func (s *Store) scanJournal(ctx context.Context, fn func(*entry)) (JournalStats,
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
 			var e entry
-			if json.Unmarshal(line, &e) != nil || !e.valid() {
+			derr := json.Unmarshal(line, &e)
+			switch {
+			case derr == nil && e.Op == opCompact:
+				// A compacted journal's header.
+			case derr != nil || !e.valid():
 				stats.Torn++
-			} else {
+			default:
 				stats.Entries++
 				fn(&e)
 			}
@@ -393,4 +527,162 @@ func (s *Store) recoverIntents(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// JournalEntry is one committed change, as a JournalFollower returns it.
+type JournalEntry struct {
+	At   time.Time
+	Op   string // "put" or "delete"
+	Kind string
+	ID   string
+	Rev  int64
+	// Record is the record as stored, for a put.
+	Record json.RawMessage
+}
+
+// JournalFollower reads the journal's entries in commit order as they are
+// appended, and goes on across compactions: it returns every entry once,
+// except those a compaction dropped before the follower reached them (the
+// superseded versions of a record, the history of a deleted one). It polls
+// the journal; it is not safe for concurrent use.
+type JournalFollower struct {
+	path string
+	f    *os.File
+	rd   *bufio.Reader
+	gen  int64 // f's generation
+	// start is the offset in f of the line being read, and partial what of
+	// it was read before its newline was written.
+	start   int64
+	partial []byte
+	// next is the position of the first entry not yet returned: entries
+	// before it were returned, or precede where the follower started.
+	next position
+	// replaced is set when the journal's path was found to name another
+	// file (a compaction's): nothing more will be appended to f.
+	replaced bool
+}
+
+// FollowJournal returns a follower of the journal, from its first entry
+// (fromStart) or from the next one appended. The journal need not exist yet.
+func (s *Store) FollowJournal(fromStart bool) (*JournalFollower, error) {
+	fl := &JournalFollower{path: s.journalPath()}
+	if err := fl.open(); err != nil {
+		return nil, err
+	}
+	if fl.f != nil && !fromStart {
+		end, err := fl.f.Seek(0, io.SeekEnd)
+		if err != nil {
+			fl.Close()
+			return nil, err
+		}
+		fl.rd.Reset(fl.f)
+		fl.start, fl.next = end, position{fl.gen, end}
+	}
+	return fl, nil
+}
+
+// Close releases the journal file.
+func (fl *JournalFollower) Close() error {
+	if fl.f == nil {
+		return nil
+	}
+	err := fl.f.Close()
+	fl.f = nil
+	return err
+}
+
+// open opens the file at the journal's path, if there is one, and reads its
+// generation.
+func (fl *JournalFollower) open() error {
+	f, err := os.Open(fl.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	gen, _, err := readHeader(f)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	fl.f, fl.gen, fl.start, fl.partial, fl.replaced = f, gen, 0, nil, false
+	if fl.rd == nil {
+		fl.rd = bufio.NewReaderSize(f, 1<<16)
+	} else {
+		fl.rd.Reset(f)
+	}
+	return nil
+}
+
+// Next returns the next entry, or nil when the follower has read everything
+// committed so far; call it again later for what is appended meanwhile.
+func (fl *JournalFollower) Next() (*JournalEntry, error) {
+	for {
+		if fl.f == nil {
+			if err := fl.open(); err != nil || fl.f == nil {
+				return nil, err
+			}
+		}
+		line, err := fl.rd.ReadBytes('\n')
+		if err == nil {
+			if len(fl.partial) > 0 {
+				line = append(fl.partial, line...)
+				fl.partial = nil
+			}
+			at := fl.start
+			fl.start += int64(len(line))
+			if e := fl.take(line, at); e != nil {
+				return e, nil
+			}
+			continue
+		}
+		if err != io.EOF {
+			return nil, err
+		}
+		// A line without its newline is still being written.
+		fl.partial = append(fl.partial, line...)
+		if fl.replaced {
+			// f has been read to the end it had when it was replaced; a
+			// line left without its newline was torn by a killed writer.
+			fl.Close()
+			continue
+		}
+		st, err := fl.f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		cur, err := os.Stat(fl.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil // compactions replace the file, never remove it
+		}
+		if err != nil {
+			return nil, err
+		}
+		if os.SameFile(st, cur) {
+			return nil, nil
+		}
+		// Replaced, but appends may have reached f between the end read
+		// above and the rename: read on to f's end before moving on.
+		fl.replaced = true
+	}
+}
+
+// take decodes a line that starts at offset at of the follower's file, and
+// returns its entry unless it is not one (a header, a torn line) or was
+// returned already (the follower read it before a compaction copied it).
+func (fl *JournalFollower) take(line []byte, at int64) *JournalEntry {
+	var e entry
+	if json.Unmarshal(line, &e) != nil || !e.valid() {
+		return nil
+	}
+	p := position{fl.gen, at}
+	if e.Pos != nil {
+		p = *e.Pos
+	}
+	if p.less(fl.next) {
+		return nil
+	}
+	fl.next = position{p[0], p[1] + 1}
+	return &JournalEntry{At: e.At, Op: e.Op, Kind: e.Kind, ID: e.ID, Rev: e.Rev, Record: e.Record}
 }

@@ -1,11 +1,14 @@
 // Package state is the filesystem state directory every tb-* tool shares:
 // records written atomically under per-record locks, an append-only journal
-// of every change, and a content-addressed blob store.
+// of every change (compacted to each record's last change as it grows), and
+// a content-addressed blob store.
 //
 // Layout under the root:
 //
 //	records/<kind>/<id>.json   current version of each record
-//	journal/journal.jsonl      every put and delete, in commit order
+//	journal/journal.jsonl      puts and deletes in commit order: since the last
+//	                           compaction, every one; before it, the last of
+//	                           each record (compact.go)
 //	intents/<kind>~<id>.json   a write in flight (left only by a crash)
 //	intents/<kind>~<id>.delete a delete in flight (likewise)
 //	locks/records/<kind>       one byte lock per record (fcntl OFD locks)
@@ -68,7 +71,18 @@ type Store struct {
 	dirs sync.Map // directories known to exist (ensureDir)
 
 	journalMu sync.Mutex
-	journal   *os.File // opened on the first append, kept for the Store's life
+	// journal is opened on the first append and kept until a compaction
+	// replaces the file; the fields below describe it.
+	journal *os.File
+	// journalBase is the size the journal had when its compaction wrote it
+	// (0 if it never was; -1 until its header is read).
+	journalBase int64
+	// journalRetryAt holds off automatic compaction, after one failed, until
+	// the journal reaches this size.
+	journalRetryAt int64
+	// journalLimit is the growth past journalBase that triggers automatic
+	// compaction (WithJournalLimit).
+	journalLimit int64
 }
 
 // Close releases the journal's descriptor. A Store is usable until then;
@@ -89,6 +103,13 @@ type Option func(*Store)
 
 // WithDurability sets when writes are synced (default SyncEachWrite).
 func WithDurability(d Durability) Option { return func(s *Store) { s.durability = d } }
+
+// WithJournalLimit sets how much the journal may grow past its compacted
+// size before a write compacts it (default DefaultJournalLimit); it also
+// waits until the journal has at least doubled, so that compaction stays
+// proportional to the bytes written. n <= 0 turns automatic compaction off
+// (Compact still works).
+func WithJournalLimit(n int64) Option { return func(s *Store) { s.journalLimit = n } }
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
@@ -120,7 +141,7 @@ func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{root: abs, now: time.Now}
+	s := &Store{root: abs, now: time.Now, journalLimit: DefaultJournalLimit}
 	for _, o := range opts {
 		o(s)
 	}
