@@ -40,7 +40,7 @@ type Writer struct {
 // "C", the prefix and a counter, which compress to almost nothing).
 func NewWriter(w io.Writer, uidPrefix string) (*Writer, error) {
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(2),
-		zstd.WithWindowSize(1<<22))
+		zstd.WithWindowSize(1<<18))
 	if err != nil {
 		return nil, err
 	}
