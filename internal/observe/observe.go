@@ -225,6 +225,7 @@ func mergeDomain(dp **records.DomainInfo, s *records.DomainInfo) {
 	d.Resolvers = union(d.Resolvers, s.Resolvers, MaxList)
 	d.Clients = union(d.Clients, s.Clients, MaxList)
 	d.Transports = union(d.Transports, s.Transports, MaxList)
+	d.Unsolicited += s.Unsolicited
 }
 
 func mergeIP(dp **records.IPInfo, s *records.IPInfo) {

@@ -97,6 +97,10 @@ type DomainInfo struct {
 	Resolvers  []string `json:"resolvers,omitempty"`
 	Clients    []string `json:"clients,omitempty"`
 	Transports []string `json:"transports,omitempty"` // udp, tcp
+	// Unsolicited counts answer records seen outside a response to a query
+	// of the same flow (in a query, an unmatched response, an
+	// announcement): recorded, never taken as resolutions.
+	Unsolicited int64 `json:"unsolicited,omitempty"`
 }
 
 // DNSAnswer is one resource record of an answer section.
@@ -336,6 +340,7 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.strs("resolvers", d.Resolvers)
 		e.strs("clients", d.Clients)
 		e.strs("transports", d.Transports)
+		e.int("unsolicited", d.Unsolicited, true)
 		e.close()
 	}
 	if ip := o.IP; ip != nil {

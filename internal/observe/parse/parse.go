@@ -114,7 +114,7 @@ func Run(env *cli.Env, req Request) error {
 	out := &output{env: env, st: st, req: req, w: bufio.NewWriterSize(env.Stdout, 256<<10)}
 	if st != nil && !req.NoStore {
 		out.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
-		if _, err := out.guard.Check(reserveFor(inputs)); err != nil {
+		if _, err := out.guard.Check(minReserve); err != nil {
 			return out.lowSpace(err)
 		}
 	}
@@ -463,20 +463,9 @@ type output struct {
 }
 
 // minReserve is what the observables and records of a run need at most
-// beyond the flow logs (the held observables are bounded by --max-held).
+// beyond the flow logs (the held observables are bounded by --max-held);
+// the flow logs are watched as they are written.
 const minReserve = 64 << 20
-
-// reserveFor is what parsing the inputs may write: their flow logs (a
-// tenth of a capture at most) and the observables.
-func reserveFor(inputs []input) int64 {
-	var n int64
-	for _, in := range inputs {
-		if fi, err := os.Stat(in.path); in.path != "" && err == nil {
-			n += fi.Size() / 10
-		}
-	}
-	return n + minReserve
-}
 
 // lowSpace stops the run cleanly when the state's file system runs low:
 // the flow log being written is discarded, nothing else of the unfinished

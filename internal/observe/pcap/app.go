@@ -372,14 +372,20 @@ func (d *Decoder) dnsStream(f *flow, h *half, b []byte, full bool, k *pkt) (int,
 		if h.msgs++; h.msgs > maxDNSPerDir {
 			return off, false
 		}
-		d.dnsMessage(f, b[off+2:off+2+l], k, "tcp")
+		d.dnsMessage(f, b[off+2:off+2+l], k, "tcp", h == &f.half[0])
 		off += 2 + l
 	}
 	return off, true
 }
 
-// dnsMessage turns one DNS message into domain observables.
-func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string) {
+// dnsMessage turns one DNS message into domain observables. Only a
+// response to a query seen on the same flow (the originator's query, the
+// same id, name and type, answered from the other side) links names to
+// addresses: answers anywhere else (in a query, an unsolicited response, an
+// announcement) are what a sample could forge to make an address look
+// resolved, so they are counted as unsolicited and never taken as
+// resolutions.
+func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOrig bool) {
 	m := &d.dnsMsg
 	if err := dns.Parse(b, m); err != nil {
 		d.BadDNS++
@@ -387,14 +393,20 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string) {
 	}
 	f.dnsSeen = true
 	count := int64(1)
-	if !m.Response {
-		f.dnsIDs[f.dnsN%uint8(len(f.dnsIDs))] = m.ID
+	answered := false
+	var q0 dnsQuery
+	if len(m.Questions) > 0 {
+		q0 = dnsQuery{id: m.ID, qtype: m.Questions[0].Type, name: nameHash(m.Questions[0].Name), open: true}
+	}
+	switch {
+	case !m.Response && fromOrig && q0.open:
+		f.dnsQ[f.dnsN%uint8(len(f.dnsQ))] = q0
 		f.dnsN++
-	} else {
-		for i := 0; i < min(int(f.dnsN), len(f.dnsIDs)); i++ {
-			if f.dnsIDs[i] == m.ID {
-				count = 0
-				f.dnsIDs[i] = ^m.ID // matched once
+	case m.Response && !fromOrig && q0.open:
+		for i := range f.dnsQ[:min(int(f.dnsN), len(f.dnsQ))] {
+			if f.dnsQ[i] == q0 {
+				count, answered = 0, true
+				f.dnsQ[i].open = false // answered once
 				break
 			}
 		}
@@ -430,13 +442,18 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string) {
 				o.Count = 0
 			} else {
 				o.Count = count
-				addAnswers(o.Domain, m.Answers)
+				if answered {
+					addAnswers(o.Domain, m.Answers)
+				} else {
+					o.Domain.Unsolicited = answerCount(m.Answers)
+				}
 			}
 			d.cfg.Sink.Add(o)
 		}
 		return
 	}
-	// Answers without a question (mDNS announcements): one per owner name.
+	// Answers without a question (mDNS announcements): one per owner name,
+	// unsolicited.
 	for i, a := range m.Answers {
 		name := NormName(a.Name)
 		seen := false
@@ -456,9 +473,33 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string) {
 				own = append(own, b)
 			}
 		}
-		addAnswers(o.Domain, own)
+		o.Domain.Unsolicited = answerCount(own)
 		d.cfg.Sink.Add(o)
 	}
+}
+
+// answerCount is the resource records of an answer section, EDNS aside.
+func answerCount(rrs []dns.RR) int64 {
+	n := int64(0)
+	for _, a := range rrs {
+		if a.Type != 41 {
+			n++
+		}
+	}
+	return n
+}
+
+// nameHash is a hash of a DNS name, case-insensitively (FNV-1a).
+func nameHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
 }
 
 func addAnswers(di *records.DomainInfo, rrs []dns.RR) {

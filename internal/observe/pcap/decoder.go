@@ -573,7 +573,7 @@ func (d *Decoder) udpPacket(k *pkt) {
 		if len(payload) > ulen {
 			payload = payload[:ulen]
 		}
-		d.dnsMessage(f, payload, k, "udp")
+		d.dnsMessage(f, payload, k, "udp", isOrig)
 	}
 	d.touch(f, k.ts)
 }

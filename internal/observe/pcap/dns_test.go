@@ -112,3 +112,47 @@ func TestNetBIOSNames(t *testing.T) {
 		t.Error("NetBIOSName")
 	}
 }
+
+// A sample cannot forge a resolution: answers in its own query, in a
+// response to no query of the flow, or in a response whose name or type
+// differ from the query's are counted as unsolicited and never link the
+// name to the address (which would be "resolved, then contacted" evidence
+// for tb-allow). The genuine response on the same flow still does.
+func TestForgedAnswersAreNotResolutions(t *testing.T) {
+	decoy, real := netip.MustParseAddr("203.0.113.66"), netip.MustParseAddr("203.0.113.77")
+	r := run(t, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		s := ap(dnssrv, 53)
+		// A query carrying an answer record.
+		q := pcapgen.DNSResponse(1, "decoy.example", layers.DNSTypeA, 0, []layers.DNSResourceRecord{pcapgen.A("decoy.example", decoy, 60)})
+		q[2] &^= 0x80 // the QR bit: a query
+		g.UDP(ap(client, 40000), s, q)
+		// A response to a query never sent on its flow.
+		g.UDP(s, ap(client, 40001), pcapgen.DNSResponse(2, "unasked.example", layers.DNSTypeA, 0,
+			[]layers.DNSResourceRecord{pcapgen.A("unasked.example", decoy, 60)}))
+		// A response whose name differs from the query's.
+		g.DNSOverUDP(ap(client, 40002), s, pcapgen.DNSQuery(3, "asked.example", layers.DNSTypeA),
+			pcapgen.DNSResponse(3, "swapped.example", layers.DNSTypeA, 0, []layers.DNSResourceRecord{pcapgen.A("swapped.example", decoy, 60)}))
+		// The genuine resolution.
+		g.DNSOverUDP(ap(client, 40003), s, pcapgen.DNSQuery(4, "real.example", layers.DNSTypeA),
+			pcapgen.DNSResponse(4, "real.example", layers.DNSTypeA, 0, []layers.DNSResourceRecord{pcapgen.A("real.example", real, 60)}))
+		for i, dst := range []netip.Addr{decoy, real} {
+			c := g.Dial(ap(client, uint16(41000+i)), ap(dst, 443), 1, 2)
+			c.Send([]byte("hello"))
+			c.Close()
+		}
+	})
+	for _, name := range []string{"decoy.example", "unasked.example", "swapped.example"} {
+		if d := r.get(t, "domain", name).Domain; len(d.Addrs) != 0 || len(d.Answers) != 0 || d.Unsolicited != 1 {
+			t.Errorf("%s: addrs %v answers %v unsolicited %d, want none, none, 1", name, d.Addrs, d.Answers, d.Unsolicited)
+		}
+	}
+	if e := r.get(t, "endpoint", "203.0.113.66:443/tcp").Endpoint; len(e.Domains) != 0 {
+		t.Errorf("the decoy address is named %v", e.Domains)
+	}
+	if d := r.get(t, "domain", "real.example").Domain; !slices.Equal(d.Addrs, []string{real.String()}) || d.Unsolicited != 0 {
+		t.Errorf("real.example: %+v", d)
+	}
+	if e := r.get(t, "endpoint", "203.0.113.77:443/tcp").Endpoint; !slices.Equal(e.Domains, []string{"real.example"}) {
+		t.Errorf("the resolved address is named %v", e.Domains)
+	}
+}

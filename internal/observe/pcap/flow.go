@@ -81,12 +81,19 @@ type flow struct {
 	prev, next         *flow
 	half               [2]half
 	pend               *pending
-	dnsIDs             [4]uint16
+	dnsQ               [4]dnsQuery
 	dnsN               uint8
 	dnsSeen            bool
 	histSeen           uint16 // history letters recorded, a bit per letter and side
 	histN              uint8
 	hist               [13]byte
+}
+
+// dnsQuery is a DNS query the flow's originator sent, until its response.
+type dnsQuery struct {
+	id, qtype uint16
+	name      uint64 // hash of the first question's name, lower case
+	open      bool
 }
 
 // pending holds what the application parsers found until the flow ends.
