@@ -34,14 +34,14 @@ func main() {
 		os.Exit(2)
 	}
 	file := flag.Arg(0)
-	obs := tbParse(*bin, file)
+	obs, conns := tbParse(*bin, file)
 	bad := 0
 	bad += check("tcp bytes", *show, tcpBytes(file), func(k string) (string, bool) {
-		o, ok := obs["flow "+k]
+		c, ok := conns[k]
 		if !ok {
 			return "", false
 		}
-		return fmt.Sprintf("%d/%d", int64(o["flow"].(map[string]any)["orig_bytes"].(float64)), int64(o["flow"].(map[string]any)["resp_bytes"].(float64))), true
+		return fmt.Sprintf("%d/%d", c[0], c[1]), true
 	})
 	queries, answers := dns(file)
 	bad += check("dns queries", *show, queries, func(k string) (string, bool) {
@@ -101,27 +101,59 @@ func check(kind string, show int, want map[string]string, got func(string) (stri
 	return bad
 }
 
-func tbParse(bin, file string) map[string]map[string]any {
-	cmd := exec.Command(bin, "--no-store", "--max-held", "10000000", file)
+// tbParse runs tb-parse with a state of its own and returns its observables
+// by "type value" and, from its flow log, each 5-tuple's payload bytes in
+// each direction ("tcp a:p>b:q"), summed over the connections that reused
+// it.
+func tbParse(bin, file string) (map[string]map[string]any, map[string][2]int64) {
+	dir, err := os.MkdirTemp("", "crosscheck-")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(dir)
+	obs := map[string]map[string]any{}
+	for _, o := range run(bin, "--state", dir, "--max-held", "10000000", file) {
+		if o["kind"] == "observable" {
+			obs[o["type"].(string)+" "+o["value"].(string)] = o
+		}
+	}
+	conns := map[string][2]int64{}
+	for _, c := range run(bin, "--state", dir, "flows") {
+		port := func(k string) string { return strconv.Itoa(int(c[k].(float64))) }
+		k := fmt.Sprintf("%s %s>%s", c["proto"], hostPort(c["id.orig_h"].(string), port("id.orig_p")), hostPort(c["id.resp_h"].(string), port("id.resp_p")))
+		v := conns[k]
+		v[0] += int64(c["orig_bytes"].(float64))
+		v[1] += int64(c["resp_bytes"].(float64))
+		conns[k] = v
+	}
+	return obs, conns
+}
+
+// run runs tb-parse and decodes its JSON lines.
+func run(bin string, args ...string) []map[string]any {
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "crosscheck: tb-parse:", err)
-		os.Exit(1)
+		fail(fmt.Errorf("tb-parse %s: %w", strings.Join(args, " "), err))
 	}
-	obs := map[string]map[string]any{}
+	var lines []map[string]any
 	for _, line := range bytes.Split(out, []byte("\n")) {
 		if len(line) == 0 {
 			continue
 		}
 		var o map[string]any
 		if err := json.Unmarshal(line, &o); err != nil {
-			fmt.Fprintln(os.Stderr, "crosscheck: tb-parse output:", err)
-			os.Exit(1)
+			fail(fmt.Errorf("tb-parse output: %w", err))
 		}
-		obs[o["type"].(string)+" "+o["value"].(string)] = o
+		lines = append(lines, o)
 	}
-	return obs
+	return lines
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "crosscheck:", err)
+	os.Exit(1)
 }
 
 // tshark runs tshark -T fields and returns its rows.
