@@ -6,7 +6,7 @@
 # week of one lease through the store (1008 cycles; per cycle six
 # transitions, six events, an analysis and a merge into each of 100
 # observables): the journal's size per live record without compaction,
-# with the default 64 MiB limit and with an 8 MiB one.
+# with the default 16 MiB limit and with an 8 MiB one.
 #
 # The compaction figures use $TMPDIR (default /tmp: put it on the disk the
 # state lives on). The week runs on /dev/shm when there is one: the sizes do
