@@ -81,6 +81,11 @@ type Msg struct {
 	ANCount   uint16
 	Questions []Question
 	Answers   []RR
+	// Bad counts the records that could not be read: a record whose data
+	// does not parse is kept with its data in RFC 3597 form; a section cut
+	// short ends the message there, keeping what came before (a message of
+	// which nothing could be read is an error).
+	Bad int
 }
 
 // Parse decodes b into m, reusing m's slices.
@@ -98,17 +103,18 @@ func Parse(b []byte, m *Msg) error {
 	m.RCode = uint8(flags & 0xf)
 	m.QDCount = binary.BigEndian.Uint16(b[4:6])
 	m.ANCount = binary.BigEndian.Uint16(b[6:8])
+	m.Bad = 0
 	off := 12
 	var nb [maxNameLen * 4]byte
 	for i := 0; i < int(m.QDCount); i++ {
 		name, n, err := readName(b, off, nb[:0], m.Names)
+		if err == nil && n+4 > len(b) {
+			err = ErrShort
+		}
 		if err != nil {
-			return err
+			return m.cut(err, int(m.QDCount)-i+int(m.ANCount))
 		}
 		off = n
-		if off+4 > len(b) {
-			return ErrShort
-		}
 		if i < MaxQuestions {
 			m.Questions = append(m.Questions, Question{Name: name, Type: binary.BigEndian.Uint16(b[off:]), Class: binary.BigEndian.Uint16(b[off+2:])})
 		}
@@ -116,26 +122,41 @@ func Parse(b []byte, m *Msg) error {
 	}
 	for i := 0; i < int(m.ANCount) && i < MaxAnswers; i++ {
 		name, n, err := readName(b, off, nb[:0], m.Names)
+		if err == nil && n+10 > len(b) {
+			err = ErrShort
+		}
+		var rdlen int
+		if err == nil {
+			rdlen = int(binary.BigEndian.Uint16(b[n+8:]))
+			if n+10+rdlen > len(b) {
+				err = ErrShort
+			}
+		}
 		if err != nil {
-			return err
+			return m.cut(err, int(m.ANCount)-i)
 		}
 		off = n
-		if off+10 > len(b) {
-			return ErrShort
-		}
 		rr := RR{Name: name, Type: binary.BigEndian.Uint16(b[off:]), Class: binary.BigEndian.Uint16(b[off+2:]), TTL: binary.BigEndian.Uint32(b[off+4:])}
-		rdlen := int(binary.BigEndian.Uint16(b[off+8:]))
 		off += 10
-		if off+rdlen > len(b) {
-			return ErrShort
-		}
-		rr.Data, err = rdata(b, off, rdlen, rr.Type, nb[:0], m.Names)
-		if err != nil {
-			return err
+		if rr.Data, err = rdata(b, off, rdlen, rr.Type, nb[:0], m.Names); err != nil {
+			// Data that does not parse as its type (an empty CNAME of a
+			// dynamic update, a malformed TXT): kept as RFC 3597 hex.
+			rr.Data = unknownData(b[off : off+rdlen])
+			m.Bad++
 		}
 		off += rdlen
 		m.Answers = append(m.Answers, rr)
 	}
+	return nil
+}
+
+// cut ends a message at a section cut short: what came before is kept and
+// the unread records are counted, unless nothing at all could be read.
+func (m *Msg) cut(err error, unread int) error {
+	if len(m.Questions) == 0 && len(m.Answers) == 0 {
+		return err
+	}
+	m.Bad += unread
 	return nil
 }
 
@@ -258,11 +279,17 @@ func rdata(b []byte, off, n int, typ uint16, buf []byte, names *Names) (string, 
 		}
 		return sb.String(), nil
 	}
+	return unknownData(d), nil
+}
+
+// unknownData renders record data as RFC 3597's "\# len hex", the hex
+// cut after 64 bytes.
+func unknownData(d []byte) string {
 	const maxHex = 64
 	var sb strings.Builder
 	sb.WriteString(`\# `)
-	sb.WriteString(strconv.Itoa(n))
-	if n > 0 {
+	sb.WriteString(strconv.Itoa(len(d)))
+	if len(d) > 0 {
 		sb.WriteByte(' ')
 	}
 	for i, c := range d {
@@ -273,7 +300,7 @@ func rdata(b []byte, off, n int, typ uint16, buf []byte, names *Names) (string, 
 		sb.WriteByte(hexdigits[c>>4])
 		sb.WriteByte(hexdigits[c&0xf])
 	}
-	return sb.String(), nil
+	return sb.String()
 }
 
 // Record types with a name here.

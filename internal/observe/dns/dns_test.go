@@ -109,3 +109,26 @@ func FuzzDNS(f *testing.F) {
 		}
 	})
 }
+
+// One bad record does not make a message unreadable: an empty CNAME (legal
+// in a dynamic update) keeps its place in RFC 3597 form, an unknown type is
+// kept as hex, a record cut short ends the message after what was read;
+// each unreadable record is counted.
+func TestBadRecordsKeepTheRest(t *testing.T) {
+	q := []byte{1, 'a', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 0, 0, 1, 0, 1}
+	emptyCNAME := []byte{0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 60, 0, 0}
+	unknown := []byte{0xc0, 12, 0x10, 0x92, 0, 1, 0, 0, 0, 60, 0, 2, 0xbe, 0xef}
+	a := []byte{0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 7}
+	short := []byte{0xc0, 12, 0, 1, 0, 1, 0, 0}
+	b := msg(0x8180, 1, 4, append(append(append(append(q, emptyCNAME...), unknown...), a...), short...)...)
+	var m Msg
+	if err := Parse(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Questions) != 1 || len(m.Answers) != 3 || m.Bad != 2 {
+		t.Fatalf("questions %d answers %d bad %d, want 1, 3, 2: %+v", len(m.Questions), len(m.Answers), m.Bad, m)
+	}
+	if m.Answers[0].Data != `\# 0` || m.Answers[1].Data != `\# 2 beef` || TypeName(m.Answers[1].Type) != "TYPE4242" || m.Answers[2].Data != "192.0.2.7" {
+		t.Errorf("answers %+v", m.Answers)
+	}
+}

@@ -385,7 +385,7 @@ func parsePcap(ctx context.Context, env *cli.Env, br *bufio.Reader, origin obser
 	dec.Finish()
 	s := dec.Stats
 	env.Log.Debug("parsed", "input", origin.Input, "packets", s.Packets, "bytes", s.Bytes, "flows", s.Flows,
-		"malformed", s.Malformed, "non_ip", s.NonIP, "fragments", s.Fragments, "evicted", s.Evicted, "bad_dns", s.BadDNS)
+		"malformed", s.Malformed, "non_ip", s.NonIP, "fragments", s.Fragments, "evicted", s.Evicted, "bad_dns", s.BadDNS, "bad_dns_records", s.BadDNSRecords)
 	if err == io.EOF {
 		return nil
 	}

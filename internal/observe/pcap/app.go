@@ -391,6 +391,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 		d.BadDNS++
 		return
 	}
+	d.BadDNSRecords += int64(m.Bad)
 	f.dnsSeen = true
 	count := int64(1)
 	answered := false

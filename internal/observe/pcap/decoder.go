@@ -34,15 +34,16 @@ type Config struct {
 
 // Stats counts what the decoder saw.
 type Stats struct {
-	Packets     int64
-	Bytes       int64
-	Malformed   int64 // frames whose headers did not decode
-	NonIP       int64 // frames without IPv4 or IPv6 (ARP, LLDP, …)
-	Fragments   int64
-	Reassembled int64
-	Flows       int64
-	Evicted     int64 // connections ended early because the table was full
-	BadDNS      int64
+	Packets       int64
+	Bytes         int64
+	Malformed     int64 // frames whose headers did not decode
+	NonIP         int64 // frames without IPv4 or IPv6 (ARP, LLDP, …)
+	Fragments     int64
+	Reassembled   int64
+	Flows         int64
+	Evicted       int64 // connections ended early because the table was full
+	BadDNS        int64
+	BadDNSRecords int64 // records of readable messages that could not be read
 	// HeadsRefused counts stream directions not read because MaxHeads
 	// buffers were in use.
 	HeadsRefused int64
