@@ -56,7 +56,7 @@ type Summary struct {
 	// The rest comes from the run's analysis, when there is one.
 	Analysis       string            `json:"analysis,omitempty"`
 	Seen           map[string]int    `json:"seen,omitempty"`
-	Connections    int64             `json:"connections"`
+	Connections    int64             `json:"connections,omitempty"`
 	Names          []string          `json:"names,omitempty"`
 	Promoted       []Promoted        `json:"promoted,omitempty"`
 	Refused        []records.Refusal `json:"refused,omitempty"`
