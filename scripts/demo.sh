@@ -14,6 +14,18 @@
 # Every name and subnet is unique per run (scripts/demo-net.sh), so demos
 # and tests can run side by side. Nothing leaves the namespaces and bridges
 # made here: the C2's addresses are routed into the demo's own namespace.
+#
+# Knobs for the soak test (cmd/tb-run/soak_test.go); the defaults are the
+# demo above:
+#   TB_DEMO_CYCLES=N   N cycles on the one lease instead of 2 (cycles 2..N
+#                      under the revised allow-list);
+#   TB_DEMO_SCAN=wide  the beacon scans tcp/23 on all of 198.51.100.1-254
+#                      (the C2's address aside) and 203.0.113.1-254, 32
+#                      probes in flight, TB_DEMO_SCAN_ROUNDS times (default
+#                      2) in a row, in every cycle (the Go beacon only).
+# After each cycle a line on stderr says how big the state is (see
+# state_line) and how the cycle was classified:
+#   state: cycle N bytes B files F blob_bytes … classification C1,C2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${TB_DEMO_BIN:-$PWD/bin}
@@ -63,6 +75,12 @@ trap cleanup EXIT
 # for the rest. armel's is dynamic, so that it needs armel's own libraries;
 # the long tail (no Debian kernel) runs in the amd64 guest under qemu-user.
 arch=${ARCH:-amd64}
+cycles=${TB_DEMO_CYCLES:-2}
+scanmode=${TB_DEMO_SCAN:-short}
+rounds=${TB_DEMO_SCAN_ROUNDS:-2}
+[[ "$cycles" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TB_DEMO_CYCLES must be a positive number, not '$cycles'" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TB_DEMO_SCAN_ROUNDS must be a positive number, not '$rounds'" >&2; exit 2; }
+case "$scanmode" in short|wide) ;; *) echo "demo: TB_DEMO_SCAN must be short or wide, not '$scanmode'" >&2; exit 2 ;; esac
 goarch="" cbeacon=""
 case "$arch" in
   amd64|arm64|s390x) goarch=$arch ;;
@@ -75,6 +93,7 @@ case "$arch" in
   mips|powerpc|m68k|sparc64|sh4) cbeacon=$arch ;;
   *) echo "demo: unknown ARCH '$arch' (amd64 i386 arm64 armhf armel mipsel mips64el ppc64el s390x mips powerpc sh4 m68k sparc64)" >&2; exit 2 ;;
 esac
+[ "$scanmode" = short ] || [ -n "$goarch" ] || { echo "demo: TB_DEMO_SCAN=wide needs the Go beacon (not ARCH=$arch)" >&2; exit 2; }
 say "sample: the ${goarch:+Go}${cbeacon:+C} beacon for $arch, cross-compiled (harmless: it refuses any address outside the documentation ranges and the lab)"
 if [ -n "$goarch" ]; then
   CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=7 GOMIPS=softfloat $GO build -trimpath -ldflags='-s -w' -o "$work/beacon" ./testdata/beacon
@@ -100,10 +119,23 @@ export TB_LEASE_BRIDGE=$bridge TB_LEASE_LAB_NET=$labnet
 printf '{"documentation": true}\n' > "$work/policy.json"
 export TB_ALLOW_POLICY=$work/policy.json
 
+scanargs=()
+if [ "$scanmode" = wide ]; then
+  # Every address of two documentation /24s but the C2's, in ranges the
+  # beacon expands (and checks) itself. The lab sinkholes them all.
+  # (scripts/demo-net.sh puts the C2 on .18 to .226.)
+  last=${c2##*.} net=${c2%.*}
+  wide=("$net.1-$net.$((last - 1))" "$net.$((last + 1))-$net.254" 203.0.113.1-203.0.113.254)
+  scanargs=(--arg=-scan "--arg=$(IFS=,; echo "${wide[*]}")" --arg=-scan-rounds "--arg=$rounds" --arg=-scan-parallel --arg=32)
+  say "scan: tcp/23 on ${wide[*]}, $rounds rounds, 32 probes in flight, every cycle"
+else
+  for a in "${scan[@]}"; do scanargs+=(--arg=-scan "--arg=$a"); done
+fi
+
 say "plan: tb-plan, allow-list mode, promotion on, 180 s timeout (the slowest guests take ~40 s)"
 planned=$(tb-plan --network allowlist --promote --timeout 180s \
   --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=2s --arg=-count --arg=6 \
-  $(printf -- '--arg=-scan --arg=%s ' "${scan[@]}") "$work/beacon" | grep '"kind":"plan"')
+  "${scanargs[@]}" "$work/beacon" | grep '"kind":"plan"')
 plan=$(echo "$planned" | idof plan)
 echo "plan $plan" >&2
 # The plan names the guest platform the sample needs (amd64 for the long
@@ -142,20 +174,42 @@ cycle() {
   run=$(dur_ms "$(grep '"kind":"execution"' "$work/cycle$n.jsonl" | grep -o '"duration":"[^"]*"' | head -1 | cut -d'"' -f4)")
   tb-run report "$(idof cycle < "$work/cycle$n.jsonl")"
   echo "timing: arch $arch cycle $n wall ${wall} ms, sample ${run} ms, overhead $((wall - run)) ms" >&2
+  state_line "$n"
+}
+# state_line N: the state's size after cycle N, and the cycle's
+# classification. bytes and files are the state proper: the records, the
+# journal, indexes and locks, outside the blobs (content the records point
+# to: captures, flow logs, output), the images, the leases' guest disks
+# and consoles (tb-lease/) and the live capture (capture/spool/); those
+# follow as blob_bytes, blob_files, lease_bytes and spool_bytes, after
+# journal_bytes, the journal's share of bytes.
+state_line() {
+  local sizes class
+  sizes=$(find "$TB_STATE" -type f -printf '%s %P\n' | awk '
+    $2 ~ /^blobs\// { bb += $1; bf++; next }
+    $2 ~ /^tb-lease\// { lb += $1; next }
+    $2 ~ /^capture\/spool\// { sb += $1; next }
+    $2 ~ /^images\// { next }
+    $2 ~ /^journal\// { jb += $1 }
+    { b += $1; f++ }
+    END { printf "bytes %d files %d journal_bytes %d blob_bytes %d blob_files %d lease_bytes %d spool_bytes %d", b, f, jb, bb, bf, lb, sb }')
+  class=$(tb-run report --format json "$(idof cycle < "$work/cycle$1.jsonl")" | grep -o '"classification":\[[^]]*\]' | cut -d'[' -f2 | tr -d ']"')
+  echo "state: cycle $1 $sizes classification ${class:-none}" >&2
 }
 
 say "cycle 1: the C2 is sinkholed"
 cycle 1
-cycle1=$(idof cycle < "$work/cycle1.jsonl")
-
-say "cycle 2: with the revised allow-list in force"
-cycle 2
-cycle2=$(idof cycle < "$work/cycle2.jsonl")
+for n in $(seq 2 "$cycles"); do
+  say "cycle $n: with the revised allow-list in force"
+  cycle "$n"
+done
 
 say "the C2 server's log ($c2)"
 hits=$(grep -c '"bot"' "$work/c2.log" || true)
 head -3 "$work/c2.log"
 echo "... $hits check-ins in all" >&2
 echo >&2
-echo "demo: done in $(( $(date +%s) - started )) s; cycle 1 $(grep -o '"state":"[a-z_]*"' "$work/cycle1.jsonl" | head -1), cycle 2 $(grep -o '"state":"[a-z_]*"' "$work/cycle2.jsonl" | head -1), $hits check-ins reached the C2" >&2
+states="" sep=";"
+for n in $(seq 1 "$cycles"); do states+="$sep cycle $n $(grep -o '"state":"[a-z_]*"' "$work/cycle$n.jsonl" | head -1)" sep=","; done
+echo "demo: done in $(( $(date +%s) - started )) s$states, $hits check-ins reached the C2" >&2
 [ "$hits" -gt 0 ]

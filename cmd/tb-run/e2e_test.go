@@ -36,14 +36,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the end-to-end test needs root (bridges, namespaces, VMs); run it with make test")
 	}
-	bin := filepath.Join(t.TempDir(), "bin")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	for _, tool := range []string{"tb-plan", "tb-lease", "tb-capture", "tb-run", "tb-parse", "tb-allow", "tb-build"} {
-		out, err := exec.Command(goBin, "build", "-o", filepath.Join(bin, tool), "../"+tool).CombinedOutput()
-		if err != nil {
-			t.Fatalf("building %s: %v\n%s", tool, err, out)
-		}
-	}
+	bin, goBin := demoTools(t)
 	// Two guests at a time: one per core under TCG.
 	slots := make(chan struct{}, 2)
 	for _, arch := range demoArches {
@@ -56,7 +49,33 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 }
 
-func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
+// demoTools builds the tools scripts/demo.sh runs into a directory of the
+// test's, and names the go command that builds the beacon.
+func demoTools(t *testing.T) (bin, goBin string) {
+	t.Helper()
+	bin = filepath.Join(t.TempDir(), "bin")
+	goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	for _, tool := range []string{"tb-plan", "tb-lease", "tb-capture", "tb-run", "tb-parse", "tb-allow", "tb-build"} {
+		out, err := exec.Command(goBin, "build", "-o", filepath.Join(bin, tool), "../"+tool).CombinedOutput()
+		if err != nil {
+			t.Fatalf("building %s: %v\n%s", tool, err, out)
+		}
+	}
+	return bin, goBin
+}
+
+// demoRun is one run of scripts/demo.sh: its state directory, the files
+// it left for the test (TB_DEMO_OUT) and its output.
+type demoRun struct {
+	stateDir, outDir string
+	out              []byte
+}
+
+// runDemo runs scripts/demo.sh on arch's guest, with the fixture image
+// installed in a state of its own and env added to the environment; it
+// fails the test when the script fails.
+func runDemo(t *testing.T, arch, bin, goBin string, env ...string) *demoRun {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	if err := leasetest.Reachable(dir); err != nil {
@@ -83,10 +102,10 @@ func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
 	t.Cleanup(func() { leasetest.Cleanup(stateDir) })
 	outDir := filepath.Join(dir, "out")
 	cmd := exec.Command("bash", "../../scripts/demo.sh")
-	cmd.Env = append(os.Environ(), "ARCH="+arch, "TB_DEMO_STATE="+stateDir, "TB_DEMO_BIN="+bin, "TB_DEMO_OUT="+outDir, "GO="+goBin)
+	cmd.Env = append(append(os.Environ(), "ARCH="+arch, "TB_DEMO_STATE="+stateDir, "TB_DEMO_BIN="+bin, "TB_DEMO_OUT="+outDir, "GO="+goBin), env...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	t.Logf("demo.sh ARCH=%s (%s):\n%s", arch, time.Since(start).Round(time.Second), out)
+	t.Logf("demo.sh %s (%s):\n%s", strings.Join(append([]string{"ARCH=" + arch}, env...), " "), time.Since(start).Round(time.Second), out)
 	if err != nil {
 		// What the guests' consoles said is what tells a hung guest from
 		// a slow one.
@@ -98,7 +117,13 @@ func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
 		}
 		t.Fatalf("demo.sh: %v", err)
 	}
+	return &demoRun{stateDir: stateDir, outDir: outDir, out: out}
+}
 
+func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
+	ctx := context.Background()
+	r := runDemo(t, arch, bin, goBin)
+	stateDir, outDir, out := r.stateDir, r.outDir, r.out
 	st, err := state.Open(ctx, stateDir)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package beacon is Talkbox's benign test sample: it behaves like a small
 // bot (resolves its C2 name, beacons over HTTP on a period with jitter,
-// retries when the C2 does not answer, runs a short telnet scan) so that
-// the whole loop can be exercised, and it is harmless by construction: it
+// retries when the C2 does not answer, runs a telnet scan, short or, for a
+// soak, repeated over hundreds of addresses) so that the whole loop can be
+// exercised, and it is harmless by construction: it
 // only ever contacts the C2 and the scan targets given as arguments, and it
 // refuses any address outside the documentation ranges and the lab.
 package beacon
@@ -18,6 +19,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -73,7 +75,15 @@ type Config struct {
 	Timeout  time.Duration
 	Scan     []netip.Addr
 	ScanPort int
+	// ScanRounds is how many times the scan goes over its targets, back to
+	// back; ScanParallel how many probes are in flight at once.
+	ScanRounds   int
+	ScanParallel int
 }
+
+// MaxScanParallel bounds the probes in flight: a scanning bot's pace, not
+// a flood of the guest's own socket table.
+const MaxScanParallel = 64
 
 // Parse reads the command line. Scan targets outside the allowed networks
 // are refused here, before anything is sent.
@@ -83,7 +93,7 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 	c := &Config{}
 	c2addr := fs.String("c2-addr", "", "hard-coded C2 address (documentation ranges and the lab only); the name is still resolved")
 	var scan []string
-	fs.Func("scan", "scan targets, comma-separated or repeated (documentation ranges and 10.13.37.0/24 only)", func(v string) error {
+	fs.Func("scan", "scan targets, comma-separated or repeated, each an address or a range FIRST-LAST within one /24 (documentation ranges and 10.13.37.0/24 only)", func(v string) error {
 		scan = append(scan, strings.Split(v, ",")...)
 		return nil
 	})
@@ -98,6 +108,8 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&c.Retries, "retries", 3, "attempts per beacon")
 	fs.DurationVar(&c.Timeout, "timeout", 3*time.Second, "timeout of one connection")
 	fs.IntVar(&c.ScanPort, "scan-port", 23, "port the scan probes (telnet)")
+	fs.IntVar(&c.ScanRounds, "scan-rounds", 1, "times the scan goes over its targets, without pause")
+	fs.IntVar(&c.ScanParallel, "scan-parallel", 1, fmt.Sprintf("probes in flight at once (1-%d)", MaxScanParallel))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -108,6 +120,8 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 		return nil, errors.New("ports must be 1-65535")
 	case c.Interval <= 0 || c.Jitter < 0 || c.Jitter > 1 || c.Retries < 1 || c.Count < 0:
 		return nil, errors.New("-interval must be positive, -jitter within 0-1, -retries at least 1, -count not negative")
+	case c.ScanRounds < 1 || c.ScanParallel < 1 || c.ScanParallel > MaxScanParallel:
+		return nil, fmt.Errorf("-scan-rounds must be at least 1, -scan-parallel within 1-%d", MaxScanParallel)
 	case !strings.HasPrefix(c.Path, "/"):
 		return nil, errors.New("-path must start with /")
 	}
@@ -131,16 +145,56 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		a, err := netip.ParseAddr(s)
+		targets, err := scanTargets(s)
 		if err != nil {
-			return nil, fmt.Errorf("scan target %q is not an IP address", s)
+			return nil, err
 		}
-		if !ScanAllowed(a) {
-			return nil, fmt.Errorf("refusing scan target %s: outside 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 and 10.13.37.0/24", a)
-		}
-		c.Scan = append(c.Scan, a)
+		c.Scan = append(c.Scan, targets...)
 	}
 	return c, nil
+}
+
+// scanTargets reads one -scan entry: an address or a range FIRST-LAST.
+// Both ends must lie in one allowed network, checked before the range is
+// expanded, so that a range can neither leave it nor be large.
+func scanTargets(s string) ([]netip.Addr, error) {
+	first, last, isRange := strings.Cut(s, "-")
+	a, err := netip.ParseAddr(strings.TrimSpace(first))
+	if err != nil {
+		return nil, fmt.Errorf("scan target %q is not an IP address or a range FIRST-LAST", s)
+	}
+	if !ScanAllowed(a) {
+		return nil, fmt.Errorf("refusing scan target %s: outside 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 and 10.13.37.0/24", a)
+	}
+	if !isRange {
+		return []netip.Addr{a}, nil
+	}
+	b, err := netip.ParseAddr(strings.TrimSpace(last))
+	if err != nil {
+		return nil, fmt.Errorf("scan target %q is not an IP address or a range FIRST-LAST", s)
+	}
+	if !ScanAllowed(b) {
+		return nil, fmt.Errorf("refusing scan target %s: outside 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 and 10.13.37.0/24", b)
+	}
+	if a, b = a.Unmap(), b.Unmap(); !sameNet(a, b) || b.Less(a) {
+		return nil, fmt.Errorf("scan range %q must run upwards within one of 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 and 10.13.37.0/24", s)
+	}
+	var out []netip.Addr
+	for x := a; ; x = x.Next() {
+		out = append(out, x)
+		if x == b {
+			return out, nil
+		}
+	}
+}
+
+func sameNet(a, b netip.Addr) bool {
+	for _, n := range scanNets {
+		if n.Contains(a) {
+			return n.Contains(b)
+		}
+	}
+	return false
 }
 
 // Beacon runs a Config. Dial and Lookup are the network (net.Dialer and
@@ -152,6 +206,7 @@ type Beacon struct {
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	Log    io.Writer
 	Rand   *rand.Rand
+	logMu  sync.Mutex // parallel probes log
 }
 
 // New returns a Beacon on the real network.
@@ -171,16 +226,12 @@ type Stats struct {
 	Sent, Answered, Failed, Scanned, Open int
 }
 
-// Run scans once, then beacons until Count beacons were sent or ctx ends.
+// Run scans (ScanRounds times), then beacons until Count beacons were sent
+// or ctx ends.
 func (b *Beacon) Run(ctx context.Context) Stats {
 	var st Stats
 	b.logf("start c2=%s port=%d interval=%s jitter=%.2f scan=%d", b.Cfg.C2, b.Cfg.Port, b.Cfg.Interval, b.Cfg.Jitter, len(b.Cfg.Scan))
-	for _, a := range b.Cfg.Scan {
-		st.Scanned++
-		if b.probe(ctx, a) {
-			st.Open++
-		}
-	}
+	st.Scanned, st.Open = b.scan(ctx)
 	for seq := 1; b.Cfg.Count == 0 || seq <= b.Cfg.Count; seq++ {
 		st.Sent++
 		if b.beacon(ctx, seq) {
@@ -205,7 +256,43 @@ func (b *Beacon) period() time.Duration {
 }
 
 func (b *Beacon) logf(format string, a ...any) {
+	b.logMu.Lock()
+	defer b.logMu.Unlock()
 	fmt.Fprintf(b.Log, time.Now().UTC().Format(time.RFC3339)+" "+format+"\n", a...)
+}
+
+// scan probes every target ScanRounds times, with at most ScanParallel
+// probes in flight (one: in order), and stops when ctx ends.
+func (b *Beacon) scan(ctx context.Context) (scanned, open int) {
+	rounds, par := max(b.Cfg.ScanRounds, 1), min(max(b.Cfg.ScanParallel, 1), MaxScanParallel)
+	slots := make(chan struct{}, par)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r := 0; r < rounds && ctx.Err() == nil; r++ {
+		for _, a := range b.Cfg.Scan {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok := b.probe(ctx, a)
+				mu.Lock()
+				scanned++
+				if ok {
+					open++
+				}
+				mu.Unlock()
+				<-slots
+			}()
+		}
+	}
+	wg.Wait()
+	return scanned, open
 }
 
 // probe connects to the scan port of a (already checked) target and reads a

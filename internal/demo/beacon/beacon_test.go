@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
@@ -231,5 +232,123 @@ func TestCrossCompiles(t *testing.T) {
 			t.Errorf("%s: machine %v, want %v", c.goarch, f.Machine, c.machine)
 		}
 		f.Close()
+	}
+}
+
+func TestParseExpandsScanRangesWithinOneAllowedNetwork(t *testing.T) {
+	c, err := Parse([]string{"-c2", "x", "-scan", "198.51.100.1-198.51.100.17,198.51.100.19-198.51.100.254", "-scan", "203.0.113.1-203.0.113.254,192.0.2.7-192.0.2.7",
+		"-scan-rounds", "3", "-scan-parallel", "32"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Scan) != 17+236+254+1 || c.ScanRounds != 3 || c.ScanParallel != 32 {
+		t.Fatalf("scan %d targets, rounds %d, parallel %d", len(c.Scan), c.ScanRounds, c.ScanParallel)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, a := range c.Scan {
+		if seen[a] || !ScanAllowed(a) || a == netip.MustParseAddr("198.51.100.18") {
+			t.Fatalf("target %s (seen %v)", a, seen[a])
+		}
+		seen[a] = true
+	}
+	if c, err := Parse([]string{"-c2", "x", "-scan", "192.0.2.1"}, io.Discard); err != nil || c.ScanRounds != 1 || c.ScanParallel != 1 {
+		t.Fatalf("defaults: %+v, %v", c, err)
+	}
+	for _, r := range []string{"192.0.2.250-198.51.100.3", "8.8.8.0-8.8.8.9", "192.0.2.1-8.8.8.8", "10.13.37.1-10.13.38.1",
+		"0.0.0.0-255.255.255.255", "192.0.2.1-203.0.113.255", "203.0.113.9-203.0.113.1", "192.0.2.1-nonsense", "192.0.2.1-", "-192.0.2.1"} {
+		if c, err := Parse([]string{"-c2", "x", "-scan", r}, io.Discard); err == nil {
+			t.Errorf("range %s accepted: %d targets", r, len(c.Scan))
+		}
+	}
+	for _, bad := range [][]string{{"-scan-rounds", "0"}, {"-scan-parallel", "0"}, {"-scan-parallel", "65"}} {
+		if _, err := Parse(append([]string{"-c2", "x"}, bad...), io.Discard); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
+
+// gate is the network of a parallel scan: each scan dial waits for the
+// test to release it, and fails then.
+type gate struct {
+	mu       sync.Mutex
+	release  chan struct{}
+	inFlight int
+	dials    map[string]int
+}
+
+func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	g.mu.Lock()
+	g.dials[addr]++
+	g.inFlight++
+	g.mu.Unlock()
+	defer func() { g.mu.Lock(); g.inFlight--; g.mu.Unlock() }()
+	select {
+	case <-g.release:
+		return nil, errors.New("connection refused (test)")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func TestScanRoundsRepeatEveryTargetWithBoundedParallelism(t *testing.T) {
+	// In a synctest bubble, Wait returns once every goroutine is blocked:
+	// the scanner on its bound, the probes in their dials. So the probes
+	// in flight are counted at each step, exactly.
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t, "80", "-scan", "203.0.113.1-203.0.113.40", "-scan-rounds", "3", "-scan-parallel", "8")
+		b, _, log := newTest(t, cfg, nil)
+		g := &gate{release: make(chan struct{}), dials: map[string]int{}}
+		b.Dial = g.dial
+		type result struct{ scanned, open int }
+		done := make(chan result, 1)
+		go func() { n, open := b.scan(context.Background()); done <- result{n, open} }()
+		for released := 0; ; released++ {
+			synctest.Wait()
+			g.mu.Lock()
+			inFlight := g.inFlight
+			g.mu.Unlock()
+			if want := min(8, 120-released); inFlight != want {
+				close(g.release) // let the scan end before the bubble does
+				<-done
+				t.Fatalf("after %d probes, %d in flight, want %d", released, inFlight, want)
+			}
+			if inFlight == 0 {
+				break
+			}
+			g.release <- struct{}{}
+		}
+		if r := <-done; r.scanned != 120 || r.open != 0 {
+			t.Fatalf("scanned %d, open %d, want 120 and 0\n%s", r.scanned, r.open, log)
+		}
+		if len(g.dials) != 40 {
+			t.Fatalf("%d targets dialled, want 40: %v", len(g.dials), g.dials)
+		}
+		for addr, n := range g.dials {
+			if n != 3 || !strings.HasPrefix(addr, "203.0.113.") || !strings.HasSuffix(addr, ":23") {
+				t.Errorf("%s dialled %d times, want 3", addr, n)
+			}
+		}
+	})
+}
+
+func TestParallelScanThenBeaconsStayInTheLab(t *testing.T) {
+	port, hits := c2Server(t)
+	cfg := config(t, port, "-count", "2", "-c2-addr", "127.0.0.1", "-scan", "192.0.2.1-192.0.2.100", "-scan-rounds", "2", "-scan-parallel", "32")
+	cfg.Scan = append(cfg.Scan, netip.MustParseAddr("8.8.8.8")) // built in code: refused all the same
+	b, rec, log := newTest(t, cfg, []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+	st := b.Run(context.Background())
+	if st.Scanned != 2*101 || st.Open != 0 || st.Answered != 2 || len(hits()) != 2 {
+		t.Fatalf("stats = %+v\n%s", st, log)
+	}
+	for _, d := range rec.dials {
+		if a := netip.MustParseAddrPort(d).Addr(); !ScanAllowed(a) && !a.IsLoopback() {
+			t.Fatalf("dialled %s", d)
+		}
+	}
+	if n := len(rec.dials); n != 2*100+2 {
+		t.Fatalf("%d dials, want 202", n)
+	}
+	if n := strings.Count(log.String(), "scan 8.8.8.8 refused"); n != 2 {
+		t.Fatalf("the target outside the lab refused %d times, want 2:\n%s", n, log)
 	}
 }
