@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -72,7 +73,7 @@ type endpoint struct {
 	starts      []time.Time
 	names       map[string]bool
 	obs         string
-	last        time.Time
+	first, last time.Time
 	attack      string
 }
 
@@ -292,7 +293,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("SMTP on %s/%d (spam)", e.proto, e.port)
 		case e.attack != "":
 			d.Class, d.Reason = ClassAbuse, e.attack
-		case e.conns >= pol.FloodConns || e.pkts >= pol.FloodPackets:
+		case e.flood(pol):
 			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("flood: %d connections, %d packets", e.conns, e.pkts)
 		default:
 			if g, ok := scanGroups[e.key()]; ok {
@@ -411,9 +412,26 @@ func connStarts(starts []time.Time, first time.Time) []time.Time {
 	return out
 }
 
+// Rates below which many connections or packets are not a flood: a beacon
+// merged over days of cycles adds up to thousands of connections too.
+const (
+	floodConnRate = 1.0   // connections per second
+	floodPktRate  = 100.0 // packets per second
+)
+
+// flood reports many connections or packets to one destination, fast.
+func (e *endpoint) flood(pol *Policy) bool {
+	span := max(e.last.Sub(e.first).Seconds(), 1)
+	return e.conns >= pol.FloodConns && float64(e.conns)/span >= floodConnRate ||
+		e.pkts >= pol.FloodPackets && float64(e.pkts)/span >= floodPktRate
+}
+
 func (e *endpoint) touch(o *records.Observable) {
 	if o.LastSeen.After(e.last) {
 		e.last = o.LastSeen
+	}
+	if e.first.IsZero() || !o.FirstSeen.IsZero() && o.FirstSeen.Before(e.first) {
+		e.first = o.FirstSeen
 	}
 	if e.obs == "" || o.ID != "" && o.ID < e.obs {
 		e.obs = o.ID
@@ -534,8 +552,9 @@ func scanDest(lease, port string, obs []*records.Observable, endpoints int, pol 
 		return Dest{}, false
 	}
 	d := Dest{Lease: lease, Type: records.ObsScan, Value: port, Class: ClassScan, group: "scan of " + port}
-	for _, o := range obs {
-		d.Dests = max(d.Dests, o.Scan.Dests)
+	infos := make([]*records.ScanInfo, len(obs))
+	for i, o := range obs {
+		infos[i] = o.Scan
 		d.Conns += o.Scan.Conns
 		if o.LastSeen.After(d.LastSeen) {
 			d.LastSeen = o.LastSeen
@@ -549,6 +568,7 @@ func scanDest(lease, port string, obs []*records.Observable, endpoints int, pol 
 			}
 		}
 	}
+	d.Dests = observe.ScanDests(infos)
 	n := max(d.Dests, int64(endpoints))
 	if n < int64(scanMin(pol, p)) {
 		return Dest{}, false
@@ -591,9 +611,11 @@ func scans(list []*endpoint, scanObs map[string][]*records.Observable, pol *Poli
 	}
 	for k, es := range byPort {
 		n := len(es)
-		for _, o := range scanObs[k] {
-			n = max(n, int(o.Scan.Dests))
+		infos := make([]*records.ScanInfo, len(scanObs[k]))
+		for i, o := range scanObs[k] {
+			infos[i] = o.Scan
 		}
+		n = max(n, int(observe.ScanDests(infos)))
 		_, port, _ := parseService(k)
 		if n >= scanMin(pol, port) {
 			g := scanGroup{group: "scan of " + k, reason: fmt.Sprintf("scan: %d distinct destinations on %s", n, k)}

@@ -477,3 +477,83 @@ func TestSinkholedNames(t *testing.T) {
 		t.Errorf("no validator refusal of the sinkhole's address: %+v", refusals)
 	}
 }
+
+// obsEndpoint is an endpoint observable as tb-parse writes it: conns
+// connections spread evenly from first to last.
+func obsEndpoint(addr string, port uint16, conns int64, first, last time.Time) *records.Observable {
+	var starts []time.Time
+	for i := int64(max(conns-256, 0)); i < conns; i++ {
+		starts = append(starts, first.Add(time.Duration(i)*last.Sub(first)/time.Duration(max(conns-1, 1))))
+	}
+	return &records.Observable{Type: records.ObsEndpoint, Value: fmt.Sprintf("%s:%d/tcp", addr, port), Lease: testLease,
+		FirstSeen: first, LastSeen: last, Count: conns,
+		Endpoint: &records.EndpointInfo{Proto: "tcp", Addr: addr, Port: port, Conns: conns, Established: conns,
+			OrigPkts: 12 * conns, RespPkts: 10 * conns, MaxDuration: 1, Starts: starts}}
+}
+
+// A beacon merged over a day of cycles (1440 connections, 17,280 packets)
+// is the C2, not a flood; the same connections within a minute are.
+func TestFloodsAreFastNotJustMany(t *testing.T) {
+	pol := DefaultPolicy()
+	pol.compile()
+	t0 := pcapgen.Start
+	obs := []*records.Observable{
+		obsDomain("cdn.kx-update.net", t0, "45.155.205.17"),
+		obsEndpoint("45.155.205.17", 443, 1440, t0, t0.Add(24*time.Hour)),
+		obsEndpoint("31.13.71.36", 80, 1440, t0, t0.Add(time.Minute)),
+	}
+	m := byValue(Classify(obs, &pol))
+	if d := m["endpoint 45.155.205.17:443/tcp"]; d.Class != ClassC2 || d.Beacon == nil {
+		t.Errorf("a day of beacons: %s (%s)", d.Class, d.Reason)
+	}
+	if d := m["endpoint 31.13.71.36:80/tcp"]; d.Class != ClassAbuse || !strings.HasPrefix(d.Reason, "flood: 1440 connections") {
+		t.Errorf("a minute of 1440 connections: %s (%s)", d.Class, d.Reason)
+	}
+}
+
+// A scan seen in several cycles counts its distinct destinations over all
+// of them (the union of the cycles' sketches), not the largest cycle's.
+func TestScanDestinationsUniteCycles(t *testing.T) {
+	pol := DefaultPolicy()
+	pol.compile()
+	var obs []*records.Observable
+	for c := 0; c < 3; c++ {
+		obs = append(obs, parseScanCycle(t, c))
+	}
+	d := byValue(Classify(obs, &pol))["scan tcp/23"]
+	// Three cycles of 5000 distinct addresses each: about 15000.
+	if d.Dests < 14000 || d.Dests > 16000 {
+		t.Errorf("scan of three cycles: %d destinations (%s), want about 15000", d.Dests, d.Reason)
+	}
+}
+
+// parseScanCycle is the scan observable tb-parse makes of one cycle
+// scanning 5000 addresses of its own on tcp/23.
+func parseScanCycle(t *testing.T, cycle int) *records.Observable {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "scan.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := pcapgen.New(f, pcapgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Step = time.Millisecond
+	for i := 0; i < 5000; i++ {
+		dst := netip.AddrFrom4([4]byte{byte(20 + cycle), byte(i >> 8), byte(i), 1})
+		g.Refused(netip.AddrPortFrom(guest, uint16(40000+i)), netip.AddrPortFrom(dst, 23), uint32(i))
+	}
+	if err := g.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, o := range parseCapture(t, path) {
+		if o.Scan != nil {
+			return o
+		}
+	}
+	t.Fatal("no scan observable")
+	return nil
+}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"net/netip"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // Distinct counting of a scan's destinations: exact up to ExactDistinct,
@@ -138,4 +140,29 @@ func addrKey(a netip.Addr) uint64 {
 		lo = lo<<8 | uint64(b[8+i])
 	}
 	return mix64(hi) ^ lo
+}
+
+// ScanDests is the distinct destinations of several sightings of a scan
+// (the cycles of a lease): the estimate of their united sketches, or the
+// largest count when one has no sketch.
+func ScanDests(scans []*records.ScanInfo) int64 {
+	union := make(sketch, sketchSize)
+	var most int64
+	united := true
+	for _, s := range scans {
+		most = max(most, s.Dests)
+		sk, err := parseSketch(s.Sketch)
+		if err != nil {
+			united = false
+			continue
+		}
+		union.union(sk)
+	}
+	if !united || len(scans) == 0 {
+		return most
+	}
+	if len(scans) == 1 {
+		return scans[0].Dests // exact up to ExactDistinct
+	}
+	return max(union.estimate(), most)
 }
