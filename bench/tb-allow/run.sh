@@ -2,9 +2,11 @@
 # Figures for docs/performance.md (tb-allow), measured side by side in one run, in a
 # network namespace the benchmark creates (and removes):
 #  - applying a 100,000-entry revision, and a one-entry change to it,
-#    through tb-allow's apply path (state -> diff -> firewall.ApplyAllowSet,
-#    one netlink batch), against nft -f and nft add element doing the same
-#    on a set of the same type.
+#    through tb-allow's promote path (the revision's stored delta ->
+#    firewall.ApplyAllowSet, one netlink batch) and its apply path (state
+#    -> diff with the live set -> the same), against nft -f, nft add
+#    element and nft delete element doing the same on a set of the same
+#    type.
 # Run as root from the repository root: bench/tb-allow/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

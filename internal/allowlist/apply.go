@@ -114,21 +114,32 @@ func ApplyLease(ctx context.Context, fw firewall.Firewall, l *Live) (Applied, er
 	return out, fw.ApplyAllowSet(ctx, l.Lease, add, del)
 }
 
-// Names is the lab-wide DNS forward list: the active names of every chain.
+// Names is the lab-wide DNS forward list: the active names of every
+// chain, read from the heads' enforced lists.
 func (b *Book) Names(now time.Time) ([]string, error) {
 	chains, err := b.Chains()
 	if err != nil {
 		return nil, err
 	}
 	set := map[string]bool{}
+	t := now.Unix()
 	for _, c := range chains {
-		_, entries, err := b.Head(c)
+		h, err := b.headRef(c)
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range entries {
-			if e.Type == records.AllowDomain && Enforced(e, now) {
-				set[e.Value] = true
+		if h == nil || h.Active == h.Endpoints {
+			continue // no names
+		}
+		data, err := b.blob(h.ID, h.Enforce, h.EnforceSHA256)
+		if err != nil {
+			return nil, err
+		}
+		for len(data) > 0 {
+			var l []byte
+			l, data = nextLine(data)
+			if typ, value, _, exp, ok := splitEnforced(l); ok && string(typ) == records.AllowDomain && liveAt(exp, t) {
+				set[string(value)] = true
 			}
 		}
 	}

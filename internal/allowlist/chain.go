@@ -123,14 +123,35 @@ func (b *Book) blob(rev, uri, sha string) ([]byte, error) {
 		return nil, fmt.Errorf("revision %s: %w", rev, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(f)
-	if err != nil {
+	var data []byte
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		data = make([]byte, 0, fi.Size()+1)
+	}
+	if data, err = readAll(f, data); err != nil {
 		return nil, err
 	}
 	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != sha {
 		return nil, &TamperError{Revision: rev, Reason: "its content blob does not match its digest"}
 	}
 	return data, nil
+}
+
+// readAll appends what is left of r to buf: io.ReadAll, into a buffer
+// already of the size expected.
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 func decodeEntries(data []byte, name string) ([]*records.AllowEntry, error) {
@@ -170,9 +191,16 @@ func encodeEntries(es []*records.AllowEntry) ([]byte, error) {
 // EntryKey identifies an entry within its chain.
 func EntryKey(e *records.AllowEntry) string { return e.Type + " " + e.Value }
 
-func sortEntries(es []*records.AllowEntry) {
-	sort.Slice(es, func(i, j int) bool { return EntryKey(es[i]) < EntryKey(es[j]) })
+// cmpEntries orders entries by key without building keys: the types
+// (endpoint, domain) are not prefixes of one another.
+func cmpEntries(a, b *records.AllowEntry) int {
+	if c := strings.Compare(a.Type, b.Type); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Value, b.Value)
 }
+
+func sortEntries(es []*records.AllowEntry) { slices.SortFunc(es, cmpEntries) }
 
 // canonical is what a revision's hash covers: every field but those the
 // state store owns (rev, updated_at) and the hash itself.
@@ -183,12 +211,15 @@ func canonical(r *records.AllowRevision) []byte {
 		Previous, PrevHash, Cycle, Cause      string
 		RollbackOf, Content, ContentSHA256    string
 		Enforce, EnforceSHA256                string
+		EnforceDelta                          string `json:",omitempty"`
+		EnforceDeltaSHA256                    string `json:",omitempty"`
 		Entries, Active                       int
 		Changes                               records.Changeset
 		Refusals                              []records.Refusal
 		CreatedAt                             string
 	}{r.ID, r.Kind, r.Chain, r.Scope, r.Lease, r.Sample, r.Seq, r.Previous, r.PrevHash, r.Cycle, r.Cause,
-		r.RollbackOf, r.Content, r.ContentSHA256, r.Enforce, r.EnforceSHA256, r.Entries, r.Active, r.Changes, r.Refusals,
+		r.RollbackOf, r.Content, r.ContentSHA256, r.Enforce, r.EnforceSHA256, r.EnforceDelta, r.EnforceDeltaSHA256,
+		r.Entries, r.Active, r.Changes, r.Refusals,
 		r.CreatedAt.UTC().Format(time.RFC3339Nano)}
 	b, _ := json.Marshal(c)
 	return b
@@ -321,11 +352,24 @@ func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision,
 		return nil, false, err
 	}
 	rev.Content, rev.ContentSHA256, rev.Entries = blob.URI(), blob.SHA256, len(entries)
-	eb, err := b.St.PutBlob(ctx, bytes.NewReader(encodeEnforced(entries)))
+	enforced := encodeEnforced(entries)
+	eb, err := b.St.PutBlob(ctx, bytes.NewReader(enforced))
 	if err != nil {
 		return nil, false, err
 	}
 	rev.Enforce, rev.EnforceSHA256 = eb.URI(), eb.SHA256
+	if !slices.IsSortedFunc(prev, cmpEntries) {
+		sortEntries(prev)
+	}
+	db, err := b.St.PutBlob(ctx, bytes.NewReader(enforcedDelta(encodeEnforced(prev), enforced)))
+	if err != nil {
+		return nil, false, err
+	}
+	rev.EnforceDelta, rev.EnforceDeltaSHA256 = db.URI(), db.SHA256
+	ref, err := b.refOf(rev, enforced)
+	if err != nil {
+		return nil, false, err
+	}
 	rev.Hash = Hash(rev)
 	if err := b.St.Create(ctx, rev); err != nil {
 		return nil, false, err
@@ -333,7 +377,7 @@ func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision,
 	if err := b.St.SetIndex(headIndex, c.Chain.indexKey(), rev.ID); err != nil {
 		return nil, false, err
 	}
-	if err := b.writeHeadRef(c.Chain, rev); err != nil {
+	if err := b.writeHeadRef(c.Chain, ref); err != nil {
 		return nil, false, err
 	}
 	return rev, true, nil
@@ -424,6 +468,15 @@ func (b *Book) Verify(c Chain) ([]*records.AllowRevision, error) {
 		if !bytes.Equal(enf, encodeEnforced(content)) {
 			return revs, &TamperError{Revision: r.ID, Reason: "its enforced list does not match its content"}
 		}
+		if r.EnforceDelta != "" {
+			delta, err := b.blob(r.ID, r.EnforceDelta, r.EnforceDeltaSHA256)
+			if err != nil {
+				return revs, err
+			}
+			if !bytes.Equal(delta, enforcedDelta(encodeEnforced(prevContent), enf)) {
+				return revs, &TamperError{Revision: r.ID, Reason: "its enforced delta does not match its and its predecessor's enforced lists"}
+			}
+		}
 		got, _ := json.Marshal(Diff(prevContent, content))
 		want, _ := json.Marshal(r.Changes)
 		if !bytes.Equal(got, want) {
@@ -434,7 +487,9 @@ func (b *Book) Verify(c Chain) ([]*records.AllowRevision, error) {
 	return revs, nil
 }
 
-// Chains lists every chain that has revisions.
+// Chains lists every chain that has revisions. Only each revision's
+// chain is decoded: the record of a 100,000-entry change holds a
+// changeset of 100,000 changes.
 func (b *Book) Chains() ([]Chain, error) {
 	ids, err := b.St.List(records.KindRevision)
 	if err != nil {
@@ -443,13 +498,22 @@ func (b *Book) Chains() ([]Chain, error) {
 	seen := map[string]bool{}
 	var out []Chain
 	for _, id := range ids {
-		var r records.AllowRevision
-		if err := b.St.Get(id, &r); err != nil {
+		raw, err := b.St.ReadRaw(id)
+		if err != nil {
+			continue
+		}
+		var r struct {
+			Chain  string `json:"chain"`
+			Scope  string `json:"scope"`
+			Lease  string `json:"lease"`
+			Sample string `json:"sample"`
+		}
+		if json.Unmarshal(raw, &r) != nil || r.Chain == "" {
 			continue
 		}
 		if !seen[r.Chain] {
 			seen[r.Chain] = true
-			out = append(out, chainOf(&r))
+			out = append(out, Chain{Scope: r.Scope, Lease: r.Lease, Sample: r.Sample})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })

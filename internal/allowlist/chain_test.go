@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,6 +206,17 @@ func TestTamperDetection(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, 0, "does not match its digest"},
+		{"enforced delta swapped", func(t *testing.T, b *Book, revs []*records.AllowRevision) {
+			editRecord(t, b, revs[2].ID, `"enforce_delta":"`+revs[2].EnforceDelta+`"`, `"enforce_delta":"`+revs[0].EnforceDelta+`"`)
+			editRecord(t, b, revs[2].ID, `"enforce_delta_sha256":"`+revs[2].EnforceDeltaSHA256+`"`, `"enforce_delta_sha256":"`+revs[0].EnforceDeltaSHA256+`"`)
+		}, 2, "do not match its hash"},
+		{"enforced delta swapped, own hash recomputed", func(t *testing.T, b *Book, revs []*records.AllowRevision) {
+			r := *revs[2]
+			r.EnforceDelta, r.EnforceDeltaSHA256 = revs[0].EnforceDelta, revs[0].EnforceDeltaSHA256
+			editRecord(t, b, r.ID, `"enforce_delta":"`+revs[2].EnforceDelta+`"`, `"enforce_delta":"`+r.EnforceDelta+`"`)
+			editRecord(t, b, r.ID, `"enforce_delta_sha256":"`+revs[2].EnforceDeltaSHA256+`"`, `"enforce_delta_sha256":"`+r.EnforceDeltaSHA256+`"`)
+			editRecord(t, b, r.ID, `"hash":"`+r.Hash+`"`, `"hash":"`+Hash(&r)+`"`)
+		}, 2, "enforced delta does not match"},
 		{"revision deleted", func(t *testing.T, b *Book, revs []*records.AllowRevision) {
 			os.Remove(filepath.Join(b.St.Root(), "records", "revision", revs[1].ID+".json"))
 		}, 2, "is missing"},
@@ -263,9 +278,14 @@ type fakeFW struct {
 	firewall.Firewall
 	set     map[string]firewall.Element
 	batches int
+	// reads counts AllowSet calls; lostAck makes the next change fail
+	// after it is made.
+	reads   int
+	lostAck bool
 }
 
 func (f *fakeFW) AllowSet(ctx context.Context, lease string) ([]firewall.Element, error) {
+	f.reads++
 	var out []firewall.Element
 	for _, e := range f.set {
 		out = append(out, e)
@@ -280,6 +300,11 @@ func (f *fakeFW) ApplyAllowSet(ctx context.Context, lease string, add, del []fir
 	}
 	for _, e := range add {
 		f.set[e.Key()] = e
+	}
+	if f.lostAck {
+		// The kernel committed; the answer never came back.
+		f.lostAck = false
+		return errors.New("netlink receive: interrupted")
 	}
 	return nil
 }
@@ -477,5 +502,274 @@ func TestPromoteFromState(t *testing.T) {
 	}
 	if rev.Cycle != cycle || len(rev.Changes.Added) != 1 || rev.Changes.Added[0].Key != "endpoint 91.92.240.11:8443/tcp" {
 		t.Fatalf("revision: %+v", rev)
+	}
+}
+
+// activeEndpoint is an active endpoint entry of the test lease's chain.
+func activeEndpoint(i int, verdict firewall.Verdict, expires time.Time) *records.AllowEntry {
+	a := netip.AddrFrom4([4]byte{45, 1, byte(i >> 8), byte(i)})
+	return &records.AllowEntry{Type: records.AllowEndpoint, Value: netip.AddrPortFrom(a, 443).String() + "/tcp",
+		Scope: records.ScopeLease, Lease: testLease, Status: records.StatusActive, Class: ClassC2, Score: 1,
+		Verdict: string(verdict), ExpiresAt: &expires}
+}
+
+// writeContent writes the next revision of a chain with the given
+// content (copied).
+func writeContent(t *testing.T, b *Book, c Chain, es []*records.AllowEntry) *records.AllowRevision {
+	t.Helper()
+	head, cur, err := b.Head(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := make([]*records.AllowEntry, len(es))
+	for i, e := range es {
+		x := *e
+		cp[i] = &x
+	}
+	r, _, err := b.Write(context.Background(), Commit{Chain: c, Cause: "test"}, head, cur, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// checkSet compares the fake's elements of tb-allow's verdicts with what
+// the lease's chains enforce now.
+func checkSet(t *testing.T, b *Book, fw *fakeFW, now time.Time, what string) {
+	t.Helper()
+	live, err := b.Desired(testLease, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]firewall.Element{}
+	for _, e := range live.Elements {
+		want[e.Key()] = e
+	}
+	got := map[string]firewall.Element{}
+	for k, e := range fw.set {
+		if e.Verdict == firewall.Forward || e.Verdict == firewall.RateLimit {
+			got[k] = e
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d elements in the set, %d enforced", what, len(got), len(want))
+	}
+	for k, e := range want {
+		if got[k] != e {
+			t.Fatalf("%s: %s is %v in the set, want %v", what, k, got[k], e)
+		}
+	}
+}
+
+// TestUpdateMatchesChains: whatever the history (entries added, removed,
+// moved to another verdict, revoked, renewed, expiring; updates skipped,
+// a global chain changing too, applies cut short after the kernel
+// changed), the promote path leaves the set holding exactly what the
+// chains enforce, and a plan's own element alone.
+func TestUpdateMatchesChains(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	pinned, _ := firewall.ParseElement("46.9.9.9:80/tcp=drop")
+	fw := &fakeFW{set: map[string]firewall.Element{pinned.Key(): pinned}}
+	lease, global := Chain{Scope: records.ScopeLease, Lease: testLease}, Chain{Scope: records.ScopeGlobal}
+	r := rand.New(rand.NewPCG(7, 7))
+	contents := map[Chain][]*records.AllowEntry{}
+	verdicts := []firewall.Verdict{firewall.RateLimit, firewall.Forward}
+	// The lease's chain alone for 150 steps, then the global one too.
+	for step := 0; step < 250; step++ {
+		c := lease
+		if step >= 150 && r.IntN(3) == 0 {
+			c = global
+		}
+		es := contents[c]
+		next := make([]*records.AllowEntry, 0, len(es)+3)
+		for _, e := range es {
+			x := *e
+			switch r.IntN(4 * len(es)) {
+			case 0:
+				continue // removed
+			case 1:
+				x.Verdict = string(verdicts[r.IntN(2)])
+			case 2:
+				x.Status = records.StatusRevoked
+			case 3:
+				x.Status = records.StatusActive
+				exp := now.Add(time.Duration(1+r.IntN(5)) * time.Hour)
+				x.ExpiresAt = &exp // renewed, maybe after it expired
+			default:
+				if x.Status == records.StatusActive && !x.ExpiresAt.After(now) && r.IntN(2) == 0 {
+					x.Status = records.StatusExpired // tb-allow expire ran
+				}
+			}
+			next = append(next, &x)
+		}
+		for k := r.IntN(3); k > 0; k-- {
+			e := activeEndpoint(r.IntN(200), verdicts[r.IntN(2)], now.Add(time.Duration(1+r.IntN(5))*time.Hour))
+			if !slices.ContainsFunc(next, func(x *records.AllowEntry) bool { return x.Value == e.Value }) {
+				next = append(next, e)
+			}
+		}
+		sortEntries(next)
+		contents[c] = next
+		writeContent(t, b, c, next)
+		if r.IntN(10) == 0 {
+			now = now.Add(time.Duration(r.IntN(60)) * time.Minute)
+		}
+		switch r.IntN(8) {
+		case 0: // no apply: the next one spans several revisions
+			continue
+		case 1:
+			fw.lostAck = true
+			before := fw.batches
+			if _, err := b.Update(ctx, fw, testLease); (err == nil) != (fw.batches == before) {
+				t.Fatalf("step %d: %d changes sent, error %v", step, fw.batches-before, err)
+			}
+			fw.lostAck = false
+			continue
+		}
+		if _, err := b.Update(ctx, fw, testLease); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		checkSet(t, b, fw, now, fmt.Sprintf("step %d", step))
+		if fw.set[pinned.Key()] != pinned {
+			t.Fatalf("step %d: the plan's element went: %v", step, fw.set)
+		}
+	}
+}
+
+// TestUpdateReadsOnlyTheDelta: a one-entry promote after an apply is
+// pushed from the new revision's delta alone, without reading either
+// enforced list or the live set.
+func TestUpdateReadsOnlyTheDelta(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	fw := &fakeFW{set: map[string]firewall.Element{}}
+	c := Chain{Scope: records.ScopeLease, Lease: testLease}
+	exp := now.Add(24 * time.Hour)
+	var es []*records.AllowEntry
+	for i := 0; i < 50; i++ {
+		es = append(es, activeEndpoint(i, firewall.RateLimit, exp))
+	}
+	r1 := writeContent(t, b, c, es)
+	if res, err := b.Update(ctx, fw, testLease); err != nil || res.Added != 50 || fw.reads != 1 {
+		t.Fatalf("first update (reconciles): %+v %v, %d reads", res, err, fw.reads)
+	}
+	es = append(es[1:], activeEndpoint(50, firewall.Forward, exp))
+	r2 := writeContent(t, b, c, es)
+	for _, sha := range []string{r1.EnforceSHA256, r2.EnforceSHA256} {
+		if err := os.Remove(b.St.BlobPath(sha)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := b.Update(ctx, fw, testLease)
+	if err != nil || res.Added != 1 || res.Deleted != 1 || res.Elements != 50 || fw.reads != 1 {
+		t.Fatalf("update: %+v %v, %d reads", res, err, fw.reads)
+	}
+	if len(fw.set) != 50 || fw.set["45.1.0.50/tcp/443"].Verdict != firewall.Forward {
+		t.Fatalf("set: %v", fw.set)
+	}
+}
+
+// TestUpdateAfterLostAck: a change the kernel made but whose answer was
+// lost leaves no record of the apply, so the next one reads the live set:
+// an element the lost change added and the next revision drops is
+// deleted.
+func TestUpdateAfterLostAck(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	fw := &fakeFW{set: map[string]firewall.Element{}}
+	c := Chain{Scope: records.ScopeLease, Lease: testLease}
+	exp := now.Add(24 * time.Hour)
+	a, x := activeEndpoint(1, firewall.RateLimit, exp), activeEndpoint(2, firewall.RateLimit, exp)
+	writeContent(t, b, c, []*records.AllowEntry{a})
+	if _, err := b.Update(ctx, fw, testLease); err != nil {
+		t.Fatal(err)
+	}
+	writeContent(t, b, c, []*records.AllowEntry{a, x})
+	fw.lostAck = true
+	if _, err := b.Update(ctx, fw, testLease); err == nil {
+		t.Fatal("the lost answer was not reported")
+	}
+	writeContent(t, b, c, []*records.AllowEntry{a})
+	if _, err := b.Update(ctx, fw, testLease); err != nil {
+		t.Fatal(err)
+	}
+	if _, leaked := fw.set["45.1.0.2/tcp/443"]; leaked || len(fw.set) != 1 {
+		t.Fatalf("set after the next update: %v", fw.set)
+	}
+}
+
+// TestUpdateRenewsExpired: an entry that expired (and left the set) and
+// is renewed by a later revision comes back, whichever path pushes it.
+func TestUpdateRenewsExpired(t *testing.T) {
+	ctx := context.Background()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	fw := &fakeFW{set: map[string]firewall.Element{}}
+	c := Chain{Scope: records.ScopeLease, Lease: testLease}
+	a := activeEndpoint(1, firewall.RateLimit, now.Add(time.Hour))
+	long := activeEndpoint(2, firewall.RateLimit, now.Add(48*time.Hour))
+	writeContent(t, b, c, []*records.AllowEntry{a, long})
+	if _, err := b.Update(ctx, fw, testLease); err != nil || len(fw.set) != 2 {
+		t.Fatalf("first update: %v %v", err, fw.set)
+	}
+	now = now.Add(2 * time.Hour)
+	other := activeEndpoint(3, firewall.RateLimit, now.Add(48*time.Hour))
+	writeContent(t, b, c, []*records.AllowEntry{a, long, other})
+	if res, err := b.Update(ctx, fw, testLease); err != nil || res.Deleted != 1 || len(fw.set) != 2 {
+		t.Fatalf("update past the expiry: %+v %v %v", res, err, fw.set)
+	}
+	renewed := *a
+	exp := now.Add(time.Hour)
+	renewed.ExpiresAt = &exp
+	writeContent(t, b, c, []*records.AllowEntry{&renewed, long, other})
+	if res, err := b.Update(ctx, fw, testLease); err != nil || res.Added != 1 || len(fw.set) != 3 {
+		t.Fatalf("update after the renewal: %+v %v %v", res, err, fw.set)
+	}
+}
+
+// TestParseLine4: the one-pass reader of IPv4 endpoint lines reads what
+// the general one does, and leaves it every other line.
+func TestParseLine4(t *testing.T) {
+	for _, l := range []string{
+		"endpoint 45.13.7.9:443/tcp rate-limit 1763856000",
+		"endpoint 45.13.7.9:53/udp forward 0",
+		"endpoint 0.0.0.0:1/tcp - 7",
+		"endpoint 255.255.255.255:65535/udp - 1",
+		"endpoint 45.13.7.9:0443/tcp rate-limit 1",
+		"endpoint 45.013.7.9:443/tcp rate-limit 1",
+		"endpoint 45.256.7.9:443/tcp rate-limit 1",
+		"endpoint 45.13.7.9:65536/tcp rate-limit 1",
+		"endpoint 45.13.7.9:443/sctp rate-limit 1",
+		"endpoint 45.13.7.9:443/tcp redirect 1",
+		"endpoint 45.13.7.9:443/tcp rate-limit 1x",
+		"endpoint 45.13.7.9:443/tcp rate-limit ",
+		"endpoint 45.13.7:443/tcp rate-limit 1",
+		"endpoint [2001:db8::1]:443/tcp rate-limit 1",
+		"domain c2.example - 1763856000",
+	} {
+		fast, fastOK := parseLine4([]byte(l))
+		slow, slowOK, err := func() (line, bool, error) {
+			typ, value, verdict, exp, ok := splitEnforced([]byte(l))
+			if !ok || string(typ) != records.AllowEndpoint {
+				return line{}, false, nil
+			}
+			a, proto, port, err := ParseEndpoint(string(value))
+			v := firewall.Verdict(verdict)
+			if v == "-" {
+				v = firewall.RateLimit
+			}
+			return line{firewall.Element{Dst: a, Proto: proto, Port: port, Verdict: v}, exp}, err == nil, err
+		}()
+		if fastOK && (!slowOK || fast != slow) {
+			t.Errorf("%q: one pass reads %+v, the general reader %+v %v", l, fast, slow, err)
+		}
+		canonical := strings.HasPrefix(l, "endpoint 45.13.7.9:443/tcp rate-limit 17") || strings.HasPrefix(l, "endpoint 45.13.7.9:53/udp")
+		if canonical && !fastOK {
+			t.Errorf("%q: not read in one pass", l)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 // order, that apply reads instead of the whole content.
 func encodeEnforced(es []*records.AllowEntry) []byte {
 	var b bytes.Buffer
+	b.Grow(64 * len(es))
 	for _, e := range es {
 		if e.Status != records.StatusActive {
 			continue
@@ -41,10 +42,94 @@ func encodeEnforced(es []*records.AllowEntry) []byte {
 		b.WriteByte(' ')
 		b.WriteString(v)
 		b.WriteByte(' ')
-		b.Write(strconv.AppendInt(nil, exp, 10))
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), exp, 10))
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
+}
+
+// nextLine splits the first line off d.
+func nextLine(d []byte) (line, rest []byte) {
+	if i := bytes.IndexByte(d, '\n'); i >= 0 {
+		return d[:i], d[i+1:]
+	}
+	return d, nil
+}
+
+// lineKey is an enforced line's entry key ("TYPE VALUE"): lines are in
+// the order of their keys.
+func lineKey(l []byte) []byte {
+	i := bytes.IndexByte(l, ' ')
+	if i < 0 {
+		return l
+	}
+	if j := bytes.IndexByte(l[i+1:], ' '); j >= 0 {
+		return l[:i+1+j]
+	}
+	return l
+}
+
+// enforcedDelta is the change from one enforced list to another (both in
+// key order): "-" and the line for each line that went, "+" and the line
+// for each that came; a changed line is its "-" then its "+".
+func enforcedDelta(from, to []byte) []byte {
+	var out bytes.Buffer
+	put := func(sign byte, l []byte) {
+		out.WriteByte(sign)
+		out.Write(l)
+		out.WriteByte('\n')
+	}
+	var ol, nl []byte
+	ol, from = nextLine(from)
+	nl, to = nextLine(to)
+	for len(ol) > 0 || len(nl) > 0 {
+		c := 0
+		switch {
+		case len(ol) == 0:
+			c = 1
+		case len(nl) == 0:
+			c = -1
+		default:
+			c = bytes.Compare(lineKey(ol), lineKey(nl))
+		}
+		switch c {
+		case 0:
+			if !bytes.Equal(ol, nl) {
+				put('-', ol)
+				put('+', nl)
+			}
+			ol, from = nextLine(from)
+			nl, to = nextLine(to)
+		case -1:
+			put('-', ol)
+			ol, from = nextLine(from)
+		case 1:
+			put('+', nl)
+			nl, to = nextLine(to)
+		}
+	}
+	return out.Bytes()
+}
+
+// enforcedStats counts an enforced list's endpoints and finds the earliest
+// of their expiries (Unix seconds, 0 when none expires).
+func enforcedStats(data []byte, rev string) (endpoints int, expires int64, err error) {
+	for n := 1; len(data) > 0; n++ {
+		var line []byte
+		line, data = nextLine(data)
+		typ, _, _, exp, ok := splitEnforced(line)
+		if !ok {
+			return 0, 0, &TamperError{Revision: rev, Reason: fmt.Sprintf("enforced list line %d is malformed", n)}
+		}
+		if string(typ) != records.AllowEndpoint {
+			continue
+		}
+		endpoints++
+		if exp != 0 && (expires == 0 || exp < expires) {
+			expires = exp
+		}
+	}
+	return endpoints, expires, nil
 }
 
 // elemKey is an element's identity, without formatting.
@@ -56,9 +141,117 @@ type elemKey struct {
 
 func keyOf(e firewall.Element) elemKey { return elemKey{e.Dst, e.Proto, e.Port} }
 
-// live folds the enforced lists of revisions into a lease's live list;
-// with now zero, expiry is ignored (what may be in the kernel). It reads
-// the compact lines in place: apply of 100,000 entries parses 100,000 lines.
+// liveAt reports whether an expiry (Unix seconds, 0 for none) is still to
+// come at t (Unix seconds; 0 ignores expiry).
+func liveAt(exp, t int64) bool { return exp == 0 || t == 0 || exp > t }
+
+// unixOf is t in Unix seconds, 0 for the zero time (expiry ignored).
+func unixOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
+}
+
+// endpointElem is the element of an endpoint's value and verdict, read
+// without allocating for IPv4 (every address the validator lets through).
+func endpointElem(value, verdict []byte) (firewall.Element, error) {
+	el := firewall.Element{Verdict: firewall.RateLimit}
+	switch string(verdict) {
+	case "-", string(firewall.RateLimit):
+	case string(firewall.Forward):
+		el.Verdict = firewall.Forward
+	default:
+		el.Verdict = firewall.Verdict(verdict)
+	}
+	if a, proto, port, ok := parseEndpoint4(value); ok {
+		el.Dst, el.Proto, el.Port = a, proto, port
+		return el, nil
+	}
+	a, proto, port, err := ParseEndpoint(string(value))
+	el.Dst, el.Proto, el.Port = a, proto, port
+	return el, err
+}
+
+// parseLine4 reads the line of an IPv4 endpoint in one pass, the lines
+// of 100,000-entry lists; ok is false for any other line (which the
+// general parser reads or refuses).
+func parseLine4(l []byte) (line, bool) {
+	rest, ok := bytes.CutPrefix(l, []byte(records.AllowEndpoint+" "))
+	if !ok {
+		return line{}, false
+	}
+	sp := bytes.IndexByte(rest, ' ')
+	if sp < 0 {
+		return line{}, false
+	}
+	a, proto, port, ok := parseEndpoint4(rest[:sp])
+	if !ok {
+		return line{}, false
+	}
+	rest = rest[sp+1:]
+	x := line{el: firewall.Element{Dst: a, Proto: proto, Port: port}}
+	switch {
+	case bytes.HasPrefix(rest, []byte("rate-limit ")):
+		x.el.Verdict, rest = firewall.RateLimit, rest[len("rate-limit "):]
+	case bytes.HasPrefix(rest, []byte("forward ")):
+		x.el.Verdict, rest = firewall.Forward, rest[len("forward "):]
+	case bytes.HasPrefix(rest, []byte("- ")):
+		x.el.Verdict, rest = firewall.RateLimit, rest[2:]
+	default:
+		return line{}, false
+	}
+	if len(rest) == 0 || len(rest) > 18 {
+		return line{}, false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return line{}, false
+		}
+		x.exp = x.exp*10 + int64(c-'0')
+	}
+	return x, true
+}
+
+// parseEndpoint4 reads "A.B.C.D:PORT/tcp" or ".../udp" written without
+// leading zeros, as ParseEndpoint would; anything else is left to
+// ParseEndpoint.
+func parseEndpoint4(v []byte) (netip.Addr, string, uint16, bool) {
+	var a [4]byte
+	var port int
+	i := 0
+	for k := 0; k < 5; k++ {
+		n, start := 0, i
+		for i < len(v) && v[i] >= '0' && v[i] <= '9' && i-start < 5 {
+			n = n*10 + int(v[i]-'0')
+			i++
+		}
+		if i == start || (v[start] == '0' && i-start > 1) || i >= len(v) {
+			return netip.Addr{}, "", 0, false
+		}
+		switch {
+		case k < 3 && v[i] == '.' && n <= 255, k == 3 && v[i] == ':' && n <= 255:
+			a[k] = byte(n)
+		case k == 4 && v[i] == '/' && n <= 65535:
+			port = n
+		default:
+			return netip.Addr{}, "", 0, false
+		}
+		i++
+	}
+	switch string(v[i:]) {
+	case "tcp":
+		return netip.AddrFrom4(a), "tcp", uint16(port), true
+	case "udp":
+		return netip.AddrFrom4(a), "udp", uint16(port), true
+	}
+	return netip.Addr{}, "", 0, false
+}
+
+// live folds the enforced lists of revisions into a lease's live list,
+// the entries whose expiry is still to come at now (every entry with now
+// zero). It reads the compact lines in place: apply of 100,000 entries
+// parses 100,000 lines.
 func (b *Book) live(lease string, revs []*revRef, now time.Time) (*Live, error) {
 	l := &Live{Lease: lease}
 	total := 0
@@ -71,10 +264,7 @@ func (b *Book) live(lease string, revs []*revRef, now time.Time) (*Live, error) 
 	if len(revs) > 1 {
 		seen = make(map[elemKey]bool, total)
 	}
-	deadline := int64(0)
-	if !now.IsZero() {
-		deadline = now.Unix()
-	}
+	t := unixOf(now)
 	for _, r := range revs {
 		l.Revisions = append(l.Revisions, r.ID)
 		data, err := b.blob(r.ID, r.Enforce, r.EnforceSHA256)
@@ -82,28 +272,29 @@ func (b *Book) live(lease string, revs []*revRef, now time.Time) (*Live, error) 
 			return nil, err
 		}
 		for n := 1; len(data) > 0; n++ {
-			line := data
-			if i := bytes.IndexByte(data, '\n'); i >= 0 {
-				line, data = data[:i], data[i+1:]
-			} else {
-				data = nil
+			var line []byte
+			line, data = nextLine(data)
+			if x, ok := parseLine4(line); ok {
+				if liveAt(x.exp, t) && (seen == nil || !seen[keyOf(x.el)]) {
+					if seen != nil {
+						seen[keyOf(x.el)] = true
+					}
+					l.Elements = append(l.Elements, x.el)
+				}
+				continue
 			}
 			typ, value, verdict, exp, ok := splitEnforced(line)
 			if !ok {
 				return nil, &TamperError{Revision: r.ID, Reason: fmt.Sprintf("enforced list line %d is malformed", n)}
 			}
-			if deadline != 0 && exp != 0 && exp <= deadline {
+			if !liveAt(exp, t) {
 				continue
 			}
 			switch string(typ) {
 			case records.AllowEndpoint:
-				a, proto, port, err := ParseEndpoint(string(value))
+				el, err := endpointElem(value, verdict)
 				if err != nil {
 					return nil, &TamperError{Revision: r.ID, Reason: err.Error()}
-				}
-				el := firewall.Element{Dst: a, Proto: proto, Port: port, Verdict: firewall.RateLimit}
-				if string(verdict) != "-" {
-					el.Verdict = firewall.Verdict(verdict)
 				}
 				if seen != nil {
 					k := keyOf(el)
@@ -178,19 +369,41 @@ func (b *Book) heads(lease string) ([]*revRef, error) {
 type revRef struct {
 	ID            string `json:"id"`
 	Chain         string `json:"chain"`
+	Previous      string `json:"previous,omitempty"`
 	Enforce       string `json:"enforce"`
 	EnforceSHA256 string `json:"enforce_sha256"`
+	Delta         string `json:"delta,omitempty"`
+	DeltaSHA256   string `json:"delta_sha256,omitempty"`
 	Active        int    `json:"active"`
+	// Endpoints counts the active endpoints; Expires is the earliest of
+	// their expiries (Unix seconds, 0 when none expires).
+	Endpoints int   `json:"endpoints"`
+	Expires   int64 `json:"expires,omitempty"`
+	// V is refVersion; a head ref of an older version is rebuilt.
+	V int `json:"v"`
 }
 
-func refOf(r *records.AllowRevision) *revRef {
-	return &revRef{ID: r.ID, Chain: r.Chain, Enforce: r.Enforce, EnforceSHA256: r.EnforceSHA256, Active: r.Active}
+const refVersion = 2
+
+// refOf is a revision's ref, with the counts of its enforced list.
+func (b *Book) refOf(r *records.AllowRevision, enforced []byte) (*revRef, error) {
+	ref := &revRef{ID: r.ID, Chain: r.Chain, Previous: r.Previous, Enforce: r.Enforce, EnforceSHA256: r.EnforceSHA256,
+		Delta: r.EnforceDelta, DeltaSHA256: r.EnforceDeltaSHA256, Active: r.Active, V: refVersion}
+	if enforced == nil {
+		var err error
+		if enforced, err = b.blob(r.ID, r.Enforce, r.EnforceSHA256); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	ref.Endpoints, ref.Expires, err = enforcedStats(enforced, r.ID)
+	return ref, err
 }
 
 func (b *Book) headRefPath(c Chain) string { return b.St.Path("allow", "heads", c.indexKey()+".json") }
 
-func (b *Book) writeHeadRef(c Chain, r *records.AllowRevision) error {
-	data, err := json.Marshal(refOf(r))
+func (b *Book) writeHeadRef(c Chain, ref *revRef) error {
+	data, err := json.Marshal(ref)
 	if err != nil {
 		return err
 	}
@@ -207,23 +420,42 @@ func (b *Book) headRef(c Chain) (*revRef, error) {
 		return nil, err
 	}
 	var ref revRef
-	if data, err := os.ReadFile(b.headRefPath(c)); err == nil && json.Unmarshal(data, &ref) == nil && ref.ID == id {
+	if data, err := os.ReadFile(b.headRefPath(c)); err == nil && json.Unmarshal(data, &ref) == nil && ref.ID == id && ref.V == refVersion {
 		return &ref, nil
 	}
 	var r records.AllowRevision
 	if err := b.St.Get(id, &r); err != nil {
 		return nil, err
 	}
-	return refOf(&r), b.writeHeadRef(c, &r)
+	h, err := b.refOf(&r, nil)
+	if err != nil {
+		return nil, err
+	}
+	return h, b.writeHeadRef(c, h)
 }
 
-// appliedState is what was last applied to a lease: the revisions whose
-// enforced lists make up its live set.
+// appliedState is what the last apply left in a lease's sets: the
+// endpoints of its revisions whose expiry was still to come at At, the
+// time it compared expiries with (Elements of them). It is forgotten
+// before each change is sent and written after the change succeeds, so
+// that an apply cut short (a crash, an error) leaves none, and the next
+// one reads the live set.
 type appliedState struct {
 	Revisions []*revRef `json:"revisions"`
 	At        time.Time `json:"at"`
+	Elements  int       `json:"elements"`
+	// V is refVersion; a record of an older version is not trusted.
+	V int `json:"v"`
 }
 
+// The record of the last apply is the first line of its file, which is
+// overwritten in place rather than replaced: creating a file costs up to
+// a millisecond here (ext4), a write a few microseconds. One write of a
+// whole line either happens or not when the process dies, and a line
+// that does not decode (a shorter one leaves the rest of a longer one
+// after its newline) is no record. Nothing is synced: the kernel's sets
+// do not outlive the machine, and no record only makes the next apply
+// read the live set.
 func (b *Book) appliedPath(lease string) string { return b.St.Path("allow", "applied", lease+".json") }
 
 func (b *Book) readApplied(lease string) *appliedState {
@@ -231,27 +463,47 @@ func (b *Book) readApplied(lease string) *appliedState {
 	if err != nil {
 		return nil
 	}
+	i := bytes.IndexByte(data, '\n')
+	if i < 0 {
+		return nil
+	}
 	var a appliedState
-	if json.Unmarshal(data, &a) != nil {
+	if json.Unmarshal(data[:i], &a) != nil || a.V != refVersion {
 		return nil
 	}
 	return &a
 }
 
-func (b *Book) writeApplied(lease string, revs []*revRef) error {
-	data, err := json.Marshal(appliedState{Revisions: revs, At: b.St.Now()})
+func (b *Book) writeApplied(lease string, revs []*revRef, at time.Time, elements int) error {
+	data, err := json.Marshal(appliedState{Revisions: revs, At: at, Elements: elements, V: refVersion})
 	if err != nil {
 		return err
 	}
-	return writeFile(b.appliedPath(lease), data)
+	p := b.appliedPath(lease)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(p), 0o750); err == nil {
+			f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(append(data, '\n'), 0)
+	return errors.Join(err, f.Close())
 }
 
+// forgetApplied leaves an empty first line: no record.
 func (b *Book) forgetApplied(lease string) error {
-	err := os.Remove(b.appliedPath(lease))
+	f, err := os.OpenFile(b.appliedPath(lease), os.O_WRONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt([]byte{'\n'}, 0)
+	return errors.Join(err, f.Close())
 }
 
 // writeFile replaces a small file of tb-allow's own atomically.
@@ -278,20 +530,20 @@ func (b *Book) reconcile(ctx context.Context, fw firewall.Firewall, lease string
 	if err != nil {
 		return Applied{Lease: lease}, err
 	}
-	l, err := b.live(lease, heads, b.St.Now())
+	now := b.St.Now()
+	l, err := b.live(lease, heads, now)
 	if err != nil {
 		return Applied{Lease: lease}, err
 	}
-	res, err := ApplyLease(ctx, fw, l)
-	switch {
-	case err != nil:
-	case res.Skipped != "":
-		// The lease's rules are gone; whatever applies them next starts
-		// from its own set, so the next apply must read it.
-		err = b.forgetApplied(lease)
-	default:
-		err = b.writeApplied(lease, heads)
+	if err := b.forgetApplied(lease); err != nil {
+		return Applied{Lease: lease}, err
 	}
+	res, err := ApplyLease(ctx, fw, l)
+	if err == nil && res.Skipped == "" {
+		err = b.writeApplied(lease, heads, now, len(l.Elements))
+	}
+	// Skipped: the lease's rules are gone; whatever applies them next
+	// starts from its own set, so the next apply must read it.
 	return res, err
 }
 
@@ -316,43 +568,69 @@ func (b *Book) Update(ctx context.Context, fw firewall.Firewall, lease string) (
 	if err != nil {
 		return Applied{Lease: lease}, err
 	}
-	var ids []string
+	res := Applied{Lease: lease}
 	for _, h := range heads {
-		ids = append(ids, h.ID)
+		res.Revisions = append(res.Revisions, h.ID)
 	}
-	add, del, total, err := b.changeSince(lease, prev.Revisions, heads, now)
+	add, del, total, err := b.changeSince(lease, prev, heads, now)
 	if err != nil {
 		return b.reconcile(ctx, fw, lease)
 	}
-	res := Applied{Lease: lease, Revisions: ids, Elements: total, Added: len(add), Deleted: len(del)}
+	res.Elements, res.Added, res.Deleted = total, len(add), len(del)
 	if len(add)+len(del) == 0 {
 		res.Unchanged = true
-	} else if err := fw.ApplyAllowSet(ctx, lease, add, del); err != nil {
+		if sameRevisions(prev.Revisions, heads) {
+			// The record still describes the sets: nothing expired since.
+			return res, nil
+		}
+		return res, b.writeApplied(lease, heads, now, total)
+	}
+	if err := b.forgetApplied(lease); err != nil {
+		return res, err
+	}
+	if err := fw.ApplyAllowSet(ctx, lease, add, del); err != nil {
 		if errors.Is(err, firewall.ErrNoLease) {
 			res.Skipped = "the lease has no rules applied (tb-capture start applies them)"
-			return res, b.forgetApplied(lease)
+			return res, nil
 		}
 		return res, err
 	}
-	return res, b.writeApplied(lease, heads)
+	return res, b.writeApplied(lease, heads, now, total)
 }
 
-// changeSince is the element change from the revisions last applied to
-// the current heads. When one chain changed and the others enforce
-// nothing, the two sorted enforced lists are merged line by line, so that
-// only the changed lines are parsed; otherwise both sides are folded whole.
-func (b *Book) changeSince(lease string, old, heads []*revRef, now time.Time) (add, del []firewall.Element, total int, err error) {
+func sameRevisions(a, b []*revRef) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID {
+			return false
+		}
+	}
+	return true
+}
+
+// changeSince is the element change from what the last apply left in the
+// sets to the current heads. When one chain changed and the others
+// enforce nothing, it is the head's stored delta if the head follows the
+// revision last applied and none of its endpoints has expired, else the
+// merge of the two enforced lists; otherwise both sides are folded whole.
+func (b *Book) changeSince(lease string, prev *appliedState, heads []*revRef, now time.Time) (add, del []firewall.Element, total int, err error) {
 	oldBy := map[string]*revRef{}
-	for _, r := range old {
+	for _, r := range prev.Revisions {
 		oldBy[r.Chain] = r
 	}
 	var changedOld, changedNew *revRef
-	changed, others := 0, 0
+	changed, others, expiring := 0, 0, false
+	t, at := now.Unix(), unixOf(prev.At)
 	for _, h := range heads {
 		o := oldBy[h.Chain]
 		delete(oldBy, h.Chain)
+		if !liveAt(h.Expires, t) {
+			expiring = true
+		}
 		if o != nil && o.ID == h.ID {
-			if h.Active > 0 {
+			if h.Endpoints > 0 {
 				others++
 			}
 			continue
@@ -360,10 +638,22 @@ func (b *Book) changeSince(lease string, old, heads []*revRef, now time.Time) (a
 		changed++
 		changedOld, changedNew = o, h
 	}
-	if changed == 1 && others == 0 && len(oldBy) == 0 && changedOld != nil {
-		return b.mergeDiff(changedOld, changedNew, now)
+	switch {
+	case len(oldBy) > 0:
+	case changed == 0 && !expiring:
+		// Nothing changed and nothing expired since.
+		return nil, nil, prev.Elements, nil
+	case changed == 1 && others == 0:
+		h := changedNew
+		follows := changedOld == nil && h.Previous == "" || changedOld != nil && h.Previous == changedOld.ID
+		if h.Delta != "" && follows && !expiring {
+			return b.deltaChange(h, at)
+		}
+		if changedOld != nil {
+			return b.mergeDiff(changedOld, h, at, t)
+		}
 	}
-	had, err := b.live(lease, old, time.Time{})
+	had, err := b.live(lease, prev.Revisions, prev.At)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -375,9 +665,103 @@ func (b *Book) changeSince(lease string, old, heads []*revRef, now time.Time) (a
 	return add, del, len(want.Elements), nil
 }
 
-// mergeDiff walks two enforced lists of one chain (both in key order) and
-// parses only the lines that differ, or that have expired.
-func (b *Book) mergeDiff(from, to *revRef, now time.Time) (add, del []firewall.Element, total int, err error) {
+// line is one parsed endpoint line of an enforced list.
+type line struct {
+	el  firewall.Element
+	exp int64
+}
+
+// pairs collects what the sets need, from the old and new lines of each
+// endpoint (either absent): at is when the old lines were applied (which
+// of them are in the sets), t is now.
+type pairs struct {
+	at, t    int64
+	add, del []firewall.Element
+	total    int
+}
+
+func (p *pairs) visit(old line, hasOld bool, new line, hasNew bool) {
+	in := hasOld && liveAt(old.exp, p.at)
+	want := hasNew && liveAt(new.exp, p.t)
+	switch {
+	case want:
+		p.total++
+		if !in || old.el.Verdict != new.el.Verdict {
+			p.add = append(p.add, new.el) // a verdict change moves it
+		}
+	case in:
+		p.del = append(p.del, old.el)
+	}
+}
+
+// parseLine reads an enforced line; ok is false for a name.
+func parseLine(l []byte, rev string) (line, bool, error) {
+	if x, ok := parseLine4(l); ok {
+		return x, true, nil
+	}
+	typ, value, verdict, exp, ok := splitEnforced(l)
+	if !ok {
+		return line{}, false, &TamperError{Revision: rev, Reason: fmt.Sprintf("enforced line %q is malformed", l)}
+	}
+	if string(typ) != records.AllowEndpoint {
+		return line{}, false, nil
+	}
+	el, err := endpointElem(value, verdict)
+	if err != nil {
+		return line{}, false, &TamperError{Revision: rev, Reason: err.Error()}
+	}
+	return line{el, exp}, true, nil
+}
+
+// deltaChange reads a head's stored delta: its "+" lines are all wanted
+// (none has expired), its "-" lines leave the sets unless they had
+// expired when they were applied.
+func (b *Book) deltaChange(h *revRef, at int64) (add, del []firewall.Element, total int, err error) {
+	data, err := b.blob(h.ID, h.Delta, h.DeltaSHA256)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	p := pairs{at: at, add: make([]firewall.Element, 0, bytes.Count(data, []byte("\n+"))+1)}
+	var gone line
+	var goneKey []byte
+	hasGone := false
+	for len(data) > 0 {
+		var l []byte
+		l, data = nextLine(data)
+		if len(l) < 2 || (l[0] != '-' && l[0] != '+') {
+			return nil, nil, 0, &TamperError{Revision: h.ID, Reason: fmt.Sprintf("enforced delta line %q is malformed", l)}
+		}
+		x, ok, err := parseLine(l[1:], h.ID)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if !ok {
+			continue
+		}
+		// A changed line's "-" comes just before its "+".
+		paired := hasGone && l[0] == '+' && bytes.Equal(goneKey, lineKey(l[1:]))
+		if hasGone && !paired {
+			p.visit(gone, true, line{}, false)
+		}
+		hasGone = false
+		switch {
+		case l[0] == '-':
+			gone, goneKey, hasGone = x, lineKey(l[1:]), true
+		case paired:
+			p.visit(gone, true, x, true)
+		default:
+			p.visit(line{}, false, x, true)
+		}
+	}
+	if hasGone {
+		p.visit(gone, true, line{}, false)
+	}
+	return p.add, p.del, h.Endpoints, nil
+}
+
+// mergeDiff walks two enforced lists of one chain (both in key order),
+// parsing only the lines that differ, or whose expiry has come.
+func (b *Book) mergeDiff(from, to *revRef, at, t int64) (add, del []firewall.Element, total int, err error) {
 	od, err := b.blob(from.ID, from.Enforce, from.EnforceSHA256)
 	if err != nil {
 		return nil, nil, 0, err
@@ -386,44 +770,24 @@ func (b *Book) mergeDiff(from, to *revRef, now time.Time) (add, del []firewall.E
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	next := func(d []byte) (line, rest []byte) {
-		if i := bytes.IndexByte(d, '\n'); i >= 0 {
-			return d[:i], d[i+1:]
-		}
-		return d, nil
-	}
-	// key is the line without its expiry; expired reads the expiry.
-	key := func(l []byte) []byte { return l[:max(bytes.LastIndexByte(l, ' '), 0)] }
-	deadline := now.Unix()
-	expired := func(l []byte) bool {
+	p := pairs{at: at, t: t}
+	expiry := func(l []byte) int64 {
 		var e int64
 		for _, c := range l[bytes.LastIndexByte(l, ' ')+1:] {
 			e = e*10 + int64(c-'0')
 		}
-		return e != 0 && e <= deadline
+		return e
 	}
 	endpoint := []byte(records.AllowEndpoint + " ")
-	elem := func(l []byte, rev string) (firewall.Element, bool, error) {
-		typ, value, verdict, _, ok := splitEnforced(l)
-		if !ok {
-			return firewall.Element{}, false, &TamperError{Revision: rev, Reason: fmt.Sprintf("enforced line %q is malformed", l)}
+	parse := func(l []byte, rev string) (line, bool, error) {
+		if !bytes.HasPrefix(l, endpoint) {
+			return line{}, false, nil
 		}
-		if string(typ) != records.AllowEndpoint {
-			return firewall.Element{}, false, nil
-		}
-		a, proto, port, err := ParseEndpoint(string(value))
-		if err != nil {
-			return firewall.Element{}, false, &TamperError{Revision: rev, Reason: err.Error()}
-		}
-		v := firewall.RateLimit
-		if string(verdict) != "-" {
-			v = firewall.Verdict(verdict)
-		}
-		return firewall.Element{Dst: a, Proto: proto, Port: port, Verdict: v}, true, nil
+		return parseLine(l, rev)
 	}
 	var ol, nl []byte
-	ol, od = next(od)
-	nl, nd = next(nd)
+	ol, od = nextLine(od)
+	nl, nd = nextLine(nd)
 	for len(ol) > 0 || len(nl) > 0 {
 		var c int
 		switch {
@@ -432,60 +796,37 @@ func (b *Book) mergeDiff(from, to *revRef, now time.Time) (add, del []firewall.E
 		case len(nl) == 0:
 			c = -1
 		default:
-			c = bytes.Compare(key(ol), key(nl))
-			if c == 0 && !bytes.Equal(ol, nl) {
-				c = 2 // same element, new expiry
+			c = bytes.Compare(lineKey(ol), lineKey(nl))
+		}
+		if c == 0 && bytes.Equal(ol, nl) && bytes.HasPrefix(nl, endpoint) {
+			// An unchanged endpoint that was in the sets and is still
+			// wanted needs only counting.
+			if e := expiry(nl); liveAt(e, at) && liveAt(e, t) {
+				p.total++
+				ol, od = nextLine(od)
+				nl, nd = nextLine(nd)
+				continue
 			}
 		}
-		switch c {
-		case 0, 2:
-			switch {
-			case !bytes.HasPrefix(nl, endpoint):
-			case expired(nl):
-				e, _, err := elem(nl, to.ID)
-				if err != nil {
-					return nil, nil, 0, err
-				}
-				del = append(del, e)
-			default:
-				total++
-			}
-			ol, od = next(od)
-			nl, nd = next(nd)
-		case -1: // gone
-			e, ok, err := elem(ol, from.ID)
-			if err != nil {
+		var o, n line
+		var hasO, hasN bool
+		if c <= 0 {
+			if o, hasO, err = parse(ol, from.ID); err != nil {
 				return nil, nil, 0, err
 			}
-			if ok {
-				del = append(del, e)
-			}
-			ol, od = next(od)
-		case 1: // new
-			e, ok, err := elem(nl, to.ID)
-			if err != nil {
+			ol, od = nextLine(od)
+		}
+		if c >= 0 {
+			if n, hasN, err = parse(nl, to.ID); err != nil {
 				return nil, nil, 0, err
 			}
-			if ok && !expired(nl) {
-				add = append(add, e)
-				total++
-			}
-			nl, nd = next(nd)
+			nl, nd = nextLine(nd)
+		}
+		if hasO || hasN {
+			p.visit(o, hasO, n, hasN)
 		}
 	}
-	// A verdict change is a deletion and an addition of one element: the
-	// addition moves it.
-	moved := map[elemKey]bool{}
-	for _, e := range add {
-		moved[keyOf(e)] = true
-	}
-	kept := del[:0]
-	for _, e := range del {
-		if !moved[keyOf(e)] {
-			kept = append(kept, e)
-		}
-	}
-	return add, kept, total, nil
+	return p.add, p.del, p.total, nil
 }
 
 func isNotFound(err error) bool { return errors.Is(err, state.ErrNotFound) }

@@ -5,11 +5,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	vnetlink "github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
 
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
@@ -44,6 +48,11 @@ func TestValidator(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), why) {
 			t.Errorf("%s: got %v, want a refusal mentioning %q", in, err, why)
+		}
+		if e, perr := firewall.ParseElement(in); perr == nil {
+			if err := p.Plan(append(elems(3, 45, firewall.Forward), e), nil); err == nil || !strings.Contains(err.Error(), why) {
+				t.Errorf("%s: a plan with it got %v, want a refusal mentioning %q", in, err, why)
+			}
 		}
 	}
 	for _, ok := range []string{"8.8.8.8:53/udp", "1.1.1.1:443/tcp=rate-limit", "8.8.8.8:25/tcp=drop", "9.9.9.9:80/tcp=redirect", "8.8.8.8:25/tcp=reflect"} {
@@ -141,6 +150,28 @@ func TestApplyIsAtomic(t *testing.T) {
 	if !errors.As(err, &inv) || !strings.Contains(err.Error(), "uplink") {
 		t.Fatalf("forward without an uplink: %v", err)
 	}
+	// The namespace's own addresses are never a destination.
+	h, err := vnetns.GetFromPath(f.Config().NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nh, err := vnetlink.NewHandleAt(h)
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, err := nh.LinkByName("lo")
+	if err == nil {
+		err = nh.AddrAdd(lo, &vnetlink.Addr{IPNet: vnetlink.NewIPNet(net.ParseIP("45.9.9.9"))})
+	}
+	nh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := firewall.Element{Dst: netip.MustParseAddr("45.9.9.9"), Proto: "tcp", Port: 443, Verdict: firewall.Redirect}
+	if err := f.ApplyAllowSet(ctx, lease, []firewall.Element{own}, nil); !errors.As(err, &inv) || !strings.Contains(err.Error(), "address of the host") {
+		t.Fatalf("an address of the namespace: %v", err)
+	}
 	// Reflect needs the lease's tap, not given here.
 	if err := f.ApplyAllowSet(ctx, lease, elems(1, 8, firewall.Reflect), nil); err == nil || !strings.Contains(err.Error(), "tap") {
 		t.Fatalf("reflect without a tap: %v", err)
@@ -194,8 +225,51 @@ func TestApplyIsAtomic(t *testing.T) {
 	}
 }
 
+// TestLargeChange: a change too big to send blind reads the sets, then
+// moves, deletes wherever the element is, ignores absent deletions, and
+// reads back exactly (the set dump is decoded by hand).
+func TestLargeChange(t *testing.T) {
+	ctx := context.Background()
+	f := fwInNS(t, 0)
+	lease := records.NewID("lease", time.Now())
+	pinned := elems(3, 9, firewall.Drop)
+	if err := f.ApplyLease(ctx, firewall.LeaseRules{Lease: lease, IP: netip.MustParseAddr("10.13.37.10"), Elements: pinned}); err != nil {
+		t.Fatal(err)
+	}
+	add := append(elems(300, 8, firewall.Redirect), firewall.Element{Dst: pinned[0].Dst, Proto: "tcp", Port: 443, Verdict: firewall.Redirect})
+	del := []firewall.Element{pinned[1], {Dst: netip.MustParseAddr("45.7.7.7"), Proto: "udp", Port: 53, Verdict: firewall.Forward}}
+	del[0].Verdict = firewall.Forward // deleted whatever its verdict
+	if err := f.ApplyAllowSet(ctx, lease, add, del); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.AllowSet(ctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[firewall.Element]bool{pinned[2]: true}
+	for _, e := range add {
+		want[e] = true
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d elements, want %d", len(got), len(want))
+	}
+	for _, e := range got {
+		if !want[e] {
+			t.Fatalf("unexpected element %s", e)
+		}
+	}
+	// Deleting all of them again is one more large change.
+	if err := f.ApplyAllowSet(ctx, lease, nil, got); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.AllowSet(ctx, lease); err != nil || len(got) != 0 {
+		t.Fatalf("after deleting everything: %v %v", got, err)
+	}
+}
+
 // TestApply10k applies 10,000 allow entries in one batch (the figure in
-// docs/performance.md comes from bench/tb-capture).
+// docs/performance.md comes from bench/tb-capture), reads them back, and
+// changes most of them without reading the set.
 func TestApply10k(t *testing.T) {
 	ctx := context.Background()
 	f := fwInNS(t, 0)
@@ -211,5 +285,26 @@ func TestApply10k(t *testing.T) {
 	got, err := f.AllowSet(ctx, lease)
 	if err != nil || len(got) != 10000 {
 		t.Fatalf("%d elements, %v", len(got), err)
+	}
+	for i, e := range elems(10000, 8, firewall.Redirect) {
+		if got[i] != e {
+			t.Fatalf("element %d is %s, want %s", i, got[i], e)
+		}
+	}
+	// A large change to a set too big to read first: 300 elements move to
+	// drop, the rest go, and deleting absent ones changes nothing.
+	moved := elems(300, 8, firewall.Drop)
+	gone := append(got[300:], elems(50, 7, firewall.Redirect)...)
+	if err := f.ApplyAllowSet(ctx, lease, moved, gone); err != nil {
+		t.Fatal(err)
+	}
+	got, err = f.AllowSet(ctx, lease)
+	if err != nil || len(got) != 300 {
+		t.Fatalf("after the change to the unread set: %d elements, %v", len(got), err)
+	}
+	for i, e := range moved {
+		if got[i] != e {
+			t.Fatalf("element %d is %s, want %s", i, got[i], e)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/nftables"
@@ -115,13 +116,16 @@ func (f *NFT) Config() Config { return f.cfg }
 
 // Policy is the validator of this lab, for a lease whose plan does or does
 // not force SMTP.
-func (f *NFT) Policy(allowSMTP bool) Policy {
+func (f *NFT) Policy(allowSMTP bool) Policy { return f.policy(allowSMTP, hostAddrs(f.cfg.NetNS)) }
+
+// policy is Policy with the namespace's addresses given.
+func (f *NFT) policy(allowSMTP bool, host []netip.Addr) Policy {
 	p := Policy{Documentation: f.cfg.Documentation, AllowSMTP: allowSMTP, SMTPPorts: f.cfg.SMTPPorts,
 		Lab: []netip.Prefix{f.cfg.LabNet}, Host: []netip.Addr{f.cfg.Gateway}}
 	if f.cfg.SinkNet.IsValid() {
 		p.Lab = append(p.Lab, f.cfg.SinkNet)
 	}
-	p.Host = append(p.Host, hostAddrs(f.cfg.NetNS)...)
+	p.Host = append(p.Host, host...)
 	return p
 }
 
@@ -208,12 +212,8 @@ func verdictSet(tag string, v Verdict) string {
 var elemType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
 
 func elemKey(e Element) []byte {
-	k := make([]byte, 12)
-	a := e.Dst.As4()
-	copy(k[0:4], a[:])
-	k[4] = protoNum(e.Proto)
-	binary.BigEndian.PutUint16(k[8:10], e.Port)
-	return k
+	k := keyOf(e)
+	return k[:]
 }
 
 func keyElem(k []byte, v Verdict) (Element, bool) {
@@ -610,12 +610,13 @@ func (f *NFT) OthersPresent() (bool, error) {
 	return false, nil
 }
 
-// uplinkUp reports whether the uplink exists and is up in the namespace.
-func (f *NFT) uplinkUp() error {
+// uplinkUp reports whether the uplink exists and is up in the namespace
+// ns ("" when already there).
+func (f *NFT) uplinkUp(ns string) error {
 	if f.cfg.Uplink == "" {
 		return errors.New("no uplink configured: nothing can be forwarded")
 	}
-	return netns.Do(f.cfg.NetNS, func() error {
+	return netns.Do(ns, func() error {
 		ifc, err := net.InterfaceByName(f.cfg.Uplink)
 		if err != nil {
 			return fmt.Errorf("uplink %s: %w", f.cfg.Uplink, err)
@@ -677,7 +678,7 @@ func (f *NFT) ApplyLease(ctx context.Context, lr LeaseRules) error {
 		return err
 	}
 	if needsUplink(lr.Elements) {
-		if err := f.uplinkUp(); err != nil {
+		if err := f.uplinkUp(f.cfg.NetNS); err != nil {
 			return &InvalidError{Reasons: []string{err.Error()}}
 		}
 	}
@@ -796,23 +797,14 @@ func limitOver(r Rate) *expr.Limit {
 	return l
 }
 
-// addElems adds elements in chunks so that no netlink message exceeds the
-// socket buffer; the chunks are still one batch (one transaction).
+// addElems adds elements 1024 at a time: one netlink message per chunk
+// keeps each under the kernel's message size limit; the chunks are still
+// one batch (one transaction).
 func addElems(c *nftables.Conn, s *nftables.Set, els []nftables.SetElement) error {
-	return inChunks(s, els, c.SetAddElements)
-}
-
-func delElems(c *nftables.Conn, s *nftables.Set, els []nftables.SetElement) error {
-	return inChunks(s, els, c.SetDeleteElements)
-}
-
-// inChunks queues elements 1024 at a time: one netlink message per chunk
-// keeps each under the kernel's message size limit.
-func inChunks(s *nftables.Set, els []nftables.SetElement, queue func(*nftables.Set, []nftables.SetElement) error) error {
 	const chunk = 1024
 	for len(els) > 0 {
 		n := min(chunk, len(els))
-		if err := queue(s, els[:n]); err != nil {
+		if err := c.SetAddElements(s, els[:n]); err != nil {
 			return err
 		}
 		els = els[n:]
@@ -922,170 +914,37 @@ func (f *NFT) RemoveLease(ctx context.Context, lease string) error {
 	return nil
 }
 
-// leaseState reads what the kernel holds for one lease: its address and
-// its elements.
-func (f *NFT) leaseState(c *nftables.Conn, t *nftables.Table, tag string) (ip netip.Addr, cur map[elemID]Element, err error) {
-	ips, err := f.leaseIPs(c, t)
-	if err != nil {
-		return ip, nil, err
-	}
-	for a, tg := range ips {
-		if tg == tag {
-			ip = a
-		}
-	}
-	if !ip.IsValid() {
-		return ip, nil, fmt.Errorf("lease %s has no rules applied", tag)
-	}
-	cur = map[elemID]Element{}
-	o := f.leaseObjs(t, tag)
-	for _, v := range Verdicts {
-		els, err := c.GetSetElements(o.sets[v])
-		if err != nil && v == Reflect {
-			continue // no tap given: the lease has no reflect set
-		}
-		if err != nil {
-			return ip, nil, fmt.Errorf("nftables: reading %s: %w", o.sets[v].Name, err)
-		}
-		for _, se := range els {
-			if e, ok := keyElem(se.Key, v); ok {
-				cur[e.id()] = e
-			}
-		}
-	}
-	return ip, cur, nil
-}
-
-// smtpForced reports whether a lease's plan forces SMTP: its fwd chain has
-// no SMTP drop rule.
-func (f *NFT) smtpForced(c *nftables.Conn, t *nftables.Table, tag string) bool {
-	rules, err := c.GetRules(t, &nftables.Chain{Name: "fwd_" + tag, Table: t})
-	if err != nil {
-		return false
-	}
-	for _, r := range rules {
-		if label(r.UserData) == "smtp never forwarded" {
-			return false
-		}
-	}
-	return true
-}
-
 // ErrNoLease is returned (wrapped) for a lease without applied rules.
 var ErrNoLease = errors.New("no rules applied")
-
-// AllowSet implements Firewall.
-func (f *NFT) AllowSet(ctx context.Context, lease string) ([]Element, error) {
-	tag, err := leaseTag(lease)
-	if err != nil {
-		return nil, err
-	}
-	c, done, err := f.conn()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	_, cur, err := f.leaseState(c, f.inet(), tag)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", lease, ErrNoLease)
-	}
-	out := make([]Element, 0, len(cur))
-	for _, e := range cur {
-		out = append(out, e)
-	}
-	sortElements(out)
-	return out, nil
-}
-
-// ApplyAllowSet implements Firewall: validate, diff against the live sets,
-// and commit every change in one netlink batch.
-func (f *NFT) ApplyAllowSet(ctx context.Context, lease string, add, del []Element) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tag, err := leaseTag(lease)
-	if err != nil {
-		return &InvalidError{Reasons: []string{err.Error()}}
-	}
-	c, done, err := f.conn()
-	if err != nil {
-		return err
-	}
-	defer done()
-	t := f.inet()
-	o := f.leaseObjs(t, tag)
-	small := len(add)+len(del) <= smallChange
-	var cur map[elemID]Element
-	if small {
-		if _, err := c.GetSetByName(t, o.sets[Forward].Name); err != nil {
-			return fmt.Errorf("%s: %w (%v)", lease, ErrNoLease, err)
-		}
-	} else if _, cur, err = f.leaseState(c, t, tag); err != nil {
-		return fmt.Errorf("%s: %w (%v)", lease, ErrNoLease, err)
-	}
-	if err := f.Policy(f.smtpForced(c, t, tag)).Plan(add, del); err != nil {
-		return err
-	}
-	if needsUplink(add) {
-		if err := f.uplinkUp(); err != nil {
-			return &InvalidError{Reasons: []string{err.Error()}}
-		}
-	}
-	_, reflectErr := c.GetSetByName(f.netdev(), o.sets[Reflect].Name)
-	if hasVerdict(add, Reflect) && reflectErr != nil {
-		return &InvalidError{Reasons: []string{"reflect needs the lease's tap, which was not given when its rules were applied"}}
-	}
-	if small {
-		if err := f.applySmall(o, reflectErr == nil, add, del); err != nil {
-			return fmt.Errorf("nftables: updating allow set of %s (nothing changed): %w", lease, err)
-		}
-		return nil
-	}
-	adds := map[Verdict][]nftables.SetElement{}
-	dels := map[Verdict][]nftables.SetElement{}
-	for _, e := range del {
-		if have, ok := cur[e.id()]; ok {
-			dels[have.Verdict] = append(dels[have.Verdict], nftables.SetElement{Key: elemKey(have)})
-		}
-	}
-	for _, e := range add {
-		have, ok := cur[e.id()]
-		if ok && have.Verdict == e.Verdict {
-			continue
-		}
-		if ok {
-			dels[have.Verdict] = append(dels[have.Verdict], nftables.SetElement{Key: elemKey(have)})
-		}
-		adds[e.Verdict] = append(adds[e.Verdict], nftables.SetElement{Key: elemKey(e)})
-	}
-	for v, els := range dels {
-		if err := delElems(c, o.sets[v], els); err != nil {
-			return err
-		}
-	}
-	for v, els := range adds {
-		if err := addElems(c, o.sets[v], els); err != nil {
-			return err
-		}
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: updating allow set of %s (nothing changed): %w", lease, err)
-	}
-	return nil
-}
 
 // hostAddrs lists the addresses of every interface in the namespace.
 func hostAddrs(ns string) []netip.Addr {
 	var out []netip.Addr
 	_ = netns.Do(ns, func() error {
-		addrs, err := net.InterfaceAddrs()
+		// One dump of the addresses (net.InterfaceAddrs dumps the links
+		// too); a point-to-point interface's local and peer addresses
+		// both count.
+		tab, err := syscall.NetlinkRIB(syscall.RTM_GETADDR, syscall.AF_UNSPEC)
 		if err != nil {
 			return err
 		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out = append(out, ip.Unmap())
+		msgs, err := syscall.ParseNetlinkMessage(tab)
+		if err != nil {
+			return err
+		}
+		for i := range msgs {
+			if msgs[i].Header.Type != syscall.RTM_NEWADDR {
+				continue
+			}
+			attrs, err := syscall.ParseNetlinkRouteAttr(&msgs[i])
+			if err != nil {
+				continue
+			}
+			for _, a := range attrs {
+				if a.Attr.Type == syscall.IFA_ADDRESS || a.Attr.Type == syscall.IFA_LOCAL {
+					if ip, ok := netip.AddrFromSlice(a.Value); ok {
+						out = append(out, ip.Unmap())
+					}
 				}
 			}
 		}

@@ -101,12 +101,20 @@ type AllowRevision struct {
 	// Enforce is the blob of the active entries in the compact form apply
 	// reads ("endpoint 45.13.7.9:443/tcp rate-limit 1763856000" per line,
 	// with the expiry in Unix seconds, 0 for none); EnforceSHA256 its digest.
-	Enforce       string    `json:"enforce"`
-	EnforceSHA256 string    `json:"enforce_sha256"`
-	Entries       int       `json:"entries"`
-	Active        int       `json:"active"`
-	Changes       Changeset `json:"changeset"`
-	Refusals      []Refusal `json:"refusals,omitempty"`
+	Enforce       string `json:"enforce"`
+	EnforceSHA256 string `json:"enforce_sha256"`
+	// EnforceDelta is the blob of the change from the previous revision's
+	// enforced list to this one's: the lines that went, each prefixed
+	// "-", and those that came, prefixed "+", in key order (a changed
+	// line is both). The promote path sends it to the firewall without
+	// reading either list. EnforceDeltaSHA256 is its digest; revisions
+	// written before it existed have neither.
+	EnforceDelta       string    `json:"enforce_delta,omitempty"`
+	EnforceDeltaSHA256 string    `json:"enforce_delta_sha256,omitempty"`
+	Entries            int       `json:"entries"`
+	Active             int       `json:"active"`
+	Changes            Changeset `json:"changeset"`
+	Refusals           []Refusal `json:"refusals,omitempty"`
 	// Hash is the sha256 of this revision's own canonical encoding.
 	Hash string `json:"hash"`
 }

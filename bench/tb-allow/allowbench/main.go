@@ -1,7 +1,9 @@
-// Command allowbench measures tb-allow's apply path (the revision's active
-// entries read from the state, diffed against the live set, applied with
-// firewall.ApplyAllowSet in one batch) against nft doing the same, side by
-// side in one run, in a network namespace it creates and removes.
+// Command allowbench measures tb-allow's two ways of pushing revisions to
+// a lease's live set, against nft doing the same, side by side in one run,
+// in a network namespace it creates and removes: the promote path (the
+// change since the last apply, from the new revision's stored delta, sent
+// with firewall.ApplyAllowSet in one batch) and apply (the revision's
+// active entries diffed against the live set read from the kernel).
 package main
 
 import (
@@ -225,7 +227,8 @@ func run(n, runs int) error {
 	}
 
 	// The peer: nft -f loading the same elements into a set of the same
-	// type, and nft add element for one, in the same namespace.
+	// type, and nft add element and delete element for one, in the same
+	// namespace.
 	peer := filepath.Join(dir, "peer.nft")
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "add table inet talkbox_peer\nadd set inet talkbox_peer s { type ipv4_addr . inet_proto . inet_service; size %d; }\nadd element inet talkbox_peer s { ", 2*n+16)
@@ -250,7 +253,7 @@ func run(n, runs int) error {
 		return d, nil
 	}
 	one := fmt.Sprintf("{ 46.%d.%d.%d . tcp . 443 }", byte(n>>16), byte(n>>8), byte(n))
-	var nBig, nOne []time.Duration
+	var nBig, nOne, nDel []time.Duration
 	for r := 0; r < runs; r++ {
 		nft("delete", "table", "inet", "talkbox_peer")
 		d, err := nft("-f", peer)
@@ -263,28 +266,36 @@ func run(n, runs int) error {
 			return err
 		}
 		nOne = append(nOne, d)
-		if _, err := nft("delete", "element", "inet", "talkbox_peer", "s", one); err != nil {
+		d, err = nft("delete", "element", "inet", "talkbox_peer", "s", one)
+		if err != nil {
 			return err
 		}
+		nDel = append(nDel, d)
 	}
 	nft("delete", "table", "inet", "talkbox_peer")
 	fw.Down(ctx)
 
+	for i, w := range m["write update-add1"] {
+		m["whole-add1"] = append(m["whole-add1"], w+m["update-add1"][i])
+	}
 	fmt.Printf("# %d entries, median of %d runs\n", n, runs)
-	row := func(label string, ds []time.Duration) { fmt.Printf("%-64s %12s\n", label, fmtD(median(ds))) }
-	fmt.Printf("%-64s %12s\n", "measurement", "median")
+	row := func(label string, ds []time.Duration) { fmt.Printf("%-66s %12s\n", label, fmtD(median(ds))) }
+	fmt.Printf("%-66s %12s\n", "measurement", "median")
+	row(fmt.Sprintf("tb-allow promote path: %d-entry revision onto an empty set", n), m["update-big"])
 	row(fmt.Sprintf("tb-allow apply: %d-entry revision onto an empty set", n), m["apply-big"])
-	row(fmt.Sprintf("tb-allow promote path: %d-entry revision (no set read)", n), m["update-big"])
 	row(fmt.Sprintf("nft -f: the same %d elements", n), nBig)
-	row("tb-allow promote path: one-entry change (no set read)", m["update-add1"])
+	row("tb-allow promote path: one-entry change", m["update-add1"])
 	row("tb-allow promote path: one-entry deletion", m["update-del1"])
+	row("nft add element: one element", nOne)
+	row("nft delete element: one element", nDel)
+	row(fmt.Sprintf("tb-allow promote path: deleting all %d entries", n+1), m["update-delbig"])
 	row("tb-allow apply: one-entry change (reads the live set)", m["apply-add1"])
 	row("tb-allow apply: nothing to change (reads the live set)", m["apply-noop"])
-	row("nft add element: one element", nOne)
 	row("  parts: active entries from the state (Desired)", m["desired"])
 	row(fmt.Sprintf("  parts: reading the live set of %d (firewall AllowSet)", n), m["allowset"])
 	row("  parts: one element through firewall.ApplyAllowSet alone", m["driver-add1"])
 	row(fmt.Sprintf("  promote's write of the %d-entry revision", n), m["write apply-big"])
 	row("  promote's write of a one-entry change", m["write update-add1"])
+	row("  one-entry change: the write, then the promote path", m["whole-add1"])
 	return nil
 }
