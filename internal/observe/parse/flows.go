@@ -1,6 +1,7 @@
 package parse
 
 import (
+	"fmt"
 	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
@@ -131,7 +132,10 @@ func Flows(env *cli.Env, req FlowsRequest) error {
 		env.Log.Info("no flow log matches", "lease", req.Lease, "cycle", req.Cycle)
 	}
 	if req.ZeekTSV != "" {
-		return writeZeekTSV(env, st, req, logs)
+		if err := writeZeekTSV(env, st, req, logs); err != nil {
+			return cli.Failure(fmt.Errorf("--zeek %s: %w", req.ZeekTSV, err))
+		}
+		return nil
 	}
 	w := bufio.NewWriterSize(env.Stdout, 256<<10)
 	var buf []byte
