@@ -1,10 +1,10 @@
 package parse
 
 import (
-	"fmt"
 	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"strconv"
 	"time"
