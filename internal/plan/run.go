@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -86,7 +88,7 @@ func Run(env *cli.Env, req Request) error {
 		return err
 	}
 	p := &planner{env: env, ing: &sample.Ingester{Store: st, Priority: req.Priority},
-		profile: resolved, applied: applied, forced: req.Overrides.Platform, out: records.NewWriter(env.Stdout)}
+		profile: resolved, applied: applied, forced: req.Overrides.Platform, out: bufio.NewWriterSize(env.Stdout, 64<<10)}
 	jobs := req.Jobs
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
@@ -189,9 +191,68 @@ type planner struct {
 	profile     Profile
 	applied     []string
 	forced      string
-	out         *records.Writer
+	out         *bufio.Writer // records, one JSON line each
 	batch       cli.Batch
 	notRunnable int
+
+	// pending holds new samples and their plans, queued in writes, until
+	// writes is handed to the committer goroutine (commits), which stores
+	// them and prints their records in input order while the next batch
+	// fills. last is the batch handed over last.
+	writes  *state.Batch
+	pending []planned
+	commits chan *committing
+	last    *committing
+}
+
+// committing is a batch handed to the committer goroutine.
+type committing struct {
+	b     *state.Batch
+	items []planned
+	done  chan struct{} // closed once stored and printed
+}
+
+// planned is a sample and its plan queued in a batch, with their JSON as
+// stored (printed as is: encoding them again would cost as much as storing).
+type planned struct {
+	smp             *records.Sample
+	pl              *records.Plan
+	smpLine, plLine []byte
+	err             error // the plan could not be made or queued: reported, nothing printed
+	alone           bool  // the plan is written after the batch, on its own
+}
+
+// batchMax is how many samples are written together (one journal append,
+// their locks held until then). Each lock a descriptor holds lengthens the
+// list the kernel scans to place the next one, so bigger batches cost more
+// per sample past a point.
+const batchMax = 64
+
+// flush hands the batch being filled to the committer, once the one before
+// is done (one batch is stored while the next fills), and starts another.
+func (p *planner) flush() {
+	if len(p.pending) == 0 && p.writes.Idle() {
+		return
+	}
+	next := p.ing.Store.NewBatch()
+	if p.last != nil {
+		<-p.last.done
+		next = p.last.b // committed, and so empty again
+	}
+	c := &committing{b: p.writes, items: p.pending, done: make(chan struct{})}
+	p.commits <- c
+	p.last = c
+	p.writes, p.pending = next, nil
+}
+
+// sync flushes and waits until every batch is stored and printed: before
+// anything else is written or printed, so that records come out in input
+// order and no write waits for a lock a pending batch holds.
+func (p *planner) sync() {
+	p.flush()
+	if p.last != nil {
+		<-p.last.done
+	}
 }
 
 func (p *planner) fail(err error) {
@@ -199,95 +260,235 @@ func (p *planner) fail(err error) {
 	p.batch.Add(err)
 }
 
-// job is one input in flight: a file being prepared by a worker, a stored
-// sample's sha256, or a walk error, kept in input order.
+// job is one input: a file a worker prepares, a stored sample's sha256, or
+// a walk error.
 type job struct {
 	in   input
 	path string
 	err  error
-	done chan struct{}
 	prep *sample.Prepared
 }
 
-// pipeline prepares files (read, digest, triage) on jobs workers while this
-// goroutine stores them and prints their records in input order. At most
-// 2×jobs prepared files wait in memory.
+// chunk is up to chunkMax consecutive jobs, handed from the walker to the
+// workers and to this goroutine together: one hand-over (and one wake-up)
+// per chunk rather than per file. Workers take its files one at a time, so
+// one chunk is still prepared on every worker at once.
+type chunk struct {
+	jobs  []*job
+	files int64        // jobs that are files
+	next  atomic.Int64 // the next job a worker takes
+	left  atomic.Int64 // files not prepared yet
+	done  chan struct{}
+}
+
+const chunkMax = 32
+
+// pipeline prepares files (read, digest, triage, blob) on jobs workers
+// while this goroutine stores their records, a batch at a time, and prints
+// them in input order. Prepared files hold no content (the blob has it), so
+// what waits in memory is a few chunks of digests and triage.
 func (p *planner) pipeline(inputs []input, jobs int) {
 	ctx := p.env.Ctx
-	order := make(chan *job, 2*jobs)
-	work := make(chan *job, 2*jobs)
-	buffers := make(chan []byte, 3*jobs+1)
+	st := p.ing.Store
+	order := make(chan *chunk, 2)
+	work := make(chan *chunk, 2*jobs)
 	var workers sync.WaitGroup
 	for range jobs {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			for j := range work {
-				var buf []byte
-				select {
-				case buf = <-buffers:
-				default:
+			var buf []byte // reused for the content of every file that fits
+			for c := range work {
+				for {
+					i := c.next.Add(1) - 1
+					if i >= int64(len(c.jobs)) {
+						break
+					}
+					j := c.jobs[i]
+					if j.path == "" {
+						continue
+					}
+					j.prep, j.err = sample.Prepare(j.path, buf)
+					if j.err == nil {
+						if data := j.prep.Data(); data != nil {
+							buf = data[:0]
+						}
+						if j.err = j.prep.StoreBlob(ctx, st); j.err != nil {
+							j.prep = nil
+						}
+					}
+					if c.left.Add(-1) == 0 {
+						close(c.done)
+					}
 				}
-				j.prep, j.err = sample.Prepare(j.path, buf)
-				close(j.done)
 			}
 		}()
 	}
 	go func() {
 		defer close(order)
 		defer close(work)
-		ready := func(j *job) *job { close(j.done); return j }
+		c := &chunk{done: make(chan struct{})}
+		send := func() {
+			if len(c.jobs) == 0 {
+				return
+			}
+			c.left.Store(c.files)
+			order <- c
+			if c.files == 0 {
+				close(c.done)
+			}
+			for range min(c.files, int64(jobs)) {
+				work <- c
+			}
+			c = &chunk{done: make(chan struct{})}
+		}
+		add := func(j *job) {
+			c.jobs = append(c.jobs, j)
+			if j.path != "" {
+				c.files++
+			}
+			if len(c.jobs) == chunkMax {
+				send()
+			}
+		}
 		for _, in := range inputs {
 			if ctx.Err() != nil {
 				return
 			}
 			if in.sha256 != "" {
-				order <- ready(&job{in: in, done: make(chan struct{})})
+				add(&job{in: in})
 				continue
 			}
 			sample.Walk(ctx, in.path, func(path string) {
-				j := &job{path: path, done: make(chan struct{})}
-				order <- j
-				work <- j
+				add(&job{path: path})
 			}, func(err error) {
-				order <- ready(&job{err: err, done: make(chan struct{})})
+				add(&job{err: err})
 			})
 		}
+		send()
 	}()
-	for j := range order {
-		<-j.done
-		switch {
-		case j.err != nil:
-			p.fail(j.err)
-		case j.in.sha256 != "":
-			p.planStored(j.in)
-		case ctx.Err() != nil:
-			j.prep.Close()
+	p.writes = st.NewBatch()
+	p.commits = make(chan *committing)
+	defer close(p.commits)
+	go func() {
+		for c := range p.commits {
+			p.commit(c.b, c.items)
+			close(c.done)
+		}
+	}()
+	for {
+		var c *chunk
+		var ok bool
+		select {
+		case c, ok = <-order:
 		default:
-			p.planPrepared(j.prep)
-			if data := j.prep.Data(); data != nil {
-				select {
-				case buffers <- data[:0]:
-				default:
+			// Nothing is on its way: store what is queued rather than hold
+			// its records (and locks) while the input is slow.
+			p.flush()
+			c, ok = <-order
+		}
+		if !ok {
+			break
+		}
+		<-c.done
+		for _, j := range c.jobs {
+			switch {
+			case ctx.Err() != nil:
+				if j.prep != nil {
+					j.prep.Close()
 				}
+			case j.err != nil:
+				p.sync()
+				p.fail(j.err)
+			case j.in.sha256 != "":
+				p.sync()
+				p.planStored(j.in)
+			default:
+				p.planPrepared(j.prep)
 			}
 		}
 	}
+	// What was queued before an interruption was prepared whole: store it.
+	p.sync()
 	workers.Wait()
 }
 
+// planPrepared queues new content in the batch; anything else (content
+// stored before, or being stored by another process) is written on its own
+// once the batch is committed.
 func (p *planner) planPrepared(prep *sample.Prepared) {
-	path := prep.Path
-	smp, _, err := p.ing.Save(p.env.Ctx, prep)
-	if err != nil {
-		p.fail(err)
+	smp, line, err := p.ing.Queue(p.writes, prep)
+	if err != nil || smp == nil {
+		p.sync()
+		if err == nil {
+			smp, _, err = p.ing.Save(p.env.Ctx, prep)
+		}
+		prep.Close()
+		if err != nil {
+			p.fail(err)
+			return
+		}
+		p.problem(prep.Path, smp)
+		p.emit(smp)
 		return
 	}
+	p.pending = append(p.pending, p.queuePlan(smp, line))
+	if len(p.pending) >= batchMax {
+		p.flush()
+	}
+}
+
+// queuePlan makes the plan of a queued sample and queues it too.
+func (p *planner) queuePlan(smp *records.Sample, smpLine []byte) planned {
+	q := planned{smp: smp, smpLine: smpLine}
+	pl, err := Make(smp, p.profile, p.applied, p.forced, p.ing.Store.Now())
+	if err != nil {
+		q.err = cli.Usage(err)
+		return q
+	}
+	line, err := p.writes.Create(pl)
+	switch {
+	case err != nil:
+		q.err = fmt.Errorf("%s: storing plan: %w", smp.ID, err)
+	case line == nil:
+		// Its lock is busy (never for a new ID, in practice): the plan is
+		// written on its own once the batch is.
+		q.alone = true
+	default:
+		q.pl, q.plLine = pl, line
+	}
+	return q
+}
+
+// commit writes a batch and prints its records in order.
+func (p *planner) commit(b *state.Batch, items []planned) {
+	err := b.Commit()
+	for _, q := range items {
+		if err != nil {
+			p.fail(fmt.Errorf("%s: storing sample: %w", q.smp.Source, err))
+			continue
+		}
+		p.problem(q.smp.Source, q.smp)
+		switch {
+		case q.err != nil:
+			p.fail(q.err)
+		case q.alone:
+			p.emit(q.smp)
+		default:
+			p.print(q.smp, q.pl, q.smpLine, q.plLine)
+		}
+	}
+	if err := p.out.Flush(); err != nil {
+		p.fail(err)
+	}
+}
+
+// problem reports an input whose sample's headers are bad: still recorded
+// (analysts want to see it), but the input was bad.
+func (p *planner) problem(path string, smp *records.Sample) {
 	if smp.Problem != "" {
-		// Still recorded (analysts want to see it), but the input was bad.
 		p.fail(cli.DataErr(fmt.Errorf("%s: %s", path, smp.Problem)))
 	}
-	p.emit(smp)
 }
 
 func (p *planner) planStored(in input) {
@@ -314,19 +515,32 @@ func (p *planner) emit(smp *records.Sample) {
 		p.fail(fmt.Errorf("%s: storing plan: %w", smp.ID, err))
 		return
 	}
+	p.print(smp, pl, nil, nil)
+	if err := p.out.Flush(); err != nil {
+		p.fail(err)
+	}
+}
+
+// print writes a stored sample and its plan to stdout: the lines given,
+// as stored, or else their encoding.
+func (p *planner) print(smp *records.Sample, pl *records.Plan, smpLine, plLine []byte) {
 	if !pl.Runnable {
 		p.notRunnable++
 		p.env.Log.Debug("plan not runnable", "sample", smp.ID, "reason", pl.Reason)
 	}
-	if err := p.out.Write(smp); err != nil {
-		p.fail(err)
-		return
-	}
-	if err := p.out.Write(pl); err != nil {
-		p.fail(err)
-		return
-	}
-	if err := p.out.Flush(); err != nil {
-		p.fail(err)
+	for _, r := range []struct {
+		rec  records.Record
+		line []byte
+	}{{smp, smpLine}, {pl, plLine}} {
+		line := r.line
+		if line == nil {
+			var err error
+			if line, err = records.Marshal(r.rec); err != nil {
+				p.fail(err)
+				return
+			}
+		}
+		p.out.Write(line)
+		p.out.WriteByte('\n')
 	}
 }

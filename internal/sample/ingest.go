@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -37,79 +39,175 @@ type Prepared struct {
 	Triage  records.Triage
 	data    []byte   // the content when it was small enough to keep
 	file    *os.File // otherwise the open file, re-read when stored
+	blob    string   // the blob's URI once StoreBlob has copied the content
 }
 
-// Close releases what a Prepared holds; Store calls it.
+// Close releases what a Prepared holds; Save and StoreBlob call it.
 func (p *Prepared) Close() {
 	if p.file != nil {
 		p.file.Close()
+		p.file = nil
 	}
-}
-
-func (p *Prepared) content() (io.Reader, error) {
-	if p.file == nil {
-		return bytes.NewReader(p.data), nil
-	}
-	_, err := p.file.Seek(0, io.SeekStart)
-	return p.file, err
 }
 
 // Prepare reads, digests and triages the file at path: the CPU-heavy part of
 // ingesting, safe to run on many files at once. buf is reused for the
 // content when it fits (nil: allocate).
 func Prepare(path string, buf []byte) (*Prepared, error) {
-	f, err := os.Open(path)
+	// Raw system calls: os.Open would spend five more per file trying to
+	// register it with the network poller, more than reading a small
+	// sample takes.
+	fd, err := openRead(path)
 	if err != nil {
-		return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+		return nil, cli.Failure(fmt.Errorf("%s: %w", path, err))
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, cli.Failure(fmt.Errorf("%s: %w", path, err))
 	}
 	switch {
-	case !st.Mode().IsRegular():
-		f.Close()
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		unix.Close(fd)
 		return nil, cli.Failure(fmt.Errorf("%s: not a regular file", path))
-	case st.Size() == 0:
-		f.Close()
+	case st.Size == 0:
+		unix.Close(fd)
 		return nil, cli.DataErr(fmt.Errorf("%s: empty file", path))
 	}
 	p := &Prepared{Path: path}
-	if st.Size() <= inMemoryLimit {
-		data, err := readAll(f, st.Size(), buf)
-		f.Close()
+	if st.Size <= inMemoryLimit {
+		data, err := readAll(fd, st.Size, buf)
+		unix.Close(fd)
 		if err != nil {
-			return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+			return nil, cli.Failure(fmt.Errorf("%s: %w", path, err))
 		}
 		p.data = data
 		p.Digests = triage.DigestBytes(data)
 		p.Triage = triage.Inspect(bytes.NewReader(data), int64(len(data)))
 		return p, nil
 	}
+	f := os.NewFile(uintptr(fd), path)
 	if p.Digests, err = triage.Digest(f); err != nil {
 		f.Close()
 		return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
 	}
-	p.Triage = triage.Inspect(f, st.Size())
+	p.Triage = triage.Inspect(f, st.Size)
 	p.file = f
 	return p, nil
 }
 
-// Save writes a prepared file: blob, sample record, sha256 index.
-func (in *Ingester) Save(ctx context.Context, p *Prepared) (*records.Sample, bool, error) {
-	defer p.Close()
-	return in.store(ctx, p.Path, p.Digests, p.Triage, p.content)
+func openRead(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
 }
 
-func readAll(f *os.File, size int64, buf []byte) ([]byte, error) {
+// StoreBlob copies the content into the store's blobs (nothing is written
+// when that content is there already) and lets go of it (a large file is
+// closed; Data is nil afterwards). Blobs are content-addressed, so workers
+// may store them in any order, before the sample is claimed: the worst a
+// crash leaves is a blob no sample names.
+func (p *Prepared) StoreBlob(ctx context.Context, st *state.Store) error {
+	defer p.Close()
+	var (
+		blob state.Blob
+		err  error
+	)
+	if p.file == nil {
+		blob, err = st.PutBlobBytes(ctx, p.Digests.SHA256, p.data)
+		p.data = nil
+	} else if _, err = p.file.Seek(0, io.SeekStart); err != nil {
+		return cli.Failure(fmt.Errorf("%s: %w", p.Path, unwrapPathErr(err)))
+	} else {
+		blob, err = st.PutBlobKnown(ctx, p.Digests.SHA256, p.file)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: storing blob: %w", p.Path, err)
+	}
+	p.blob = blob.URI()
+	return nil
+}
+
+// Save writes a prepared file: blob (unless StoreBlob did), sample record,
+// sha256 index.
+func (in *Ingester) Save(ctx context.Context, p *Prepared) (*records.Sample, bool, error) {
+	defer p.Close()
+	return in.store(ctx, p)
+}
+
+// Queue adds the sample record of p, new content whose blob is stored
+// (StoreBlob), to a batch, with its sha256 index key, and returns it and
+// its JSON as it will be stored. Nil, and no error: the content is known
+// already, is in the batch already, or another writer is claiming it;
+// commit the batch (which may hold the key's lock) and Save p instead.
+func (in *Ingester) Queue(b *state.Batch, p *Prepared) (*records.Sample, []byte, error) {
+	if p.blob == "" {
+		return nil, nil, nil
+	}
+	sha := p.Digests.SHA256
+	ok, err := b.TryLockIndex(IndexSHA256, sha)
+	if err != nil || !ok {
+		return nil, nil, wrapStoring(p.Path, err)
+	}
+	if _, err := in.Store.Lookup(IndexSHA256, sha); !errors.Is(err, state.ErrNotFound) {
+		return nil, nil, wrapStoring(p.Path, err)
+	}
+	smp := in.newSample(p)
+	line, err := b.Create(smp)
+	if err != nil || line == nil {
+		return nil, nil, wrapStoring(p.Path, err)
+	}
+	if err := b.SetIndex(IndexSHA256, sha, smp.ID); err != nil {
+		return nil, nil, wrapStoring(p.Path, err)
+	}
+	return smp, line, nil
+}
+
+func wrapStoring(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: storing sample: %w", name, err)
+}
+
+func (in *Ingester) newSample(p *Prepared) *records.Sample {
+	now := in.Store.Now()
+	dig := p.Digests
+	smp := &records.Sample{
+		SHA256: dig.SHA256, SHA1: dig.SHA1, MD5: dig.MD5, Size: dig.Size, Entropy: dig.Entropy,
+		Blob: p.blob, Triage: p.Triage, Source: p.Path, Names: []string{baseName(p.Path)},
+		Priority: in.Priority, SubmittedAt: now,
+	}
+	records.Init(smp, records.KindSample, now)
+	return smp
+}
+
+// readAll reads a file of the given size whole into buf (grown if need be),
+// and fails if it turns out to have another size.
+func readAll(fd int, size int64, buf []byte) ([]byte, error) {
 	if int64(cap(buf)) < size+1 {
 		buf = make([]byte, size+1)
 	}
 	buf = buf[:size+1]
-	n, err := io.ReadFull(f, buf)
-	if err != io.ErrUnexpectedEOF && err != nil {
-		return nil, err
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		n += m
+		if m == 0 || int64(n) == size {
+			// A read of a regular file on a local filesystem that stops
+			// short of what was asked has reached the end: no second call
+			// to be told so.
+			break
+		}
 	}
 	if int64(n) != size {
 		return nil, fmt.Errorf("file changed size while being read (%d bytes, expected %d)", n, size)
@@ -119,25 +217,17 @@ func readAll(f *os.File, size int64, buf []byte) ([]byte, error) {
 
 // store claims the sha256, creating blob and record for new content, or
 // adding the name to the existing record.
-func (in *Ingester) store(ctx context.Context, name string, dig triage.Digests, tri records.Triage, content func() (io.Reader, error)) (*records.Sample, bool, error) {
+func (in *Ingester) store(ctx context.Context, p *Prepared) (*records.Sample, bool, error) {
 	s := in.Store
+	name := p.Path
 	var created *records.Sample
-	id, isNew, err := s.Claim(ctx, IndexSHA256, dig.SHA256, func() (string, error) {
-		r, err := content()
-		if err != nil {
-			return "", err
+	id, isNew, err := s.Claim(ctx, IndexSHA256, p.Digests.SHA256, func() (string, error) {
+		if p.blob == "" {
+			if err := p.StoreBlob(ctx, s); err != nil {
+				return "", err
+			}
 		}
-		blob, err := s.PutBlobKnown(ctx, dig.SHA256, r)
-		if err != nil {
-			return "", err
-		}
-		now := s.Now()
-		smp := &records.Sample{
-			SHA256: dig.SHA256, SHA1: dig.SHA1, MD5: dig.MD5, Size: dig.Size, Entropy: dig.Entropy,
-			Blob: blob.URI(), Triage: tri, Source: name, Names: []string{baseName(name)},
-			Priority: in.Priority, SubmittedAt: now,
-		}
-		records.Init(smp, records.KindSample, now)
+		smp := in.newSample(p)
 		if err := s.Create(ctx, smp); err != nil {
 			return "", err
 		}
@@ -145,7 +235,7 @@ func (in *Ingester) store(ctx context.Context, name string, dig triage.Digests, 
 		return smp.ID, nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: storing sample: %w", name, err)
+		return nil, false, wrapStoring(name, err)
 	}
 	if isNew {
 		return created, true, nil
@@ -202,5 +292,5 @@ func unwrapPathErr(err error) error {
 }
 
 // Data is the content kept in memory (nil for a large file read from disk);
-// callers may reuse its array once the Prepared is saved.
+// callers may reuse its array once the Prepared is saved or its blob stored.
 func (p *Prepared) Data() []byte { return p.data }

@@ -58,6 +58,14 @@ func walk(ctx context.Context, path string, ancestors map[dirKey]string, fn func
 	}
 	next[key] = path
 	for _, e := range ents {
+		if e.Type().IsRegular() {
+			// Known from the directory entry: no stat (Prepare checks the
+			// file it opens anyway).
+			if ctx.Err() == nil {
+				fn(filepath.Join(path, e.Name()))
+			}
+			continue
+		}
 		walk(ctx, filepath.Join(path, e.Name()), next, fn, report)
 	}
 }

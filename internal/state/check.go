@@ -204,6 +204,21 @@ func (s *Store) checkIntents(ctx context.Context, rep *CheckReport) error {
 	}
 	for _, e := range ents {
 		path := filepath.Join(dir, e.Name())
+		if name, ok := batchIntentName(e.Name()); ok {
+			unlock, locked, err := lockFile(ctx, s.batchLockPath(), lockOffset(name), false)
+			if err != nil {
+				return err
+			}
+			if !locked {
+				rep.InFlight = append(rep.InFlight, e.Name())
+				continue
+			}
+			if _, err := os.Lstat(path); err == nil {
+				rep.problem(name, path, "batch left in flight by a dead process")
+			}
+			unlock()
+			continue
+		}
 		kind, id, ok := parseIntentName(e.Name())
 		if !ok {
 			rep.problem("", path, "unexpected file in intents/")

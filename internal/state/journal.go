@@ -119,16 +119,23 @@ func (s *Store) appendJournal(e *entry) error {
 	if bytes.IndexByte(line[:len(line)-1], '\n') >= 0 {
 		return fmt.Errorf("journal entry for %s spans lines", e.ID)
 	}
+	return s.appendJournalLines(line)
+}
+
+// appendJournalLines appends whole journal lines (each ending in a newline)
+// in one write, under the journal's flock, and compacts the journal when it
+// is due.
+func (s *Store) appendJournalLines(lines []byte) error {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	f, size, err := s.lockJournal()
 	if err != nil {
 		return err
 	}
-	size, err = s.appendLocked(f, size, line)
+	size, err = s.appendLocked(f, size, lines)
 	retired := false
 	if err == nil && s.compactDue(size) {
-		// The entry is committed whatever happens to the compaction; a
+		// The entries are committed whatever happens to the compaction; a
 		// failed one leaves the journal as it was and is tried again only
 		// after as much growth again, so that a persistent failure (a full
 		// disk) does not make every write rewrite the journal.
@@ -508,6 +515,12 @@ func (s *Store) recoverIntents(ctx context.Context) error {
 	}
 	done := make(map[string]bool)
 	for _, e := range ents {
+		if name, ok := batchIntentName(e.Name()); ok {
+			if _, err := s.recoverBatch(ctx, name); err != nil {
+				return fmt.Errorf("recovering %s: %w", name, err)
+			}
+			continue
+		}
 		kind, id, ok := parseIntentName(e.Name())
 		if !ok || done[id] {
 			continue

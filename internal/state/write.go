@@ -155,6 +155,11 @@ func (s *Store) stamp(id string, prev []byte, r records.Record) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
+	if len(h.Extra) == 0 {
+		// json.Marshal's output is compact already (it compacts what
+		// MarshalJSON methods return), and so one line.
+		return raw, nil
+	}
 	// Extra fields are copied verbatim and may be indented: compact so that
 	// the record is one line and the journal holds the very same bytes.
 	var buf bytes.Buffer

@@ -1,0 +1,633 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// queueCounters queues n new counters in b, each with an index key
+// "k<i>" in index "idx", and returns them with their lines.
+func queueCounters(t *testing.T, s *Store, b *Batch, n int) ([]*counterRec, [][]byte) {
+	t.Helper()
+	var recs []*counterRec
+	var lines [][]byte
+	for i := range n {
+		c := newCounter(s)
+		c.Seq, c.Note = i, "<a&b>\u2028 json.Marshal escapes these"
+		line, err := b.Create(c)
+		if err != nil || line == nil {
+			t.Fatalf("Create %d = %q, %v", i, line, err)
+		}
+		key := fmt.Sprintf("k%d", i)
+		if ok, err := b.TryLockIndex("idx", key); !ok || err != nil {
+			t.Fatalf("TryLockIndex %s = %v, %v", key, ok, err)
+		}
+		if err := b.SetIndex("idx", key, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, c)
+		lines = append(lines, line)
+	}
+	return recs, lines
+}
+
+// withoutTmpfile runs fn as on a filesystem without O_TMPFILE.
+func withoutTmpfile(t *testing.T, fn func(t *testing.T)) {
+	t.Run("no-O_TMPFILE", func(t *testing.T) {
+		noTmpfile = true
+		defer func() { noTmpfile = false }()
+		fn(t)
+	})
+}
+
+func TestBatchStoresWhatSingleWritesWould(t *testing.T) {
+	testBatchStores(t)
+	withoutTmpfile(t, testBatchStores)
+}
+
+func testBatchStores(t *testing.T) {
+	for name, d := range map[string]Durability{"sync-on-flush": SyncOnFlush, "sync-each-write": SyncEachWrite} {
+		t.Run(name, func(t *testing.T) {
+			s := openT(t, t.TempDir(), WithDurability(d))
+			b := s.NewBatch()
+			for round := range 2 { // a batch is reusable after Commit
+				recs, lines := queueCounters(t, s, b, 5)
+				for _, c := range recs {
+					if s.Exists(c.ID) {
+						t.Fatalf("%s visible before Commit", c.ID)
+					}
+				}
+				if err := b.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if !b.Idle() {
+					t.Fatal("batch not empty after Commit")
+				}
+				for i, c := range recs {
+					raw, err := s.ReadRaw(c.ID)
+					if err != nil || !bytes.Equal(raw, lines[i]) {
+						t.Fatalf("round %d: stored %s = %s, %v; Create returned %s", round, c.ID, raw, err, lines[i])
+					}
+					want, err := records.Marshal(c)
+					if err != nil || !bytes.Equal(want, raw) {
+						t.Fatalf("stored %s, the record encodes as %s", raw, want)
+					}
+					if got := getCounter(t, s, c.ID); got.Rev != 1 || got.Seq != i || !got.CreatedAt.Equal(c.CreatedAt) {
+						t.Fatalf("stored %+v", got)
+					}
+					if id, err := s.Lookup("idx", fmt.Sprintf("k%d", i)); err != nil || id != c.ID {
+						t.Fatalf("Lookup k%d = %s, %v; want %s", i, id, err, c.ID)
+					}
+				}
+			}
+			// The journal lines are those appendJournal writes for the same
+			// entries, byte for byte.
+			j := journalBytes(t, s)
+			n := 0
+			for line := range bytes.Lines(j) {
+				var e entry
+				if err := json.Unmarshal(line, &e); err != nil {
+					t.Fatal(err)
+				}
+				var buf bytes.Buffer
+				enc := json.NewEncoder(&buf)
+				enc.SetEscapeHTML(false)
+				if err := enc.Encode(&entry{At: e.At, Op: opPut, Kind: e.Kind, ID: e.ID, Rev: e.Rev, Record: e.Record}); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(buf.Bytes(), line) {
+					t.Fatalf("journal line\n%s\nappendJournal would write\n%s", line, buf.Bytes())
+				}
+				n++
+			}
+			if n != 10 {
+				t.Fatalf("%d journal lines, want 10", n)
+			}
+			assertConsistent(t, s)
+		})
+	}
+}
+
+func TestBatchRefusesWhatOthersHold(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openT(t, dir)
+	other := openT(t, dir) // another holder: its own descriptors, as another process
+	unlockKey, err := other.lockIndex(ctx, "idx", "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := newCounter(s)
+	unlockRec, err := other.lockRecord(ctx, testKind, held.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	if ok, err := b.TryLockIndex("idx", "held"); ok || err != nil {
+		t.Fatalf("TryLockIndex of a key held elsewhere = %v, %v", ok, err)
+	}
+	if ok, err := b.TryLockIndex("idx", "free"); !ok || err != nil {
+		t.Fatalf("TryLockIndex of a free key = %v, %v", ok, err)
+	}
+	if ok, err := b.TryLockIndex("idx", "free"); ok || err != nil {
+		t.Fatalf("TryLockIndex of a key the batch holds = %v, %v", ok, err)
+	}
+	if line, err := b.Create(held); line != nil || err != nil {
+		t.Fatalf("Create of a record locked elsewhere = %s, %v", line, err)
+	}
+	if held.Rev != 0 {
+		t.Fatalf("refused record's header changed: rev %d", held.Rev)
+	}
+	c := newCounter(s)
+	if line, err := b.Create(c); line == nil || err != nil {
+		t.Fatalf("Create = %s, %v", line, err)
+	}
+	if line, err := b.Create(c); line != nil || err != nil {
+		t.Fatalf("second Create of one record in a batch = %s, %v", line, err)
+	}
+	if err := b.SetIndex("idx", "unlocked", c.ID); err == nil {
+		t.Fatal("SetIndex of a key the batch does not hold succeeded")
+	}
+	// The other holder cannot take what the batch holds, until Commit.
+	if _, ok, _ := lockFile(ctx, other.recordLockPath(testKind), lockOffset(c.ID), false); ok {
+		t.Fatal("a queued record's lock was free")
+	}
+	if err := b.SetIndex("idx", "free", c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []struct{ path, name string }{
+		{other.recordLockPath(testKind), c.ID},
+		{filepath.Join(dir, "locks", "index", "idx"), "free"},
+	} {
+		unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false)
+		if !ok || err != nil {
+			t.Fatalf("lock of %s still held after Commit (%v)", l.name, err)
+		}
+		unlock()
+	}
+	unlockKey()
+	unlockRec()
+}
+
+func TestBatchCreateOfATakenID(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir())
+	c := newCounter(s)
+	if err := s.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	dup := &counterRec{Meta: records.Meta{Kind: testKind, ID: c.ID}, Total: 5}
+	other := newCounter(s)
+	b := s.NewBatch()
+	for _, r := range []*counterRec{other, dup} {
+		if line, err := b.Create(r); line == nil || err != nil {
+			t.Fatalf("Create = %s, %v", line, err)
+		}
+	}
+	if err := b.Commit(); !errors.Is(err, ErrExists) {
+		t.Fatalf("Commit with a taken ID: %v, want ErrExists", err)
+	}
+	if dup.Rev != 0 || other.Rev != 0 {
+		t.Fatalf("refused records' headers changed: rev %d, %d", dup.Rev, other.Rev)
+	}
+	if got := getCounter(t, s, c.ID); got.Total != 0 || got.Rev != 1 {
+		t.Fatalf("the record in place changed: %+v", got)
+	}
+	if s.Exists(other.ID) {
+		t.Fatal("a record of the refused batch was stored")
+	}
+	assertConsistent(t, s)
+}
+
+func TestBatchSettlesDeadIntents(t *testing.T) {
+	testBatchSettles(t)
+	withoutTmpfile(t, testBatchSettles)
+}
+
+func testBatchSettles(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir())
+	// A dead writer committed c (journal) but did not rename its intent:
+	// the batch rolls it forward, and the ID is taken.
+	c := newCounter(s)
+	if err := s.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(s.recordPath(testKind, c.ID), s.intentPath(testKind, c.ID)); err != nil {
+		t.Fatal(err)
+	}
+	dup := &counterRec{Meta: records.Meta{Kind: testKind, ID: c.ID}}
+	b := s.NewBatch()
+	if line, err := b.Create(dup); line == nil || err != nil {
+		t.Fatalf("Create = %s, %v", line, err)
+	}
+	if err := b.Commit(); !errors.Is(err, ErrExists) {
+		t.Fatalf("Commit over a committed intent: %v, want ErrExists", err)
+	}
+	if got := getCounter(t, s, c.ID); got.Rev != 1 {
+		t.Fatalf("rolled forward at rev %d", got.Rev)
+	}
+	// A dead writer's intent the journal does not know: discarded, and the
+	// batch's record stored.
+	n := newCounter(s)
+	if err := os.WriteFile(s.intentPath(testKind, n.ID), []byte(`{"kind":"counter","id":"`+n.ID+`","total":99}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	n.Total = 7
+	if line, err := b.Create(n); line == nil || err != nil {
+		t.Fatalf("Create over an uncommitted intent = %s, %v", line, err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := getCounter(t, s, n.ID); got.Total != 7 || got.Rev != 1 {
+		t.Fatalf("stored %+v", got)
+	}
+	assertConsistent(t, s)
+}
+
+// copyTree copies the files under src to dst: what a process killed at
+// that moment leaves on disk (its locks die with it).
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o750)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(to)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBatchCrashWindows copies the state at each step of a batch's commit,
+// as a process killed there would leave it, and opens the copy: every
+// record is whole or absent, the records a crash keeps are a prefix of the
+// batch's (those whose journal lines are whole), and the index keys of
+// those and only those are set: recovery finishes what the intent names.
+func TestBatchCrashWindows(t *testing.T) {
+	testBatchCrashWindows(t)
+	withoutTmpfile(t, func(t *testing.T) { testBatchCrashWindows(t) })
+	// Every append compacting the journal: a batch's lines are compacted
+	// like any others.
+	t.Run("compacting", func(t *testing.T) { testBatchCrashWindows(t, WithJournalLimit(1)) })
+}
+
+func testBatchCrashWindows(t *testing.T, opts ...Option) {
+	const n = 4
+	for _, tc := range []struct {
+		point string
+		kept  func(int) bool // which of the n records (and their keys) recovery keeps
+	}{
+		{crashPutIntent, func(int) bool { return false }},
+		// Half of the batch's journal bytes: the first two lines whole.
+		{crashJournalTorn, func(i int) bool { return i < n/2 }},
+		{crashPutJournaled, func(int) bool { return true }},
+		{crashPutRenamed, func(int) bool { return true }}, // one placed, three rolled forward
+		{crashClaimCreated, func(int) bool { return true }},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			dir, snap := t.TempDir(), filepath.Join(t.TempDir(), "snap")
+			s := openT(t, dir, opts...)
+			before := newCounter(s)
+			if err := s.Create(context.Background(), before); err != nil {
+				t.Fatal(err)
+			}
+			s.crashAt = func(point string) {
+				if point == tc.point {
+					if _, err := os.Stat(snap); err != nil {
+						copyTree(t, dir, snap)
+					}
+				}
+			}
+			b := s.NewBatch()
+			recs, lines := queueCounters(t, s, b, n)
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			s.crashAt = nil
+			if _, err := os.Stat(snap); err != nil {
+				t.Fatalf("no crash at %s: %v", tc.point, err)
+			}
+			r := openT(t, snap)
+			assertConsistent(t, r)
+			if raw, err := r.ReadRaw(before.ID); err != nil || !bytes.Contains(raw, []byte(before.ID)) {
+				t.Fatalf("record from before the batch: %s, %v", raw, err)
+			}
+			for i, c := range recs {
+				raw, err := r.ReadRaw(c.ID)
+				switch {
+				case tc.kept(i) && (err != nil || !bytes.Equal(raw, lines[i])):
+					t.Errorf("record %d after a crash at %s: %s, %v; want %s", i, tc.point, raw, err, lines[i])
+				case !tc.kept(i) && !errors.Is(err, ErrNotFound):
+					t.Errorf("record %d after a crash at %s: %s, %v; want it absent", i, tc.point, raw, err)
+				}
+				id, err := r.Lookup("idx", fmt.Sprintf("k%d", i))
+				if tc.kept(i) != (err == nil) || err == nil && id != c.ID {
+					t.Errorf("key %d after a crash at %s: %s, %v", i, tc.point, id, err)
+				}
+			}
+			if first, _, _ := bytes.Cut(journalBytes(t, s), []byte("\n")); len(opts) > 0 && !bytes.Contains(first, []byte(`"op":"compact"`)) {
+				t.Fatalf("journal not compacted: %s", first)
+			}
+			// The store that went on has everything.
+			assertConsistent(t, s)
+			for i, c := range recs {
+				if id, err := s.Lookup("idx", fmt.Sprintf("k%d", i)); err != nil || id != c.ID {
+					t.Errorf("key %d = %s, %v", i, id, err)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchesOfTwoWritersAgree runs two stores on one directory (as two
+// processes: separate lock descriptors) that claim the same keys in
+// opposite orders through batches, falling back on Claim for a key the
+// other holds. Every key ends with one record, and neither waits for the
+// other while it holds a lock (or the test would hang).
+func TestBatchesOfTwoWritersAgree(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const keys = 300
+	claimed := make([]map[string]string, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for w := range 2 {
+		s := openT(t, dir)
+		claimed[w] = make(map[string]string)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := s.NewBatch()
+			var queued []string
+			commit := func() error {
+				err := b.Commit()
+				for _, k := range queued {
+					if id, lerr := s.Lookup("idx", k); lerr == nil {
+						claimed[w][k] = id
+					} else if err == nil {
+						err = lerr
+					}
+				}
+				queued = queued[:0]
+				return err
+			}
+			for i := range keys {
+				k := fmt.Sprintf("k%d", i)
+				if w == 1 {
+					k = fmt.Sprintf("k%d", keys-1-i)
+				}
+				ok, err := b.TryLockIndex("idx", k)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					if _, err := s.Lookup("idx", k); errors.Is(err, ErrNotFound) {
+						c := newCounter(s)
+						if line, err := b.Create(c); line == nil || err != nil {
+							errs <- fmt.Errorf("Create: %s, %v", line, err)
+							return
+						}
+						if err := b.SetIndex("idx", k, c.ID); err != nil {
+							errs <- err
+							return
+						}
+						queued = append(queued, k)
+						if len(queued) == 16 {
+							if err := commit(); err != nil {
+								errs <- err
+								return
+							}
+						}
+						continue
+					}
+				}
+				// Held by the other writer, or there already: commit (the
+				// batch may hold this key) and claim it the ordinary way.
+				if err := commit(); err != nil {
+					errs <- err
+					return
+				}
+				id, _, err := s.Claim(ctx, "idx", k, func() (string, error) {
+					c := newCounter(s)
+					return c.ID, s.Create(ctx, c)
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				claimed[w][k] = id
+			}
+			if err := commit(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s := openT(t, dir)
+	for i := range keys {
+		k := fmt.Sprintf("k%d", i)
+		id, err := s.Lookup("idx", k)
+		if err != nil || claimed[0][k] != id || claimed[1][k] != id {
+			t.Fatalf("key %s: index %s (%v), writers saw %s and %s", k, id, err, claimed[0][k], claimed[1][k])
+		}
+	}
+	assertConsistent(t, s)
+}
+
+func TestPutBlobBytes(t *testing.T) {
+	testPutBlobBytes(t)
+	withoutTmpfile(t, testPutBlobBytes)
+}
+
+func testPutBlobBytes(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir())
+	data := []byte("content of a sample held in memory")
+	sum := sha256.Sum256(data)
+	sha := hex.EncodeToString(sum[:])
+	blob, err := s.PutBlobBytes(ctx, sha, data)
+	if err != nil || blob.SHA256 != sha || blob.Size != int64(len(data)) {
+		t.Fatalf("PutBlobBytes = %+v, %v", blob, err)
+	}
+	st, err := os.Stat(s.BlobPath(sha))
+	if err != nil || st.Mode().Perm() != 0o444 {
+		t.Fatalf("blob file: %v, %v", st, err)
+	}
+	got, err := os.ReadFile(s.BlobPath(sha))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("blob content %q, %v", got, err)
+	}
+	// Stored again: nothing written (the file is the same inode).
+	if _, err := s.PutBlobBytes(ctx, sha, data); err != nil {
+		t.Fatal(err)
+	}
+	if st2, err := os.Stat(s.BlobPath(sha)); err != nil || !os.SameFile(st, st2) {
+		t.Fatalf("blob rewritten: %v", err)
+	}
+	// A blob cut short (a power cut before Flush) is replaced.
+	if err := os.Remove(s.BlobPath(sha)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.BlobPath(sha), data[:5], 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutBlobBytes(ctx, sha, data); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(s.BlobPath(sha)); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("short blob not replaced: %q, %v", got, err)
+	}
+	if ents, _ := os.ReadDir(s.Path("tmp")); len(ents) > 0 {
+		t.Fatalf("tmp/ not empty: %v", ents)
+	}
+	// A crash before the link leaves nothing.
+	other := []byte("another sample")
+	osum := sha256.Sum256(other)
+	osha := hex.EncodeToString(osum[:])
+	snap := filepath.Join(t.TempDir(), "snap")
+	s.crashAt = func(point string) {
+		if point == crashBlobTemp {
+			copyTree(t, s.Root(), snap)
+		}
+	}
+	if _, err := s.PutBlobBytes(ctx, osha, other); err != nil {
+		t.Fatal(err)
+	}
+	s.crashAt = nil
+	r := openT(t, snap)
+	if r.HasBlob(osha) {
+		t.Fatal("blob present after a crash before its link")
+	}
+	if ents, _ := os.ReadDir(r.Path("tmp")); len(ents) > 0 && !noTmpfile {
+		// (Without O_TMPFILE the content waits in tmp/, as PutBlob's does.)
+		t.Fatalf("crash left %v in tmp/", ents)
+	}
+	rep, err := s.Check(ctx, CheckOptions{Blobs: true})
+	if err != nil || !rep.OK() || rep.Blobs != 2 {
+		t.Fatalf("Check = %+v, %v", rep, err)
+	}
+}
+
+// BenchmarkSampleWrites stores what tb-plan stores per new sample — a blob,
+// two records and an index key, in batches of 64 — and, as "files", does
+// only the file operations that costs (the blob, the key and each record
+// as an unnamed file linked into place), with nothing else: the floor the state's layout sets. Set
+// TB_BENCH_STATE to a directory on the filesystem to measure.
+func BenchmarkSampleWrites(b *testing.B) {
+	base := os.Getenv("TB_BENCH_STATE")
+	newDir := func(b *testing.B) string {
+		if base == "" {
+			return b.TempDir()
+		}
+		dir, err := os.MkdirTemp(base, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return dir // kept: removing many files slows what runs next on ext4
+	}
+	content := make([]byte, 4700)
+	rec := bytes.Repeat([]byte("x"), 1200)
+	b.Run("state", func(b *testing.B) {
+		ctx := context.Background()
+		s := openT(b, newDir(b), WithDurability(SyncOnFlush))
+		batch := s.NewBatch()
+		for i := range b.N {
+			copy(content, fmt.Sprintf("sample %012d", i))
+			sum := sha256.Sum256(content)
+			sha := hex.EncodeToString(sum[:])
+			if _, err := s.PutBlobBytes(ctx, sha, content); err != nil {
+				b.Fatal(err)
+			}
+			smp, pl := newCounter(s), newCounter(s)
+			smp.Note, pl.Note = string(rec), string(rec)
+			for _, r := range []*counterRec{smp, pl} {
+				if line, err := batch.Create(r); line == nil || err != nil {
+					b.Fatal(err)
+				}
+			}
+			if ok, err := batch.TryLockIndex("bench", sha); !ok || err != nil {
+				b.Fatal(err)
+			}
+			if err := batch.SetIndex("bench", sha, smp.ID); err != nil {
+				b.Fatal(err)
+			}
+			if i%64 == 63 {
+				if err := batch.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if err := batch.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("files", func(b *testing.B) {
+		root := newDir(b)
+		s := openT(b, root, WithDurability(SyncOnFlush))
+		for _, d := range []string{"index", "records/a", "records/b"} {
+			mkdirT(b, root, d)
+		}
+		for i := range 256 {
+			mkdirT(b, root, "blobs", fmt.Sprintf("%02x", i))
+		}
+		for i := range b.N {
+			name := fmt.Sprintf("%064d", i)
+			blobs := filepath.Join(root, "blobs", fmt.Sprintf("%02x", i%256))
+			for _, f := range []struct {
+				dir  string
+				data []byte
+			}{
+				{blobs, content}, {filepath.Join(root, "index"), []byte(name[:34])},
+				{filepath.Join(root, "records", "a"), rec}, {filepath.Join(root, "records", "b"), rec},
+			} {
+				if ok, err := s.linkTmpfile(f.dir, filepath.Join(f.dir, name), f.data, 0o444, ""); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		}
+	})
+}
