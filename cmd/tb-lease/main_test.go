@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
+	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 )
 
@@ -31,6 +32,9 @@ var (
 // image tb-build builds once per machine (see leasetest.Image), each script
 // on its own state directory and throw-away bridge.
 func TestScripts(t *testing.T) {
+	if !crashhook.Enabled {
+		t.Fatal("crash.txtar kill tb-lease through its crash hooks: run go test -tags talkboxtest (make test does)")
+	}
 	cmds := clitest.Cmds()
 	cmds["field"] = field
 	cmds["host2"] = host2

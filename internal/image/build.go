@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/version"
@@ -49,10 +49,10 @@ type BuildRequest struct {
 	Builder Builder
 }
 
-// CrashEnv names a test hook: a build whose environment has
-// TB_BUILD_CRASH_AFTER=<phase> kills itself with SIGKILL when that phase
-// ends, as a power cut or kill -9 would; <phase>:INT sends SIGINT instead,
-// as Ctrl-C would.
+// CrashEnv names a test hook (crashhook; test builds only): a build whose
+// environment has TB_BUILD_CRASH_AFTER=<phase> kills itself with SIGKILL
+// when that phase ends, as a power cut or kill -9 would; <phase>:INT sends
+// SIGINT instead, as Ctrl-C would.
 const CrashEnv = "TB_BUILD_CRASH_AFTER"
 
 // Build builds, smoke-tests and publishes an image, printing the build and
@@ -133,13 +133,9 @@ func (bl *build) phase(name string, start time.Time) {
 	bl.rec.Phases[name] = records.Duration(d)
 	fmt.Fprintf(bl.log, "phase %s: %s\n", name, d)
 	bl.env.Log.Info("phase done", "spec", bl.spec.ID, "phase", name, "took", d.String())
-	switch os.Getenv(CrashEnv) {
-	case name:
+	if crashhook.Enabled {
 		bl.log.Sync()
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	case name + ":INT":
-		syscall.Kill(os.Getpid(), syscall.SIGINT)
-		<-bl.env.Ctx.Done() // the signal is delivered asynchronously
+		crashhook.At(bl.env.Ctx, CrashEnv, name)
 	}
 }
 

@@ -14,10 +14,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -699,9 +699,7 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 	if _, err := m.update(ctx, l.ID, func(x *records.SandboxLease) error { x.StartedAt = &now; return nil }); err != nil {
 		return fail(err)
 	}
-	if os.Getenv(CrashEnv) == "start" {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	}
+	crashhook.At(ctx, CrashEnv, "start")
 	g := &virt.Guest{H: c, Name: l.VMName, ConsoleLog: l.ConsoleLog}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	err = g.WaitAgent(wctx)

@@ -35,8 +35,9 @@ const (
 
 func acquireLock(id string) string { return "tb-lease/acquire/" + id }
 
-// CrashEnv names a test hook: TB_LEASE_CRASH_AFTER=start makes acquire kill
-// itself with SIGKILL once the domain runs, as kill -9 would.
+// CrashEnv names a test hook (crashhook; test builds only):
+// TB_LEASE_CRASH_AFTER=start makes acquire kill itself with SIGKILL once the
+// domain runs, as kill -9 would.
 const CrashEnv = "TB_LEASE_CRASH_AFTER"
 
 // Manager runs tb-lease's commands against one state directory.

@@ -1,0 +1,11 @@
+//go:build !talkboxtest
+
+package crashhook
+
+import "context"
+
+// Enabled reports whether this binary was built with the hooks.
+const Enabled = false
+
+// At does nothing: this binary was built without the talkboxtest tag.
+func At(context.Context, string, string) {}
