@@ -40,13 +40,14 @@ type acquireCmd struct {
 	Placement string `name:"placement" enum:",least-loaded,native-arch-first,explicit" default:"" help:"Placement strategy (default: the configuration's, else least-loaded)."`
 	Accel     string `name:"accel" enum:"auto,kvm,tcg" default:"auto" help:"auto: KVM where a cached probe shows it runs guests, TCG otherwise."`
 	Fresh     bool   `name:"fresh" help:"Always create a new lease (no reuse of an idle one)."`
+	Holder    string `name:"holder" placeholder:"REF" help:"Record what the lease is acquired for (tb-run: the cycle), so that it can be found again if the acquirer dies before recording the lease."`
 	DryRun    bool   `name:"dry-run" help:"Print the decision (image, reused lease or host and acceleration) and change nothing."`
 }
 
 func (c *acquireCmd) Run(env *cli.Env) error {
 	return lease.AcquireCmd(env, c.opts(), c.Plan, lease.Request{
 		Image: c.Image, VCPUs: c.VCPUs, MemoryMiB: c.Memory, DiskGiB: c.Disk, CPUQuota: c.CPUQuota, TTL: c.TTL,
-		BootTimeout: c.BootTimeout, Pool: c.Pool, Host: c.Host, Placement: c.Placement, Accel: c.Accel, Fresh: c.Fresh, DryRun: c.DryRun,
+		BootTimeout: c.BootTimeout, Pool: c.Pool, Host: c.Host, Placement: c.Placement, Accel: c.Accel, Fresh: c.Fresh, Holder: c.Holder, DryRun: c.DryRun,
 	})
 }
 

@@ -28,9 +28,9 @@ import (
 )
 
 // Leaser acquires a lease for a plan (the leasing state of a cycle given
-// only a plan).
+// only a plan), recording holder (the cycle) on it.
 type Leaser interface {
-	Acquire(ctx context.Context, plan string, fresh bool) (string, error)
+	Acquire(ctx context.Context, plan, holder string, fresh bool) (string, error)
 }
 
 // Post is post-processing: the capture of the lease, its rotation into an
@@ -428,6 +428,27 @@ func (r *Runner) timed(ctx context.Context, c *records.Cycle, step string, start
 	})
 }
 
+// heldLease returns the live lease acquired for the cycle, if there is one.
+func (r *Runner) heldLease(cycle string) (string, error) {
+	ids, err := r.St.List(records.KindLease)
+	if err != nil {
+		return "", err
+	}
+	for _, id := range ids {
+		var l records.SandboxLease
+		if err := r.St.Get(id, &l); err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				continue
+			}
+			return "", err
+		}
+		if l.Holder == cycle && !records.LeaseGone(l.State) {
+			return l.ID, nil
+		}
+	}
+	return "", nil
+}
+
 // lease binds the cycle to a live lease and records its lineage.
 func (r *Runner) lease(ctx context.Context, c *records.Cycle, unlock *func()) (*records.Cycle, error) {
 	var err error
@@ -436,7 +457,13 @@ func (r *Runner) lease(ctx context.Context, c *records.Cycle, unlock *func()) (*
 			return c, errors.New("no lease given and no way to acquire one")
 		}
 		start := time.Now()
-		id, err := r.Leaser.Acquire(ctx, c.Plan, c.FreshLease)
+		// A tb-run that died after its acquire ended, but before it
+		// recorded the lease here, left the lease busy under this cycle's
+		// name: adopt it rather than leak it until its TTL.
+		id, err := r.heldLease(c.ID)
+		if err == nil && id == "" {
+			id, err = r.Leaser.Acquire(ctx, c.Plan, c.ID, c.FreshLease)
+		}
 		if err != nil {
 			return c, fmt.Errorf("acquiring a lease: %w", err)
 		}

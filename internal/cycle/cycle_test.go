@@ -431,6 +431,39 @@ func TestLeasingAcquiresALeaseWhenNoneIsGiven(t *testing.T) {
 	}
 }
 
+// TestLeasingAdoptsTheLeaseAcquiredForIt is a tb-run killed after its
+// tb-lease acquire ended but before it recorded the lease in the cycle: the
+// lease is busy under the cycle's name, and the resumed cycle takes it
+// instead of acquiring (and leaking) another.
+func TestLeasingAdoptsTheLeaseAcquiredForIt(t *testing.T) {
+	e := setup(t, "exit 0")
+	ctx := context.Background()
+	c, err := e.r.Create(ctx, Request{Plan: e.plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l records.SandboxLease
+	if err := e.st.Update(ctx, e.lease, &l, func(bool) error { l.Holder = c.ID; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	leaser := e.r.Leaser.(*fakeLeaser)
+	done, err := e.r.Drive(ctx, c.ID)
+	if err != nil || done.Lease != e.lease || done.State != records.CycleCompleted {
+		t.Fatalf("%v %+v", err, done)
+	}
+	if leaser.acquired != 0 {
+		t.Fatalf("acquired %d more leases", leaser.acquired)
+	}
+	// Another cycle's lease, or a released one, is not taken.
+	c2, err := e.r.Create(ctx, Request{Plan: e.plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.Drive(ctx, c2.ID); err != nil || leaser.acquired != 1 {
+		t.Fatalf("second cycle: %v, acquired %d", err, leaser.acquired)
+	}
+}
+
 func TestCreateRejectsBadRequests(t *testing.T) {
 	e := setup(t, "exit 0")
 	zero := time.Duration(0)

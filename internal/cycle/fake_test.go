@@ -275,13 +275,15 @@ func (p *fakePost) Promote(ctx context.Context, lease, cycle string) (string, er
 }
 
 type fakeLeaser struct {
-	st    *state.Store
-	lease string
+	st       *state.Store
+	lease    string
+	acquired int
 }
 
-func (l *fakeLeaser) Acquire(ctx context.Context, plan string, fresh bool) (string, error) {
+func (l *fakeLeaser) Acquire(ctx context.Context, plan, holder string, fresh bool) (string, error) {
 	if l.lease == "" {
 		return "", errors.New("no lease")
 	}
+	l.acquired++
 	return l.lease, nil
 }

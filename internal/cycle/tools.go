@@ -89,9 +89,9 @@ func ids(recs []records.Record, kind string) []string {
 	return out
 }
 
-// Acquire is "tb-lease acquire --plan P [--fresh]".
-func (t *Tools) Acquire(ctx context.Context, plan string, fresh bool) (string, error) {
-	args := []string{"acquire", "--plan", plan}
+// Acquire is "tb-lease acquire --plan P --holder H [--fresh]".
+func (t *Tools) Acquire(ctx context.Context, plan, holder string, fresh bool) (string, error) {
+	args := []string{"acquire", "--plan", plan, "--holder", holder}
 	if fresh {
 		args = append(args, "--fresh")
 	}

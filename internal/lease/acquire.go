@@ -41,6 +41,8 @@ type Request struct {
 	Accel       string // auto, kvm, tcg
 	// Fresh skips the reuse of idle leases.
 	Fresh bool
+	// Holder is recorded on the lease (records.SandboxLease.Holder).
+	Holder string
 	// DryRun decides (image, reuse, quota, host, accel) and changes nothing.
 	DryRun bool
 }
@@ -377,7 +379,7 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*records.SandboxLease
 	if err != nil {
 		return nil, err
 	}
-	l := &records.SandboxLease{State: records.LeaseCreating, Health: records.HealthUnknown, Plan: r.Plan.ID, Pool: r.Pool,
+	l := &records.SandboxLease{State: records.LeaseCreating, Health: records.HealthUnknown, Plan: r.Plan.ID, Holder: r.Holder, Pool: r.Pool,
 		Host: host.Name, ConnectURI: host.URI, Image: img.ID, ImageSpec: img.Spec, ImageVersion: img.Version,
 		Platform: img.Platform, Features: r.Plan.Image.Features, Accel: string(accel), Bridge: m.Cfg.Bridge,
 		Limits: records.Limits{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, DiskGiB: r.DiskGiB, CPUQuota: r.CPUQuota},
@@ -434,7 +436,7 @@ func (m *Manager) reuse(ctx context.Context, r *Request, img *records.SandboxIma
 			if x.State != records.LeaseIdle {
 				return fmt.Errorf("lease %s changed state to %s", x.ID, x.State)
 			}
-			x.State, x.Health, x.Plan = records.LeaseBusy, records.HealthHealthy, r.Plan.ID
+			x.State, x.Health, x.Plan, x.Holder = records.LeaseBusy, records.HealthHealthy, r.Plan.ID, r.Holder
 			x.AcquiredAt, x.ExpiresAt, x.TTL = &now, &exp, records.Duration(r.TTL)
 			x.Acquisitions++
 			return nil

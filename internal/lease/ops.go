@@ -34,7 +34,7 @@ func (m *Manager) Release(ctx context.Context, id string, keep bool) (*records.S
 			if x.State != records.LeaseBusy && x.State != records.LeaseIdle {
 				return cli.Failure(fmt.Errorf("lease %s is %s; only a busy lease goes back to idle", id, x.State))
 			}
-			x.State, x.Plan = records.LeaseIdle, ""
+			x.State, x.Plan, x.Holder = records.LeaseIdle, "", ""
 			return nil
 		})
 	}

@@ -44,6 +44,10 @@ type SandboxLease struct {
 	State  string `json:"state"`
 	Health string `json:"health"`
 	Plan   string `json:"plan,omitempty"`
+	// Holder is what the lease was acquired for (tb-run: the cycle), until
+	// it is released: whoever acquired it and died before recording it can
+	// find it again (tb-run resume adopts it).
+	Holder string `json:"holder,omitempty"`
 	Pool   string `json:"pool"`
 	// Host is the name of the libvirt host in tb-lease's configuration,
 	// ConnectURI how it is reached.
