@@ -221,18 +221,14 @@ func (in *Ingester) store(ctx context.Context, p *Prepared) (*records.Sample, bo
 	s := in.Store
 	name := p.Path
 	var created *records.Sample
-	id, isNew, err := s.Claim(ctx, IndexSHA256, p.Digests.SHA256, func() (string, error) {
+	id, isNew, err := s.Claim(ctx, IndexSHA256, p.Digests.SHA256, func() (records.Record, error) {
 		if p.blob == "" {
 			if err := p.StoreBlob(ctx, s); err != nil {
-				return "", err
+				return nil, err
 			}
 		}
-		smp := in.newSample(p)
-		if err := s.Create(ctx, smp); err != nil {
-			return "", err
-		}
-		created = smp
-		return smp.ID, nil
+		created = in.newSample(p)
+		return created, nil
 	})
 	if err != nil {
 		return nil, false, wrapStoring(name, err)

@@ -106,7 +106,7 @@ func (b *Batch) TryLockIndex(name, key string) (bool, error) {
 		// The key itself is checked by SetIndex; any key names a lock byte.
 		return false, fmt.Errorf("invalid index name %q", name)
 	}
-	return b.tryLock(filepath.Join(b.s.root, "locks", "index", name), key)
+	return b.tryLock(b.s.indexLockPath(name), key)
 }
 
 // Create queues a new record, as Store.Create would store it: r has its kind
@@ -172,7 +172,7 @@ func (b *Batch) SetIndex(name, key, id string) error {
 	if err := records.CheckID(id); err != nil {
 		return err
 	}
-	if !b.held[filepath.Join(b.s.root, "locks", "index", name)+"\x00"+key] {
+	if !b.held[b.s.indexLockPath(name)+"\x00"+key] {
 		return fmt.Errorf("index key %s/%s set in a batch that does not hold its lock", name, key)
 	}
 	b.keys = append(b.keys, batchKey{Op: opIndex, Index: name, Key: key, ID: id})

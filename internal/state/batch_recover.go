@@ -126,7 +126,7 @@ func (s *Store) settleBatch(ctx context.Context, intent string, held bool) error
 			if err := json.Unmarshal(line, &k); err != nil {
 				return fmt.Errorf("%s:%d: %w", intent, n+1, err)
 			}
-			unlock, err := lock(filepath.Join(s.root, "locks", "index", k.Index), k.Key)
+			unlock, err := lock(s.indexLockPath(k.Index), k.Key)
 			if err != nil {
 				return err
 			}

@@ -447,9 +447,8 @@ func TestBatchesOfTwoWritersAgree(t *testing.T) {
 					errs <- err
 					return
 				}
-				id, _, err := s.Claim(ctx, "idx", k, func() (string, error) {
-					c := newCounter(s)
-					return c.ID, s.Create(ctx, c)
+				id, _, err := s.Claim(ctx, "idx", k, func() (records.Record, error) {
+					return newCounter(s), nil
 				})
 				if err != nil {
 					errs <- err

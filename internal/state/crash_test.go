@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -129,10 +130,10 @@ func workerChaos() {
 		default:
 			key := claimKeys[rng.Intn(len(claimKeys))]
 			say("begin claim %s", key)
-			id, _, err := s.Claim(ctx, "chaos", key, func() (string, error) {
+			id, _, err := s.Claim(ctx, "chaos", key, func() (records.Record, error) {
 				var g records.Generic
 				records.Init(&g, "claimed", s.Now())
-				return g.ID, s.Create(ctx, &g)
+				return &g, nil
 			})
 			if err != nil {
 				fail("claim: %v", err)
@@ -419,11 +420,11 @@ func workerCrashAt() {
 	case "blob":
 		_, err = s.PutBlob(ctx, strings.NewReader(crashBlob))
 	case "claim":
-		_, _, err = s.Claim(ctx, "crash", "key", func() (string, error) {
+		_, _, err = s.Claim(ctx, "crash", "key", func() (records.Record, error) {
 			var g records.Generic
 			records.Init(&g, "claimed", s.Now())
 			g.ID = id
-			return id, s.Create(ctx, &g)
+			return &g, nil
 		})
 	default:
 		fail("unknown op %q", op)
@@ -469,7 +470,10 @@ func TestCrashPoints(t *testing.T) {
 		{"delete", crashDeleteRemoved, want{0, 0}, false, true, false, 0, false},
 		{"blob", crashBlobTemp, want{}, false, false, false, 0, false},
 		{"blob", crashBlobLinked, want{}, false, false, false, 0, false},
-		{"claim", crashPutJournaled, want{}, true, false, false, 0, false},
+		// A claim is a batch of one: its intent is the batch's (checked
+		// below), and recovery keeps the record and its key together.
+		{"claim", crashPutIntent, want{}, false, false, false, 0, false},
+		{"claim", crashPutJournaled, want{}, false, false, false, 0, false},
 		{"claim", crashClaimCreated, want{}, false, false, false, 0, false},
 		// Compactions: explicit, and started by a write that just committed
 		// (its intent is still there).
@@ -532,6 +536,9 @@ func TestCrashPoints(t *testing.T) {
 				if _, err := os.Stat(s0.deleteIntentPath(kind, target)); (err == nil) != tc.marker {
 					t.Errorf("delete intent present = %v, want %v", err == nil, tc.marker)
 				}
+				if batches, _ := filepath.Glob(filepath.Join(dir, "intents", "*"+batchIntentSuffix)); (len(batches) == 1) != (tc.op == "claim") {
+					t.Errorf("batch intents %v after a crash at %s", batches, tc.point)
+				}
 				j := journalBytes(t, s0)
 				if torn := len(j) > 0 && j[len(j)-1] != '\n'; torn != tc.torn {
 					t.Errorf("journal torn = %v, want %v", torn, tc.torn)
@@ -563,19 +570,22 @@ func TestCrashPoints(t *testing.T) {
 						t.Errorf("PutBlob after crash: %v", err)
 					}
 				case "claim":
-					// The record was made (and is kept) but never indexed.
-					if !s.Exists(target) {
-						t.Errorf("claimed record %s missing", target)
+					// Committed (journaled): the record and its key; not
+					// committed: neither, and the key is claimed anew.
+					committed := tc.point != crashPutIntent
+					if s.Exists(target) != committed {
+						t.Errorf("claimed record %s present = %v after a crash at %s", target, s.Exists(target), tc.point)
 					}
-					if _, err := s.Lookup("crash", "key"); !errors.Is(err, ErrNotFound) {
-						t.Errorf("Lookup after crash: %v, want ErrNotFound", err)
+					id, err := s.Lookup("crash", "key")
+					if committed && (err != nil || id != target) || !committed && !errors.Is(err, ErrNotFound) {
+						t.Errorf("Lookup after a crash at %s = %s, %v", tc.point, id, err)
 					}
-					id, created, err := s.Claim(ctx, "crash", "key", func() (string, error) {
+					id, created, err := s.Claim(ctx, "crash", "key", func() (records.Record, error) {
 						var g records.Generic
 						records.Init(&g, "claimed", s.Now())
-						return g.ID, s.Create(ctx, &g)
+						return &g, nil
 					})
-					if err != nil || !created || id == target {
+					if err != nil || created == committed || committed && id != target {
 						t.Errorf("Claim after crash = %s, %v, %v", id, created, err)
 					}
 				default:

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,19 +44,23 @@ func (s *Store) Lookup(name, key string) (string, error) {
 	return id, nil
 }
 
+func (s *Store) indexLockPath(name string) string {
+	return filepath.Join(s.root, "locks", "index", name)
+}
+
 func (s *Store) lockIndex(ctx context.Context, name, key string) (func(), error) {
-	unlock, _, err := lockFile(ctx, filepath.Join(s.root, "locks", "index", name), lockOffset(key), true)
+	unlock, _, err := lockFile(ctx, s.indexLockPath(name), lockOffset(key), true)
 	return unlock, err
 }
 
-// Claim returns the ID under an index key, calling create to make the record
-// when there is none. Concurrent claims of one key (from any process) agree
-// on a single ID: create runs under the key's lock. A process killed after
-// create and before the key is written leaves an unindexed record, and the
-// next Claim creates another.
-func (s *Store) Claim(ctx context.Context, name, key string, create func() (string, error)) (id string, created bool, err error) {
-	path, err := s.indexPath(name, key)
-	if err != nil {
+// Claim returns the ID under an index key, calling newRecord for a new
+// record (with its kind and ID: records.Init) when there is none, and
+// storing it and the key together: a batch of one (see Batch), so that a
+// crash leaves both or neither, never a record without its key. Concurrent
+// claims of one key (from any process) agree on a single ID: newRecord runs
+// under the key's lock.
+func (s *Store) Claim(ctx context.Context, name, key string, newRecord func() (records.Record, error)) (id string, created bool, err error) {
+	if _, err := s.indexPath(name, key); err != nil {
 		return "", false, err
 	}
 	unlock, err := s.lockIndex(ctx, name, key)
@@ -68,15 +73,24 @@ func (s *Store) Claim(ctx context.Context, name, key string, create func() (stri
 	} else if !errors.Is(err, ErrNotFound) {
 		return "", false, err
 	}
-	id, err = create()
+	r, err := newRecord()
 	if err != nil {
 		return "", false, err
 	}
+	id = r.Header().ID
 	if err := records.CheckID(id); err != nil {
 		return "", false, fmt.Errorf("claim %s %s: %w", name, key, err)
 	}
-	s.hook(crashClaimCreated)
-	if err := s.writeAtomic(path, []byte(id+"\n")); err != nil {
+	b := s.NewBatch()
+	defer b.release()
+	b.held[s.indexLockPath(name)+"\x00"+key] = true // by lockIndex above
+	if line, err := b.Create(r); err != nil || line == nil {
+		return "", false, cmp.Or(err, fmt.Errorf("claim %s %s: record %s is locked by another writer", name, key, id))
+	}
+	if err := b.SetIndex(name, key, id); err != nil {
+		return "", false, err
+	}
+	if err := b.Commit(); err != nil {
 		return "", false, err
 	}
 	return id, true, nil

@@ -274,10 +274,10 @@ func workerClaim() {
 		fail("open: %v", err)
 	}
 	waitForGo()
-	id, created, err := s.Claim(ctx, "sha256", claimKey, func() (string, error) {
+	id, created, err := s.Claim(ctx, "sha256", claimKey, func() (records.Record, error) {
 		var g records.Generic
 		records.Init(&g, "claimed", s.Now())
-		return g.ID, s.Create(ctx, &g)
+		return &g, nil
 	})
 	if err != nil {
 		fail("claim: %v", err)

@@ -439,7 +439,12 @@ func TestInvalidIDsAndNames(t *testing.T) {
 		if err := s.SetIndex("sha256", "key", id); err == nil {
 			t.Errorf("SetIndex to %q succeeded", id)
 		}
-		if _, _, err := s.Claim(ctx, "sha256", "key", func() (string, error) { return id, nil }); err == nil {
+		if _, _, err := s.Claim(ctx, "sha256", "key", func() (records.Record, error) {
+			var g records.Generic
+			records.Init(&g, "claimed", s.Now())
+			g.ID = id
+			return &g, nil
+		}); err == nil {
 			t.Errorf("Claim creating %q succeeded", id)
 		}
 	}
@@ -607,10 +612,9 @@ func TestClaimAndIndex(t *testing.T) {
 	ctx := context.Background()
 	s := openT(t, t.TempDir())
 	calls := 0
-	create := func() (string, error) {
+	create := func() (records.Record, error) {
 		calls++
-		c := newCounter(s)
-		return c.ID, s.Create(ctx, c)
+		return newCounter(s), nil
 	}
 	id1, created, err := s.Claim(ctx, "sha256", "abc", create)
 	if err != nil || !created {
@@ -633,7 +637,7 @@ func TestClaimAndIndex(t *testing.T) {
 	}
 	// create's error is returned and nothing indexed.
 	boom := errors.New("boom")
-	if _, _, err := s.Claim(ctx, "sha256", "def", func() (string, error) { return "", boom }); !errors.Is(err, boom) {
+	if _, _, err := s.Claim(ctx, "sha256", "def", func() (records.Record, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Fatalf("Claim with failing create: %v", err)
 	}
 	if _, err := s.Lookup("sha256", "def"); !errors.Is(err, ErrNotFound) {

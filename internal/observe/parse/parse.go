@@ -523,9 +523,9 @@ func (o *output) emit(lease string, obs *records.Observable) error {
 		}
 		return o.write(obs)
 	}
-	id, created, err := o.st.Claim(ctx, IndexName, key, func() (string, error) {
+	id, created, err := o.st.Claim(ctx, IndexName, key, func() (records.Record, error) {
 		records.Init(obs, records.KindObservable, o.st.Now())
-		return obs.ID, o.st.Create(ctx, obs)
+		return obs, nil
 	})
 	if err != nil {
 		return err
