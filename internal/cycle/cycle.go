@@ -12,9 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"path"
 	"slices"
 	"sort"
@@ -145,6 +143,12 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		Args: p.Execution.Args, Env: p.Execution.Env, Workdir: p.Execution.Workdir,
 		Timeout: p.Timeouts.Execution, Detach: p.Execution.Detach, Window: p.Timeouts.Window,
 		Post: []string{StepRotate, StepParse}, FreshLease: req.FreshLease,
+	}
+	if p.Traced() {
+		c.Tracer = TracerStrace
+		if p.Emulation != nil {
+			c.Tracer = TracerQEMU
+		}
 	}
 	if p.Network.Promote {
 		c.Post = append(c.Post, StepPromote)
@@ -596,6 +600,7 @@ func (r *Runner) prepare(ctx context.Context, c *records.Cycle, g Guest) (*recor
 			return r.transition(ctx, c, records.CycleExecuting, "observing the sample of "+att.ID, func(n *records.Cycle) error {
 				n.Attached, n.GuestPID, n.GuestPath, n.GuestOut = att.ID, att.GuestPID, att.GuestPath, att.GuestOut
 				n.StdoutFrom, n.StderrFrom = att.StdoutTo, att.StderrTo
+				n.Tracer, n.TraceFrom = att.Tracer, att.TraceTo
 				if n.Workdir == "" {
 					n.Workdir = att.Workdir
 				}
@@ -715,15 +720,15 @@ func (r *Runner) alive(ctx context.Context, g Guest, pid int) (bool, error) {
 // agent that does not answer before the cycle fails.
 const agentGrace = 2 * time.Minute
 
-func guestFiles(c *records.Cycle) (pidfile, stdout, stderr string) {
-	return c.GuestOut + ".pid", c.GuestOut + ".stdout", c.GuestOut + ".stderr"
+func guestFiles(c *records.Cycle) (pidfile, stdout, stderr, trace string) {
+	return c.GuestOut + ".pid", c.GuestOut + ".stdout", c.GuestOut + ".stderr", c.GuestOut + ".trace"
 }
 
 // execute starts the sample (once) or attaches to it, watches it until it
 // exits, times out, its window ends or the cycle is cancelled, and stores
 // its output and an execution record.
 func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
-	pidfile, outPath, errPath := guestFiles(c)
+	pidfile, outPath, errPath, tracePath := guestFiles(c)
 	var err error
 	observeFrom := r.St.Now()
 	if c.Attached == "" && c.GuestPID == 0 {
@@ -748,7 +753,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 			}
 			argv := append([]string{c.GuestPath}, c.Args...)
 			launchStart := time.Now()
-			pid, err := g.Spawn(ctx, launchArgv(c.Workdir, pidfile, outPath, errPath, argv), guestEnv(c.Env))
+			pid, err := g.Spawn(ctx, launchArgv(c.Workdir, pidfile, outPath, errPath, traceSpec(c.Tracer, tracePath), argv), guestEnv(c.Env))
 			if err != nil {
 				return c, fmt.Errorf("starting the sample: %w", err)
 			}
@@ -826,7 +831,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 		}
 		if now.Sub(lastStream) >= r.stream() {
 			lastStream = now
-			if err := spool.pull(ctx, g, outPath, errPath); err != nil {
+			if err := spool.pull(ctx, g, false); err != nil {
 				return c, err
 			}
 			cur, err := r.get(c.ID)
@@ -853,7 +858,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 	ex.EndedAt = &end
 	ex.Duration = records.Duration(time.Since(runStart))
 	collectStart := time.Now()
-	if err := spool.pull(ctx, g, outPath, errPath); err != nil {
+	if err := spool.pull(ctx, g, true); err != nil {
 		return c, err
 	}
 	arts, err := spool.store(ctx, ex)
@@ -868,7 +873,8 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 		n.Timings["run"] = ex.Duration
 		n.Execution, n.ExitCode, n.TimedOut = ex.ID, ex.ExitCode, ex.TimedOut
 		n.Artifacts = append(n.Artifacts, arts...)
-		n.StdoutTo, n.StderrTo = n.StdoutFrom+spool.n[0], n.StderrFrom+spool.n[1]
+		n.StdoutTo, n.StderrTo = n.StdoutFrom+spool.stream(ArtifactStdout).n, n.StderrFrom+spool.stream(ArtifactStderr).n
+		n.TraceTo = n.TraceFrom + spool.stream(ArtifactTrace).n
 		return nil
 	}); err != nil {
 		return c, err
@@ -923,98 +929,6 @@ func (r *Runner) kill(ctx context.Context, g Guest, pid int) error {
 	}
 	r.Log.Info("sample killed", "guest_pid", pid)
 	return nil
-}
-
-// spool copies the sample's output out of the guest as it grows.
-type spool struct {
-	r     *Runner
-	c     *records.Cycle
-	files [2]*os.File
-	n     [2]int64
-	tail  [2][]byte
-}
-
-func newSpool(r *Runner, c *records.Cycle) *spool { return &spool{r: r, c: c} }
-
-func (s *spool) close() {
-	for _, f := range s.files {
-		if f != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}
-}
-
-func (s *spool) pull(ctx context.Context, g Guest, outPath, errPath string) error {
-	for i, p := range []string{outPath, errPath} {
-		if s.files[i] == nil {
-			dir := s.r.St.Path("tb-run", "spool")
-			if err := os.MkdirAll(dir, 0o750); err != nil {
-				return err
-			}
-			f, err := os.CreateTemp(dir, s.c.ID+"-*")
-			if err != nil {
-				return err
-			}
-			s.files[i] = f
-		}
-		from := []int64{s.c.StdoutFrom, s.c.StderrFrom}[i]
-		for s.n[i] < s.r.maxOutput() {
-			want := int(min(s.r.maxOutput()-s.n[i], 4<<20))
-			b, err := g.ReadFileAt(ctx, p, from+s.n[i], want)
-			if err != nil {
-				if s.n[i] == 0 {
-					break // not created yet (or the launcher failed before)
-				}
-				return fmt.Errorf("reading the sample's output: %w", err)
-			}
-			if len(b) == 0 {
-				break
-			}
-			if _, err := s.files[i].Write(b); err != nil {
-				return err
-			}
-			s.n[i] += int64(len(b))
-			s.tail[i] = lastLines(append(s.tail[i], b...), 10, 2048)
-			if len(b) < want {
-				break // at the end of what was written so far
-			}
-		}
-	}
-	return nil
-}
-
-// store puts the output into the blob store as artifacts of the cycle.
-func (s *spool) store(ctx context.Context, ex *records.ExecutionSnapshot) ([]string, error) {
-	var ids []string
-	for i, typ := range []string{"guest-stdout", "guest-stderr"} {
-		f := s.files[i]
-		if f == nil {
-			continue
-		}
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return nil, err
-		}
-		b, err := s.r.St.PutBlob(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		now := s.r.St.Now()
-		a := &records.Artifact{Cycle: s.c.ID, Lease: s.c.Lease, Type: typ, URI: b.URI(), SHA256: b.SHA256, Size: b.Size,
-			ContentType: "text/plain", ParserStatus: "none",
-			Metadata: map[string]any{"guest_path": []string{"stdout", "stderr"}[i], "offset": []int64{s.c.StdoutFrom, s.c.StderrFrom}[i]}}
-		records.Init(a, records.KindArtifact, now)
-		if err := s.r.St.Create(ctx, a); err != nil {
-			return nil, err
-		}
-		ids = append(ids, a.ID)
-		if i == 0 {
-			ex.Stdout, ex.StdoutBytes, ex.StdoutTail = a.ID, s.n[0], string(s.tail[0])
-		} else {
-			ex.Stderr, ex.StderrBytes, ex.StderrTail = a.ID, s.n[1], string(s.tail[1])
-		}
-	}
-	return ids, nil
 }
 
 // lastLines keeps the last n lines of b, at most max bytes.

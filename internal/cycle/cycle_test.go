@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -528,5 +530,70 @@ func TestWatchFollowsARunningCycleUntilItEnds(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), `"kind":"event"`); n != 6 || !strings.Contains(buf.String(), `"to":"completed"`) {
 		t.Fatalf("watch printed %d events:\n%s", n, buf.String())
+	}
+}
+
+// TestTracedCycleStoresItsTrace: a plan with the trace instrument runs the
+// sample under strace (or, emulated, with QEMU's syscall log, one file per
+// process gathered into one) and stores the trace as a compressed artifact
+// of the cycle.
+func TestTracedCycleStoresItsTrace(t *testing.T) {
+	for _, tc := range []struct {
+		tracer string
+		want   []string
+	}{
+		{TracerStrace, []string{"execve("}},
+		{TracerQEMU, []string{"101 write(1,0x4000,6) = 6\n102 write(1,0x4000,6) = 6\n"}},
+	} {
+		t.Run(tc.tracer, func(t *testing.T) {
+			e := setup(t, "out hello")
+			ctx := context.Background()
+			var p records.Plan
+			if err := e.st.Update(ctx, e.plan, &p, func(bool) error {
+				p.Instrument = "pcap+trace"
+				if tc.tracer == TracerQEMU {
+					p.Emulation = &records.Emulation{Mode: "user", Target: "mips", Emulator: "qemu-mips-static", Platform: "mips"}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			c := e.run(t, Request{})
+			if c.Tracer != tc.tracer || c.TraceTo == 0 {
+				t.Fatalf("cycle tracer %q, trace to %d", c.Tracer, c.TraceTo)
+			}
+			var trace *records.Artifact
+			for _, id := range c.Artifacts {
+				var a records.Artifact
+				if err := e.st.Get(id, &a); err != nil {
+					t.Fatal(err)
+				}
+				if a.Type == ArtifactTrace {
+					trace = &a
+				}
+			}
+			if trace == nil || trace.ContentType != "text/plain+zstd" || trace.Metadata["tracer"] != tc.tracer {
+				t.Fatalf("trace artifact %+v", trace)
+			}
+			f, err := os.Open(e.st.BlobPath(trace.SHA256))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			dec, err := zstd.NewReader(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dec.Close()
+			text, err := io.ReadAll(dec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(text), w) {
+					t.Errorf("trace %q lacks %q", text, w)
+				}
+			}
+		})
 	}
 }

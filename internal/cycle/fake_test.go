@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,6 +116,15 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error
 			return &ExecResult{Stdout: b}, nil
 		}
 		return &ExecResult{ExitCode: 3}, nil
+	case len(argv) == 5 && argv[2] == gatherTraceArgv("")[2]:
+		var all []byte
+		for _, name := range slices.Sorted(maps.Keys(f.files)) {
+			if strings.HasPrefix(name, argv[4]+".") {
+				all = append(all, f.files[name]...)
+			}
+		}
+		f.files[argv[4]] = all
+		return &ExecResult{}, nil
 	case strings.Contains(strings.Join(argv, " "), "kill -KILL"):
 		pid, _ := strconv.Atoi(argv[len(argv)-1])
 		if p, ok := f.procs[pid]; ok && p.running {
@@ -133,18 +144,27 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error
 // Spawn runs the launcher: the pidfile, then the sample's program.
 func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) {
 	f.mu.Lock()
-	if len(argv) < 9 || argv[0] != "/bin/bash" || argv[2] != launcher {
+	if len(argv) < 10 || argv[0] != "/bin/bash" || argv[2] != launcher {
 		f.mu.Unlock()
 		return 0, fmt.Errorf("fake guest: not the launcher: %q", argv)
 	}
-	pidfile, out, errp, sample := argv[5], argv[6], argv[7], argv[8]
+	pidfile, out, errp, trace, sample := argv[5], argv[6], argv[7], argv[8], argv[9]
 	f.nextPID++
 	f.spawns++
 	pid := f.nextPID
-	p := &fakeProc{argv: argv[8:], out: out}
+	p := &fakeProc{argv: argv[9:], out: out}
 	f.procs[pid] = p
 	f.files[pidfile] = []byte(strconv.Itoa(pid) + "\n")
 	f.files[out], f.files[errp] = nil, nil
+	if path, ok := strings.CutPrefix(trace, TracerStrace+":"); ok {
+		f.files[path] = fmt.Appendf(nil, "%d 1795500967.108906 execve(%q, [%q], 0x7ffc9fab1ca8 /* 3 vars */) = 0\n", pid, sample, sample)
+	}
+	if path, ok := strings.CutPrefix(trace, TracerQEMU+":"); ok {
+		// QEMU_LOG_FILENAME=path.%d: one log per emulated process.
+		for _, child := range []int{pid, pid + 1} {
+			f.files[fmt.Sprintf("%s.%d", path, child)] = fmt.Appendf(nil, "%d write(1,0x4000,6) = 6\n", child)
+		}
+	}
 	prog := string(f.files[sample])
 	for _, line := range strings.Split(prog, "\n") {
 		op, arg, _ := strings.Cut(line, " ")
@@ -154,13 +174,13 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) 
 		case "err":
 			f.files[errp] = append(f.files[errp], arg+"\n"...)
 		case "args":
-			f.files[out] = append(f.files[out], strings.Join(argv[9:], " ")+"\n"...)
+			f.files[out] = append(f.files[out], strings.Join(argv[10:], " ")+"\n"...)
 		case "exit":
 			p.code, _ = strconv.Atoi(arg)
 		case "hang":
 			p.running = true
 		case "noexec":
-			f.files[errp] = append(f.files[errp], "tb-run: line 5: "+sample+": cannot execute binary file: Exec format error\n"...)
+			f.files[errp] = append(f.files[errp], "tb-run: line 17: "+sample+": cannot execute binary file: Exec format error\n"...)
 			p.code = 126
 		}
 	}

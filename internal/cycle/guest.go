@@ -327,14 +327,52 @@ const launcher = `exec 2>"$4" </dev/null || exit 125
 echo $$ > "$2" || exit 125
 [ -d "$1" ] || mkdir -p "$1" || exit 125
 cd "$1" || exit 125
-[ -x "$5" ] || chmod 0755 "$5" || exit 125
-o=$3
-shift 4
+[ -x "$6" ] || chmod 0755 "$6" || exit 125
+o=$3 t=$5
+shift 5
+case $t in
+strace:*)
+  if command -v strace >/dev/null; then
+    exec strace -f -ttt -qq -s 256 -o "${t#strace:}" -e trace=` + TraceCalls + ` -- "$@" >"$o"
+  fi
+  echo "# tb-run: strace not found in the guest; the sample runs untraced" >"${t#strace:}" ;;
+qemu:*)
+  export QEMU_LOG=strace QEMU_LOG_FILENAME="${t#qemu:}.%d" ;;
+esac
 exec "$@" >"$o"`
 
-// launchArgv is the guest command line that starts a sample.
-func launchArgv(workdir, pidfile, stdout, stderr string, argv []string) []string {
-	return append([]string{"/bin/bash", "-c", launcher, "tb-run", workdir, pidfile, stdout, stderr}, argv...)
+// TraceCalls are the system calls strace records: those the behaviour
+// observables are made of (processes, files, network, signals, evasion).
+// "?" lets strace skip a call the guest's architecture does not have
+// (arm64 has no open, fork or unlink, only their *at forms).
+const TraceCalls = "execve,execveat,clone,clone3,?fork,?vfork,exit_group,kill,tgkill,tkill,prctl,ptrace," +
+	"?open,openat,?creat,?unlink,unlinkat,?rename,renameat,?renameat2,?chmod,fchmod,fchmodat,?mkdir,mkdirat," +
+	"socket,connect,bind,listen,accept,accept4,sendto,nanosleep,clock_nanosleep"
+
+// Tracers (records.Cycle.Tracer).
+const (
+	TracerStrace = "strace"
+	TracerQEMU   = "qemu"
+)
+
+// traceSpec tells the launcher how to trace the sample into path.
+func traceSpec(tracer, path string) string {
+	if tracer == "" {
+		return ""
+	}
+	return tracer + ":" + path
+}
+
+// launchArgv is the guest command line that starts a sample; trace is
+// traceSpec's.
+func launchArgv(workdir, pidfile, stdout, stderr, trace string, argv []string) []string {
+	return append([]string{"/bin/bash", "-c", launcher, "tb-run", workdir, pidfile, stdout, stderr, trace}, argv...)
+}
+
+// gatherTraceArgv writes the logs QEMU kept per emulated process
+// (path.<pid>) into path, in PID order.
+func gatherTraceArgv(path string) []string {
+	return []string{"/bin/sh", "-c", `for f in "$1".[0-9]*; do [ -f "$f" ] && cat "$f"; done > "$1"; true`, "tb-run", path}
 }
 
 // killArgv kills a sample and all its descendants: each process is

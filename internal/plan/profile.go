@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -146,6 +147,11 @@ func validate(p *Profile) error {
 		return fmt.Errorf("network.mode %q must be sinkhole or allowlist", p.Network.Mode)
 	case p.Execution.Cycles < 1:
 		return fmt.Errorf("execution.cycles must be at least 1")
+	}
+	for _, in := range strings.Split(p.Instrument, "+") {
+		if !slices.Contains(records.Instruments, in) {
+			return fmt.Errorf("instrumentation %q: %q is not one of %s", p.Instrument, in, strings.Join(records.Instruments, ", "))
+		}
 	}
 	return nil
 }

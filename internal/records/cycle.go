@@ -64,7 +64,7 @@ type Cycle struct {
 	// and working directory, and the bounds.
 	GuestPath string `json:"guest_path,omitempty"`
 	// GuestOut is the path prefix of the sample's files in the guest
-	// (.pid, .stdout, .stderr).
+	// (.pid, .stdout, .stderr, .trace).
 	GuestOut string            `json:"guest_out,omitempty"`
 	Args     []string          `json:"args,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
@@ -88,6 +88,14 @@ type Cycle struct {
 	StdoutTo   int64 `json:"stdout_to,omitempty"`
 	StderrFrom int64 `json:"stderr_from,omitempty"`
 	StderrTo   int64 `json:"stderr_to,omitempty"`
+	// Tracer is how the sample's system calls are traced in the guest
+	// (plan instrumentation "trace"): "strace", or "qemu" for a sample under
+	// user-mode emulation (QEMU's own log of the emulated calls, since
+	// strace would see the emulator's). TraceFrom/To is the byte range of
+	// the trace this cycle read.
+	Tracer    string `json:"tracer,omitempty"`
+	TraceFrom int64  `json:"trace_from,omitempty"`
+	TraceTo   int64  `json:"trace_to,omitempty"`
 	// Cancel is set by "tb-run cancel" for the runner to act on.
 	Cancel      bool       `json:"cancel,omitempty"`
 	RequestedAt time.Time  `json:"requested_at"`

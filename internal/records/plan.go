@@ -1,5 +1,10 @@
 package records
 
+import (
+	"slices"
+	"strings"
+)
+
 // Plan is the lease-agnostic blueprint for running one sample: what image it
 // needs, what lease to ask for, the network policy and the instrumentation.
 type Plan struct {
@@ -17,6 +22,7 @@ type Plan struct {
 	// inside a guest of Image.Platform under a user-mode emulator.
 	Emulation  *Emulation `json:"emulation,omitempty"`
 	Timeouts   Timeouts   `json:"timeouts"`
+	// Instrument is the instrumentation: Instruments joined with "+".
 	Instrument string     `json:"instrumentation"`
 	Overrides  []string   `json:"overrides,omitempty"`
 }
@@ -91,4 +97,14 @@ type Timeouts struct {
 	Boot      Duration `json:"boot"`
 	Execution Duration `json:"execution"`
 	Window    Duration `json:"window"`
+}
+
+// Instruments are the instrumentation a plan may ask for: the lease's
+// packet capture (always on: containment and the flow log rest on it) and
+// the sample's system-call trace.
+var Instruments = []string{"pcap", "trace"}
+
+// Traced reports whether the plan asks for the sample's system-call trace.
+func (p *Plan) Traced() bool {
+	return slices.Contains(strings.Split(p.Instrument, "+"), "trace")
 }

@@ -1,0 +1,192 @@
+package cycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Artifact types of what the sample leaves in the guest.
+const (
+	ArtifactStdout = "guest-stdout"
+	ArtifactStderr = "guest-stderr"
+	// ArtifactTrace is the sample's system-call trace (Cycle.Tracer),
+	// zstd-compressed.
+	ArtifactTrace = "behaviour-trace"
+)
+
+// maxTrace bounds the trace kept per cycle, before compression.
+const maxTrace = 256 << 20
+
+// spool copies what the sample writes in the guest (its stdout and stderr,
+// and its trace) out as it grows, each from where the cycle's range of it
+// starts (a detached sample's files span cycles).
+type spool struct {
+	r       *Runner
+	c       *records.Cycle
+	streams []*stream
+}
+
+type stream struct {
+	typ, path string
+	from, max int64
+	file      *os.File
+	w         io.Writer     // file, or enc over it
+	enc       *zstd.Encoder // for the trace
+	n         int64         // bytes read from the guest
+	tail      []byte        // stdout and stderr: the last lines
+	truncated bool          // max reached
+}
+
+func newSpool(r *Runner, c *records.Cycle) *spool {
+	_, out, errp, trace := guestFiles(c)
+	s := &spool{r: r, c: c, streams: []*stream{
+		{typ: ArtifactStdout, path: out, from: c.StdoutFrom, max: r.maxOutput()},
+		{typ: ArtifactStderr, path: errp, from: c.StderrFrom, max: r.maxOutput()},
+	}}
+	if c.Tracer != "" {
+		s.streams = append(s.streams, &stream{typ: ArtifactTrace, path: trace, from: c.TraceFrom, max: maxTrace})
+	}
+	return s
+}
+
+func (s *spool) close() {
+	for _, st := range s.streams {
+		if st.file != nil {
+			st.file.Close()
+			os.Remove(st.file.Name())
+		}
+	}
+}
+
+func (s *spool) stream(typ string) *stream {
+	for _, st := range s.streams {
+		if st.typ == typ {
+			return st
+		}
+	}
+	return &stream{}
+}
+
+// pull copies out what the sample's output files gained; final also
+// copies the trace, which is read once, when the cycle stops watching.
+func (s *spool) pull(ctx context.Context, g Guest, final bool) error {
+	for _, st := range s.streams {
+		if st.typ == ArtifactTrace {
+			if !final {
+				continue
+			}
+			if s.c.Tracer == TracerQEMU {
+				// One log per emulated process (QEMU_LOG_FILENAME ends in
+				// %d): gathered into one, in PID order, each line naming
+				// its process.
+				if _, err := g.Run(ctx, gatherTraceArgv(st.path)...); err != nil {
+					return fmt.Errorf("gathering the trace: %w", err)
+				}
+			}
+		}
+		if err := s.pullStream(ctx, g, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *spool) pullStream(ctx context.Context, g Guest, st *stream) error {
+	if st.file == nil {
+		dir := s.r.St.Path("tb-run", "spool")
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+		f, err := os.CreateTemp(dir, s.c.ID+"-*")
+		if err != nil {
+			return err
+		}
+		st.file, st.w = f, f
+		if st.typ == ArtifactTrace {
+			if st.enc, err = zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest)); err != nil {
+				return err
+			}
+			st.w = st.enc
+		}
+	}
+	for st.n < st.max {
+		want := int(min(st.max-st.n, 4<<20))
+		b, err := g.ReadFileAt(ctx, st.path, st.from+st.n, want)
+		if err != nil {
+			if st.n == 0 {
+				return nil // not created yet (or the launcher failed before)
+			}
+			return fmt.Errorf("reading the sample's %s: %w", st.typ, err)
+		}
+		if len(b) == 0 {
+			return nil
+		}
+		if _, err := st.w.Write(b); err != nil {
+			return err
+		}
+		st.n += int64(len(b))
+		if st.typ != ArtifactTrace {
+			st.tail = lastLines(append(st.tail, b...), 10, 2048)
+		}
+		if len(b) < want {
+			return nil // at the end of what was written so far
+		}
+	}
+	st.truncated = true
+	return nil
+}
+
+// store puts what was copied into the blob store as artifacts of the
+// cycle.
+func (s *spool) store(ctx context.Context, ex *records.ExecutionSnapshot) ([]string, error) {
+	var ids []string
+	for _, st := range s.streams {
+		if st.file == nil {
+			continue
+		}
+		if st.enc != nil {
+			if err := st.enc.Close(); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := st.file.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+		b, err := s.r.St.PutBlob(ctx, st.file)
+		if err != nil {
+			return nil, err
+		}
+		a := &records.Artifact{Cycle: s.c.ID, Lease: s.c.Lease, Type: st.typ, URI: b.URI(), SHA256: b.SHA256, Size: b.Size,
+			ContentType: "text/plain", ParserStatus: "none", Metadata: map[string]any{"offset": st.from}}
+		switch st.typ {
+		case ArtifactStdout:
+			a.Metadata["guest_path"] = "stdout"
+		case ArtifactStderr:
+			a.Metadata["guest_path"] = "stderr"
+		case ArtifactTrace:
+			a.ContentType, a.ParserStatus = "text/plain+zstd", "pending"
+			a.Metadata["guest_path"], a.Metadata["tracer"], a.Metadata["bytes"] = st.path, s.c.Tracer, st.n
+			if st.truncated {
+				a.Metadata["truncated"] = true
+			}
+		}
+		records.Init(a, records.KindArtifact, s.r.St.Now())
+		if err := s.r.St.Create(ctx, a); err != nil {
+			return nil, err
+		}
+		ids = append(ids, a.ID)
+		switch st.typ {
+		case ArtifactStdout:
+			ex.Stdout, ex.StdoutBytes, ex.StdoutTail = a.ID, st.n, string(st.tail)
+		case ArtifactStderr:
+			ex.Stderr, ex.StderrBytes, ex.StderrTail = a.ID, st.n, string(st.tail)
+		}
+	}
+	return ids, nil
+}
