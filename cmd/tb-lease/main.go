@@ -114,6 +114,14 @@ type snapshotCmd struct {
 
 func (c *snapshotCmd) Run(env *cli.Env) error { return lease.SnapshotCmd(env, c.opts(), c.ID) }
 
+type dumpCmd struct {
+	common
+	ID    string `arg:"" name:"lease" help:"Lease ID."`
+	Cycle string `name:"cycle" placeholder:"ID" help:"Record the dump as an artifact of this cycle."`
+}
+
+func (c *dumpCmd) Run(env *cli.Env) error { return lease.DumpCmd(env, c.opts(), c.ID, c.Cycle) }
+
 type snapshotsCmd struct {
 	common
 	Verify bool `name:"verify" help:"Check every file against its recorded checksum (exit 65 on a mismatch)."`
@@ -164,6 +172,7 @@ type tbLease struct {
 	} `cmd:"" help:"Inspect hosts."`
 	Snapshot   snapshotCmd   `cmd:"" help:"Save a lease's disk and memory."`
 	Snapshots  snapshotsCmd  `cmd:"" help:"List snapshots with size and checksum."`
+	Dump       dumpCmd       `cmd:"" help:"Write a lease's guest memory to the blob store as an artifact (ELF core, zstd)."`
 	SnapshotRm snapshotRmCmd `cmd:"" name:"snapshot-rm" help:"Delete snapshots."`
 	Restore    restoreCmd    `cmd:"" help:"Start a new lease from a snapshot, without a boot."`
 }
@@ -214,6 +223,7 @@ func tool() cli.Tool {
 			"inspect":      {"tb-lease inspect host"},
 			"inspect host": {"tb-lease inspect host"},
 			"snapshot":     {"tb-lease snapshot LEASE && tb-lease restore SNAPSHOT"},
+			"dump":         {"tb-lease dump LEASE --cycle CYCLE"},
 			"snapshots":    {"tb-lease snapshots --verify"},
 			"snapshot-rm":  {"tb-lease snapshot-rm SNAPSHOT"},
 			"restore":      {"tb-lease restore SNAPSHOT --ttl 2h"},

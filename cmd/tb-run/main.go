@@ -30,7 +30,7 @@ type cycleCmd struct {
 	Timeout    *time.Duration    `name:"timeout" help:"Kill the sample after this long (default: the plan's execution timeout)."`
 	Detach     *bool             `name:"detach" negatable:"" help:"Leave the sample running across cycles; each cycle observes it for --window."`
 	Window     *time.Duration    `name:"window" help:"Observation window of a detached cycle (default: the plan's)."`
-	Post       []string          `name:"post" placeholder:"STEP" help:"Post-processing steps: rotate, parse, promote (default: rotate,parse, plus promote if the plan promotes)."`
+	Post       []string          `name:"post" placeholder:"STEP" help:"Post-processing steps: dump, rotate, parse, promote (default: rotate,parse, plus promote if the plan promotes, plus dump first if its instrumentation has memory)."`
 	NoPost     bool              `name:"no-post" help:"No post-processing (no capture needed)."`
 	FreshLease bool              `name:"fresh-lease" help:"Without --lease: boot a new lease instead of reusing an idle one."`
 	CreateOnly bool              `name:"create-only" help:"Only store the cycle as pending and print it; 'tb-run resume' runs it."`

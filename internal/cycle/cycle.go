@@ -41,10 +41,14 @@ type Post interface {
 	Rotate(ctx context.Context, lease, cycle string) ([]string, error)
 	Parse(ctx context.Context, artifacts []string) (int, error)
 	Promote(ctx context.Context, lease, cycle string) (string, error)
+	// Dump writes the lease's guest memory as an artifact of the cycle
+	// and returns its ID.
+	Dump(ctx context.Context, lease, cycle string) (string, error)
 }
 
 // Post-processing steps a cycle may run, in this order.
 const (
+	StepDump    = "dump" // the guest's memory at the end of execution
 	StepRotate  = "rotate"
 	StepParse   = "parse"
 	StepPromote = "promote"
@@ -144,7 +148,7 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		Timeout: p.Timeouts.Execution, Detach: p.Execution.Detach, Window: p.Timeouts.Window,
 		Post: []string{StepRotate, StepParse}, FreshLease: req.FreshLease,
 	}
-	if p.Traced() {
+	if p.Instruments("trace") {
 		c.Tracer = TracerStrace
 		if p.Emulation != nil {
 			c.Tracer = TracerQEMU
@@ -152,6 +156,9 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 	}
 	if p.Network.Promote {
 		c.Post = append(c.Post, StepPromote)
+	}
+	if p.Instruments("memory") {
+		c.Post = append([]string{StepDump}, c.Post...)
 	}
 	if req.Args != nil {
 		c.Args = req.Args
@@ -175,8 +182,8 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		c.Post = req.Post
 	}
 	for _, s := range c.Post {
-		if s != StepRotate && s != StepParse && s != StepPromote {
-			return nil, cli.Usage(fmt.Errorf("unknown post-processing step %q (rotate, parse, promote)", s))
+		if s != StepDump && s != StepRotate && s != StepParse && s != StepPromote {
+			return nil, cli.Usage(fmt.Errorf("unknown post-processing step %q (dump, rotate, parse, promote)", s))
 		}
 	}
 	if c.Detach && c.Window <= 0 {

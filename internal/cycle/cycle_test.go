@@ -597,3 +597,38 @@ func TestTracedCycleStoresItsTrace(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryInstrumentDumpsTheGuestFirst: a plan whose instrumentation has
+// "memory" dumps the guest's memory before anything else in
+// post-processing, as an artifact of the cycle that tb-parse is not given.
+func TestMemoryInstrumentDumpsTheGuestFirst(t *testing.T) {
+	e := setup(t, "out hello")
+	ctx := context.Background()
+	var p records.Plan
+	if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+memory"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c := e.run(t, Request{})
+	if len(c.Post) == 0 || c.Post[0] != StepDump {
+		t.Fatalf("post-processing %v", c.Post)
+	}
+	if _, ok := c.Timings[StepDump]; !ok {
+		t.Fatalf("no dump timing: %v", c.Timings)
+	}
+	dumps := 0
+	for _, id := range c.Artifacts {
+		var a records.Artifact
+		if err := e.st.Get(id, &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Type == ArtifactMemoryDump {
+			dumps++
+			if slices.Contains(e.post.parsed, id) {
+				t.Errorf("memory dump %s given to tb-parse", id)
+			}
+		}
+	}
+	if dumps != 1 {
+		t.Fatalf("%d memory dumps", dumps)
+	}
+}

@@ -235,6 +235,7 @@ type fakePost struct {
 	rotates, parses, promote int
 	failParse                error
 	rev                      *records.AllowRevision
+	parsed                   []string // every artifact given to Parse
 }
 
 func (p *fakePost) EnsureCapture(ctx context.Context, lease string) (string, error) {
@@ -249,8 +250,15 @@ func (p *fakePost) Rotate(ctx context.Context, lease, cycle string) ([]string, e
 	return []string{a.ID}, p.st.Create(ctx, a)
 }
 
+func (p *fakePost) Dump(ctx context.Context, lease, cycle string) (string, error) {
+	a := &records.Artifact{Cycle: cycle, Lease: lease, Type: ArtifactMemoryDump, URI: "blob:sha256:01", Size: 1 << 20}
+	records.Init(a, records.KindArtifact, p.st.Now())
+	return a.ID, p.st.Create(ctx, a)
+}
+
 func (p *fakePost) Parse(ctx context.Context, artifacts []string) (int, error) {
 	p.parses++
+	p.parsed = append(p.parsed, artifacts...)
 	if p.failParse != nil {
 		err := p.failParse
 		p.failParse = nil

@@ -18,6 +18,19 @@ import (
 func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, error) {
 	var err error
 	done := func(step string) bool { _, ok := c.Timings[step]; return ok }
+	if slices.Contains(c.Post, StepDump) && !done(StepDump) {
+		start := time.Now()
+		id, err := r.Post.Dump(ctx, c.Lease, c.ID)
+		if err != nil {
+			return c, fmt.Errorf("dumping the guest's memory: %w", err)
+		}
+		if c, err = r.timed(ctx, c, StepDump, start, func(n *records.Cycle) error {
+			n.Artifacts = append(n.Artifacts, id)
+			return nil
+		}); err != nil {
+			return c, err
+		}
+	}
 	if slices.Contains(c.Post, StepRotate) && !done(StepRotate) {
 		start := time.Now()
 		arts, err := r.Post.Rotate(ctx, c.Lease, c.ID)
@@ -35,7 +48,7 @@ func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, er
 		var pcaps []string
 		for _, id := range c.Artifacts {
 			var a records.Artifact
-			if r.St.Get(id, &a) == nil && a.Type != "guest-stdout" && a.Type != "guest-stderr" {
+			if r.St.Get(id, &a) == nil && a.Type != ArtifactStdout && a.Type != ArtifactStderr && a.Type != ArtifactMemoryDump {
 				pcaps = append(pcaps, id)
 			}
 		}

@@ -18,6 +18,8 @@ const (
 	// ArtifactTrace is the sample's system-call trace (Cycle.Tracer),
 	// zstd-compressed.
 	ArtifactTrace = "behaviour-trace"
+	// ArtifactMemoryDump is the guest's memory (tb-lease dump).
+	ArtifactMemoryDump = "memory-dump"
 )
 
 // maxTrace bounds the trace kept per cycle, before compression.

@@ -138,6 +138,19 @@ func (t *Tools) lab() string {
 	return t.Lab
 }
 
+// Dump is "tb-lease dump L --cycle C".
+func (t *Tools) Dump(ctx context.Context, lease, cycle string) (string, error) {
+	recs, err := t.run(ctx, nil, "tb-lease", "dump", lease, "--cycle", cycle)
+	if err != nil {
+		return "", err
+	}
+	a := ids(recs, records.KindArtifact)
+	if len(a) != 1 {
+		return "", fmt.Errorf("tb-lease dump printed %d artifacts", len(a))
+	}
+	return a[0], nil
+}
+
 // Rotate is "tb-capture rotate --lease L --cycle C".
 func (t *Tools) Rotate(ctx context.Context, lease, cycle string) ([]string, error) {
 	recs, err := t.run(ctx, nil, "tb-capture", "rotate", "--lease", lease, "--cycle", cycle)

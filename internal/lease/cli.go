@@ -199,6 +199,17 @@ func SnapshotCmd(env *cli.Env, o Options, id string) error {
 	})
 }
 
+// DumpCmd is "tb-lease dump": the lease's memory as an artifact.
+func DumpCmd(env *cli.Env, o Options, id, cycle string) error {
+	return withManager(env, o, func(m *Manager) error {
+		a, err := m.Dump(env.Ctx, id, cycle)
+		if err != nil {
+			return err
+		}
+		return m.print(a)
+	})
+}
+
 // SnapshotsCmd is "tb-lease snapshots": one line per snapshot with size and
 // checksums (the records; --verify checks the files again).
 func SnapshotsCmd(env *cli.Env, o Options, verify bool) error {

@@ -20,11 +20,11 @@ type Plan struct {
 	Execution    Execution  `json:"execution"`
 	// Emulation is set when no guest runs the sample natively: it runs
 	// inside a guest of Image.Platform under a user-mode emulator.
-	Emulation  *Emulation `json:"emulation,omitempty"`
-	Timeouts   Timeouts   `json:"timeouts"`
+	Emulation *Emulation `json:"emulation,omitempty"`
+	Timeouts  Timeouts   `json:"timeouts"`
 	// Instrument is the instrumentation: Instruments joined with "+".
-	Instrument string     `json:"instrumentation"`
-	Overrides  []string   `json:"overrides,omitempty"`
+	Instrument string   `json:"instrumentation"`
+	Overrides  []string `json:"overrides,omitempty"`
 }
 
 // Emulation is how a sample with no native guest runs inside one.
@@ -100,11 +100,12 @@ type Timeouts struct {
 }
 
 // Instruments are the instrumentation a plan may ask for: the lease's
-// packet capture (always on: containment and the flow log rest on it) and
-// the sample's system-call trace.
-var Instruments = []string{"pcap", "trace"}
+// packet capture (always on: containment and the flow log rest on it), the
+// sample's system-call trace and a dump of the guest's memory at the end of
+// each cycle.
+var Instruments = []string{"pcap", "trace", "memory"}
 
-// Traced reports whether the plan asks for the sample's system-call trace.
-func (p *Plan) Traced() bool {
-	return slices.Contains(strings.Split(p.Instrument, "+"), "trace")
+// Instruments reports whether the plan asks for the instrument.
+func (p *Plan) Instruments(instrument string) bool {
+	return slices.Contains(strings.Split(p.Instrument, "+"), instrument)
 }

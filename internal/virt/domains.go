@@ -121,6 +121,24 @@ func (l *Libvirt) SaveDomain(ctx context.Context, name, path string) error {
 	return nil
 }
 
+// DumpMemory writes a running domain's memory to path as an ELF core
+// (QEMU's dump-guest-memory); the guest is paused while it is written and
+// then runs on.
+func (l *Libvirt) DumpMemory(ctx context.Context, name, path string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d, err := l.conn.LookupDomainByName(name)
+	if err != nil {
+		return fmt.Errorf("looking up guest %s: %s", name, message(err))
+	}
+	defer d.Free()
+	if err := d.CoreDumpWithFormat(path, libvirt.DOMAIN_CORE_DUMP_FORMAT_RAW, libvirt.DUMP_MEMORY_ONLY); err != nil {
+		return fmt.Errorf("dumping the memory of guest %s: %s", name, message(err))
+	}
+	return nil
+}
+
 // RestoreDomain starts a domain from a saved state, running, with domXML
 // (when not empty) replacing the saved definition: a new name, disk or MAC
 // for a copy of the saved guest.
