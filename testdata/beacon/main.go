@@ -5,14 +5,19 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon"
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "-behave-child" {
+		return // the child process of -behave: it only exists
+	}
 	cfg, err := beacon.Parse(os.Args[1:], os.Stderr)
 	if err != nil {
 		os.Stderr.WriteString("beacon: " + err.Error() + "\n")
@@ -20,7 +25,26 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st := beacon.New(cfg, os.Stdout).Run(ctx)
+	b := beacon.New(cfg, os.Stdout)
+	if cfg.Behave != "" {
+		// The rename is the calling thread's: the main thread's is the
+		// process's name in ps and /proc/PID/comm.
+		runtime.LockOSThread()
+		self, err := os.Executable()
+		if err == nil {
+			bh := &beacon.Behaviour{Dir: cfg.Behave, Listen: cfg.BehaveListen, Self: self}
+			var ln net.Listener
+			ln, err = bh.Do(ctx, b.Logf)
+			if ln != nil {
+				defer ln.Close()
+			}
+		}
+		if err != nil {
+			os.Stderr.WriteString("beacon: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+	}
+	st := b.Run(ctx)
 	if st.Answered == 0 {
 		os.Exit(3)
 	}

@@ -79,6 +79,10 @@ type Config struct {
 	// back; ScanParallel how many probes are in flight at once.
 	ScanRounds   int
 	ScanParallel int
+	// Behave is the scratch directory of -behave (Behaviour), "" for none;
+	// BehaveListen its listener's port.
+	Behave       string
+	BehaveListen int
 }
 
 // MaxScanParallel bounds the probes in flight: a scanning bot's pace, not
@@ -110,6 +114,8 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&c.ScanPort, "scan-port", 23, "port the scan probes (telnet)")
 	fs.IntVar(&c.ScanRounds, "scan-rounds", 1, "times the scan goes over its targets, without pause")
 	fs.IntVar(&c.ScanParallel, "scan-parallel", 1, fmt.Sprintf("probes in flight at once (1-%d)", MaxScanParallel))
+	fs.StringVar(&c.Behave, "behave", "", "first rename the process, run a child, drop a file, write persistence files, read /proc/self/status and delete its own binary, all within this scratch directory (for the behaviour trace's tests)")
+	fs.IntVar(&c.BehaveListen, "behave-listen", 0, "with -behave: also listen on this TCP port (a backdoor, for the tests)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -124,6 +130,8 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("-scan-rounds must be at least 1, -scan-parallel within 1-%d", MaxScanParallel)
 	case !strings.HasPrefix(c.Path, "/"):
 		return nil, errors.New("-path must start with /")
+	case c.BehaveListen < 0 || c.BehaveListen > 65535 || c.BehaveListen != 0 && c.Behave == "":
+		return nil, errors.New("-behave-listen needs -behave and a port 1-65535")
 	}
 	if strings.ContainsAny(c.C2+c.Path+c.ID, " \r\n") {
 		return nil, errors.New("-c2, -path and -id must not contain spaces or line breaks")
@@ -230,7 +238,7 @@ type Stats struct {
 // or ctx ends.
 func (b *Beacon) Run(ctx context.Context) Stats {
 	var st Stats
-	b.logf("start c2=%s port=%d interval=%s jitter=%.2f scan=%d", b.Cfg.C2, b.Cfg.Port, b.Cfg.Interval, b.Cfg.Jitter, len(b.Cfg.Scan))
+	b.Logf("start c2=%s port=%d interval=%s jitter=%.2f scan=%d", b.Cfg.C2, b.Cfg.Port, b.Cfg.Interval, b.Cfg.Jitter, len(b.Cfg.Scan))
 	st.Scanned, st.Open = b.scan(ctx)
 	for seq := 1; b.Cfg.Count == 0 || seq <= b.Cfg.Count; seq++ {
 		st.Sent++
@@ -246,7 +254,7 @@ func (b *Beacon) Run(ctx context.Context) Stats {
 			break
 		}
 	}
-	b.logf("done sent=%d answered=%d failed=%d scanned=%d open=%d", st.Sent, st.Answered, st.Failed, st.Scanned, st.Open)
+	b.Logf("done sent=%d answered=%d failed=%d scanned=%d open=%d", st.Sent, st.Answered, st.Failed, st.Scanned, st.Open)
 	return st
 }
 
@@ -255,7 +263,8 @@ func (b *Beacon) period() time.Duration {
 	return b.Cfg.Interval + time.Duration((b.Rand.Float64()*2-1)*j)
 }
 
-func (b *Beacon) logf(format string, a ...any) {
+// Logf writes one line of what the beacon does, timestamped.
+func (b *Beacon) Logf(format string, a ...any) {
 	b.logMu.Lock()
 	defer b.logMu.Unlock()
 	fmt.Fprintf(b.Log, time.Now().UTC().Format(time.RFC3339)+" "+format+"\n", a...)
@@ -299,7 +308,7 @@ func (b *Beacon) scan(ctx context.Context) (scanned, open int) {
 // banner line, as a telnet scanner does; it sends nothing.
 func (b *Beacon) probe(ctx context.Context, a netip.Addr) bool {
 	if !ScanAllowed(a) { // Parse checked already; a Config built in code is checked too
-		b.logf("scan %s refused", a)
+		b.Logf("scan %s refused", a)
 		return false
 	}
 	cctx, cancel := context.WithTimeout(ctx, b.Cfg.Timeout)
@@ -307,13 +316,13 @@ func (b *Beacon) probe(ctx context.Context, a netip.Addr) bool {
 	addr := net.JoinHostPort(a.String(), strconv.Itoa(b.Cfg.ScanPort))
 	c, err := b.Dial(cctx, "tcp", addr)
 	if err != nil {
-		b.logf("scan %s closed: %v", addr, err)
+		b.Logf("scan %s closed: %v", addr, err)
 		return false
 	}
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(b.Cfg.Timeout))
 	line, _ := bufio.NewReader(c).ReadString('\n')
-	b.logf("scan %s open banner=%q", addr, strings.TrimSpace(line))
+	b.Logf("scan %s open banner=%q", addr, strings.TrimSpace(line))
 	return true
 }
 
@@ -322,10 +331,10 @@ func (b *Beacon) beacon(ctx context.Context, seq int) bool {
 	for attempt := 1; attempt <= b.Cfg.Retries; attempt++ {
 		status, server, err := b.checkIn(ctx, seq, attempt)
 		if err == nil {
-			b.logf("beacon seq=%d attempt=%d status=%d server=%q", seq, attempt, status, server)
+			b.Logf("beacon seq=%d attempt=%d status=%d server=%q", seq, attempt, status, server)
 			return true
 		}
-		b.logf("beacon seq=%d attempt=%d failed: %v", seq, attempt, err)
+		b.Logf("beacon seq=%d attempt=%d failed: %v", seq, attempt, err)
 		if attempt < b.Cfg.Retries && !sleep(ctx, b.Cfg.Retry) {
 			return false
 		}
@@ -392,7 +401,7 @@ func (b *Beacon) resolve(ctx context.Context) (netip.Addr, error) {
 		if !C2Allowed(b.Cfg.C2Addr) {
 			return netip.Addr{}, fmt.Errorf("refusing C2 %s", b.Cfg.C2Addr)
 		}
-		b.logf("resolved %s to %v (%v); using %s", b.Cfg.C2, addrs, err, b.Cfg.C2Addr)
+		b.Logf("resolved %s to %v (%v); using %s", b.Cfg.C2, addrs, err, b.Cfg.C2Addr)
 		return b.Cfg.C2Addr, nil
 	}
 	if err != nil {
@@ -400,7 +409,7 @@ func (b *Beacon) resolve(ctx context.Context) (netip.Addr, error) {
 	}
 	for _, a := range addrs {
 		if C2Allowed(a) {
-			b.logf("resolved %s to %s", b.Cfg.C2, a)
+			b.Logf("resolved %s to %s", b.Cfg.C2, a)
 			return a, nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -19,6 +20,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
 )
@@ -350,5 +353,64 @@ func TestParallelScanThenBeaconsStayInTheLab(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "scan 8.8.8.8 refused"); n != 2 {
 		t.Fatalf("the target outside the lab refused %d times, want 2:\n%s", n, log)
+	}
+}
+
+// TestBehaviourLeavesWhatTheTraceMustSee runs -behave's actions with a
+// stand-in for the beacon's binary (a shell script that exits: no sample
+// runs on the host) on a locked thread that dies with the test's goroutine,
+// so the rename stays with it.
+func TestBehaviourLeavesWhatTheTraceMustSee(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(t.TempDir(), "self")
+	if err := os.WriteFile(self, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	free, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	var lines []string
+	type result struct {
+		ln   net.Listener
+		name string
+		err  error
+	}
+	done := make(chan result)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the renamed thread exits
+		b := &Behaviour{Dir: dir, Listen: port, Self: self}
+		ln, err := b.Do(context.Background(), func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) })
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/comm", unix.Gettid()))
+		done <- result{ln, strings.TrimSpace(string(comm)), err}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.ln.Close()
+	if r.name != ProcessName[:min(len(ProcessName), 15)] {
+		t.Errorf("thread name %q, want %q", r.name, ProcessName)
+	}
+	if st, err := os.Stat(filepath.Join(dir, Dropped)); err != nil || st.Mode()&0o111 == 0 {
+		t.Errorf("dropped file: %v, %v", st, err)
+	}
+	for _, p := range Persistence {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := os.Stat(self); !os.IsNotExist(err) {
+		t.Errorf("own binary not deleted: %v", err)
+	}
+	c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatalf("listener: %v", err)
+	}
+	c.Close()
+	if got := strings.Join(lines, "\n"); !strings.Contains(got, "behave child=") || !strings.Contains(got, "behave traced=false") {
+		t.Errorf("log:\n%s", got)
 	}
 }
