@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -181,6 +183,37 @@ func TestRealGuest(t *testing.T) {
 		}
 	})
 
+	t.Run("traced", func(t *testing.T) {
+		p := plan(script(`echo x > /tmp/tb-traced; mv /tmp/tb-traced /tmp/tb-traced2; chmod +x /tmp/tb-traced2; rm /tmp/tb-traced2; /bin/true; echo done; exit 4`),
+			func(p *records.Plan) { p.Instrument = "pcap+trace" })
+		c := run(Request{Plan: p})
+		ex := execOf(c)
+		// strace passes the sample's exit status and output through.
+		if c.Tracer != TracerStrace || ex.ExitCode == nil || *ex.ExitCode != 4 || blob(t, st, ex.Stdout) != "done\n" {
+			t.Fatalf("tracer %q, exit %v, stdout %q, stderr %q", c.Tracer, ex.ExitCode, ex.StdoutTail, ex.StderrTail)
+		}
+		var trace string
+		for _, id := range c.Artifacts {
+			a := get(t, st, id, &records.Artifact{})
+			if a.Type == ArtifactTrace {
+				trace = zstdBlob(t, st, a.SHA256)
+			}
+		}
+		for _, want := range []string{
+			`execve("` + c.GuestPath + `"`, // the sample
+			`execve("/bin/true"`,           // a descendant
+			`"/tmp/tb-traced", O_WRONLY|O_CREAT|O_TRUNC`,
+			`"/tmp/tb-traced", AT_FDCWD, "/tmp/tb-traced2"`, // mv: renameat2
+			`fchmodat(AT_FDCWD, "/tmp/tb-traced2", 0755)`,
+			`unlinkat(AT_FDCWD, "/tmp/tb-traced2", 0)`,
+			`exit_group(4)`,
+		} {
+			if !strings.Contains(trace, want) {
+				t.Errorf("trace lacks %s:\n%s", want, trace)
+			}
+		}
+	})
+
 	t.Run("wrong architecture", func(t *testing.T) {
 		arm := elftest.Build(elftest.Spec{Machine: 40, Bits: 32})
 		c := run(Request{Plan: plan(arm, nil)})
@@ -236,4 +269,24 @@ func (c *cancelAfterSpawn) Spawn(ctx context.Context, argv, env []string) (int, 
 
 func leaseOf(t *testing.T, st *state.Store, id string) *records.SandboxLease {
 	return get(t, st, id, &records.SandboxLease{})
+}
+
+// zstdBlob is a zstd-compressed blob's content.
+func zstdBlob(t *testing.T, st *state.Store, sha string) string {
+	t.Helper()
+	f, err := os.Open(st.BlobPath(sha))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	b, err := io.ReadAll(dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
