@@ -1,6 +1,7 @@
 package pcap
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"hash/maphash"
@@ -26,17 +27,58 @@ const (
 )
 
 // half is the reassembly state of one TCP direction: in-order bytes only,
-// enough for a request or a ClientHello split across segments.
+// enough for a request or a ClientHello split across segments. The fields
+// are ordered so that the upgrade and chunk state fill what would be
+// padding.
 type half struct {
 	buf      []byte
 	ooo      []oooSeg
 	oooBytes int
-	next     uint32
 	skip     int64
+	next     uint32
+	tag      uint32 // the IMAP tag of an upgrade command (hashed)
 	started  bool
 	done     bool
-	msgs     uint16
+	msgs     uint16 // DNS messages, or plaintext lines, read
+	up       uint8  // where an upgrade to TLS stands (up*)
+	kind     uint8  // the plaintext protocol (kind*)
+	chunk    uint8  // the httpmsg chunk phase of a chunked body
 }
+
+// Upgrade phases of a direction (half.up). A flow whose plaintext start
+// may upgrade to TLS is read as appTLS with both directions in upPlain;
+// the originator's upgrade command moves it to upAsked and its peer to
+// upWait; the answer moves them to upHello and upTLS, or back to upPlain.
+const (
+	upNone  = iota // read by f.app from the first byte
+	upPlain        // plaintext lines of a protocol that may upgrade
+	upAsked        // originator: upgrade asked; bytes wait for the answer
+	upWait         // responder: awaiting the answer to the upgrade command
+	upHello        // originator: upgraded; the ClientHello is near
+	upTLS          // responder: upgraded; its ServerHello follows
+)
+
+// Plaintext protocols that upgrade to TLS (half.kind). A 220 greeting is
+// SMTP's or FTP's: the command tells which (kindSMTP or kindFTP then name
+// the answer awaited).
+const (
+	kindNone = iota
+	kind220
+	kindSMTP // STARTTLS, answered 220
+	kindFTP  // AUTH TLS or AUTH SSL, answered 234
+	kindPOP3 // STLS, answered +OK
+	kindIMAP // tag STARTTLS, answered tag OK
+	kindXMPP // <starttls/>, answered <proceed/>
+	kindIRC  // STARTTLS, answered 670
+)
+
+// Bounds on reading a plaintext start: lines (XML elements for XMPP) read
+// in each direction, and how far after an upgrade the ClientHello may
+// start.
+const (
+	maxPlainLines  = 100
+	maxHelloSearch = 1024
+)
 
 type httpReq struct {
 	req    httpmsg.Request
@@ -160,14 +202,21 @@ func (d *Decoder) deliver(f *flow, h *half, dir int, data []byte, k *pkt) {
 		case f.key.pa == 53 || f.key.pb == 53:
 			f.app = appDNS
 		case dir == 1:
-			// The server spoke first: not a protocol read here.
-			h.done = true
-			d.release(h)
-			return
+			// The server spoke first: a greeting of a protocol that may
+			// upgrade to TLS, or nothing read here.
+			kind := serverGreeting(data)
+			if kind == kindNone {
+				h.done = true
+				d.release(h)
+				return
+			}
+			f.startPlain(kind)
 		case len(data) >= 2 && data[0] == 22 && data[1] == 3:
 			f.app = appTLS
 		case httpmsg.LooksLikeRequest(data):
 			f.app = appHTTP
+		case clientOpening(data) != kindNone:
+			f.startPlain(clientOpening(data))
 		default:
 			f.app = appNone
 			h.done = true
@@ -201,9 +250,17 @@ func (d *Decoder) deliver(f *flow, h *half, dir int, data []byte, k *pkt) {
 	var more bool
 	switch f.app {
 	case appTLS:
-		used, more = d.tlsData(f, dir, buf, full, k)
+		if h.up == upNone || h.up == upHello || h.up == upTLS {
+			used, more = d.tlsData(f, h, dir, buf, full, k)
+		} else {
+			used, more = d.plainData(f, h, dir, buf, full, k)
+		}
 	case appHTTP:
-		used, more = d.httpData(f, h, dir, buf, full, k)
+		if h.up == upHello || h.up == upTLS {
+			used, more = d.tlsData(f, h, dir, buf, full, k)
+		} else {
+			used, more = d.httpData(f, h, dir, buf, full, k)
+		}
 	case appDNS:
 		used, more = d.dnsStream(f, h, buf, full, k)
 	}
@@ -241,9 +298,20 @@ func (f *flow) pending() *pending {
 	return f.pend
 }
 
-func (d *Decoder) tlsData(f *flow, dir int, b []byte, full bool, k *pkt) (int, bool) {
+func (d *Decoder) tlsData(f *flow, h *half, dir int, b []byte, full bool, k *pkt) (int, bool) {
 	if d.scratch == nil {
 		d.scratch = make([]byte, 0, tlsfp.MaxHandshake+(1<<14))
+	}
+	if h.up == upHello {
+		// After an upgrade the ClientHello starts within the first bytes,
+		// not necessarily at the first (a CONNECT's head may precede it).
+		i := tlsfp.FindClientHello(b[:min(len(b), maxHelloSearch)])
+		if i < 0 {
+			return 0, len(b) < maxHelloSearch && !full
+		}
+		h.up = upNone
+		used, more := d.tlsData(f, h, dir, b[i:], full, k)
+		return i + used, more
 	}
 	if dir == 0 {
 		err := tlsfp.ParseClientHello(b, &d.ch, d.scratch)
@@ -251,7 +319,14 @@ func (d *Decoder) tlsData(f *flow, dir int, b []byte, full bool, k *pkt) (int, b
 			return 0, !full
 		}
 		if err != nil {
-			if f.pend == nil || f.pend.tls == nil {
+			switch {
+			case f.pend != nil && f.pend.tls != nil:
+			case f.app == appHTTP:
+				// A CONNECT tunnel that is not TLS: its requests stay.
+				s := &f.half[1]
+				s.done = true
+				d.release(s)
+			default:
 				f.app = appNone
 			}
 			return 0, false
@@ -287,6 +362,37 @@ func (d *Decoder) tlsData(f *flow, dir int, b []byte, full bool, k *pkt) (int, b
 func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pkt) (int, bool) {
 	off := 0
 	for off < len(b) {
+		if h.up == upAsked {
+			// A CONNECT awaits its answer: what follows is a tunnel or
+			// the next request, read once the answer is known.
+			return off, !f.half[1].done
+		}
+		if h.chunk != 0 {
+			// A chunked body, read to its end so that the next message
+			// on the connection is seen.
+			n, data, err := httpmsg.ReadChunked(b[off:], &h.chunk, full)
+			off += n
+			if errors.Is(err, httpmsg.ErrIncomplete) {
+				return off, true
+			}
+			if err != nil {
+				return off, false
+			}
+			if int64(len(b)-off) < data {
+				h.skip = data - int64(len(b)-off)
+				return len(b), true
+			}
+			off += int(data)
+			continue
+		}
+		// Empty lines between messages (after a body, say) are skipped,
+		// not held while the connection idles.
+		for off < len(b) && (b[off] == '\r' || b[off] == '\n') {
+			off++
+		}
+		if off == len(b) {
+			break
+		}
 		if dir == 0 {
 			var r httpReq
 			err := httpmsg.ParseRequest(b[off:], &r.req, full, &d.strs)
@@ -309,8 +415,13 @@ func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pk
 			}
 			p.reqs = append(p.reqs, r)
 			off += r.req.HeadLen
+			if strings.EqualFold(r.req.Method, "CONNECT") {
+				h.up = upAsked
+				continue
+			}
 			if r.req.Chunked {
-				return off, false
+				h.chunk = httpmsg.ChunkSize
+				continue
 			}
 			body := r.req.BodyLen
 			if int64(len(b)-off) >= body {
@@ -342,10 +453,23 @@ func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pk
 				}
 			}
 		}
+		if c := &f.half[0]; c.up == upAsked && resp.Status >= 200 && strings.EqualFold(method, "CONNECT") {
+			if resp.Status < 300 {
+				// The tunnel is open: TLS, if the client speaks it.
+				h.up, c.up = upTLS, upHello
+				d.reread(f, k)
+				return off, true
+			}
+			c.up = upNone
+			d.reread(f, k)
+		}
 		switch {
 		case method == "HEAD" || resp.Status < 200 || resp.Status == 204 || resp.Status == 304:
 			continue
-		case resp.Chunked || resp.BodyLen < 0:
+		case resp.Chunked:
+			h.chunk = httpmsg.ChunkSize
+			continue
+		case resp.BodyLen < 0:
 			return off, false
 		}
 		if int64(len(b)-off) >= resp.BodyLen {
@@ -356,6 +480,232 @@ func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pk
 		return len(b), true
 	}
 	return off, true
+}
+
+// reread runs the originator's parser again over the bytes it holds, once
+// the responder's answer to an upgrade decided how they are read.
+func (d *Decoder) reread(f *flow, k *pkt) {
+	if c := &f.half[0]; len(c.buf) > 0 && !c.done {
+		d.deliver(f, c, 0, nil, k)
+	}
+}
+
+// startPlain marks a flow as the plaintext start of a protocol that may
+// upgrade to TLS.
+func (f *flow) startPlain(kind uint8) {
+	f.app = appTLS
+	for i := range f.half {
+		f.half[i].up, f.half[i].kind = upPlain, kind
+	}
+}
+
+// plainData reads the plaintext start of a protocol that may upgrade to
+// TLS, a line (an XML element for XMPP) at a time: the originator's
+// upgrade command, then the responder's answer. Once the upgrade is
+// accepted the responder's next bytes are its ServerHello, and the
+// originator's ClientHello is searched for in what it sent after the
+// command. Nothing said before an accepted upgrade is read as TLS.
+func (d *Decoder) plainData(f *flow, h *half, dir int, b []byte, full bool, k *pkt) (int, bool) {
+	off := 0
+	for off < len(b) {
+		switch h.up {
+		case upAsked:
+			return off, !f.half[1].done
+		case upHello, upTLS:
+			used, more := d.tlsData(f, h, dir, b[off:], full, k)
+			return off + used, more
+		}
+		sep := byte('\n')
+		if h.kind == kindXMPP {
+			sep = '>'
+		}
+		end := bytes.IndexByte(b[off:], sep)
+		if end < 0 {
+			return off, true
+		}
+		line := b[off : off+end]
+		off += end + 1
+		if h.msgs++; h.msgs > maxPlainLines {
+			return off, false
+		}
+		if dir == 0 {
+			f.upgradeCommand(h, line)
+		} else if h.up == upWait {
+			switch upgradeAnswer(h.kind, h.tag, line) {
+			case 1:
+				h.up, f.half[0].up = upTLS, upHello
+			case -1:
+				h.up, f.half[0].up = upPlain, upPlain
+			default:
+				continue
+			}
+			d.reread(f, k)
+		}
+	}
+	return off, true
+}
+
+// upgradeCommand reads one line of the originator: an upgrade command sets
+// what the responder's answer must be.
+func (f *flow) upgradeCommand(h *half, line []byte) {
+	line = bytes.TrimSpace(line)
+	kind, tag := uint8(kindNone), uint32(0)
+	switch h.kind {
+	case kind220:
+		switch {
+		case bytes.EqualFold(line, []byte("STARTTLS")):
+			kind = kindSMTP
+		case len(line) >= 8 && bytes.EqualFold(line[:5], []byte("AUTH ")) &&
+			(bytes.EqualFold(line[5:8], []byte("TLS")) || bytes.EqualFold(line[5:8], []byte("SSL"))):
+			kind = kindFTP
+		}
+	case kindPOP3:
+		if bytes.EqualFold(line, []byte("STLS")) {
+			kind = kindPOP3
+		}
+	case kindIRC:
+		if bytes.EqualFold(line, []byte("STARTTLS")) {
+			kind = kindIRC
+		}
+	case kindIMAP:
+		if t, cmd, ok := bytes.Cut(line, []byte(" ")); ok && bytes.EqualFold(bytes.TrimSpace(cmd), []byte("STARTTLS")) {
+			kind, tag = kindIMAP, tagHash(t)
+		}
+	case kindXMPP:
+		if bytes.Contains(line, []byte("<starttls")) {
+			kind = kindXMPP
+		}
+	}
+	if kind == kindNone {
+		return
+	}
+	h.up = upAsked
+	s := &f.half[1]
+	s.up, s.kind, s.tag = upWait, kind, tag
+}
+
+// upgradeAnswer reads a responder's line while an upgrade command awaits
+// its answer: 1 accepted, -1 refused, 0 another line (a reply to an
+// earlier pipelined command, an untagged or informational line).
+func upgradeAnswer(kind uint8, tag uint32, line []byte) int {
+	line = bytes.TrimSpace(line)
+	switch kind {
+	case kindSMTP, kindFTP:
+		want := 220
+		if kind == kindFTP {
+			want = 234
+		}
+		switch c := replyCode(line); {
+		case c == want:
+			return 1
+		case c >= 400:
+			return -1
+		}
+	case kindPOP3:
+		switch {
+		case bytes.HasPrefix(line, []byte("+OK")):
+			return 1
+		case bytes.HasPrefix(line, []byte("-ERR")):
+			return -1
+		}
+	case kindIMAP:
+		t, rest, _ := bytes.Cut(line, []byte(" "))
+		if tagHash(t) != tag {
+			return 0
+		}
+		st, _, _ := bytes.Cut(bytes.TrimLeft(rest, " "), []byte(" "))
+		switch {
+		case bytes.EqualFold(st, []byte("OK")):
+			return 1
+		case bytes.EqualFold(st, []byte("NO")), bytes.EqualFold(st, []byte("BAD")):
+			return -1
+		}
+	case kindXMPP:
+		switch {
+		case bytes.Contains(line, []byte("<proceed")):
+			return 1
+		case bytes.Contains(line, []byte("<failure")):
+			return -1
+		}
+	case kindIRC:
+		if len(line) > 0 && line[0] == ':' {
+			_, line, _ = bytes.Cut(line, []byte(" "))
+		}
+		switch c := replyCode(line); {
+		case c == 670:
+			return 1
+		case c == 691, c >= 400 && c < 600:
+			return -1
+		}
+	}
+	return 0
+}
+
+// replyCode is the three-digit code that starts a reply line (SMTP, FTP,
+// an IRC numeric), -1 if none.
+func replyCode(line []byte) int {
+	if len(line) < 3 || len(line) > 3 && line[3] != ' ' && line[3] != '-' && line[3] != '\r' {
+		return -1
+	}
+	c := 0
+	for _, b := range line[:3] {
+		if b < '0' || b > '9' {
+			return -1
+		}
+		c = c*10 + int(b-'0')
+	}
+	return c
+}
+
+// tagHash is an IMAP tag's FNV-1a hash: the responder's direction keeps 4
+// bytes of the upgrade command's tag rather than the tag.
+func tagHash(t []byte) uint32 {
+	h := uint32(2166136261)
+	for _, c := range t {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
+}
+
+// serverGreeting tells a greeting of a protocol that may upgrade to TLS
+// from the first bytes a server sends.
+func serverGreeting(b []byte) uint8 {
+	switch {
+	case replyCode(b) == 220:
+		return kind220
+	case bytes.HasPrefix(b, []byte("+OK")):
+		return kindPOP3
+	case hasPrefixFold(b, "* OK") || hasPrefixFold(b, "* PREAUTH"):
+		return kindIMAP
+	case len(b) > 0 && b[0] == ':', hasPrefixFold(b, "NOTICE "):
+		return kindIRC
+	}
+	return kindNone
+}
+
+// clientOpening tells the opening of a client-first protocol that may
+// upgrade to TLS: an XMPP stream or an IRC registration.
+func clientOpening(b []byte) uint8 {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if bytes.HasPrefix(b, []byte("<?xml")) || bytes.HasPrefix(b, []byte("<stream:stream")) {
+		return kindXMPP
+	}
+	word := b
+	if i := bytes.IndexAny(b, " \r\n"); i >= 0 {
+		word = b[:i]
+	} else if len(b) > 8 {
+		return kindNone
+	}
+	for _, w := range []string{"CAP", "NICK", "USER", "PASS", "STARTTLS"} {
+		if len(word) == len(w) && bytes.EqualFold(word, []byte(w)) {
+			return kindIRC
+		}
+	}
+	return kindNone
+}
+
+func hasPrefixFold(b []byte, p string) bool {
+	return len(b) >= len(p) && bytes.EqualFold(b[:len(p)], []byte(p))
 }
 
 // dnsStream reads length-prefixed DNS messages (RFC 1035 4.2.2).

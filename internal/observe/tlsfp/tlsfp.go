@@ -4,6 +4,7 @@
 package tlsfp
 
 import (
+	"bytes"
 	"crypto/md5"
 	"crypto/sha256"
 	"encoding/binary"
@@ -457,4 +458,23 @@ func hash12(s string, empty bool) string {
 	}
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:12]
+}
+
+// FindClientHello returns where the first record in b that starts like a
+// ClientHello begins (a handshake record of a TLS version, whose message
+// is a client_hello), -1 when there is none. A candidate cut short by the
+// end of b is returned: it may be one.
+func FindClientHello(b []byte) int {
+	for i := 0; i < len(b); i++ {
+		j := bytes.IndexByte(b[i:], 22)
+		if j < 0 {
+			return -1
+		}
+		i += j
+		r := b[i:]
+		if (len(r) < 2 || r[1] == 3) && (len(r) < 3 || r[2] <= 4) && (len(r) < 6 || r[5] == 1) {
+			return i
+		}
+	}
+	return -1
 }

@@ -155,3 +155,23 @@ func FuzzTLSClientHello(f *testing.F) {
 		_ = fmt.Sprint(VersionName(sh.Version))
 	})
 }
+
+func TestFindClientHello(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"", -1},
+		{"\x16\x03\x01\x00\x10\x01", 0},
+		{"\r\n\x16\x03\x03\x02\x00\x01rest", 2},
+		{"\x16\x03\x01\x00\x10\x02\x16\x03\x01\x00\x10\x01", 6}, // a ServerHello first
+		{"\x16\x02\x16\x03\x05\x00\x00\x01", -1},
+		{"plain text\x16", 10},       // cut short: may be one
+		{"plain\x16\x03\x01\x00", 5}, // cut short
+		{"no hello here", -1},
+	} {
+		if got := FindClientHello([]byte(tc.in)); got != tc.want {
+			t.Errorf("%q: %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
