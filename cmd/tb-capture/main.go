@@ -83,7 +83,7 @@ type startCmd struct {
 	BPF         string        `name:"bpf" help:"Classic BPF program as tcpdump -ddd prints it, or @FILE."`
 	RotateSize  int64         `name:"rotate-size" placeholder:"BYTES" help:"Start a new file at this size."`
 	RotateEvery time.Duration `name:"rotate-every" help:"Start a new file this often."`
-	Sensors     []string      `name:"sensor" help:"External sensor to run beside the capture (tcpdump, zeek, suricata)."`
+	Sensors     []string      `name:"sensor" help:"External sensor to run beside the capture: tcpdump, dumpcap, or NAME for STATE/tb-capture/sensors/NAME.json."`
 	Spool       string        `name:"spool" type:"path" help:"Directory for files being written (default: in the state directory)."`
 	NoRules     bool          `name:"no-rules" help:"Capture only; apply no containment rules."`
 	retentionFlags

@@ -1,7 +1,7 @@
 // Package capture records a lease's traffic: a pure-Go AF_PACKET
 // (TPACKET_V3) capture writing pcap files with rotation, the capture
 // daemon that registers each file as an artifact, and the instrumentation
-// interface external sensors (tcpdump, Zeek, Suricata) plug into.
+// interface external sensors (tcpdump, dumpcap, an analyst's own) plug into.
 package capture
 
 import (

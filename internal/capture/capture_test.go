@@ -1,6 +1,7 @@
 package capture_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -350,7 +352,7 @@ func TestRotateByTime(t *testing.T) {
 // death is on the capture record; its pcap is collected at stop.
 func TestSensorRestart(t *testing.T) {
 	l := newLink(t)
-	s, err := capture.Builtin("tcpdump")
+	s, err := capture.LoadSensor("", "tcpdump")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,6 +396,108 @@ func TestSensorRestart(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no tcpdump artifact among %v", rep.Artifacts)
+	}
+}
+
+// TestSensorsHonourFilterAndSnaplen runs dumpcap (tshark's capture
+// program) as a sensor with the capture's filter and snaplen: what it
+// writes holds the filtered traffic, as pcapng, and becomes an artifact.
+func TestSensorsHonourFilterAndSnaplen(t *testing.T) {
+	l := newLink(t)
+	s, err := capture.LoadSensor("", "dumpcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startDaemon(t, l, t.TempDir(), "udp port 9", s)
+	out := filepath.Join(r.rec.Spool, "sensors", "dumpcap", "dumpcap.pcapng")
+	waitFor(t, "dumpcap capturing", func() bool { _, err := os.Stat(out); return err == nil })
+	l.send(t, 20, "dumpcap")
+	// dumpcap writes what it caught every 100 ms (-U is tcpdump's, not
+	// its): wait until it did, before stopping it.
+	waitFor(t, "dumpcap writing", func() bool { st, err := os.Stat(out); return err == nil && st.Size() > 364 })
+	if _, err := capture.Call(context.Background(), r.st, r.rec.ID, "stop", ""); err != nil {
+		t.Fatal(err)
+	}
+	<-r.done
+	argv, _ := os.ReadFile(filepath.Join(r.rec.Spool, "sensors", "dumpcap", "dumpcap.stderr"))
+	b, err := os.ReadFile(out)
+	if err != nil || len(b) < 4 || string(b[:4]) != "\x0a\x0d\x0d\x0a" {
+		t.Fatalf("dumpcap output %d bytes, %v (stderr %s)", len(b), err, argv)
+	}
+	if n := bytes.Count(b, []byte("dumpcap-0000")); n < 20 {
+		t.Fatalf("dumpcap caught %d of the 20 datagrams (%d bytes; stderr %s)", n, len(b), argv)
+	}
+}
+
+// TestAnalystSensor runs examples/sensors/zeek.json, an analyst's own
+// sensor, with a stand-in for zeek (Debian 12 has no zeek package): the
+// template's fields and quoted filter arrive as the arguments a shell
+// would give, the command runs in the sensor's directory, and the files
+// its output glob names become artifacts.
+func TestAnalystSensor(t *testing.T) {
+	bin := t.TempDir()
+	standIn := "#!/bin/sh\nprintf '%s\\n' \"$@\" > argv.txt\necho '{}' > conn.log\nexec sleep 3600\n"
+	if err := os.WriteFile(filepath.Join(bin, "zeek"), []byte(standIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	st, err := state.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../../examples/sensors/zeek.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(capture.SensorsDir(st), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(capture.SensorsDir(st), "zeek.json"), example, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s, err := capture.LoadSensor(capture.SensorsDir(st), "zeek")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLink(t)
+	r := startDaemonIn(t, st, l, t.TempDir(), "udp port 9", nil, s)
+	dir := filepath.Join(r.rec.Spool, "sensors", "zeek")
+	waitFor(t, "the sensor started", func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "argv.txt"))
+		return err == nil && bytes.Contains(b, []byte("LogAscii::use_json=T"))
+	})
+	argv, _ := os.ReadFile(filepath.Join(dir, "argv.txt"))
+	want := "-C\n-i\n" + l.tap + "\n-f\nudp port 9\nPcap::snaplen=65535\nLogAscii::use_json=T\n"
+	if string(argv) != want {
+		t.Fatalf("zeek argv:\n%s\nwant:\n%s", argv, want)
+	}
+	rep, err := capture.Call(context.Background(), r.st, r.rec.ID, "stop", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-r.done
+	found := false
+	for _, id := range rep.Artifacts {
+		var a records.Artifact
+		if r.st.Get(id, &a) == nil && a.Sensor == "zeek" && a.Metadata["file"] == "conn.log" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no zeek conn.log artifact among %v", rep.Artifacts)
+	}
+}
+
+func TestSensorNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"../x", "Zeek", "", "a/b"} {
+		if _, err := capture.LoadSensor(dir, name); err == nil || !strings.Contains(err.Error(), "unknown sensor") {
+			t.Errorf("LoadSensor(%q) = %v", name, err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "bad.json"), []byte(`{"program":"x","template":"x {{.Nope","output":"*"}`), 0o640)
+	if _, err := capture.LoadSensor(dir, "bad"); err == nil || !strings.Contains(err.Error(), "template") {
+		t.Errorf("a broken template: %v", err)
 	}
 }
 

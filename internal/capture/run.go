@@ -140,7 +140,7 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		rec.Filter = req.Filter
 	}
 	for _, name := range req.Sensors {
-		if _, err := Builtin(name); err != nil {
+		if _, err := LoadSensor(SensorsDir(st), name); err != nil {
 			return nil, &InputError{err}
 		}
 	}
@@ -369,7 +369,7 @@ func RunDaemon(ctx context.Context, st *state.Store, log *slog.Logger, id string
 	d := &Daemon{St: st, ID: id, Log: log}
 	if b, err := os.ReadFile(filepath.Join(rec.Spool, "sensors.list")); err == nil {
 		for _, name := range strings.Fields(string(b)) {
-			s, err := Builtin(name)
+			s, err := LoadSensor(SensorsDir(st), name)
 			if err != nil {
 				return err
 			}

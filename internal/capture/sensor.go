@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // Meta is what a sensor's command template is rendered from.
@@ -49,14 +51,17 @@ type Sensor interface {
 // CommandSensor runs a command rendered from a text/template in the
 // capture's network namespace.
 type CommandSensor struct {
-	SensorName string
-	// Template is the command line; fields of Meta are available
-	// ({{.Iface}}, {{.Dir}}, …) and {{quote .Filter}} shell-quotes.
-	Template string
+	SensorName string `json:"-"`
+	// Template is the command line, split into arguments as a shell would
+	// split it (single and double quotes, backslash; no expansion, no
+	// shell); fields of Meta are available ({{.Iface}}, {{.Dir}},
+	// {{.Snaplen}}, {{.Filter}}, …) and {{quote .Filter}} quotes a value
+	// as one argument.
+	Template string `json:"template"`
 	// Program must be on PATH for the sensor to be available.
-	Program string
+	Program string `json:"program"`
 	// Output is the glob (relative to Dir) of the files to collect.
-	Output string
+	Output string `json:"output"`
 
 	meta Meta
 	argv []string
@@ -67,20 +72,110 @@ type CommandSensor struct {
 // Name implements Sensor.
 func (s *CommandSensor) Name() string { return s.SensorName }
 
-// Builtin sensors, by name.
-func Builtin(name string) (*CommandSensor, error) {
+// SensorsDir is where an analyst's own sensors are defined, one
+// NAME.json (CommandSensor's fields) each, under the state directory.
+func SensorsDir(st *state.Store) string { return st.Path("tb-capture", "sensors") }
+
+// LoadSensor returns a sensor by name: tcpdump or dumpcap (Debian
+// packages), or the analyst's own from dir/NAME.json (Zeek and Suricata,
+// which Debian 12 does not package, go there: see examples/sensors).
+func LoadSensor(dir, name string) (*CommandSensor, error) {
 	switch name {
 	case "tcpdump":
-		return &CommandSensor{SensorName: "tcpdump", Program: "tcpdump", Output: "*.pcap*",
-			Template: `tcpdump -n -U -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/tcpdump.pcap{{if .Filter}} {{.Filter}}{{end}}`}, nil
-	case "zeek":
-		return &CommandSensor{SensorName: "zeek", Program: "zeek", Output: "*.log",
-			Template: `zeek -C -i {{.Iface}}`}, nil
-	case "suricata":
-		return &CommandSensor{SensorName: "suricata", Program: "suricata", Output: "*",
-			Template: `suricata -i {{.Iface}} -l {{.Dir}}`}, nil
+		return &CommandSensor{SensorName: name, Program: "tcpdump", Output: "*.pcap*",
+			Template: `tcpdump -n -U -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/tcpdump.pcap{{if .Filter}} {{quote .Filter}}{{end}}`}, nil
+	case "dumpcap":
+		return &CommandSensor{SensorName: name, Program: "dumpcap", Output: "*.pcapng",
+			Template: `dumpcap -q -n -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/dumpcap.pcapng{{if .Filter}} -f {{quote .Filter}}{{end}}`}, nil
 	}
-	return nil, fmt.Errorf("unknown sensor %q (tcpdump, zeek, suricata)", name)
+	if !validSensorName(name) {
+		return nil, fmt.Errorf("unknown sensor %q (tcpdump, dumpcap, or NAME.json in %s)", name, dir)
+	}
+	path := filepath.Join(dir, name+".json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("unknown sensor %q (tcpdump, dumpcap, or NAME.json in %s): %w", name, dir, err)
+	}
+	s := &CommandSensor{SensorName: name}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(s); err != nil {
+		return nil, fmt.Errorf("sensor %s: %w", path, err)
+	}
+	if s.Program == "" || s.Template == "" || s.Output == "" {
+		return nil, fmt.Errorf("sensor %s: program, template and output are required", path)
+	}
+	if _, err := template.New(name).Funcs(templateFuncs).Parse(s.Template); err != nil {
+		return nil, fmt.Errorf("sensor %s: template: %w", path, err)
+	}
+	return s, nil
+}
+
+func validSensorName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+var templateFuncs = template.FuncMap{"quote": shellQuote}
+
+// shellQuote quotes s as one argument of splitArgs (and of a shell).
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// splitArgs splits a command line into arguments as a shell does (single
+// and double quotes, backslash escapes), without expanding anything.
+func splitArgs(line string) ([]string, error) {
+	var args []string
+	var cur strings.Builder
+	in, quote, escaped := false, rune(0), false
+	for _, c := range line {
+		switch {
+		case escaped:
+			cur.WriteRune(c)
+			escaped, in = false, true
+		case quote == '\'':
+			if c == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(c)
+			}
+		case quote == '"':
+			switch c {
+			case '"':
+				quote = 0
+			case '\\':
+				escaped = true
+			default:
+				cur.WriteRune(c)
+			}
+		case c == '\'' || c == '"':
+			quote, in = c, true
+		case c == '\\':
+			escaped = true
+		case c == ' ' || c == '\t' || c == '\n':
+			if in {
+				args = append(args, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(c)
+			in = true
+		}
+	}
+	if quote != 0 || escaped {
+		return nil, fmt.Errorf("unterminated quote or escape in %q", line)
+	}
+	if in {
+		args = append(args, cur.String())
+	}
+	return args, nil
 }
 
 // Prepare implements Sensor.
@@ -88,7 +183,7 @@ func (s *CommandSensor) Prepare(ctx context.Context, m Meta) error {
 	if _, err := exec.LookPath(s.Program); err != nil {
 		return fmt.Errorf("sensor %s: %s is not installed", s.SensorName, s.Program)
 	}
-	t, err := template.New(s.SensorName).Option("missingkey=error").Parse(s.Template)
+	t, err := template.New(s.SensorName).Option("missingkey=error").Funcs(templateFuncs).Parse(s.Template)
 	if err != nil {
 		return fmt.Errorf("sensor %s: template: %w", s.SensorName, err)
 	}
@@ -96,7 +191,9 @@ func (s *CommandSensor) Prepare(ctx context.Context, m Meta) error {
 	if err := t.Execute(&b, m); err != nil {
 		return fmt.Errorf("sensor %s: template: %w", s.SensorName, err)
 	}
-	s.argv = strings.Fields(b.String())
+	if s.argv, err = splitArgs(b.String()); err != nil {
+		return fmt.Errorf("sensor %s: %w", s.SensorName, err)
+	}
 	if len(s.argv) == 0 {
 		return fmt.Errorf("sensor %s: empty command", s.SensorName)
 	}
