@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/plan"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 type planCmd struct {
@@ -30,7 +32,7 @@ type planCmd struct {
 	AllowSMTP   *bool             `name:"allow-smtp" negatable:"" help:"Allow promoted SMTP destinations (off unless forced)."`
 	Promote     *bool             `name:"promote" negatable:"" help:"Let tb-allow promote C2 candidates between cycles."`
 	Detach      *bool             `name:"detach" negatable:"" help:"Leave the sample running across cycles."`
-	Instrument  string            `name:"instrumentation" help:"Instrumentation preset (pcap, pcap+zeek, …)."`
+	Instrument  string            `name:"instrumentation" help:"What is recorded: pcap, trace (system calls), memory (a dump per cycle), joined with +."`
 	Args        []string          `name:"arg" sep:"none" help:"Argument for the sample (repeatable; commas are kept)."`
 	Env         map[string]string `name:"env" placeholder:"KEY=VALUE" help:"Environment variable for the sample (repeatable)."`
 	Workdir     string            `name:"workdir" help:"Working directory in the guest."`
@@ -39,6 +41,8 @@ type planCmd struct {
 	Priority    int               `name:"priority" help:"Priority recorded on new samples."`
 	Strict      bool              `name:"strict" help:"Exit 1 when any plan is not runnable."`
 	Jobs        int               `name:"jobs" short:"j" help:"Files read, hashed, triaged and copied into the blob store at once (default: one per CPU); output stays in input order."`
+	DroppedBy   string            `name:"dropped-by" placeholder:"CYCLE" help:"The inputs are files a sample wrote in this cycle's guest (tb-run copies them out): recorded as the samples' lineage."`
+	DroppedPath string            `name:"dropped-path" placeholder:"PATH" help:"With --dropped-by: the file's path in the guest."`
 }
 
 func (c *planCmd) Run(env *cli.Env) error {
@@ -57,9 +61,15 @@ func (c *planCmd) Run(env *cli.Env) error {
 			fromStdin = false // an interactive terminal: say what is expected instead of waiting
 		}
 	}
+	var drop *records.Drop
+	if c.DroppedBy != "" {
+		drop = &records.Drop{Cycle: c.DroppedBy, Path: c.DroppedPath}
+	} else if c.DroppedPath != "" {
+		return cli.Usage(errors.New("--dropped-path needs --dropped-by"))
+	}
 	return plan.Run(env, plan.Request{
 		Inputs: c.Inputs, FromStdin: fromStdin, Profile: c.Profile, ProfilesDir: profilesDir(c.ProfilesDir),
-		Priority: c.Priority, Strict: c.Strict, Jobs: c.Jobs,
+		Priority: c.Priority, Strict: c.Strict, Jobs: c.Jobs, DroppedBy: drop,
 		Overrides: plan.Overrides{
 			File: c.Overrides, VCPUs: c.VCPUs, MemoryMiB: c.Memory, DiskGiB: c.Disk, TTL: c.TTL,
 			BootTimeout: c.BootTimeout, Timeout: c.Timeout, Window: c.Window, Network: c.Network,

@@ -33,6 +33,8 @@ type Request struct {
 	// Jobs is how many files are read, digested and triaged at once
 	// (0: one per CPU). Records are still written and printed in input order.
 	Jobs int
+	// DroppedBy is added to every sample's lineage (records.Sample).
+	DroppedBy *records.Drop
 }
 
 // input is one thing to plan: a file path or a stored sample's sha256.
@@ -87,7 +89,14 @@ func Run(env *cli.Env, req Request) error {
 	if err != nil {
 		return err
 	}
-	p := &planner{env: env, ing: &sample.Ingester{Store: st, Priority: req.Priority},
+	if d := req.DroppedBy; d != nil {
+		var c records.Cycle
+		if records.KindOf(d.Cycle) != records.KindCycle || st.Get(d.Cycle, &c) != nil {
+			return cli.Usage(fmt.Errorf("--dropped-by %s: no such cycle in %s", d.Cycle, st.Root()))
+		}
+		d.Lease, d.Sample = c.Lease, c.Sample
+	}
+	p := &planner{env: env, ing: &sample.Ingester{Store: st, Priority: req.Priority, DroppedBy: req.DroppedBy},
 		profile: resolved, applied: applied, forced: req.Overrides.Platform, out: bufio.NewWriterSize(env.Stdout, 64<<10)}
 	jobs := req.Jobs
 	if jobs <= 0 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -191,4 +192,61 @@ func checkOutput(t *testing.T, st *state.Store, out []byte, paths, firstOf []str
 		}
 	}
 	return ids
+}
+
+// TestDroppedByIsLineage: files planned with --dropped-by carry the cycle
+// (with its lease and sample) as lineage; the same content dropped again,
+// by another cycle, gains a second entry, and by the same one none.
+func TestDroppedByIsLineage(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := state.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cycles []string
+	for i := range 2 {
+		c := &records.Cycle{State: records.CycleCompleted, Plan: "plan_01JD0000000000000000000000", Lease: "lease_01JD0000000000000000000000", Sample: fmt.Sprintf("%064d", i)}
+		records.Init(c, records.KindCycle, st.Now())
+		if err := st.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		cycles = append(cycles, c.ID)
+	}
+	file := filepath.Join(t.TempDir(), ".tbdrop")
+	if err := os.WriteFile(file, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	drop := func(cycle string) *records.Sample {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		env := &cli.Env{Ctx: ctx, Tool: "tb-plan", Stdin: bytes.NewReader(nil), Stdout: &stdout, Stderr: &stderr,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: dir}}
+		if err := Run(env, Request{Inputs: []string{file}, Profile: "default", DroppedBy: &records.Drop{Cycle: cycle, Path: "/var/tmp/x/.tbdrop"}}); err != nil {
+			t.Fatalf("%v: %s", err, stderr.String())
+		}
+		var smp records.Sample
+		line, _, _ := strings.Cut(stdout.String(), "\n")
+		if err := json.Unmarshal([]byte(line), &smp); err != nil || smp.Kind != records.KindSample {
+			t.Fatalf("%v: %s", err, line)
+		}
+		return &smp
+	}
+	first := drop(cycles[0])
+	want := records.Drop{Cycle: cycles[0], Lease: "lease_01JD0000000000000000000000", Path: "/var/tmp/x/.tbdrop", Sample: fmt.Sprintf("%064d", 0)}
+	if len(first.DroppedBy) != 1 || first.DroppedBy[0] != want {
+		t.Fatalf("lineage %+v, want %+v", first.DroppedBy, want)
+	}
+	if again := drop(cycles[0]); len(again.DroppedBy) != 1 {
+		t.Fatalf("the same drop twice: %+v", again.DroppedBy)
+	}
+	if other := drop(cycles[1]); len(other.DroppedBy) != 2 || other.DroppedBy[1].Cycle != cycles[1] {
+		t.Fatalf("dropped by a second cycle: %+v", other.DroppedBy)
+	}
+	var stdout, stderr bytes.Buffer
+	env := &cli.Env{Ctx: ctx, Tool: "tb-plan", Stdin: bytes.NewReader(nil), Stdout: &stdout, Stderr: &stderr,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: dir}}
+	if err := Run(env, Request{Inputs: []string{file}, Profile: "default", DroppedBy: &records.Drop{Cycle: "cycle_01JD0000000000000000000000"}}); cli.ExitCode(err) != cli.ExitUsage {
+		t.Fatalf("an unknown cycle: %v", err)
+	}
 }

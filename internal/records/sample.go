@@ -25,6 +25,20 @@ type Sample struct {
 	Names       []string  `json:"names,omitempty"`
 	Priority    int       `json:"priority"`
 	SubmittedAt time.Time `json:"submitted_at"`
+	// DroppedBy is the sample's lineage: the cycles in which another sample
+	// wrote this file in a guest (tb-run copies dropped files out and plans
+	// them), each once.
+	DroppedBy []Drop `json:"dropped_by,omitempty"`
+}
+
+// Drop is where a dropped file came from.
+type Drop struct {
+	Cycle string `json:"cycle"`
+	Lease string `json:"lease,omitempty"`
+	// Path is the file's path in the guest; Sample the sha256 of the
+	// sample that ran in the cycle.
+	Path   string `json:"path"`
+	Sample string `json:"sample,omitempty"`
 }
 
 // Triage is what static inspection of the file headers found.

@@ -30,6 +30,8 @@ const inMemoryLimit = 16 << 20
 type Ingester struct {
 	Store    *state.Store
 	Priority int
+	// DroppedBy, if set, is added to every sample's lineage.
+	DroppedBy *records.Drop
 }
 
 // Prepared is a file read, digested and triaged, ready to be stored.
@@ -181,6 +183,9 @@ func (in *Ingester) newSample(p *Prepared) *records.Sample {
 		Blob: p.blob, Triage: p.Triage, Source: p.Path, Names: []string{baseName(p.Path)},
 		Priority: in.Priority, SubmittedAt: now,
 	}
+	if in.DroppedBy != nil {
+		smp.DroppedBy = []records.Drop{*in.DroppedBy}
+	}
 	records.Init(smp, records.KindSample, now)
 	return smp
 }
@@ -241,10 +246,17 @@ func (in *Ingester) store(ctx context.Context, p *Prepared) (*records.Sample, bo
 		if !exists {
 			return fmt.Errorf("%s: %w", id, state.ErrNotFound)
 		}
-		if slices.Contains(smp.Names, baseName(name)) {
+		newName := !slices.Contains(smp.Names, baseName(name))
+		newDrop := in.DroppedBy != nil && !slices.Contains(smp.DroppedBy, *in.DroppedBy)
+		if !newName && !newDrop {
 			return state.ErrNoChange
 		}
-		smp.Names = append(smp.Names, baseName(name))
+		if newName {
+			smp.Names = append(smp.Names, baseName(name))
+		}
+		if newDrop {
+			smp.DroppedBy = append(smp.DroppedBy, *in.DroppedBy)
+		}
 		return nil
 	})
 	if err != nil {
