@@ -1,0 +1,303 @@
+package firewall
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/netns"
+)
+
+func (f *NFT) baseChains(t *nftables.Table) (pre, fwd, in, post *nftables.Chain) {
+	accept := nftables.ChainPolicyAccept
+	pre = &nftables.Chain{Name: chPre, Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
+	fwd = &nftables.Chain{Name: chFwd, Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	in = &nftables.Chain{Name: chIn, Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	post = &nftables.Chain{Name: chPost, Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
+	return
+}
+
+func leaseMap(t *nftables.Table, name string) *nftables.Set {
+	return &nftables.Set{Table: t, Name: name, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+}
+
+// Up implements Firewall. It runs as one batch: the tables and base chains
+// are created when missing and the base chains' rules replaced, so it is
+// idempotent and never leaves a half-programmed lab.
+func (f *NFT) Up(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, done, err := f.conn()
+	if err != nil {
+		return err
+	}
+	defer done()
+	cfg := f.cfg
+	t := c.AddTable(f.inet())
+	pre, fwd, in, post := f.baseChains(t)
+	for _, ch := range []*nftables.Chain{pre, fwd, in, post} {
+		c.AddChain(ch)
+		c.FlushChain(ch)
+	}
+	smtp := &nftables.Set{Table: t, Name: setSMTP, KeyType: nftables.TypeInetService}
+	var ports []nftables.SetElement
+	for _, p := range cfg.SMTPPorts {
+		ports = append(ports, nftables.SetElement{Key: binary.BigEndian.AppendUint16(nil, p)})
+	}
+	if err := c.AddSet(smtp, nil); err != nil {
+		return err
+	}
+	c.FlushSet(smtp)
+	if len(ports) > 0 {
+		if err := c.SetAddElements(smtp, ports); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{mapLeasePr, mapLeaseFw} {
+		if err := c.AddSet(leaseMap(t, name), nil); err != nil {
+			return err
+		}
+	}
+	br := cfg.Bridge
+	lp := &nftables.Set{Table: t, Name: mapLeasePr}
+	lf := &nftables.Set{Table: t, Name: mapLeaseFw}
+	saddrVmap := func(m *nftables.Set) []expr.Any {
+		return []expr.Any{ipField(12, 1), &expr.Lookup{SourceRegister: 1, SetName: m.Name, DestRegister: 0, IsDestRegSet: true}}
+	}
+
+	add := func(r *nftables.Rule) { c.AddRule(r) }
+
+	// prerouting (nat): every guest packet bound outside goes to the sinkhole.
+	add(rule(t, pre, "guest dns to sinkhole (udp)", iif(br), ipv4(), l4(unix.IPPROTO_UDP), dport(53), dnatTo(cfg.Sinkhole, 53)))
+	add(rule(t, pre, "guest dns to sinkhole (tcp)", iif(br), ipv4(), l4(unix.IPPROTO_TCP), dport(53), dnatTo(cfg.Sinkhole, 53)))
+	add(rule(t, pre, "guest broadcast and multicast: not translated", iif(br),
+		then(&expr.Meta{Key: expr.MetaKeyPKTTYPE, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.PACKET_HOST}}), then(accept())))
+	add(rule(t, pre, "lease rules", iif(br), ipv4(), saddrVmap(lp)))
+	add(rule(t, pre, "guest to host: not translated", iif(br), ipv4(),
+		then(&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)}),
+		then(accept())))
+	add(rule(t, pre, "guest to sinkhole", iif(br), ipv4(), daddrIs(cfg.Sinkhole), then(accept())))
+	add(rule(t, pre, "guest to anywhere: sinkhole", iif(br), ipv4(), dnatTo(cfg.Sinkhole, 0)))
+
+	// forward (filter): replies, sinkholed traffic, lease rules; the rest of
+	// the lab's traffic is dropped. Other interfaces are left alone.
+	add(rule(t, fwd, "replies to guests", oif(br), established(), then(accept())))
+	add(rule(t, fwd, "lease rules", iif(br), ipv4(), saddrVmap(lf)))
+	add(rule(t, fwd, "guest to sinkhole", iif(br), oif(cfg.SinkIface), ipv4(), daddrIs(cfg.Sinkhole), then(accept())))
+	add(rule(t, fwd, "guest ipv6", iif(br), nfproto(unix.NFPROTO_IPV6), then(drop())))
+	add(rule(t, fwd, "guest anything else", iif(br), then(drop())))
+	if cfg.Uplink != "" && cfg.Upstream.Is4() {
+		for _, p := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			add(rule(t, fwd, "sinkhole dns forwarding to upstream", iif(cfg.SinkIface), oif(cfg.Uplink), ipv4(),
+				daddrIs(cfg.Upstream), l4(p), dport(53), then(accept())))
+		}
+	}
+	add(rule(t, fwd, "replies to sinkhole", oif(cfg.SinkIface), established(), then(accept())))
+	add(rule(t, fwd, "sinkhole anything else", iif(cfg.SinkIface), then(drop())))
+	add(rule(t, fwd, "unsolicited to sinkhole", oif(cfg.SinkIface), then(drop())))
+	add(rule(t, fwd, "unsolicited to guests", oif(br), then(drop())))
+
+	// input (filter): guests and the sinkhole do not reach the host.
+	if cfg.DHCP {
+		add(rule(t, in, "guest dhcp", iif(br), ipv4(), l4(unix.IPPROTO_UDP), dport(67), then(accept())))
+	}
+	add(rule(t, in, "replies to host from guests", iif(br), established(), then(accept())))
+	add(rule(t, in, "guest to host", iif(br), then(drop())))
+	add(rule(t, in, "replies to host from sinkhole", iif(cfg.SinkIface), established(), then(accept())))
+	add(rule(t, in, "sinkhole to host", iif(cfg.SinkIface), then(drop())))
+
+	// postrouting (nat): forwarded traffic leaves with the uplink's address.
+	if cfg.Uplink != "" {
+		add(rule(t, post, "lab to uplink: masquerade", oif(cfg.Uplink), ipv4(), ipIn(12, cfg.LabNet), then(&expr.Masq{})))
+		if cfg.SinkNet.IsValid() {
+			add(rule(t, post, "sinkhole to uplink: masquerade", oif(cfg.Uplink), ipv4(), ipIn(12, cfg.SinkNet), then(&expr.Masq{})))
+		}
+	}
+
+	c.AddTable(f.netdev())
+
+	// bridge family: guest to guest is dropped at layer 2. The kernel may
+	// lack bridge-name matching (nft_meta_bridge), so the lab's ports are
+	// listed in a set that AddPorts maintains.
+	bt := c.AddTable(f.bridge())
+	bfwd := &nftables.Chain{Name: "forward", Table: bt, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept0}
+	c.AddChain(bfwd)
+	c.FlushChain(bfwd)
+	if err := c.AddSet(f.portSet(bt), nil); err != nil {
+		return err
+	}
+	add(rule(bt, bfwd, "guest to guest (in)", ifSet(expr.MetaKeyIIFNAME, setPorts), then(drop())))
+	add(rule(bt, bfwd, "guest to guest (out)", ifSet(expr.MetaKeyOIFNAME, setPorts), then(drop())))
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: programming table %s: %w", cfg.Table, err)
+	}
+	return nil
+}
+
+var accept0 = nftables.ChainPolicyAccept
+
+const setPorts = "lab_ports"
+
+func (f *NFT) portSet(bt *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: bt, Name: setPorts, KeyType: nftables.TypeIFName}
+}
+
+func ifSet(key expr.MetaKey, set string) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Lookup{SourceRegister: 1, SetName: set}}
+}
+
+// SetPorts adds and removes bridge ports (guest taps) from the set of
+// ports that may not talk to each other.
+func (f *NFT) SetPorts(ctx context.Context, add, del []string) error {
+	c, done, err := f.conn()
+	if err != nil {
+		return err
+	}
+	defer done()
+	s := f.portSet(f.bridge())
+	cur, err := c.GetSetElements(s)
+	if err != nil {
+		return fmt.Errorf("nftables: reading %s: %w", setPorts, err)
+	}
+	have := map[string]bool{}
+	for _, e := range cur {
+		have[strings.TrimRight(string(e.Key), "\x00")] = true
+	}
+	var a, d []nftables.SetElement
+	for _, p := range add {
+		if !have[p] {
+			a = append(a, nftables.SetElement{Key: ifname(p)})
+			have[p] = true
+		}
+	}
+	for _, p := range del {
+		if have[p] {
+			d = append(d, nftables.SetElement{Key: ifname(p)})
+		}
+	}
+	if len(a) > 0 {
+		if err := c.SetAddElements(s, a); err != nil {
+			return err
+		}
+	}
+	if len(d) > 0 {
+		if err := c.SetDeleteElements(s, d); err != nil {
+			return err
+		}
+	}
+	return c.Flush()
+}
+
+// Ports lists the registered bridge ports.
+func (f *NFT) Ports(ctx context.Context) ([]string, error) {
+	c, done, err := f.conn()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	cur, err := c.GetSetElements(f.portSet(f.bridge()))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range cur {
+		out = append(out, strings.TrimRight(string(e.Key), "\x00"))
+	}
+	return out, nil
+}
+
+// Down implements Firewall.
+func (f *NFT) Down(ctx context.Context) error {
+	c, done, err := f.conn()
+	if err != nil {
+		return err
+	}
+	defer done()
+	for _, t := range []*nftables.Table{f.inet(), f.bridge(), f.netdev()} {
+		if _, err := c.ListTableOfFamily(t.Name, t.Family); err != nil {
+			continue // absent
+		}
+		c.DelTable(t)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: removing table %s: %w", f.cfg.Table, err)
+	}
+	return nil
+}
+
+// Present reports whether the lab's inet table exists.
+func (f *NFT) Present() (bool, error) {
+	c, done, err := f.conn()
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	tabs, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tabs {
+		if t.Name == f.cfg.Table {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// OthersPresent reports whether another lab's talkbox table is in the
+// namespace: that lab still needs what the namespace-wide settings give it.
+func (f *NFT) OthersPresent() (bool, error) {
+	c, done, err := f.conn()
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	tabs, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tabs {
+		if t.Name != f.cfg.Table && strings.HasPrefix(t.Name, "talkbox") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// uplinkUp reports whether the uplink exists and is up in the namespace
+// ns ("" when already there).
+func (f *NFT) uplinkUp(ns string) error {
+	if f.cfg.Uplink == "" {
+		return errors.New("no uplink configured: nothing can be forwarded")
+	}
+	return netns.Do(ns, func() error {
+		ifc, err := net.InterfaceByName(f.cfg.Uplink)
+		if err != nil {
+			return fmt.Errorf("uplink %s: %w", f.cfg.Uplink, err)
+		}
+		if ifc.Flags&net.FlagUp == 0 {
+			return fmt.Errorf("uplink %s is down", f.cfg.Uplink)
+		}
+		return nil
+	})
+}
+
+func needsUplink(els []Element) bool {
+	for _, e := range els {
+		if e.Verdict == Forward || e.Verdict == RateLimit {
+			return true
+		}
+	}
+	return false
+}
