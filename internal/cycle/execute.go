@@ -1,0 +1,284 @@
+package cycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// attachable is the previous cycle whose detached sample still runs.
+func (r *Runner) attachable(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
+	prev, err := r.get(c.Previous)
+	if err != nil {
+		return nil, err
+	}
+	if !prev.Detach || prev.GuestPID == 0 || prev.GuestOut == "" {
+		return nil, nil
+	}
+	alive, err := r.alive(ctx, g, prev.GuestPID)
+	if err != nil || !alive {
+		return nil, err
+	}
+	return prev, nil
+}
+
+func (r *Runner) alive(ctx context.Context, g Guest, pid int) (bool, error) {
+	p, err := g.Status(ctx, pid)
+	if err == nil {
+		return !p.Exited, nil
+	}
+	// The agent forgets a process once its exit was reported, and all of
+	// them when it restarts: ask the guest's /proc.
+	res, rerr := g.Run(ctx, aliveArgv(pid)...)
+	if rerr != nil {
+		return false, rerr
+	}
+	return res.ExitCode == 0, nil
+}
+
+// agentGrace is how long the watch of a running sample tolerates a guest
+// agent that does not answer before the cycle fails.
+const agentGrace = 2 * time.Minute
+
+func guestFiles(c *records.Cycle) (pidfile, stdout, stderr, trace string) {
+	return c.GuestOut + ".pid", c.GuestOut + ".stdout", c.GuestOut + ".stderr", c.GuestOut + ".trace"
+}
+
+// execute starts the sample (once) or attaches to it, watches it until it
+// exits, times out, its window ends or the cycle is cancelled, and stores
+// its output and an execution record.
+func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
+	pidfile, outPath, errPath, tracePath := guestFiles(c)
+	var err error
+	observeFrom := r.St.Now()
+	if c.Attached == "" && c.GuestPID == 0 {
+		if c.Launch {
+			// A crash between asking the agent to start the sample and
+			// recording its PID: the launcher says whether it ran.
+			pid, err := r.findLaunch(ctx, g, pidfile)
+			if err != nil {
+				return c, err
+			}
+			now := r.St.Now()
+			if c, err = r.update(ctx, c.ID, func(n *records.Cycle) error { n.GuestPID, n.LaunchedAt = pid, &now; return nil }); err != nil {
+				return c, err
+			}
+		} else {
+			if c, err = r.update(ctx, c.ID, func(n *records.Cycle) error { n.Launch = true; return nil }); err != nil {
+				return c, err
+			}
+			// Whatever else a power cut loses, it must not lose this mark.
+			if err := r.St.Flush(); err != nil {
+				return c, err
+			}
+			argv := append([]string{c.GuestPath}, c.Args...)
+			launchStart := time.Now()
+			pid, err := g.Spawn(ctx, launchArgv(c.Workdir, pidfile, outPath, errPath, traceSpec(c.Tracer, tracePath), argv), guestEnv(c.Env))
+			if err != nil {
+				return c, fmt.Errorf("starting the sample: %w", err)
+			}
+			now := r.St.Now()
+			if c, err = r.timed(ctx, c, "launch", launchStart, func(n *records.Cycle) error { n.GuestPID, n.LaunchedAt = pid, &now; return nil }); err != nil {
+				return c, err
+			}
+			r.Log.Info("sample started", "cycle", c.ID, "guest_pid", pid, "detach", c.Detach)
+		}
+	}
+	ex := &records.ExecutionSnapshot{Cycle: c.ID, Lease: c.Lease, Sample: c.Sample, GuestPID: c.GuestPID,
+		Argv: append([]string{c.GuestPath}, c.Args...), Detached: c.Detach, StartedAt: observeFrom}
+	runStart := time.Now()
+	deadline := runStart.Add(c.Window.D())
+	if !c.Detach {
+		if c.LaunchedAt != nil { // a resumed run keeps its deadline
+			runStart = *c.LaunchedAt
+		}
+		deadline = runStart.Add(c.Timeout.D())
+	}
+	spool := newSpool(r, c)
+	defer spool.close()
+	wait := 5 * time.Millisecond
+	lastStream := time.Now()
+	cancelled := false
+	var unanswered time.Time // since when the agent has not answered
+	for {
+		p, err := g.Status(ctx, c.GuestPID)
+		if err != nil {
+			alive, aerr := r.alive(ctx, g, c.GuestPID)
+			if aerr != nil {
+				// A slow guest (TCG, a busy sample) can leave its agent
+				// unanswered for a while: give it agentGrace before the
+				// cycle fails.
+				if unanswered.IsZero() {
+					unanswered = time.Now()
+					r.Log.Warn("the guest agent does not answer; waiting", "cycle", c.ID, "err", aerr, "grace", agentGrace)
+				}
+				if time.Since(unanswered) < agentGrace && ctx.Err() == nil {
+					if err := sleepCtx(ctx, time.Second); err != nil {
+						return c, err
+					}
+					continue
+				}
+				return c, fmt.Errorf("watching the sample: %v (%v; no answer for %s)", err, aerr, time.Since(unanswered).Round(time.Second))
+			}
+			if !alive {
+				p = Proc{Exited: true, ExitCode: -1}
+			}
+		}
+		unanswered = time.Time{}
+		if p.Exited {
+			code := p.ExitCode
+			if p.Signal != 0 {
+				code = 128 + p.Signal
+			}
+			if code >= 0 {
+				ex.ExitCode = &code
+			}
+			break
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			if c.Detach {
+				ex.Running = true
+				break
+			}
+			if err := r.kill(ctx, g, c.GuestPID); err != nil {
+				return c, err
+			}
+			ex.TimedOut, ex.Killed = true, true
+			wait = 5 * time.Millisecond
+			deadline = now.Add(time.Hour) // only the exit is awaited now
+			continue
+		}
+		if now.Sub(lastStream) >= r.stream() {
+			lastStream = now
+			if err := spool.pull(ctx, g, false); err != nil {
+				return c, err
+			}
+			cur, err := r.get(c.ID)
+			if err != nil {
+				return c, err
+			}
+			if cur.Cancel {
+				cancelled = true
+				if err := r.kill(ctx, g, c.GuestPID); err != nil {
+					return c, err
+				}
+				ex.Killed = true
+				code := 137
+				ex.ExitCode = &code
+				break
+			}
+		}
+		if err := sleepCtx(ctx, min(wait, time.Until(deadline)+time.Millisecond)); err != nil {
+			return c, err
+		}
+		wait = min(2*wait, r.poll())
+	}
+	end := r.St.Now()
+	ex.EndedAt = &end
+	ex.Duration = records.Duration(time.Since(runStart))
+	collectStart := time.Now()
+	if err := spool.pull(ctx, g, true); err != nil {
+		return c, err
+	}
+	arts, err := spool.store(ctx, ex)
+	if err != nil {
+		return c, err
+	}
+	records.Init(ex, records.KindExecution, end)
+	if err := r.St.Create(ctx, ex); err != nil {
+		return c, err
+	}
+	if c, err = r.timed(ctx, c, "collect", collectStart, func(n *records.Cycle) error {
+		n.Timings["run"] = ex.Duration
+		n.Execution, n.ExitCode, n.TimedOut = ex.ID, ex.ExitCode, ex.TimedOut
+		n.Artifacts = append(n.Artifacts, arts...)
+		n.StdoutTo, n.StderrTo = n.StdoutFrom+spool.stream(ArtifactStdout).n, n.StderrFrom+spool.stream(ArtifactStderr).n
+		n.TraceTo = n.TraceFrom + spool.stream(ArtifactTrace).n
+		return nil
+	}); err != nil {
+		return c, err
+	}
+	if cancelled {
+		return c, &stop{records.CycleCancelled, "cancelled while executing; the sample was killed"}
+	}
+	return r.transition(ctx, c, records.CyclePostProcessing, execSummary(ex), nil)
+}
+
+// findLaunch looks for the launcher of an interrupted start for a few
+// seconds (the agent may have forked it a moment ago).
+func (r *Runner) findLaunch(ctx context.Context, g Guest, pidfile string) (int, error) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		res, err := g.Run(ctx, findLaunchArgv(pidfile)...)
+		if err != nil {
+			return 0, err
+		}
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); res.ExitCode == 0 && perr == nil && pid > 0 {
+			r.Log.Info("adopting the sample an interrupted start launched", "guest_pid", pid)
+			return pid, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, errors.New("the sample's launch was interrupted and no launcher is found in the guest; it is not started again")
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func execSummary(ex *records.ExecutionSnapshot) string {
+	switch {
+	case ex.TimedOut:
+		return "timed out after " + ex.Duration.D().Round(time.Millisecond).String() + "; killed"
+	case ex.Running:
+		return "window ended; the sample keeps running"
+	case ex.ExitCode != nil:
+		return "exited " + strconv.Itoa(*ex.ExitCode)
+	}
+	return "exited"
+}
+
+func (r *Runner) kill(ctx context.Context, g Guest, pid int) error {
+	res, err := g.Run(ctx, killArgv(pid)...)
+	if err != nil {
+		return fmt.Errorf("killing the sample (guest pid %d): %w", pid, err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("killing the sample (guest pid %d): %s", pid, strings.TrimSpace(string(res.Stderr)))
+	}
+	r.Log.Info("sample killed", "guest_pid", pid)
+	return nil
+}
+
+// lastLines keeps the last n lines of b, at most max bytes.
+func lastLines(b []byte, n, max int) []byte {
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	t := bytes.TrimRight(b, "\n")
+	for i, k := len(t)-1, 0; i >= 0; i-- {
+		if t[i] == '\n' {
+			if k++; k == n {
+				return append([]byte(nil), b[i+1:]...)
+			}
+		}
+	}
+	return append([]byte(nil), b...)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,126 @@
+package cycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// heldLease returns the live lease acquired for the cycle, if there is one.
+func (r *Runner) heldLease(cycle string) (string, error) {
+	ids, err := r.St.List(records.KindLease)
+	if err != nil {
+		return "", err
+	}
+	for _, id := range ids {
+		var l records.SandboxLease
+		if err := r.St.Get(id, &l); err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				continue
+			}
+			return "", err
+		}
+		if l.Holder == cycle && !records.LeaseGone(l.State) {
+			return l.ID, nil
+		}
+	}
+	return "", nil
+}
+
+// lease binds the cycle to a live lease and records its lineage.
+func (r *Runner) lease(ctx context.Context, c *records.Cycle, unlock *func()) (*records.Cycle, error) {
+	var err error
+	if c.Lease == "" {
+		if r.Leaser == nil {
+			return c, errors.New("no lease given and no way to acquire one")
+		}
+		start := time.Now()
+		// A tb-run that died after its acquire ended, but before it
+		// recorded the lease here, left the lease busy under this cycle's
+		// name: adopt it rather than leak it until its TTL.
+		id, err := r.heldLease(c.ID)
+		if err == nil && id == "" {
+			id, err = r.Leaser.Acquire(ctx, c.Plan, c.ID, c.FreshLease)
+		}
+		if err != nil {
+			return c, fmt.Errorf("acquiring a lease: %w", err)
+		}
+		if c, err = r.timed(ctx, c, "lease", start, func(n *records.Cycle) error { n.Lease = id; return nil }); err != nil {
+			return c, err
+		}
+	}
+	var l records.SandboxLease
+	if err := r.St.Get(c.Lease, &l); err != nil {
+		return c, fmt.Errorf("lease %s: %w", c.Lease, err)
+	}
+	if records.LeaseGone(l.State) {
+		return c, fmt.Errorf("lease %s is %s", l.ID, l.State)
+	}
+	if l.State == records.LeaseCreating {
+		return c, fmt.Errorf("lease %s is still being created", l.ID)
+	}
+	if *unlock == nil {
+		if *unlock, err = r.lockLease(ctx, c.Lease); err != nil {
+			return c, err
+		}
+	}
+	prev, err := r.previous(c)
+	if err != nil {
+		return c, err
+	}
+	rev, err := currentRevision(r.St, "lease:"+c.Lease)
+	if err != nil {
+		return c, err
+	}
+	return r.transition(ctx, c, records.CyclePreparing, "", func(n *records.Cycle) error {
+		n.Previous = prev
+		if rev != nil {
+			n.Revision, n.Forwarding, n.Allowed = rev.ID, rev.EnforceSHA256, rev.Active
+		}
+		return nil
+	})
+}
+
+// previous is the latest other cycle of the same sample on the same lease.
+func (r *Runner) previous(c *records.Cycle) (string, error) {
+	ids, err := r.St.List(records.KindCycle)
+	if err != nil {
+		return "", err
+	}
+	for i := len(ids) - 1; i >= 0; i-- {
+		if ids[i] == c.ID || ids[i] > c.ID {
+			continue
+		}
+		var o records.Cycle
+		if err := r.St.Get(ids[i], &o); err != nil {
+			continue
+		}
+		if o.Lease == c.Lease && o.Sample == c.Sample {
+			return o.ID, nil
+		}
+	}
+	return "", nil
+}
+
+// currentRevision is the latest revision of an allow-list chain, or nil.
+func currentRevision(st *state.Store, chain string) (*records.AllowRevision, error) {
+	ids, err := st.List(records.KindRevision)
+	if err != nil {
+		return nil, err
+	}
+	var best *records.AllowRevision
+	for _, id := range ids {
+		var rv records.AllowRevision
+		if err := st.Get(id, &rv); err != nil {
+			continue
+		}
+		if rv.Chain == chain && (best == nil || rv.Seq > best.Seq) {
+			best = &rv
+		}
+	}
+	return best, nil
+}
