@@ -48,7 +48,6 @@ func ipAddrIs(off uint32, a netip.Addr) []expr.Any {
 	return []expr.Any{ipField(off, 1), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]}}
 }
 
-func saddrIs(a netip.Addr) []expr.Any { return ipAddrIs(12, a) }
 func daddrIs(a netip.Addr) []expr.Any { return ipAddrIs(16, a) }
 
 func ipIn(off uint32, p netip.Prefix) []expr.Any {
