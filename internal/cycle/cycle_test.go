@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
-
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -575,22 +573,9 @@ func TestTracedCycleStoresItsTrace(t *testing.T) {
 			if trace == nil || trace.ContentType != "text/plain+zstd" || trace.Metadata["tracer"] != tc.tracer {
 				t.Fatalf("trace artifact %+v", trace)
 			}
-			f, err := os.Open(e.st.BlobPath(trace.SHA256))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			dec, err := zstd.NewReader(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dec.Close()
-			text, err := io.ReadAll(dec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			text := zstdBlob(t, e.st, trace.SHA256)
 			for _, w := range tc.want {
-				if !strings.Contains(string(text), w) {
+				if !strings.Contains(text, w) {
 					t.Errorf("trace %q lacks %q", text, w)
 				}
 			}
