@@ -40,12 +40,31 @@ func acquireLock(id string) string { return "tb-lease/acquire/" + id }
 // domain runs, as kill -9 would.
 const CrashEnv = "TB_LEASE_CRASH_AFTER"
 
+// Host is one hypervisor host as the manager uses it: libvirt's (virt.Libvirt)
+// in the tools, a fake in the unit tests of the manager's decisions.
+type Host interface {
+	virt.Hypervisor
+	URI() string
+	CreateXML(ctx context.Context, domXML string) error
+	Domains(ctx context.Context) ([]virt.DomainStatus, error)
+	DomainStatusOf(name string) (virt.DomainStatus, bool, error)
+	Host(ctx context.Context) (virt.HostStatus, error)
+	SaveDomain(ctx context.Context, name, path string) error
+	RestoreDomain(ctx context.Context, path, domXML string) error
+	SavedXML(path string) (string, error)
+	DumpMemory(ctx context.Context, name, path string) error
+}
+
+var _ Host = (*virt.Libvirt)(nil)
+
 // Manager runs tb-lease's commands against one state directory.
 type Manager struct {
-	Env   *cli.Env
-	St    *state.Store
-	Cfg   *Config
-	conns map[string]*virt.Libvirt
+	Env *cli.Env
+	St  *state.Store
+	Cfg *Config
+	// Dial connects to a host by URI (virt.Connect unless a test sets it).
+	Dial  func(uri string) (Host, error)
+	conns map[string]Host
 }
 
 // New opens the state directory.
@@ -54,7 +73,8 @@ func New(env *cli.Env, cfg *Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{Env: env, St: st, Cfg: cfg, conns: map[string]*virt.Libvirt{}}, nil
+	return &Manager{Env: env, St: st, Cfg: cfg, conns: map[string]Host{},
+		Dial: dialLibvirt}, nil
 }
 
 // Close closes the libvirt connections and the state.
@@ -65,8 +85,16 @@ func (m *Manager) Close() {
 	m.St.Close()
 }
 
+func dialLibvirt(uri string) (Host, error) {
+	c, err := virt.Connect(uri)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // conn connects to a configured host (once).
-func (m *Manager) conn(host string) (*virt.Libvirt, error) {
+func (m *Manager) conn(host string) (Host, error) {
 	if c, ok := m.conns[host]; ok {
 		return c, nil
 	}
@@ -74,7 +102,7 @@ func (m *Manager) conn(host string) (*virt.Libvirt, error) {
 	if !ok {
 		return nil, cli.Failure(fmt.Errorf("host %q is not in the configuration", host))
 	}
-	c, err := virt.Connect(h.URI)
+	c, err := m.Dial(h.URI)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +112,7 @@ func (m *Manager) conn(host string) (*virt.Libvirt, error) {
 
 // connFor connects to a lease's host: by its configured name, else (a
 // configuration that no longer names it) by the URI the lease recorded.
-func (m *Manager) connFor(l *records.SandboxLease) (*virt.Libvirt, error) {
+func (m *Manager) connFor(l *records.SandboxLease) (Host, error) {
 	if _, ok := m.Cfg.Host(l.Host); ok || l.ConnectURI == "" {
 		return m.conn(l.Host)
 	}
@@ -92,7 +120,7 @@ func (m *Manager) connFor(l *records.SandboxLease) (*virt.Libvirt, error) {
 	if c, ok := m.conns[key]; ok {
 		return c, nil
 	}
-	c, err := virt.Connect(l.ConnectURI)
+	c, err := m.Dial(l.ConnectURI)
 	if err != nil {
 		return nil, err
 	}
