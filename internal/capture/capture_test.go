@@ -429,62 +429,75 @@ func TestSensorsHonourFilterAndSnaplen(t *testing.T) {
 	}
 }
 
-// TestAnalystSensor runs examples/sensors/zeek.json, an analyst's own
-// sensor, with a stand-in for zeek (Debian 12 has no zeek package): the
-// template's fields and quoted filter arrive as the arguments a shell
-// would give, the command runs in the sensor's directory, and the files
-// its output glob names become artifacts.
+// TestAnalystSensor runs examples/sensors/zeek.json and suricata.json, an
+// analyst's own sensors, with stand-ins for zeek and suricata (Debian 12
+// packages neither): the template's fields and quoted filter arrive as the
+// arguments a shell would give, the command runs in the sensor's
+// directory, and the files its output glob names become artifacts.
 func TestAnalystSensor(t *testing.T) {
-	bin := t.TempDir()
-	standIn := "#!/bin/sh\nprintf '%s\\n' \"$@\" > argv.txt\necho '{}' > conn.log\nexec sleep 3600\n"
-	if err := os.WriteFile(filepath.Join(bin, "zeek"), []byte(standIn), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
-	st, err := state.Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	example, err := os.ReadFile("../../examples/sensors/zeek.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(capture.SensorsDir(st), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(capture.SensorsDir(st), "zeek.json"), example, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	s, err := capture.LoadSensor(capture.SensorsDir(st), "zeek")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLink(t)
-	r := startDaemonIn(t, st, l, t.TempDir(), "udp port 9", nil, s)
-	dir := filepath.Join(r.rec.Spool, "sensors", "zeek")
-	waitFor(t, "the sensor started", func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "argv.txt"))
-		return err == nil && bytes.Contains(b, []byte("LogAscii::use_json=T"))
-	})
-	argv, _ := os.ReadFile(filepath.Join(dir, "argv.txt"))
-	want := "-C\n-i\n" + l.tap + "\n-f\nudp port 9\nPcap::snaplen=65535\nLogAscii::use_json=T\n"
-	if string(argv) != want {
-		t.Fatalf("zeek argv:\n%s\nwant:\n%s", argv, want)
-	}
-	rep, err := capture.Call(context.Background(), r.st, r.rec.ID, "stop", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-r.done
-	found := false
-	for _, id := range rep.Artifacts {
-		var a records.Artifact
-		if r.st.Get(id, &a) == nil && a.Sensor == "zeek" && a.Metadata["file"] == "conn.log" {
-			found = true
-		}
-	}
-	if !found {
-		t.Fatalf("no zeek conn.log artifact among %v", rep.Artifacts)
+	for _, tc := range []struct {
+		name, file string
+		argv       func(l *link, dir string) string
+	}{
+		{"zeek", "conn.log", func(l *link, dir string) string {
+			return "-C\n-i\n" + l.tap + "\n-f\nudp port 9\nPcap::snaplen=65535\nLogAscii::use_json=T\n"
+		}},
+		{"suricata", "eve.json", func(l *link, dir string) string {
+			return "-i\n" + l.tap + "\n-l\n" + dir + "\n-k\nnone\nudp port 9\n"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := t.TempDir()
+			standIn := "#!/bin/sh\nprintf '%s\\n' \"$@\" > argv.tmp && mv argv.tmp argv.txt\necho '{}' > " + tc.file + "\nexec sleep 3600\n"
+			if err := os.WriteFile(filepath.Join(bin, tc.name), []byte(standIn), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+			st, err := state.Open(context.Background(), t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			example, err := os.ReadFile("../../examples/sensors/" + tc.name + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(capture.SensorsDir(st), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(capture.SensorsDir(st), tc.name+".json"), example, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			s, err := capture.LoadSensor(capture.SensorsDir(st), tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLink(t)
+			r := startDaemonIn(t, st, l, t.TempDir(), "udp port 9", nil, s)
+			dir := filepath.Join(r.rec.Spool, "sensors", tc.name)
+			waitFor(t, "the sensor started", func() bool {
+				_, err := os.Stat(filepath.Join(dir, "argv.txt"))
+				return err == nil
+			})
+			argv, _ := os.ReadFile(filepath.Join(dir, "argv.txt"))
+			if want := tc.argv(l, dir); string(argv) != want {
+				t.Fatalf("%s argv:\n%s\nwant:\n%s", tc.name, argv, want)
+			}
+			rep, err := capture.Call(context.Background(), r.st, r.rec.ID, "stop", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-r.done
+			found := false
+			for _, id := range rep.Artifacts {
+				var a records.Artifact
+				if r.st.Get(id, &a) == nil && a.Sensor == tc.name && a.Metadata["file"] == tc.file {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("no %s %s artifact among %v", tc.name, tc.file, rep.Artifacts)
+			}
+		})
 	}
 }
 
