@@ -40,7 +40,7 @@ demo:
 beacons: $(addprefix bin/beacon/beacon-,$(BEACON_ARCHES)) bin/c2server cbeacons
 bin/beacon/beacon-%: FORCE
 	@mkdir -p bin/beacon
-	CGO_ENABLED=0 GOOS=linux GOARCH=$* GOARM=7 GOMIPS=softfloat $(GO) build -trimpath -ldflags='-s -w' -o $@ ./testdata/beacon
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* GOARM=7 GOMIPS=softfloat $(GO) build -trimpath -ldflags='-s -w' -o $@ ./internal/demo/beacon/cmd/beacon
 
 # The C beacon, static, for the Mirai set Go does not cover (armhf and i386
 # too), with Debian's cross compilers (scripts/deps.sh installs them).
@@ -82,7 +82,7 @@ $(CBEACON_DIR)/cbeacon-armel-dynamic: $(CBEACON_SRC) internal/demo/cbeacon/polic
 	$(cc_armel) $(CBEACON_CFLAGS) -o $@ $(CBEACON_SRC)
 bin/c2server: FORCE
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./testdata/c2server
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./internal/demo/c2/cmd/c2server
 
 # The whole suite: unit, CLI (testscript) and integration tests, for real.
 test: deps build

@@ -96,12 +96,12 @@ esac
 [ "$scanmode" = short ] || [ -n "$goarch" ] || { echo "demo: TB_DEMO_SCAN=wide needs the Go beacon (not ARCH=$arch)" >&2; exit 2; }
 say "sample: the ${goarch:+Go}${cbeacon:+C} beacon for $arch, cross-compiled (harmless: it refuses any address outside the documentation ranges and the lab)"
 if [ -n "$goarch" ]; then
-  CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=7 GOMIPS=softfloat $GO build -trimpath -ldflags='-s -w' -o "$work/beacon" ./testdata/beacon
+  CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=7 GOMIPS=softfloat $GO build -trimpath -ldflags='-s -w' -o "$work/beacon" ./internal/demo/beacon/cmd/beacon
 else
   make -s "bin/beacon/cbeacon-$cbeacon" >&2
   cp "bin/beacon/cbeacon-$cbeacon" "$work/beacon"
 fi
-CGO_ENABLED=0 $GO build -trimpath -o "$work/c2server" ./testdata/c2server
+CGO_ENABLED=0 $GO build -trimpath -o "$work/c2server" ./internal/demo/c2/cmd/c2server
 
 demo_net_up "$inet" "$uplink"
 say "internet: namespace $inet with the C2 on $c2 (HTTP) and a resolver for $c2name"

@@ -33,8 +33,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/beacon" ./testdata/beacon
-CGO_ENABLED=0 go build -trimpath -o "$work/c2server" ./testdata/c2server
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/beacon" ./internal/demo/beacon/cmd/beacon
+CGO_ENABLED=0 go build -trimpath -o "$work/c2server" ./internal/demo/c2/cmd/c2server
 tb-build list --kind image | grep -q '"status":"active"' || tb-build build debian-bookworm-amd64 ${TB_APT_CACHE:+--cache-dir "$TB_APT_CACHE"} >/dev/null
 demo_net_up "$inet" "$uplink"
 ip netns exec "$inet" "$work/c2server" -listen "$c2:80" -log "$work/c2.log" -ready "$work/c2.ready" &

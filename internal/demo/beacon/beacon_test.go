@@ -222,7 +222,7 @@ func TestCrossCompiles(t *testing.T) {
 		{"ppc64le", "", elf.EM_PPC64}, {"s390x", "", elf.EM_S390},
 	} {
 		out := filepath.Join(dir, "beacon-"+c.goarch)
-		cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", out, "../../../testdata/beacon")
+		cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/beacon")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+c.goarch, "GOARM="+c.goarm, "GOMIPS=softfloat")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", c.goarch, err, b)
