@@ -29,17 +29,72 @@ const (
 // ErrBadData marks every error about the content of a capture.
 var ErrBadData = errors.New("bad capture")
 
-// Link types used by the decoder (the rest pass through as numbers).
+// Link types the decoder (package pcap) reads; packets of any other link
+// type are still returned, counted, and reported at the end of the capture.
 const (
 	LinkNull     = 0
 	LinkEthernet = 1
+	LinkPPP      = 9
+	LinkRawBSD   = 12 // raw IP on some BSDs
+	LinkRawOpen  = 14 // raw IP on OpenBSD
+	LinkPPPHDLC  = 50 // PPP in HDLC-like framing, or Cisco PPP
+	LinkPPPoE    = 51 // PPPoE session header, then PPP (LINKTYPE_PPP_ETHER)
 	LinkRaw      = 101
+	LinkCHDLC    = 104 // Cisco HDLC
 	LinkLoop     = 108
 	LinkSLL      = 113
+	LinkPPPDir   = 204 // PPP after a direction byte
 	LinkIPv4     = 228
 	LinkIPv6     = 229
+	LinkNFLOG    = 239
 	LinkSLL2     = 276
 )
+
+// Decodable reports whether the decoder reads frames of a link type.
+func Decodable(link uint32) bool {
+	switch link {
+	case LinkNull, LinkEthernet, LinkPPP, LinkRawBSD, LinkRawOpen, LinkPPPHDLC, LinkPPPoE, LinkRaw, LinkCHDLC,
+		LinkLoop, LinkSLL, LinkPPPDir, LinkIPv4, LinkIPv6, LinkNFLOG, LinkSLL2:
+		return true
+	}
+	return false
+}
+
+// linkNames name the link types a capture point is likely to produce and
+// the decoder does not read.
+var linkNames = map[uint32]string{
+	6: "IEEE 802.5 Token Ring", 10: "FDDI", 105: "IEEE 802.11", 107: "Frame Relay", 119: "IEEE 802.11 Prism",
+	127: "IEEE 802.11 radiotap", 163: "IEEE 802.11 AVS", 187: "Bluetooth HCI H4", 189: "Linux USB", 192: "PPI",
+	195: "IEEE 802.15.4", 201: "Bluetooth HCI H4 with direction", 215: "IEEE 802.15.4 without FCS", 220: "Linux USB mmapped",
+	249: "USBPcap",
+}
+
+// LinkError reports, at the end of a capture, the packets of link types the
+// decoder does not read. It is an ErrBadData error.
+type LinkError struct {
+	Link    uint32 // the first such link type seen
+	Packets int64  // packets of every such link type
+	Others  bool   // other such link types were seen too
+}
+
+func (e *LinkError) Error() string {
+	s := "s"
+	if e.Packets == 1 {
+		s = ""
+	}
+	name := ""
+	if n, ok := linkNames[e.Link]; ok {
+		name = " (" + n + ")"
+	}
+	others := ""
+	if e.Others {
+		others = " and other link types"
+	}
+	return fmt.Sprintf("%d packet%s of link type %d%s%s not decoded", e.Packets, s, e.Link, name, others)
+}
+
+// Is makes a LinkError an ErrBadData error.
+func (e *LinkError) Is(target error) bool { return target == ErrBadData }
 
 // Packet is one captured frame. Data is valid until the next call to Next.
 type Packet struct {
@@ -66,6 +121,8 @@ type Reader struct {
 	ifaces []iface
 	n      int64
 	off    int64
+	// undecoded counts the packets of link types the decoder does not read.
+	undecoded *LinkError
 }
 
 // Magic numbers as they appear in the first four bytes.
@@ -145,11 +202,38 @@ func (r *Reader) errf(format string, a ...any) error {
 }
 
 // Next fills p with the next packet. It returns io.EOF at a clean end of
-// file and an ErrBadData error for anything malformed or truncated.
+// file and an ErrBadData error for anything malformed or truncated. Packets
+// of link types the decoder does not read are returned too; at the end of a
+// capture that held any, Next returns a *LinkError instead of io.EOF.
 func (r *Reader) Next(p *Packet) error {
+	var err error
 	if r.ng {
-		return r.nextNG(p)
+		err = r.nextNG(p)
+	} else {
+		err = r.nextPcap(p)
 	}
+	switch {
+	case err == nil:
+		if !Decodable(p.LinkType) {
+			r.count(p.LinkType)
+		}
+	case err == io.EOF && r.undecoded != nil:
+		return r.undecoded
+	}
+	return err
+}
+
+func (r *Reader) count(link uint32) {
+	if r.undecoded == nil {
+		r.undecoded = &LinkError{Link: link}
+	}
+	r.undecoded.Packets++
+	if link != r.undecoded.Link {
+		r.undecoded.Others = true
+	}
+}
+
+func (r *Reader) nextPcap(p *Packet) error {
 	h, err := r.br.Peek(16)
 	if err != nil {
 		if len(h) == 0 && err == io.EOF {

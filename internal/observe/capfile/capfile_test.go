@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 )
@@ -137,6 +139,46 @@ func TestScaleTS(t *testing.T) {
 	} {
 		if got := scaleTS(tc.ts, tc.resol); got != tc.want {
 			t.Errorf("scaleTS(%d, %#x) = %d, want %d", tc.ts, tc.resol, got, tc.want)
+		}
+	}
+}
+
+// Packets of link types the decoder does not read are returned, and the
+// capture ends with a LinkError naming them instead of io.EOF.
+func TestUndecodedLinkTypes(t *testing.T) {
+	pkts, err := readAll(t, pcapFile(binary.LittleEndian, false, 127, []byte("radiotap"), []byte("frames")))
+	var le *LinkError
+	if len(pkts) != 2 || pkts[1].LinkType != 127 || !errors.As(err, &le) || !errors.Is(err, ErrBadData) ||
+		err.Error() != "2 packets of link type 127 (IEEE 802.11 radiotap) not decoded" {
+		t.Errorf("radiotap: %d packets, %v", len(pkts), err)
+	}
+	if _, err := readAll(t, pcapFile(binary.BigEndian, false, 147, []byte("x"))); err == nil ||
+		err.Error() != "1 packet of link type 147 not decoded" {
+		t.Errorf("user link type: %v", err)
+	}
+
+	// pcapng: the packets of the decoded interface count for nothing.
+	var buf bytes.Buffer
+	w, err := pcapgo.NewNgWriterInterface(&buf, pcapgo.NgInterface{LinkType: layers.LinkTypeEthernet, SnapLength: 65535}, pcapgo.DefaultNgWriterOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wifi, _ := w.AddInterface(pcapgo.NgInterface{LinkType: layers.LinkTypeIEEE802_11, SnapLength: 65535})
+	usb, _ := w.AddInterface(pcapgo.NgInterface{LinkType: 220, SnapLength: 65535})
+	for _, ifc := range []int{0, wifi, 0, usb, wifi} {
+		w.WritePacket(gopacket.CaptureInfo{Timestamp: pcapgen.Start, CaptureLength: 1, Length: 1, InterfaceIndex: ifc}, []byte{0})
+	}
+	w.Flush()
+	pkts, err = readAll(t, buf.Bytes())
+	if len(pkts) != 5 || err == nil || err.Error() != "3 packets of link type 105 (IEEE 802.11) and other link types not decoded" {
+		t.Errorf("pcapng: %d packets, %v", len(pkts), err)
+	}
+
+	// Every link type the decoder reads ends with io.EOF.
+	for _, link := range []uint32{LinkNull, LinkEthernet, LinkPPP, LinkRawBSD, LinkRawOpen, LinkPPPHDLC, LinkPPPoE, LinkRaw,
+		LinkCHDLC, LinkLoop, LinkSLL, LinkPPPDir, LinkIPv4, LinkIPv6, LinkNFLOG, LinkSLL2} {
+		if _, err := readAll(t, pcapFile(binary.LittleEndian, false, link, []byte("x"))); err != nil {
+			t.Errorf("link type %d: %v", link, err)
 		}
 	}
 }

@@ -2,10 +2,19 @@ package parse
 
 import (
 	"bufio"
+	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +22,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcap"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -166,4 +176,232 @@ func writeZeekTSV(env *cli.Env, st *state.Store, req FlowsRequest, logs []*recor
 		}
 		return t.Close(st.Now())
 	})
+}
+
+// A connection still open at the end of one capture file continues in the
+// next file of its stream, with its roles and state (pcap.Carried). A
+// stream is the files tb-capture rotates out of one capture (pcap artifacts
+// of one lease and capture, in the capture's order, across runs: what the
+// last one left open is kept in the state, one file per capture running),
+// or else the inputs of one lease in one run, in the order given.
+
+// streamOf names the stream of an input.
+func streamOf(in input) string {
+	if rotated(in) {
+		return in.lease + "\x00" + in.capture
+	}
+	return in.lease + "\x00"
+}
+
+// rotated reports an artifact tb-capture rotated out of a capture.
+func rotated(in input) bool { return in.capture != "" && in.typ == "pcap" }
+
+// captureEnded reports the last file of a capture: tb-capture closed it
+// because the capture ended (stopped, out of room, failed, or its daemon
+// died and the file was recovered), not to rotate.
+func captureEnded(in input) bool {
+	switch in.reason {
+	case "stop", "low-space", "disk-full", "error", "recovered":
+		return true
+	}
+	return false
+}
+
+// carrySlack is how much earlier than the previous file's last packet a
+// file may start and still continue it: packets taken on several CPUs
+// reach the capture slightly out of order.
+const carrySlack = int64(time.Second)
+
+// carryVersion is the format of a stored carry.
+const carryVersion = 1
+
+type carryHeader struct {
+	Version int    `json:"version"`
+	Source  string `json:"source"` // the input that left the connections open
+	End     int64  `json:"end"`    // its last packet, Unix nanoseconds
+}
+
+// carried is what one input left open for the next of its stream.
+type carried struct {
+	carryHeader
+	Conns []pcap.Carried
+}
+
+// previous returns what the input before in, in its stream, left open:
+// for a rotated artifact, the pcap artifact registered just before it in
+// its capture (from this run, or from the state when an earlier run parsed
+// it); for other inputs, the previous one of the lease in this run.
+func (o *output) previous(stream string, in input) *carried {
+	c := o.carries[stream]
+	if !rotated(in) || o.st == nil {
+		return c
+	}
+	pred := o.predecessor(in)
+	if pred == "" {
+		return nil
+	}
+	if c != nil && c.Source == pred {
+		return c
+	}
+	c, err := readCarry(o.st, stream)
+	if err != nil {
+		o.env.Log.Warn("connections carried from the previous capture not read; roles are guessed again", "input", in.name, "err", err)
+		return nil
+	}
+	if c != nil && c.Source == pred {
+		return c
+	}
+	return nil
+}
+
+// predecessor is the pcap artifact registered before in's in its capture
+// (the last one when in's is not listed yet: tb-capture lists an artifact
+// after creating it).
+func (o *output) predecessor(in input) string {
+	var c records.Capture
+	if err := o.st.Get(in.capture, &c); err != nil {
+		return ""
+	}
+	i := slices.Index(c.Artifacts, in.artifact)
+	if i < 0 {
+		i = len(c.Artifacts)
+	}
+	for i--; i >= 0; i-- {
+		var a records.Artifact
+		if o.st.Get(c.Artifacts[i], &a) == nil && a.Type == "pcap" {
+			return a.ID
+		}
+	}
+	return ""
+}
+
+// maxCarried bounds the streams whose carry a run holds in memory (each
+// at most pcap.DefaultMaxCarry connections): those of rotated artifacts
+// the state keeps are read back from it.
+const maxCarried = 4
+
+// keep records what an input left open for the next input of its stream:
+// for a rotated artifact in the state, unless the state holds what a later
+// file of the capture left (an older file parsed again), and otherwise in
+// memory for the rest of the run. The last file of a capture leaves
+// nothing.
+func (o *output) keep(stream string, in input, c *carried) {
+	delete(o.carries, stream)
+	o.carryOrder = slices.DeleteFunc(o.carryOrder, func(s string) bool { return s == stream })
+	if rotated(in) && o.st != nil && !o.req.NoStore {
+		stored, err := writeCarry(o.env.Ctx, o.st, stream, c, captureEnded(in))
+		if err != nil {
+			o.env.Log.Warn("connections open at the end of the capture not kept for the next", "input", in.name, "err", err)
+		}
+		if stored || captureEnded(in) {
+			return
+		}
+	}
+	if len(o.carryOrder) == maxCarried {
+		delete(o.carries, o.carryOrder[0])
+		o.carryOrder = o.carryOrder[1:]
+	}
+	o.carries[stream] = c
+	o.carryOrder = append(o.carryOrder, stream)
+}
+
+// carryPath is where the state keeps what a stream's last file left open.
+func carryPath(st *state.Store, stream string) string {
+	sum := sha256.Sum256([]byte(stream))
+	return st.Path("parse", "carry", hex.EncodeToString(sum[:16])+".json.gz")
+}
+
+// readCarry reads a stream's stored carry (nil when there is none).
+func readCarry(st *state.Store, stream string) (*carried, error) {
+	f, err := os.Open(carryPath(st, stream))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	dec := json.NewDecoder(zr)
+	var c carried
+	if err := dec.Decode(&c.carryHeader); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	if c.Version != carryVersion {
+		return nil, nil
+	}
+	for {
+		var conn pcap.Carried
+		err := dec.Decode(&conn)
+		if err == io.EOF {
+			return &c, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		c.Conns = append(c.Conns, conn)
+	}
+}
+
+// readCarryHeader reads only the header of a stream's stored carry.
+func readCarryHeader(path string) (*carryHeader, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	var h carryHeader
+	if err := json.NewDecoder(zr).Decode(&h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// writeCarry stores a stream's carry (gzip'd JSON lines: the header, then
+// one connection a line), or removes it when the stream ended or left
+// nothing open, unless what is stored comes from a later file. It reports
+// whether the state now holds c.
+func writeCarry(ctx context.Context, st *state.Store, stream string, c *carried, ended bool) (bool, error) {
+	unlock, err := st.Lock(ctx, "parse-carry")
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	path := carryPath(st, stream)
+	if h, err := readCarryHeader(path); err == nil && h != nil && h.Version == carryVersion && h.End > c.End {
+		return false, nil
+	}
+	if ended || len(c.Conns) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+		return len(c.Conns) == 0, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return false, err
+	}
+	err = files.WriteAtomicFunc(path, 0o644, func(w io.Writer) error {
+		zw := gzip.NewWriter(w)
+		enc := json.NewEncoder(zw)
+		if err := enc.Encode(c.carryHeader); err != nil {
+			return err
+		}
+		for i := range c.Conns {
+			if err := enc.Encode(&c.Conns[i]); err != nil {
+				return err
+			}
+		}
+		return zw.Close()
+	})
+	return err == nil, err
 }

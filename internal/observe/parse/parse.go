@@ -73,6 +73,8 @@ type input struct {
 	lease    string
 	where    string // stdin:LINE for stdin inputs
 	typ      string // the artifact's type (pcap, sensor-log, guest-log, …)
+	capture  string // the capture an artifact was rotated from
+	reason   string // why tb-capture closed the file (stop: the last)
 }
 
 // Run parses every input. Bad inputs are reported one line each and the
@@ -111,7 +113,7 @@ func Run(env *cli.Env, req Request) error {
 			return err
 		}
 	}
-	out := &output{env: env, st: st, req: req, w: bufio.NewWriterSize(env.Stdout, 256<<10)}
+	out := &output{env: env, st: st, req: req, w: bufio.NewWriterSize(env.Stdout, 256<<10), carries: map[string]*carried{}}
 	if st != nil && !req.NoStore {
 		out.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
 		if _, err := out.guard.Check(minReserve); err != nil {
@@ -228,7 +230,8 @@ func fromRecord(rec records.Record, req Request) (input, error) {
 		}
 		return s
 	}
-	in := input{artifact: h.ID, cycle: str("cycle"), lease: str("lease"), typ: str("type")}
+	in := input{artifact: h.ID, cycle: str("cycle"), lease: str("lease"), typ: str("type"), capture: str("capture"),
+		reason: str("reason")}
 	if _, pruned := h.Extra["pruned_at"]; pruned {
 		return in, fmt.Errorf("%s: pruned by retention (its content is gone)", h.ID)
 	}
@@ -341,7 +344,7 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 	env.Log.Debug("parsing", "input", in.name, "format", format)
 	switch format {
 	case FormatPcap:
-		return parsePcap(ctx, env, br, origin, req, sink)
+		return out.parsePcap(ctx, br, in, origin, sink)
 	case FormatZeek:
 		stats, err := zeek.Read(ctx, br, origin, sink)
 		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
@@ -365,24 +368,43 @@ func logErr(env *cli.Env, name string, lines, bad int64, first error, err error)
 	return nil
 }
 
-func parsePcap(ctx context.Context, env *cli.Env, br *bufio.Reader, origin observe.Origin, req Request, sink observe.Sink) error {
+// parsePcap decodes a capture. The connections the previous capture of
+// its stream left open are continued (when this one starts after that one
+// ended), and those this one leaves open are kept for the next.
+func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, origin observe.Origin, sink observe.Sink) error {
+	env, req := o.env, o.req
 	rd, err := capfile.NewReader(br)
 	if err != nil {
 		return cli.DataErr(err)
 	}
+	stream := streamOf(in)
+	prev := o.previous(stream, in)
 	dec := pcap.New(pcap.Config{MaxFlows: req.MaxFlows, Origin: origin, Sink: sink})
 	var p capfile.Packet
+	var last int64
+	seen := false
 	for {
 		err = rd.Next(&p)
 		if err != nil {
 			break
 		}
+		if !seen && prev != nil && p.TS >= prev.End-carrySlack {
+			skipped := dec.Seed(prev.Conns)
+			env.Log.Debug("continuing connections", "input", origin.Input, "from", prev.Source, "conns", len(prev.Conns), "skipped", skipped)
+		}
+		seen = true
+		last = max(last, p.TS)
 		dec.Packet(&p)
 		if p.N&0xffff == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	dec.Finish()
+	c := &carried{carryHeader: carryHeader{Version: carryVersion, Source: inputKey(in), End: last}, Conns: dec.FinishCarry(pcap.DefaultMaxCarry)}
+	if !seen && prev != nil {
+		// No packet: the previous file's connections go on to the next.
+		c.End, c.Conns = prev.End, prev.Conns
+	}
+	o.keep(stream, in, c)
 	s := dec.Stats
 	env.Log.Debug("parsed", "input", origin.Input, "packets", s.Packets, "bytes", s.Bytes, "flows", s.Flows,
 		"malformed", s.Malformed, "non_ip", s.NonIP, "fragments", s.Fragments, "evicted", s.Evicted, "bad_dns", s.BadDNS, "bad_dns_records", s.BadDNSRecords)
@@ -460,6 +482,11 @@ type output struct {
 	w     *bufio.Writer
 	buf   []byte
 	guard *diskspace.Guard
+	// carries are the connections the last input of a stream left open
+	// (see streamOf), for at most maxCarried streams, oldest first in
+	// carryOrder.
+	carries    map[string]*carried
+	carryOrder []string
 }
 
 // minReserve is what the observables and records of a run need at most

@@ -38,6 +38,9 @@ type Stats struct {
 	Bytes         int64
 	Malformed     int64 // frames whose headers did not decode
 	NonIP         int64 // frames without IPv4 or IPv6 (ARP, LLDP, …)
+	OtherLink     int64 // frames of link types not decoded (the reader reports them)
+	Tunnelled     int64 // packets taken out of a tunnel (GRE, IP in IP, MPLS in IP, VXLAN, Geneve)
+	Deep          int64 // packets left in a tunnel nested deeper than maxTunnels
 	Fragments     int64
 	Reassembled   int64
 	Flows         int64
@@ -56,8 +59,8 @@ type Decoder struct {
 	eth   layers.Ethernet
 	dot1q layers.Dot1Q
 	sll   layers.LinuxSLL
-	ip4   layers.IPv4
-	ip6   layers.IPv6
+	ip4   ip4Layer
+	ip6   ip6Layer
 	tcp   layers.TCP
 	udp   layers.UDP
 	icmp4 layers.ICMPv4
@@ -65,6 +68,7 @@ type Decoder struct {
 
 	pEth, pSLL, pIP4, pIP6 *gopacket.DecodingLayerParser
 	decoded                []gopacket.LayerType
+	encap                  int // tunnels the current packet was taken out of
 
 	// flows maps a 5-tuple's hash to its connection (chained through
 	// hnext): the table's slots stay small and the key is compared in the
@@ -143,46 +147,75 @@ func (d *Decoder) Packet(p *capfile.Packet) {
 		d.now = p.TS
 	}
 	d.sweep()
+	d.encap = 0
 	data := p.Data
-	var parser *gopacket.DecodingLayerParser
 	switch p.LinkType {
 	case capfile.LinkEthernet:
-		parser = d.pEth
+		d.run(p, d.pEth, data)
 	case capfile.LinkSLL:
-		parser = d.pSLL
-	case capfile.LinkRaw, capfile.LinkIPv4, capfile.LinkIPv6, 12, 14:
-		parser = d.byVersion(data)
+		d.run(p, d.pSLL, data)
+	case capfile.LinkRaw, capfile.LinkIPv4, capfile.LinkIPv6, capfile.LinkRawBSD, capfile.LinkRawOpen:
+		d.ip(p, data)
 	case capfile.LinkNull, capfile.LinkLoop:
-		if len(data) >= 4 {
-			data = data[4:]
-			parser = d.byVersion(data)
+		if len(data) < 4 {
+			d.Malformed++
+			return
 		}
+		d.ip(p, data[4:])
 	case capfile.LinkSLL2:
-		if len(data) >= 20 {
-			data = data[20:]
-			parser = d.byVersion(data)
+		if len(data) < 20 {
+			d.Malformed++
+			return
 		}
+		d.ether(p, binary.BigEndian.Uint16(data), data[20:])
+	case capfile.LinkPPP, capfile.LinkPPPHDLC:
+		d.ppp(p, data)
+	case capfile.LinkPPPDir:
+		if len(data) < 1 {
+			d.Malformed++
+			return
+		}
+		d.ppp(p, data[1:])
+	case capfile.LinkPPPoE:
+		d.ether(p, etherPPPoE, data)
+	case capfile.LinkCHDLC:
+		if len(data) < 4 {
+			d.Malformed++
+			return
+		}
+		d.ether(p, binary.BigEndian.Uint16(data[2:]), data[4:])
+	case capfile.LinkNFLOG:
+		d.nflog(p, data)
+	default:
+		d.OtherLink++
 	}
-	if parser == nil {
-		d.NonIP++
+}
+
+// ip decodes a raw IP packet of either version.
+func (d *Decoder) ip(p *capfile.Packet, b []byte) {
+	if parser := d.byVersion(b); parser != nil {
+		d.run(p, parser, b)
 		return
 	}
+	d.NonIP++
+}
+
+// run decodes a frame with one of the parsers; what the parser leaves at
+// the link layer (an EtherType it does not know) goes to ether.
+func (d *Decoder) run(p *capfile.Packet, parser *gopacket.DecodingLayerParser, data []byte) {
 	if err := parser.DecodeLayers(data, &d.decoded); err != nil {
 		d.Malformed++
 		return
 	}
-	var net, l4 gopacket.LayerType
+	var net, l4, last gopacket.LayerType
 	for _, t := range d.decoded {
 		switch t {
 		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
-			if net == 0 {
-				net = t
-			}
+			net = t
 		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
-			if l4 == 0 {
-				l4 = t
-			}
+			l4 = t
 		}
+		last = t
 	}
 	switch net {
 	case layers.LayerTypeIPv4:
@@ -190,7 +223,16 @@ func (d *Decoder) Packet(p *capfile.Packet) {
 	case layers.LayerTypeIPv6:
 		d.ipv6(p, l4)
 	default:
-		d.NonIP++
+		switch last {
+		case layers.LayerTypeEthernet:
+			d.ether(p, uint16(d.eth.EthernetType), d.eth.Payload)
+		case layers.LayerTypeDot1Q:
+			d.ether(p, uint16(d.dot1q.Type), d.dot1q.Payload)
+		case layers.LayerTypeLinuxSLL:
+			d.ether(p, uint16(d.sll.EthernetType), d.sll.Payload)
+		default:
+			d.NonIP++
+		}
 	}
 }
 
@@ -228,9 +270,12 @@ func (d *Decoder) ipv4(p *capfile.Packet, l4 gopacket.LayerType) {
 		d.Reassembled++
 		k.ipLen, k.l4Len = hl+len(whole), len(whole)
 		d.transport(&k, 0, whole)
+		d.tunnel(p, k.proto, whole)
 		return
 	}
-	d.transport(&k, l4, ip.Payload)
+	payload := ip.Payload
+	d.transport(&k, l4, payload)
+	d.tunnel(p, k.proto, payload)
 }
 
 func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
@@ -239,19 +284,22 @@ func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
 	k.n, k.ts, k.v6 = p.N, p.TS, true
 	copy(k.src[:], ip.SrcIP)
 	copy(k.dst[:], ip.DstIP)
-	k.ipLen = 40 + int(ip.Length)
 	nh := ip.NextHeader
 	if ip.HopByHop != nil {
 		nh = ip.HopByHop.NextHeader
 	}
 	payload := ip.Payload
-	k.l4Len = len(payload)
+	// A payload length of 0 (a jumbogram, or a segment captured before
+	// the NIC split it) means the captured bytes, as Zeek reads it.
+	k.ipLen, k.l4Len = 40+len(payload), len(payload)
 	if ip.Length > 0 {
-		k.l4Len = int(ip.Length) - hbhLen(ip)
+		k.ipLen = 40 + int(ip.Length)
+		k.l4Len = int(ip.Length) - hbhLen(&ip.IPv6)
 	}
 	if l4 != 0 {
 		k.proto = uint8(nh)
 		d.transport(&k, l4, payload)
+		d.tunnel(p, k.proto, payload)
 		return
 	}
 	// Extension headers gopacket leaves to us, and fragments.
@@ -299,10 +347,12 @@ func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
 			k.ipLen = k.ipLen - k.l4Len + len(whole)
 			k.l4Len = len(whole)
 			d.transport(&k, 0, whole)
+			d.tunnel(p, k.proto, whole)
 			return
 		default:
 			k.proto = uint8(nh)
 			d.transport(&k, 0, payload)
+			d.tunnel(p, k.proto, payload)
 			return
 		}
 	}
@@ -356,8 +406,9 @@ func (d *Decoder) transport(k *pkt, l4 gopacket.LayerType, b []byte) {
 	}
 }
 
-// lookup finds or creates the connection of a packet. senderOrig says
-// whether a new connection's originator is the sender.
+// lookup finds or creates the connection of a packet. newOrigIsSender
+// says whether a new connection's originator is the sender; when it is not,
+// the history records the flip with '^' as Zeek's does.
 func (d *Decoder) lookup(k *pkt, sp, dp uint16, newOrigIsSender func() bool, expired func(*flow) bool) (f *flow, isOrig bool) {
 	key, fwd := makeKey(k.src, k.dst, sp, dp, k.proto, k.v6)
 	f, h := d.find(&key)
@@ -367,9 +418,21 @@ func (d *Decoder) lookup(k *pkt, sp, dp uint16, newOrigIsSender func() bool, exp
 	}
 	if f == nil {
 		f = d.newFlow(key, h, k)
-		f.origIsA = newOrigIsSender() == fwd
+		f.origIsA = fwd
+		if !newOrigIsSender() {
+			f.flip()
+		}
 	}
+	d.started(f, k)
 	return f, fwd == f.origIsA
+}
+
+// started dates a connection carried from the previous capture by its
+// first packet in this one (a new connection is dated when made).
+func (d *Decoder) started(f *flow, k *pkt) {
+	if f.carried && f.ep[0].pkts == 0 && f.ep[1].pkts == 0 {
+		f.start, f.firstPkt = k.ts, k.n
+	}
 }
 
 // find returns the connection of a 5-tuple, if any, and the tuple's hash.
@@ -405,6 +468,13 @@ func (d *Decoder) unlink(f *flow) {
 }
 
 func (d *Decoder) newFlow(key flowKey, h uint64, k *pkt) *flow {
+	d.Flows++
+	return d.insert(key, h, k.ts, k.n)
+}
+
+// insert adds a connection to the table, ending the least recently active
+// one when the table is full.
+func (d *Decoder) insert(key flowKey, h uint64, ts, n int64) *flow {
 	if d.nflows >= d.cfg.MaxFlows {
 		d.evictOne()
 	}
@@ -414,10 +484,9 @@ func (d *Decoder) newFlow(key flowKey, h uint64, k *pkt) *flow {
 	} else {
 		f = new(flow)
 	}
-	*f = flow{key: key, hash: h, hnext: d.flows[h], start: k.ts, last: k.ts, firstPkt: k.n, list: nLists}
+	*f = flow{key: key, hash: h, hnext: d.flows[h], start: ts, last: ts, firstPkt: n, list: nLists}
 	d.flows[h] = f
 	d.nflows++
-	d.Flows++
 	return f
 }
 
@@ -464,7 +533,9 @@ func (d *Decoder) evictOne() {
 }
 
 // Finish ends every connection still open (the end of the capture).
-func (d *Decoder) Finish() {
+func (d *Decoder) Finish() { d.FinishCarry(0) }
+
+func (d *Decoder) finishAll() {
 	for i := range d.lists {
 		for d.lists[i].head != nil {
 			d.finish(d.lists[i].head)
@@ -520,12 +591,16 @@ func (d *Decoder) tcpPacket(k *pkt) {
 	}
 	if f == nil {
 		f = d.newFlow(key, h, k)
-		origIsSender := true
-		if flags&(flagSYN|flagACK) != flagSYN && likely(likelyServerTCP, sp) && !likely(likelyServerTCP, dp) {
-			origIsSender = false
+		f.origIsA = fwd
+		if flipByPort(flags, sp, dp) {
+			f.flip()
 		}
-		f.origIsA = origIsSender == fwd
+	} else if f.synAckAnswered(flags, plen) {
+		f.flip()
+		// As if the SYN-ACK had been the responder's from the start.
+		f.ep[1].state, f.ep[1].prev = tcpEstablished, tcpInactive
 	}
+	d.started(f, k)
 	isOrig := fwd == f.origIsA
 	ep := &f.ep[0]
 	if !isOrig {
@@ -552,8 +627,12 @@ func (d *Decoder) tcpPacket(k *pkt) {
 func (d *Decoder) udpPacket(k *pkt) {
 	u := &d.udp
 	sp, dp := uint16(u.SrcPort), uint16(u.DstPort)
+	ulen := int(u.Length) - 8
+	if ulen < 0 || ulen > k.l4Len-8 {
+		ulen = max(k.l4Len-8, 0)
+	}
 	f, isOrig := d.lookup(k, sp, dp, func() bool {
-		return !(likely(likelyServerUDP, sp) && !likely(likelyServerUDP, dp))
+		return udpSenderIsOrig(sp, dp, u.Payload[:min(ulen, len(u.Payload))], k.dst, k.v6)
 	}, func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
 	ep := &f.ep[1]
 	if isOrig {
@@ -561,10 +640,6 @@ func (d *Decoder) udpPacket(k *pkt) {
 	}
 	ep.pkts++
 	ep.ipBytes += int64(k.ipLen)
-	ulen := int(u.Length) - 8
-	if ulen < 0 || ulen > k.l4Len-8 {
-		ulen = max(k.l4Len-8, 0)
-	}
 	ep.udpBytes += int64(ulen)
 	if ulen > 0 {
 		f.history(isOrig, 'D')
@@ -647,9 +722,10 @@ func (d *Decoder) otherPacket(k *pkt) {
 	if isOrig {
 		ep = &f.ep[0]
 	}
+	// Zeek counts no payload bytes for protocols it does not analyse;
+	// only their IP bytes.
 	ep.pkts++
 	ep.ipBytes += int64(k.ipLen)
-	ep.udpBytes += int64(k.l4Len)
 	d.touch(f, k.ts)
 }
 

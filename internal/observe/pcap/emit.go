@@ -26,13 +26,17 @@ func FlowValue(proto string, oh netip.Addr, op uint16, rh netip.Addr, rp uint16)
 }
 
 // finish ends a connection: the connection, and its icmp, http and tls
-// observables go to the sink, and its slot is recycled.
+// observables go to the sink, and its slot is recycled. A connection
+// carried from the previous capture that saw no packet in this one was
+// reported there and is not reported again.
 func (d *Decoder) finish(f *flow) {
 	if f.list < nLists {
 		d.lists[f.list].remove(f)
 	}
 	d.unlink(f)
-	d.emitFlow(f)
+	if !f.carried || f.ep[0].pkts+f.ep[1].pkts > 0 {
+		d.emitFlow(f)
+	}
 	d.release(&f.half[0])
 	d.release(&f.half[1])
 	*f = flow{}
@@ -67,15 +71,7 @@ func (d *Decoder) emitFlow(f *flow) {
 		ob, rb = o.udpBytes, r.udpBytes
 		state = "OTH"
 	}
-	service := ""
-	switch {
-	case f.pend != nil && f.pend.tls != nil:
-		service = "ssl"
-	case f.app == appHTTP && f.pend != nil:
-		service = "http"
-	case f.dnsSeen:
-		service = "dns"
-	}
+	service := svcNames[f.service()]
 	d.conn = observe.Conn{Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,

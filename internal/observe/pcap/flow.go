@@ -1,8 +1,12 @@
 package pcap
 
 import (
+	"cmp"
+	"encoding/binary"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 type addr [16]byte
@@ -84,6 +88,8 @@ type flow struct {
 	dnsQ               [4]dnsQuery
 	dnsN               uint8
 	dnsSeen            bool
+	carried            bool   // continued from the previous capture (Seed)
+	svc                uint8  // the service a carried connection had (svcNone when none)
 	histSeen           uint16 // history letters recorded, a bit per letter and side
 	histN              uint8
 	hist               [13]byte
@@ -131,6 +137,8 @@ func (f *flow) respPort() uint16 {
 	return f.key.pa
 }
 
+// flip swaps the connection's roles, and records it with '^' in the
+// history as Zeek does.
 func (f *flow) flip() {
 	f.origIsA = !f.origIsA
 	f.ep[0], f.ep[1] = f.ep[1], f.ep[0]
@@ -145,6 +153,102 @@ func (f *flow) flip() {
 	}
 	f.histSeen = f.histSeen>>6&0x3f | f.histSeen&0x3f<<6 | f.histSeen&(1<<12)
 	f.history(true, '^')
+}
+
+// synAckAnswered reports whether a connection whose first packet was a
+// SYN-ACK (its sender taken for the originator until then) now sees an ACK
+// or data, without SYN or RST, before the other side said anything else:
+// the SYN was missed and the SYN-ACK's sender is the responder. A stealth
+// scan's SYN-ACK draws a RST or nothing, so it keeps its roles (Zeek flips
+// the same way since 5.1).
+func (f *flow) synAckAnswered(flags uint8, plen int) bool {
+	o, r := &f.ep[0], &f.ep[1]
+	return o.state == tcpSynAckSent && r.state == tcpInactive && r.pkts == 0 &&
+		flags&(flagSYN|flagRST) == 0 && (flags&flagACK != 0 || plen > 0)
+}
+
+// flipByPort is Zeek's guess of the roles of a TCP connection whose first
+// packet is not a bare SYN: its sender is the responder when it sends from
+// a likely server port to one that is not, or, between two likely server
+// ports, when the packet has no SYN and comes from the lower port.
+func flipByPort(flags uint8, sp, dp uint16) bool {
+	if flags&(flagSYN|flagACK) == flagSYN || !likely(likelyServerTCP, sp) {
+		return false
+	}
+	if likely(likelyServerTCP, dp) {
+		return flags&flagSYN == 0 && sp < dp
+	}
+	return true
+}
+
+// The side that asked, from the first datagram of a UDP connection.
+const (
+	askerUnknown = iota
+	askerSender
+	askerPeer
+)
+
+// udpAsker reads who asked from the first datagram of a connection to or
+// from the ports of DNS (and NetBIOS, mDNS, LLMNR), NTP and DHCP: the QR
+// bit of a DNS header, NTP's mode (3 client, 4 server), DHCP's op
+// (BOOTREQUEST, BOOTREPLY), as Zeek's analyzers of these protocols set the
+// roles. A datagram that does not look like the protocol (a DNS header
+// with more than one question or 64 records in a section, an NTP version
+// or stratum out of range, no DHCP magic cookie) tells nothing.
+func udpAsker(sp, dp uint16, b []byte) int {
+	switch {
+	case isDNSPort(sp) || isDNSPort(dp):
+		if len(b) >= 12 && binary.BigEndian.Uint16(b[4:]) <= 1 && binary.BigEndian.Uint16(b[6:]) <= 64 &&
+			binary.BigEndian.Uint16(b[8:]) <= 64 && binary.BigEndian.Uint16(b[10:]) <= 64 {
+			if b[2]&0x80 != 0 {
+				return askerPeer
+			}
+			return askerSender
+		}
+	case sp == 123 || dp == 123:
+		if len(b) >= 48 && b[0]>>3&7 >= 1 && b[0]>>3&7 <= 4 && b[1] <= 16 {
+			switch b[0] & 7 {
+			case 3:
+				return askerSender
+			case 4:
+				return askerPeer
+			}
+		}
+	case (sp == 67 || sp == 68) && (dp == 67 || dp == 68):
+		if len(b) >= 240 && b[236] == 99 && b[237] == 130 && b[238] == 83 && b[239] == 99 {
+			switch b[0] {
+			case 1:
+				return askerSender
+			case 2:
+				return askerPeer
+			}
+		}
+	}
+	return askerUnknown
+}
+
+// udpSenderIsOrig decides whether the sender of a UDP connection's first
+// datagram is its originator: by content when udpAsker can tell, except
+// that a multicast or broadcast destination is never made the originator
+// (Zeek's rule for DNS); otherwise by Zeek's port heuristic, the sender
+// being the responder when it sends from a likely server port to one that
+// is not.
+func udpSenderIsOrig(sp, dp uint16, payload []byte, dst addr, v6 bool) bool {
+	switch udpAsker(sp, dp, payload) {
+	case askerSender:
+		return true
+	case askerPeer:
+		return groupAddr(dst, v6)
+	}
+	return !(likely(likelyServerUDP, sp) && !likely(likelyServerUDP, dp))
+}
+
+// groupAddr reports a multicast or limited-broadcast address.
+func groupAddr(a addr, v6 bool) bool {
+	if v6 {
+		return a[0] == 0xff
+	}
+	return a[0]>>4 == 0xe || a[0] == 255 && a[1] == 255 && a[2] == 255 && a[3] == 255
 }
 
 // historyLetters are the letters of Zeek's history that tb-parse records,
@@ -252,3 +356,229 @@ func portSet(ports ...int) *[65536 / 64]uint64 {
 }
 
 func likely(s *[65536 / 64]uint64, p uint16) bool { return s[p/64]&(1<<(p%64)) != 0 }
+
+// Services recorded in a connection (Zeek's conn.log service).
+const (
+	svcNone = iota
+	svcDNS
+	svcHTTP
+	svcSSL
+)
+
+var svcNames = [...]string{svcNone: "", svcDNS: "dns", svcHTTP: "http", svcSSL: "ssl"}
+
+// service is what was recognised in the connection's payload, or what it
+// had in the capture it was carried from.
+func (f *flow) service() uint8 {
+	switch {
+	case f.pend != nil && f.pend.tls != nil:
+		return svcSSL
+	case f.app == appHTTP && f.pend != nil:
+		return svcHTTP
+	case f.dnsSeen:
+		return svcDNS
+	}
+	return f.svc
+}
+
+// DefaultMaxCarry bounds the connections a capture hands to the next one
+// of its stream (FinishCarry), each a JSON line of about 200 bytes before
+// compression where tb-parse stores them.
+const DefaultMaxCarry = 1 << 14
+
+// Carried is a connection still open at the end of a capture, as the next
+// capture of the same stream (the next rotated file) continues it: its
+// roles, its history and service, its DNS queries awaiting an answer and,
+// for TCP, each endpoint's state and the sequence number of its next byte.
+// Counts are not carried: the next capture's record of the connection
+// counts what that capture saw, so that a connection's records add up to
+// its totals.
+type Carried struct {
+	Proto   uint8             `json:"proto"`
+	Orig    netip.AddrPort    `json:"orig"`
+	Resp    netip.AddrPort    `json:"resp"`
+	Last    int64             `json:"last"` // its last packet, Unix nanoseconds
+	History string            `json:"history,omitempty"`
+	Service string            `json:"service,omitempty"`
+	TCP     *[2]CarriedTCP    `json:"tcp,omitempty"` // originator, responder
+	DNS     []CarriedDNSQuery `json:"dns,omitempty"`
+}
+
+// CarriedTCP is one endpoint of a carried TCP connection.
+type CarriedTCP struct {
+	State  uint8  `json:"state"`
+	Prev   uint8  `json:"prev"`
+	Closed bool   `json:"closed,omitempty"`
+	Next   uint32 `json:"next"` // the sequence number of its next byte
+}
+
+// CarriedDNSQuery is a DNS query of a carried connection not yet answered.
+type CarriedDNSQuery struct {
+	ID   uint16 `json:"id"`
+	Type uint16 `json:"type"`
+	Name uint64 `json:"name"` // nameHash of its name
+}
+
+// carriable reports whether a connection open at the end of a capture is
+// worth continuing in the next one, boundedly for a scanning bot: a TCP
+// connection established or seen in the middle (not a bare attempt, an
+// unanswered SYN-ACK, or one that closed or was reset), or another that
+// both sides spoke in or that awaits a DNS answer.
+func (f *flow) carriable() bool {
+	o, r := &f.ep[0], &f.ep[1]
+	if f.key.proto == 6 {
+		return !f.tcpClosing() &&
+			(o.state == tcpEstablished || r.state == tcpEstablished || o.state == tcpPartial || r.state == tcpPartial)
+	}
+	if o.pkts > 0 && r.pkts > 0 || f.carried {
+		return true
+	}
+	for _, q := range f.dnsQ[:min(int(f.dnsN), len(f.dnsQ))] {
+		if q.open {
+			return true
+		}
+	}
+	return false
+}
+
+// carry describes a connection for the next capture.
+func (f *flow) carry() Carried {
+	v6 := f.key.v6
+	c := Carried{Proto: f.key.proto, Orig: netip.AddrPortFrom(f.origAddr().netip(v6), f.origPort()),
+		Resp: netip.AddrPortFrom(f.respAddr().netip(v6), f.respPort()), Last: f.last,
+		History: string(f.hist[:f.histN]), Service: svcNames[f.service()]}
+	if f.key.proto == 6 {
+		c.TCP = &[2]CarriedTCP{carryTCP(&f.ep[0]), carryTCP(&f.ep[1])}
+	}
+	for _, q := range f.dnsQ[:min(int(f.dnsN), len(f.dnsQ))] {
+		if q.open {
+			c.DNS = append(c.DNS, CarriedDNSQuery{ID: q.id, Type: q.qtype, Name: q.name})
+		}
+	}
+	return c
+}
+
+func carryTCP(e *endpoint) CarriedTCP {
+	next := e.last32
+	if int32(e.ack32-e.last32) > 0 {
+		next = e.ack32
+	}
+	return CarriedTCP{State: e.state, Prev: e.prev, Closed: e.didClose, Next: next}
+}
+
+// resume sets a new flow to continue c: the roles are set by the caller.
+// TCP endpoints start over at their next byte, as if a SYN had come just
+// before it, so that their byte counts are this capture's. It reports
+// false for a description that does not fit (a corrupt carry).
+func (f *flow) resume(c *Carried) bool {
+	f.carried = true
+	for i := 0; i < len(c.History); i++ {
+		switch ch := c.History[i]; {
+		case ch == '^':
+			f.history(true, '^')
+		case ch >= 'A' && ch <= 'Z' && strings.IndexByte(historyLetters, ch) >= 0:
+			f.history(true, ch)
+		case ch >= 'a' && ch <= 'z' && strings.IndexByte(historyLetters, ch-('a'-'A')) >= 0:
+			f.history(false, ch-('a'-'A'))
+		default:
+			return false
+		}
+	}
+	for i, name := range svcNames {
+		if name == c.Service {
+			f.svc = uint8(i)
+		}
+	}
+	for _, q := range c.DNS {
+		if int(f.dnsN) < len(f.dnsQ) {
+			f.dnsQ[f.dnsN] = dnsQuery{id: q.ID, qtype: q.Type, name: q.Name, open: true}
+			f.dnsN++
+		}
+	}
+	if (c.TCP != nil) != (c.Proto == 6) {
+		return false
+	}
+	if c.TCP != nil {
+		for i, t := range c.TCP {
+			if t.State > tcpReset || t.Prev > tcpReset {
+				return false
+			}
+			e := &f.ep[i]
+			e.state, e.prev, e.didClose = t.State, t.Prev, t.Closed
+			if e.state != tcpInactive {
+				e.initSeq(t.Next-1, t.Next-1, t.Next)
+			}
+		}
+	}
+	return true
+}
+
+// FinishCarry is Finish that also returns, for the next capture of the
+// same stream (Seed), up to max of the connections still open that are
+// worth continuing (see carriable), the most recently active first.
+func (d *Decoder) FinishCarry(max int) []Carried {
+	var carry []Carried
+	if max > 0 {
+		var open []*flow
+		for i := range d.lists {
+			for f := d.lists[i].head; f != nil; f = f.next {
+				if f.carriable() {
+					open = append(open, f)
+				}
+			}
+		}
+		slices.SortStableFunc(open, func(a, b *flow) int { return cmp.Compare(b.last, a.last) })
+		carry = make([]Carried, 0, min(len(open), max))
+		for _, f := range open[:min(len(open), max)] {
+			carry = append(carry, f.carry())
+		}
+	}
+	d.finishAll()
+	return carry
+}
+
+// Seed continues the connections the previous capture of the same stream
+// carried (FinishCarry): they keep their roles and state, and are reported
+// here only if a packet of theirs comes before they time out. Call it
+// before the first packet. Descriptions that do not fit are skipped; it
+// returns how many were.
+func (d *Decoder) Seed(cs []Carried) (skipped int) {
+	cs = slices.Clone(cs)
+	slices.SortStableFunc(cs, func(a, b Carried) int { return cmp.Compare(a.Last, b.Last) })
+	for i := range cs {
+		c := &cs[i]
+		o, r := c.Orig.Addr(), c.Resp.Addr()
+		if !o.IsValid() || o.Is6() != r.Is6() || o.Is4In6() || r.Is4In6() || d.nflows >= d.cfg.MaxFlows {
+			skipped++
+			continue
+		}
+		v6 := o.Is6()
+		key, fwd := makeKey(addrOf(o), addrOf(r), c.Orig.Port(), c.Resp.Port(), c.Proto, v6)
+		f, h := d.find(&key)
+		if f != nil {
+			skipped++
+			continue
+		}
+		f = d.insert(key, h, c.Last, 0)
+		f.origIsA = fwd
+		if !f.resume(c) {
+			d.unlink(f)
+			*f = flow{}
+			d.free = append(d.free, f)
+			skipped++
+			continue
+		}
+		d.touch(f, c.Last)
+	}
+	return skipped
+}
+
+func addrOf(a netip.Addr) addr {
+	var b addr
+	if a.Is4() {
+		v4 := a.As4()
+		copy(b[:4], v4[:])
+		return b
+	}
+	return a.As16()
+}
