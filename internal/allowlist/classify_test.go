@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -556,4 +557,57 @@ func parseScanCycle(t *testing.T, cycle int) *records.Observable {
 	}
 	t.Fatal("no scan observable")
 	return nil
+}
+
+// TestForgedResolutionIsNotEvidence: a sample sends a DNS query carrying an
+// answer (decoy.example A 203.0.113.66), then contacts the decoy as often as
+// a name it really resolved (real.example, 203.0.113.77). Through tb-parse
+// and the classifier, the decoy gains no name, and stays below the score
+// that promotes; the resolved one is promoted.
+func TestForgedResolutionIsNotEvidence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "forged.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := pcapgen.New(f, pcapgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := netip.AddrPortFrom
+	decoy, real := netip.MustParseAddr("203.0.113.66"), netip.MustParseAddr("203.0.113.77")
+	dns := ap(gateway, 53)
+	forged := pcapgen.DNSResponse(1, "decoy.example", layers.DNSTypeA, 0, []layers.DNSResourceRecord{pcapgen.A("decoy.example", decoy, 60)})
+	forged[2] &^= 0x80 // the QR bit: a query, carrying the answer
+	g.T = pcapgen.Start
+	g.UDP(ap(guest, 40000), dns, forged)
+	g.DNSOverUDP(ap(guest, 40001), dns, pcapgen.DNSQuery(2, "real.example", layers.DNSTypeA),
+		pcapgen.DNSResponse(2, "real.example", layers.DNSTypeA, 0, []layers.DNSResourceRecord{pcapgen.A("real.example", real, 60)}))
+	// Three connections to each, at irregular times (no beacon period).
+	for i, d := range []time.Duration{5 * time.Second, 47 * time.Second, 61 * time.Second} {
+		for j, dst := range []netip.Addr{decoy, real} {
+			g.T = pcapgen.Start.Add(d + time.Duration(j)*time.Second)
+			c := g.Dial(ap(guest, uint16(41000+10*i+j)), ap(dst, 443), uint32(1000*i), uint32(5000*i))
+			c.Send([]byte("hello"))
+			c.Reply([]byte("world"))
+			c.Close()
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pol := DefaultPolicy()
+	if err := pol.compile(); err != nil {
+		t.Fatal(err)
+	}
+	m := byValue(Classify(parseCapture(t, path), &pol))
+	if d := m["endpoint 203.0.113.66:443/tcp"]; len(d.Names) != 0 || d.Score >= pol.PromoteScore {
+		t.Errorf("the decoy: names %v, score %.2f (promotes at %.2f): %s", d.Names, d.Score, pol.PromoteScore, d.Reason)
+	}
+	if d := m["endpoint 203.0.113.77:443/tcp"]; !slices.Equal(d.Names, []string{"real.example"}) || d.Score < pol.PromoteScore {
+		t.Errorf("the resolved destination: names %v, score %.2f: %s", d.Names, d.Score, d.Reason)
+	}
+	if d, ok := m["domain decoy.example"]; ok && d.Class == ClassC2 {
+		t.Errorf("the forged name is a C2 candidate: %+v", d)
+	}
 }
