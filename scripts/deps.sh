@@ -11,7 +11,7 @@ case "$what" in test|demo) ;; *) echo "deps.sh: unknown set '$what' (test, demo)
 pkgs=(
   ca-certificates git make gcc pkg-config file xz-utils zstd
   libvirt-daemon-system libvirt-dev qemu-utils qemu-system-x86 qemu-system-arm
-  qemu-system-mips qemu-system-ppc qemu-system-misc qemu-user-static binfmt-support
+  qemu-system-mips qemu-system-ppc qemu-system-misc qemu-user-static binfmt-support strace
   debootstrap mmdebstrap arch-test e2fsprogs
   nftables iproute2 tcpdump tshark inetsim dnsmasq-base busybox-static
   # The C beacon's cross compilers (make cbeacons); with --no-install-recommends

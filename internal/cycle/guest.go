@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -333,21 +334,13 @@ shift 5
 case $t in
 strace:*)
   if command -v strace >/dev/null; then
-    exec strace -f -ttt -qq -s 256 -o "${t#strace:}" -e trace=` + TraceCalls + ` -- "$@" >"$o"
+    exec strace ` + behave.StraceOptions + ` -o "${t#strace:}" -- "$@" >"$o"
   fi
   echo "# tb-run: strace not found in the guest; the sample runs untraced" >"${t#strace:}" ;;
 qemu:*)
   export QEMU_LOG=strace QEMU_LOG_FILENAME="${t#qemu:}.%d" ;;
 esac
 exec "$@" >"$o"`
-
-// TraceCalls are the system calls strace records: those the behaviour
-// observables are made of (processes, files, network, signals, evasion).
-// "?" lets strace skip a call the guest's architecture does not have
-// (arm64 has no open, fork or unlink, only their *at forms).
-const TraceCalls = "execve,execveat,clone,clone3,?fork,?vfork,exit_group,kill,tgkill,tkill,prctl,ptrace," +
-	"?open,openat,?creat,?unlink,unlinkat,?rename,renameat,?renameat2,?chmod,fchmod,fchmodat,?mkdir,mkdirat," +
-	"socket,connect,bind,listen,accept,accept4,sendto,nanosleep,clock_nanosleep"
 
 // Tracers (records.Cycle.Tracer).
 const (

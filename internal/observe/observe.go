@@ -177,6 +177,7 @@ func Merge(dst, src *records.Observable) {
 	mergeTLS(&dst.TLS, src.TLS)
 	mergeICMP(&dst.ICMP, src.ICMP)
 	mergeFile(&dst.File, src.File)
+	mergeBehaviour(dst, src)
 	if s := src.Notice; s != nil {
 		if dst.Notice == nil {
 			dst.Notice = &records.NoticeInfo{Note: s.Note}

@@ -28,8 +28,11 @@ const (
 type key struct{ typ, value string }
 
 // PerCycle reports whether observables of a type stand for one cycle
-// (scans), so that those of different cycles are kept apart.
-func PerCycle(typ string) bool { return typ == records.ObsScan }
+// (scans, a trace's processes and summary), so that those of different
+// cycles are kept apart.
+func PerCycle(typ string) bool {
+	return typ == records.ObsScan || typ == records.ObsProcess || typ == records.ObsTrace
+}
 
 // Key is what observables of a lease are deduplicated by, with their type:
 // the value, and the cycle for per-cycle types.
@@ -149,7 +152,7 @@ func sizeOf(o *records.Observable) int {
 	if a := o.Alert; a != nil {
 		n += len(a.Signature) + len(a.Category) + strs(a.Src) + strs(a.Dst)
 	}
-	return n
+	return n + sizeOfBehaviour(o)
 }
 
 func strs(ss []string) int {
@@ -197,10 +200,13 @@ func (s *Set) out(o *records.Observable) {
 var typeOrder = map[string]int{
 	records.ObsDomain: 0, records.ObsIP: 1, records.ObsEndpoint: 2, records.ObsScan: 3, records.ObsHTTP: 4, records.ObsTLS: 5,
 	records.ObsICMP: 6, records.ObsFile: 7, records.ObsNotice: 8, records.ObsAlert: 9,
+	records.ObsTrace: 10, records.ObsProcess: 11, records.ObsPath: 12, records.ObsNetcall: 13, records.ObsPersistence: 14,
+	records.ObsEvasion: 15,
 }
 
 // Flush emits everything held, by type (domain, ip, endpoint, scan, http,
-// tls, icmp, file, notice, alert), then first sighting, then value; it returns the
+// tls, icmp, file, notice, alert, trace, process, path, netcall,
+// persistence, evasion), then first sighting, then value; it returns the
 // first error emit returned.
 func (s *Set) Flush() error {
 	all := make([]*records.Observable, 0, len(s.m))

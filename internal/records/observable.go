@@ -71,6 +71,13 @@ type Observable struct {
 	File     *FileInfo     `json:"file,omitempty"`
 	Notice   *NoticeInfo   `json:"notice,omitempty"`
 	Alert    *AlertInfo    `json:"alert,omitempty"`
+
+	Process     *ProcessInfo   `json:"process,omitempty"`
+	Path        *PathInfo      `json:"path,omitempty"`
+	Netcall     *NetcallInfo   `json:"netcall,omitempty"`
+	Persistence *TechniqueInfo `json:"persistence,omitempty"`
+	Evasion     *TechniqueInfo `json:"evasion,omitempty"`
+	Trace       *TraceInfo     `json:"trace,omitempty"`
 }
 
 // Provenance says where one sighting came from: the artifact record (when
@@ -502,6 +509,7 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.strs("dst", a.Dst)
 		e.close()
 	}
+	e.behaviour(o)
 	e.b = append(e.b, '}')
 	return e.b
 }

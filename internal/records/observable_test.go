@@ -51,7 +51,7 @@ func randObservable(r *rand.Rand) *Observable {
 	for i := 0; i < r.Intn(3); i++ {
 		o.Provenance = append(o.Provenance, Provenance{Artifact: randString(r), Cycle: randString(r), Input: randString(r), Packet: r.Int63n(3), Line: r.Int63n(3)})
 	}
-	switch r.Intn(11) {
+	switch r.Intn(17) {
 	case 0:
 		o.Domain = &DomainInfo{Queries: r.Int63n(5), Responses: r.Int63n(5), QTypes: randStrings(r), RCodes: randStrings(r),
 			Addrs: randStrings(r), CNAMEs: randStrings(r), Resolvers: randStrings(r), Clients: randStrings(r), Transports: randStrings(r)}
@@ -98,6 +98,45 @@ func randObservable(r *rand.Rand) *Observable {
 		o.Scan = &ScanInfo{Proto: randString(r), Port: uint16(r.Intn(3)), Addr: randString(r), Conns: r.Int63n(9), Open: r.Int63n(9),
 			Rejected: r.Int63n(9), Unanswered: r.Int63n(9), Dests: r.Int63n(9), Estimated: r.Intn(2) == 0, Sketch: randString(r),
 			Rate: float64(r.Intn(1000)) / 7, Sample: randStrings(r), OpenSample: randStrings(r), Clients: randStrings(r)}
+	case 11:
+		o.Process = &ProcessInfo{PID: r.Int63n(9), PPID: r.Int63n(9), Exe: randString(r), FailedExecs: r.Int63n(3), Names: randStrings(r),
+			Start: randTime(r), Threads: r.Int63n(3)}
+		for i := 0; i < r.Intn(3); i++ {
+			o.Process.Execs = append(o.Process.Execs, ProcExec{Path: randString(r), Argv: randStrings(r), At: randTime(r)})
+		}
+		if r.Intn(2) == 0 {
+			uid := r.Int63n(2) * 1000
+			o.Process.UID = &uid
+		}
+		if r.Intn(2) == 0 {
+			o.Process.Exit = &ProcExit{At: randTime(r), Code: r.Int63n(3), Signal: randString(r), Core: r.Intn(2) == 0}
+		}
+	case 12:
+		o.Path = &PathInfo{Ops: randStrings(r), RenamedTo: randStrings(r), RenamedFrom: randStrings(r), Mode: randString(r),
+			Dropped: r.Intn(2) == 0, SelfDelete: r.Intn(2) == 0, Procs: randStrings(r)}
+	case 13:
+		o.Netcall = &NetcallInfo{Call: randString(r), Family: randString(r), Proto: randString(r), Addr: randString(r), Port: uint16(r.Intn(3)),
+			Calls: r.Int63n(9), Accepted: r.Int63n(3), Peers: randStrings(r), Dests: r.Int63n(3), Sample: randStrings(r), Procs: randStrings(r)}
+		for i := 0; i < r.Intn(3); i++ {
+			o.Netcall.Results = append(o.Netcall.Results, CallCount{Name: randString(r), Count: r.Int63n(9)})
+		}
+	case 14, 15:
+		secs := []float64{0, 1.5, 0.000001, 3600}
+		t := &TechniqueInfo{Technique: randString(r), Paths: randStrings(r), Targets: randStrings(r), Procs: randStrings(r),
+			Longest: secs[r.Intn(len(secs))], Total: secs[r.Intn(len(secs))]}
+		if r.Intn(2) == 0 {
+			o.Persistence = t
+		} else {
+			o.Evasion = t
+		}
+	case 16:
+		o.Trace = &TraceInfo{Format: randString(r), Lines: r.Int63n(9), Root: r.Int63n(9), Processes: r.Int63n(9), Threads: r.Int63n(9),
+			Execs: r.Int63n(9), FailedExecs: r.Int63n(9), Dropped: randStrings(r), Unfinished: r.Int63n(3), Truncated: r.Intn(2) == 0,
+			Garbled: r.Int63n(3), OmittedProcesses: r.Int63n(3), OmittedPaths: r.Int63n(3), OmittedNetcalls: r.Int63n(3),
+			LongestSleep: float64(r.Intn(3)) / 3, TotalSleep: float64(r.Intn(3)) * 1.5}
+		for i := 0; i < r.Intn(3); i++ {
+			o.Trace.Calls = append(o.Trace.Calls, CallCount{Name: randString(r), Count: r.Int63n(9)})
+		}
 	}
 	return o
 }
