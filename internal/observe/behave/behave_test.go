@@ -705,6 +705,9 @@ func TestClassify(t *testing.T) {
 		"/root/.bashrc": "profile", "/home/u/.bash_profile": "profile", "/home/u/.bash_login": "profile", "/home/u/.profile": "profile",
 		"/etc/passwd": "account", "/etc/shadow": "account", "/etc/sudoers": "account", "/etc/sudoers.d/x": "account",
 		"/etc/rc.d": "", "/etc/rcX.d/x": "", "/etc/cron": "", "/tmp/authorized_keys": "", "/etc/hosts": "",
+		// Under another root: the beacon's -behave writes these.
+		"/var/tmp/talkbox/behave/etc/cron.d/tb-beacon": "cron", "/mnt/root/etc/ld.so.preload": "ld-preload",
+		"/srv/fs/var/spool/cron/crontabs/root": "cron", "/srv/etcetera/x": "", "/srv/x/etc/hosts": "",
 	} {
 		if got := persistenceKind(p); got != want {
 			t.Errorf("persistenceKind(%s) = %q, want %q", p, got, want)

@@ -8,8 +8,24 @@ import (
 
 // persistenceKind names the persistence a write to p would be: init
 // scripts, cron, systemd units, the dynamic linker's preload list, SSH
-// keys, shell profiles, accounts; "" for none.
+// keys, shell profiles, accounts; "" for none. The same files under another
+// root (a chroot, a mounted root file system: /mnt/root/etc/crontab) count
+// too.
 func persistenceKind(p string) string {
+	if k := rootPersistence(p); k != "" {
+		return k
+	}
+	for i := 1; i < len(p); i++ {
+		if p[i] == '/' && (strings.HasPrefix(p[i:], "/etc/") || strings.HasPrefix(p[i:], "/var/spool/cron/")) {
+			if k := rootPersistence(p[i:]); k != "" {
+				return k
+			}
+		}
+	}
+	return ""
+}
+
+func rootPersistence(p string) string {
 	base := path.Base(p)
 	switch {
 	case p == "/etc/rc.local", p == "/etc/inittab", strings.HasPrefix(p, "/etc/init.d/"), strings.HasPrefix(p, "/etc/rc.d/"),

@@ -21,10 +21,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/eve"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcap"
@@ -321,6 +324,15 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 	}
 	origin := observe.Origin{Artifact: in.artifact, Cycle: in.cycle, Input: in.name, Source: format}
 	sink.origin = origin
+	if format == behave.FormatStrace || format == behave.FormatQEMU {
+		// A trace has no connections: no flow log.
+		res, err := behave.Parse(ctx, br, origin, sink, out.traceOptions(in, format))
+		var stats observe.LineStats
+		if res != nil {
+			stats = res.Stats
+		}
+		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
+	}
 	if !req.NoStore {
 		fl, ferr := newFlowLog(st, in, out.guard)
 		if ferr != nil {
@@ -419,8 +431,16 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 // its magic.
 func decompress(f io.Reader) (*bufio.Reader, func(), error) {
 	br := bufio.NewReaderSize(f, capfile.BufferSize)
-	m, _ := br.Peek(2)
-	if len(m) == 2 && m[0] == 0x1f && m[1] == 0x8b {
+	m, _ := br.Peek(4)
+	if bytes.Equal(m, zstdMagic) {
+		// tb-run's traces and tb-parse's own flow logs.
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, nil, fmt.Errorf("zstd: %w", err)
+		}
+		return bufio.NewReaderSize(zr, capfile.BufferSize), zr.Close, nil
+	}
+	if len(m) >= 2 && m[0] == 0x1f && m[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, nil, fmt.Errorf("gzip: %w", err)
@@ -458,6 +478,9 @@ func Detect(br *bufio.Reader) (string, error) {
 	if bytes.HasPrefix(head, []byte("#separator")) {
 		return FormatZeek, nil
 	}
+	if f := behave.Detect(head); f != "" {
+		return f, nil
+	}
 	trimmed := bytes.TrimLeft(head, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '{' {
 		line := trimmed
@@ -471,7 +494,7 @@ func Detect(br *bufio.Reader) (string, error) {
 			return FormatZeek, nil
 		}
 	}
-	return "", errors.New("not a pcap, pcapng, Zeek log or Suricata EVE file")
+	return "", errors.New("not a pcap, pcapng, Zeek log, Suricata EVE file or system-call trace")
 }
 
 // output stores and prints deduplicated observables.
@@ -487,6 +510,28 @@ type output struct {
 	// carryOrder.
 	carries    map[string]*carried
 	carryOrder []string
+}
+
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// traceOptions are what the cycle of a trace says of the traced run: when
+// the sample started (a QEMU log has no times), from where, in which
+// directory, and its observation window (a longer sleep is evasion).
+func (o *output) traceOptions(in input, format string) behave.Options {
+	opts := behave.Options{Format: format}
+	var c records.Cycle
+	if in.cycle == "" || o.st == nil || o.st.Get(in.cycle, &c) != nil {
+		return opts
+	}
+	opts.Exe, opts.Cwd = c.GuestPath, c.Workdir
+	opts.Window = c.Timeout.D()
+	if c.Detach {
+		opts.Window = c.Window.D()
+	}
+	if c.LaunchedAt != nil {
+		opts.Start = *c.LaunchedAt
+	}
+	return opts
 }
 
 // minReserve is what the observables and records of a run need at most
