@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
@@ -39,6 +40,15 @@ type Post interface {
 	// Dump writes the lease's guest memory as an artifact of the cycle
 	// and returns its ID.
 	Dump(ctx context.Context, lease, cycle string) (string, error)
+	// PlanDropped plans files the cycle's sample dropped in the guest,
+	// copied out to the host, as samples whose lineage names the cycle,
+	// and returns their sample IDs.
+	PlanDropped(ctx context.Context, cycle string, files []DroppedFile) ([]string, error)
+}
+
+// DroppedFile is a file the sample left in the guest, copied out.
+type DroppedFile struct {
+	GuestPath, HostPath string
 }
 
 // Post-processing steps a cycle may run, in this order.
@@ -46,6 +56,7 @@ const (
 	StepDump    = "dump" // the guest's memory at the end of execution
 	StepRotate  = "rotate"
 	StepParse   = "parse"
+	StepDrops   = "drops" // the files the trace says the sample dropped, copied out and planned
 	StepPromote = "promote"
 )
 
@@ -148,6 +159,7 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		if p.Emulation != nil {
 			c.Tracer = TracerQEMU
 		}
+		c.Post = slices.Insert(c.Post, slices.Index(c.Post, StepParse)+1, StepDrops)
 	}
 	if p.Network.Promote {
 		c.Post = append(c.Post, StepPromote)
@@ -177,8 +189,8 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		c.Post = req.Post
 	}
 	for _, s := range c.Post {
-		if s != StepDump && s != StepRotate && s != StepParse && s != StepPromote {
-			return nil, cli.Usage(fmt.Errorf("unknown post-processing step %q (dump, rotate, parse, promote)", s))
+		if s != StepDump && s != StepRotate && s != StepParse && s != StepDrops && s != StepPromote {
+			return nil, cli.Usage(fmt.Errorf("unknown post-processing step %q (dump, rotate, parse, drops, promote)", s))
 		}
 	}
 	if c.Detach && c.Window <= 0 {

@@ -617,3 +617,52 @@ func TestMemoryInstrumentDumpsTheGuestFirst(t *testing.T) {
 		t.Fatalf("%d memory dumps", dumps)
 	}
 }
+
+// TestTraceReachesTheAnalysis: a traced cycle's behaviour observables give
+// the analysis its process tree, dropped files, persistence and listeners;
+// the dropped file is copied out of the guest and planned (a file gone from
+// the guest is skipped); persistence escalates.
+func TestTraceReachesTheAnalysis(t *testing.T) {
+	e := setup(t, "out hello")
+	ctx := context.Background()
+	var p records.Plan
+	if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c := e.run(t, Request{})
+	if !slices.Equal(c.Post, []string{StepRotate, StepParse, StepDrops, StepPromote}) {
+		t.Fatalf("post-processing %v", c.Post)
+	}
+	if len(c.DroppedSamples) != 1 || !slices.Equal(e.post.dropped, []string{fakeDropped + "=#!/bin/sh\nexit 0\n"}) {
+		t.Fatalf("dropped samples %v, planned %q", c.DroppedSamples, e.post.dropped)
+	}
+	var a records.RunAnalysis
+	if err := e.st.Get(c.Analysis, &a); err != nil {
+		t.Fatal(err)
+	}
+	b := a.Behaviour
+	if b == nil || len(b.Processes) != 2 || b.Processes[1].PPID != 101 || !slices.Equal(b.Processes[0].Names, []string{"kworker/u:tb"}) ||
+		!slices.Equal(b.Dropped, []string{fakeDropped}) || !slices.Equal(b.Persistence, []string{"cron /etc/crontab"}) ||
+		!slices.Equal(b.Listening, []string{"listen 0.0.0.0:2323/tcp"}) || !slices.Equal(b.DroppedSamples, c.DroppedSamples) {
+		t.Fatalf("behaviour %+v", b)
+	}
+	for _, l := range []string{"persistence", "dropper", "backdoor"} {
+		if !slices.Contains(a.Classification, l) {
+			t.Errorf("classification %v lacks %s", a.Classification, l)
+		}
+	}
+	if a.Recommendation != records.RecommendEscalate {
+		t.Errorf("recommendation %s: %v", a.Recommendation, a.Reasons)
+	}
+	s, err := Summarise(e.st, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	s.Text(&text)
+	for _, want := range []string{"process 101 /var/tmp/sample (kworker/u:tb) exit 0", "  process 102 /var/tmp/sample", "dropped: " + fakeDropped + " (planned as ", "persistence: cron /etc/crontab"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, text.String())
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,6 +159,7 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) 
 	f.files[out], f.files[errp] = nil, nil
 	if path, ok := strings.CutPrefix(trace, TracerStrace+":"); ok {
 		f.files[path] = fmt.Appendf(nil, "%d 1795500967.108906 execve(%q, [%q], 0x7ffc9fab1ca8 /* 3 vars */) = 0\n", pid, sample, sample)
+		f.files[fakeDropped] = []byte("#!/bin/sh\nexit 0\n")
 	}
 	if path, ok := strings.CutPrefix(trace, TracerQEMU+":"); ok {
 		// QEMU_LOG_FILENAME=path.%d: one log per emulated process.
@@ -236,6 +238,7 @@ type fakePost struct {
 	failParse                error
 	rev                      *records.AllowRevision
 	parsed                   []string // every artifact given to Parse
+	dropped                  []string // "PATH=CONTENT" of every file given to PlanDropped
 }
 
 func (p *fakePost) EnsureCapture(ctx context.Context, lease string) (string, error) {
@@ -254,6 +257,19 @@ func (p *fakePost) Dump(ctx context.Context, lease, cycle string) (string, error
 	a := &records.Artifact{Cycle: cycle, Lease: lease, Type: ArtifactMemoryDump, URI: "blob:sha256:01", Size: 1 << 20}
 	records.Init(a, records.KindArtifact, p.st.Now())
 	return a.ID, p.st.Create(ctx, a)
+}
+
+func (p *fakePost) PlanDropped(ctx context.Context, cycle string, files []DroppedFile) ([]string, error) {
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f.HostPath)
+		if err != nil {
+			return nil, err
+		}
+		p.dropped = append(p.dropped, f.GuestPath+"="+string(b))
+		out = append(out, records.NewID(records.KindSample, p.st.Now()))
+	}
+	return out, nil
 }
 
 func (p *fakePost) Parse(ctx context.Context, artifacts []string) (int, error) {
@@ -279,8 +295,36 @@ func (p *fakePost) Parse(ctx context.Context, artifacts []string) (int, error) {
 			return 0, err
 		}
 	}
-	return 3, nil
+	n := 3
+	for _, id := range artifacts {
+		var t records.Artifact
+		if err := p.st.Get(id, &t); err != nil || t.Type != ArtifactTrace {
+			continue
+		}
+		// What tb-parse makes of a trace: the fake guest's sample drops
+		// fakeDropped and writes a crontab.
+		for _, o := range []records.Observable{
+			{Type: records.ObsTrace, Value: "strace", Trace: &records.TraceInfo{Format: "strace", Dropped: []string{fakeDropped, "/var/tmp/gone"}}},
+			{Type: records.ObsProcess, Value: "101 /var/tmp/sample", Process: &records.ProcessInfo{PID: 101, Exe: "/var/tmp/sample", Names: []string{"kworker/u:tb"},
+				Exit: &records.ProcExit{Code: 0}}},
+			{Type: records.ObsProcess, Value: "102 /var/tmp/sample", Process: &records.ProcessInfo{PID: 102, PPID: 101, Exe: "/var/tmp/sample"}},
+			{Type: records.ObsPath, Value: fakeDropped, Path: &records.PathInfo{Ops: []string{"create", "write", "chmod+x"}, Dropped: true}},
+			{Type: records.ObsPersistence, Value: "cron /etc/crontab", Persistence: &records.TechniqueInfo{Technique: "cron"}},
+			{Type: records.ObsNetcall, Value: "listen 0.0.0.0:2323/tcp", Netcall: &records.NetcallInfo{Call: "listen", Port: 2323}},
+		} {
+			o.Lease, o.Cycle, o.Count = t.Lease, t.Cycle, 1
+			records.Init(&o, records.KindObservable, p.st.Now())
+			if err := p.st.Create(ctx, &o); err != nil {
+				return 0, err
+			}
+			n++
+		}
+	}
+	return n, nil
 }
+
+// fakeDropped is the file the fake guest's traced sample drops.
+const fakeDropped = "/var/tmp/.tbdrop"
 
 func (p *fakePost) Promote(ctx context.Context, lease, cycle string) (string, error) {
 	p.promote++

@@ -1,10 +1,12 @@
 package cycle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +66,16 @@ func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, er
 			return c, err
 		}
 	}
+	if slices.Contains(c.Post, StepDrops) && !done(StepDrops) {
+		start := time.Now()
+		ids, err := r.drops(ctx, c)
+		if err != nil {
+			return c, fmt.Errorf("planning dropped files: %w", err)
+		}
+		if c, err = r.timed(ctx, c, StepDrops, start, func(n *records.Cycle) error { n.DroppedSamples = ids; return nil }); err != nil {
+			return c, err
+		}
+	}
 	if slices.Contains(c.Post, StepPromote) && !done(StepPromote) {
 		start := time.Now()
 		rev, err := r.Post.Promote(ctx, c.Lease, c.ID)
@@ -117,9 +129,17 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		case records.ObsEndpoint:
 			a.Destinations = append(a.Destinations, o.Value)
 		}
+		behaviourOf(a, &o)
 	}
 	sort.Strings(a.Domains)
 	sort.Strings(a.Destinations)
+	if b := a.Behaviour; b != nil {
+		for _, l := range [][]string{b.Dropped, b.Persistence, b.Evasion, b.Tried, b.Listening} {
+			sort.Strings(l)
+		}
+		slices.SortFunc(b.Processes, func(x, y records.ProcessNode) int { return cmp.Compare(x.PID, y.PID) })
+		b.DroppedSamples = c.DroppedSamples
+	}
 	arts, err := st.List(records.KindArtifact)
 	if err != nil {
 		return nil, err
@@ -190,6 +210,17 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	if total == 0 && !wrongArch {
 		a.Classification = append(a.Classification, "silent")
 	}
+	if b := a.Behaviour; b != nil {
+		for _, l := range []struct {
+			label string
+			has   bool
+		}{{"persistence", len(b.Persistence) > 0}, {"evasion", len(b.Evasion) > 0},
+			{"dropper", len(b.Dropped) > 0}, {"backdoor", len(b.Listening) > 0}} {
+			if l.has {
+				a.Classification = append(a.Classification, l.label)
+			}
+		}
+	}
 	switch {
 	case wrongArch:
 		a.Recommendation = records.RecommendReplan
@@ -200,6 +231,9 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	case len(pending) > 0:
 		a.Recommendation = records.RecommendEscalate
 		a.Reasons = append(a.Reasons, "allow-list entries wait for approval: "+strings.Join(pending, ", "))
+	case a.Behaviour != nil && len(a.Behaviour.Persistence) > 0:
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, "persistence or tampering in the guest: "+strings.Join(a.Behaviour.Persistence, ", "))
 	case classes["abuse"] || classes["smtp"]:
 		a.Recommendation = records.RecommendEscalate
 		a.Reasons = append(a.Reasons, "the sample tried abuse destinations (refused)")
@@ -223,3 +257,47 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	}
 	return a, nil
 }
+
+// behaviourOf adds a behaviour observable to the analysis's summary.
+func behaviourOf(a *records.RunAnalysis, o *records.Observable) {
+	if o.Process == nil && o.Path == nil && o.Netcall == nil && o.Persistence == nil && o.Evasion == nil {
+		return
+	}
+	if a.Behaviour == nil {
+		a.Behaviour = &records.BehaviourSummary{}
+	}
+	b := a.Behaviour
+	switch {
+	case o.Process != nil:
+		p := o.Process
+		n := records.ProcessNode{PID: p.PID, PPID: p.PPID, Exe: p.Exe, Names: p.Names}
+		if len(p.Execs) > 0 {
+			n.Argv = p.Execs[len(p.Execs)-1].Argv
+		}
+		if x := p.Exit; x != nil {
+			n.Exit = cmp.Or(x.Signal, strconv.FormatInt(x.Code, 10))
+		}
+		if len(b.Processes) < maxTreeNodes {
+			b.Processes = append(b.Processes, n)
+		}
+	case o.Path != nil:
+		if o.Path.Dropped {
+			b.Dropped = append(b.Dropped, o.Value)
+		}
+	case o.Netcall != nil:
+		switch o.Netcall.Call {
+		case "connect", "sendto":
+			b.Tried = append(b.Tried, o.Value)
+		case "listen":
+			b.Listening = append(b.Listening, o.Value)
+		}
+	case o.Persistence != nil:
+		b.Persistence = append(b.Persistence, o.Value)
+	case o.Evasion != nil:
+		b.Evasion = append(b.Evasion, o.Value)
+	}
+}
+
+// maxTreeNodes bounds the processes an analysis lists (the trace's process
+// observables are bounded too).
+const maxTreeNodes = 512

@@ -54,15 +54,16 @@ type Summary struct {
 	Error    string      `json:"error,omitempty"`
 	Run      *RunSummary `json:"run,omitempty"`
 	// The rest comes from the run's analysis, when there is one.
-	Analysis       string            `json:"analysis,omitempty"`
-	Seen           map[string]int    `json:"seen,omitempty"`
-	Connections    int64             `json:"connections,omitempty"`
-	Names          []string          `json:"names,omitempty"`
-	Promoted       []Promoted        `json:"promoted,omitempty"`
-	Refused        []records.Refusal `json:"refused,omitempty"`
-	Classification []string          `json:"classification,omitempty"`
-	Recommendation string            `json:"recommendation,omitempty"`
-	Reasons        []string          `json:"reasons,omitempty"`
+	Analysis       string                    `json:"analysis,omitempty"`
+	Seen           map[string]int            `json:"seen,omitempty"`
+	Connections    int64                     `json:"connections,omitempty"`
+	Names          []string                  `json:"names,omitempty"`
+	Promoted       []Promoted                `json:"promoted,omitempty"`
+	Refused        []records.Refusal         `json:"refused,omitempty"`
+	Behaviour      *records.BehaviourSummary `json:"behaviour,omitempty"`
+	Classification []string                  `json:"classification,omitempty"`
+	Recommendation string                    `json:"recommendation,omitempty"`
+	Reasons        []string                  `json:"reasons,omitempty"`
 }
 
 // RunSummary is how the sample's run ended, with the last lines it wrote.
@@ -110,6 +111,7 @@ func Summarise(st *state.Store, id string) (*Summary, error) {
 	}
 	r.Analysis, r.Seen, r.Names, r.Refused, r.Connections = a.ID, a.Observables, a.Domains, a.Refused, a.Connections
 	r.Classification, r.Recommendation, r.Reasons = a.Classification, a.Recommendation, a.Reasons
+	r.Behaviour = a.Behaviour
 	reasons := entryReasons(st, a.Revision)
 	for _, k := range a.Promoted {
 		r.Promoted = append(r.Promoted, Promoted{Key: k, Reason: reasons[k]})
@@ -165,6 +167,34 @@ func (r *Summary) Text(w io.Writer) {
 			ex = " (" + strings.Join(f.Examples, ", ") + ")"
 		}
 		p("  refused: %s [%s] — %s%s", f.Target, f.Class, f.Reason, ex)
+	}
+	if b := r.Behaviour; b != nil {
+		p("  behaviour:")
+		b.Tree(func(depth int, n records.ProcessNode) {
+			line := fmt.Sprintf("process %d %s", n.PID, orNone(n.Exe))
+			if len(n.Names) > 0 {
+				line += " (" + strings.Join(n.Names, ", ") + ")"
+			}
+			if n.Exit != "" {
+				line += " exit " + n.Exit
+			}
+			p("    %s%s", strings.Repeat("  ", depth), line)
+		})
+		for i, d := range b.Dropped {
+			planned := ""
+			if i < len(b.DroppedSamples) {
+				planned = " (planned as " + b.DroppedSamples[i] + ")"
+			}
+			p("    dropped: %s%s", d, planned)
+		}
+		for _, l := range []struct {
+			what string
+			vs   []string
+		}{{"persistence", b.Persistence}, {"evasion", b.Evasion}, {"tried", b.Tried}, {"listening", b.Listening}} {
+			if len(l.vs) > 0 {
+				p("    %s: %s", l.what, strings.Join(l.vs, ", "))
+			}
+		}
 	}
 	p("  classification: %s", orNone(strings.Join(r.Classification, ", ")))
 	p("  recommendation: %s — %s", r.Recommendation, strings.Join(r.Reasons, "; "))

@@ -151,6 +151,19 @@ func (t *Tools) Dump(ctx context.Context, lease, cycle string) (string, error) {
 	return a[0], nil
 }
 
+// PlanDropped is "tb-plan --dropped-by C --dropped-path P FILE" per file.
+func (t *Tools) PlanDropped(ctx context.Context, cycle string, files []DroppedFile) ([]string, error) {
+	var out []string
+	for _, f := range files {
+		recs, err := t.run(ctx, nil, "tb-plan", "--dropped-by", cycle, "--dropped-path", f.GuestPath, f.HostPath)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ids(recs, records.KindSample)...)
+	}
+	return out, nil
+}
+
 // Rotate is "tb-capture rotate --lease L --cycle C".
 func (t *Tools) Rotate(ctx context.Context, lease, cycle string) ([]string, error) {
 	recs, err := t.run(ctx, nil, "tb-capture", "rotate", "--lease", lease, "--cycle", cycle)

@@ -309,3 +309,57 @@ func (e *jsonAppender) float(k string, v float64, omitEmpty bool) {
 	e.key(k)
 	e.b = appendFloat(e.b, v)
 }
+
+// BehaviourSummary is what a cycle's analysis says of its behaviour trace:
+// the process tree, and the values of its dropped files, persistence and
+// tampering, evasion, the destinations the sample tried by system call and
+// the listeners it opened.
+type BehaviourSummary struct {
+	Processes   []ProcessNode `json:"processes,omitempty"`
+	Dropped     []string      `json:"dropped,omitempty"`
+	Persistence []string      `json:"persistence,omitempty"`
+	Evasion     []string      `json:"evasion,omitempty"`
+	Tried       []string      `json:"tried,omitempty"`
+	Listening   []string      `json:"listening,omitempty"`
+	// DroppedSamples are the samples tb-run planned from the dropped files.
+	DroppedSamples []string `json:"dropped_samples,omitempty"`
+}
+
+// ProcessNode is one process of the tree.
+type ProcessNode struct {
+	PID   int64    `json:"pid"`
+	PPID  int64    `json:"ppid"`
+	Exe   string   `json:"exe,omitempty"`
+	Argv  []string `json:"argv,omitempty"`
+	Names []string `json:"names,omitempty"`
+	Exit  string   `json:"exit,omitempty"` // "0", "SIGKILL", "" while running
+}
+
+// Tree calls fn for each process, parents before their children (in pid
+// order), with its depth in the tree: processes whose parent is not listed
+// are roots.
+func (b *BehaviourSummary) Tree(fn func(depth int, n ProcessNode)) {
+	listed := map[int64]bool{}
+	children := map[int64][]ProcessNode{}
+	for _, n := range b.Processes {
+		listed[n.PID] = true
+	}
+	var roots []ProcessNode
+	for _, n := range b.Processes {
+		if listed[n.PPID] && n.PPID != n.PID {
+			children[n.PPID] = append(children[n.PPID], n)
+		} else {
+			roots = append(roots, n)
+		}
+	}
+	var walk func(depth int, n ProcessNode)
+	walk = func(depth int, n ProcessNode) {
+		fn(depth, n)
+		for _, c := range children[n.PID] {
+			walk(depth+1, c)
+		}
+	}
+	for _, r := range roots {
+		walk(0, r)
+	}
+}

@@ -96,6 +96,9 @@ type Cycle struct {
 	Tracer    string `json:"tracer,omitempty"`
 	TraceFrom int64  `json:"trace_from,omitempty"`
 	TraceTo   int64  `json:"trace_to,omitempty"`
+	// DroppedSamples are the samples planned from files the sample dropped
+	// in the guest (post-processing step drops).
+	DroppedSamples []string `json:"dropped_samples,omitempty"`
 	// Cancel is set by "tb-run cancel" for the runner to act on.
 	Cancel      bool       `json:"cancel,omitempty"`
 	RequestedAt time.Time  `json:"requested_at"`
@@ -169,8 +172,10 @@ type RunAnalysis struct {
 	Revision string    `json:"revision,omitempty"`
 	Promoted []string  `json:"promoted,omitempty"`
 	Refused  []Refusal `json:"refused,omitempty"`
+	// Behaviour sums up the cycle's behaviour trace, when it had one.
+	Behaviour *BehaviourSummary `json:"behaviour,omitempty"`
 	// Classification sums the run up (beaconing, scanning, silent,
-	// crashed, wrong-architecture, …).
+	// crashed, wrong-architecture, persistence, evasion, dropper, …).
 	Classification []string `json:"classification"`
 	Recommendation string   `json:"recommendation"`
 	Reasons        []string `json:"reasons"`
