@@ -111,6 +111,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 	var icmpFloods []string
 	seenFlowIP := map[netip.Addr]bool{}
 	var ipObs []*records.Observable
+	var netcalls []*records.Observable
 	// Scans summarised by tb-parse, by "proto/port" (the distinct
 	// destinations of all their observables, one per cycle).
 	scanObs := map[string][]*records.Observable{}
@@ -163,6 +164,8 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			}
 		case o.IP != nil:
 			ipObs = append(ipObs, o)
+		case o.Netcall != nil:
+			netcalls = append(netcalls, o)
 		case o.Domain != nil:
 			name := strings.TrimSuffix(strings.ToLower(o.Value), ".")
 			names[name] = &dnsName{o: o, addrs: o.Domain.Addrs, mx: containsStr(o.Domain.QTypes, "MX")}
@@ -328,6 +331,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 	for _, e := range list {
 		out = append(out, *res[e.key()])
 	}
+	out = append(out, tried(lease, netcalls, eps, pol)...)
 	for _, k := range slices.Sorted(maps.Keys(scanObs)) {
 		if d, ok := scanDest(lease, k, scanObs[k], len(byPortOf(list, k)), pol); ok {
 			out = append(out, d)
@@ -680,4 +684,56 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// tried are the destinations the sample connected to, or sent a datagram
+// to, by system call (its behaviour trace) without any of its traffic
+// being captured: each a C2 candidate at the candidate score, never more,
+// since the sample chooses what it calls (a decoy costs it one connect).
+// Destinations the capture saw are classified from the capture alone.
+func tried(lease string, netcalls []*records.Observable, eps map[string]*endpoint, pol *Policy) []Dest {
+	byKey := map[string]*Dest{}
+	for _, o := range netcalls {
+		n := o.Netcall
+		if (n.Call != "connect" && n.Call != "sendto") || (n.Family != "inet" && n.Family != "inet6") || n.Port == 0 {
+			continue
+		}
+		a, err := netip.ParseAddr(n.Addr)
+		if err != nil {
+			continue
+		}
+		proto := n.Proto
+		if proto == "" {
+			proto = map[string]string{"connect": "tcp", "sendto": "udp"}[n.Call]
+		}
+		if proto != "tcp" && proto != "udp" {
+			continue
+		}
+		key := endpointValue(a.Unmap(), proto, n.Port)
+		if eps[key] != nil {
+			continue
+		}
+		d := byKey[key]
+		if d == nil {
+			d = &Dest{Lease: lease, Type: records.AllowEndpoint, Value: key, Observable: o.ID, addr: a.Unmap(), proto: proto, port: n.Port}
+			byKey[key] = d
+		}
+		d.Conns += n.Calls
+		if o.LastSeen.After(d.LastSeen) {
+			d.LastSeen = o.LastSeen
+		}
+	}
+	out := make([]Dest, 0, len(byKey))
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		d := byKey[k]
+		if pol.isInfraService(d.proto, d.port) {
+			d.Class, d.Reason = ClassInfra, fmt.Sprintf("%s/%d is a service the lab provides", d.proto, d.port)
+		} else {
+			// Below the promotion score whatever the policy says.
+			d.Class, d.Score = ClassC2, math.Min(pol.CandidateScore, pol.PromoteScore-0.01)
+			d.Reason = fmt.Sprintf("tried by system call (%d calls in the behaviour trace), no traffic captured: a candidate only", d.Conns)
+		}
+		out = append(out, *d)
+	}
+	return out
 }

@@ -611,3 +611,40 @@ func TestForgedResolutionIsNotEvidence(t *testing.T) {
 		t.Errorf("the forged name is a C2 candidate: %+v", d)
 	}
 }
+
+// TestTriedDestinations: a connect the behaviour trace shows, to a
+// destination the capture never saw, is a C2 candidate below the promotion
+// score (the sample chooses what it calls), even with a policy whose
+// candidate score is the promotion score; a lab service is infrastructure;
+// a destination the capture saw is classified from the capture alone.
+func TestTriedDestinations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mixed.pcap")
+	genCapture(t, path)
+	obs := parseCapture(t, path)
+	netcall := func(call, addr string, port uint16, calls int64) *records.Observable {
+		o := &records.Observable{Type: records.ObsNetcall, Value: fmt.Sprintf("%s %s:%d/tcp", call, addr, port), Lease: testLease,
+			Netcall: &records.NetcallInfo{Call: call, Family: "inet", Proto: "tcp", Addr: addr, Port: port, Calls: calls}}
+		records.Init(o, records.KindObservable, time.Now())
+		return o
+	}
+	obs = append(obs, netcall("connect", "203.0.113.99", 8443, 7), netcall("connect", c2Addr.String(), 80, 12),
+		netcall("connect", gateway.String(), 53, 1), netcall("listen", "0.0.0.0", 2323, 1))
+	pol := DefaultPolicy()
+	pol.CandidateScore = pol.PromoteScore
+	if err := pol.compile(); err != nil {
+		t.Fatal(err)
+	}
+	m := byValue(Classify(obs, &pol))
+	if d := m["endpoint 203.0.113.99:8443/tcp"]; d.Class != ClassC2 || d.Score >= pol.PromoteScore || d.Conns != 7 || !strings.Contains(d.Reason, "tried by system call") {
+		t.Errorf("tried only: %+v", d)
+	}
+	if d := m["endpoint "+c2Addr.String()+":80/tcp"]; d.Class != ClassC2 || d.Score < pol.PromoteScore || strings.Contains(d.Reason, "tried") {
+		t.Errorf("captured and tried: %+v", d)
+	}
+	if d := m["endpoint "+gateway.String()+":53/tcp"]; d.Class != ClassInfra {
+		t.Errorf("the lab's DNS: %+v", d)
+	}
+	if _, ok := m["endpoint 0.0.0.0:2323/tcp"]; ok {
+		t.Error("a listener is a destination")
+	}
+}
