@@ -22,7 +22,15 @@
 #   TB_DEMO_SCAN=wide  the beacon scans tcp/23 on all of 198.51.100.1-254
 #                      (the C2's address aside) and 203.0.113.1-254, 32
 #                      probes in flight, TB_DEMO_SCAN_ROUNDS times (default
-#                      2) in a row, in every cycle (the Go beacon only).
+#                      2) in a row, in every cycle (the Go beacon only);
+#   TB_DEMO_BEHAVE=1   the plan traces the sample (instrumentation
+#                      pcap+trace) and the Go beacon does everything its
+#                      -behave flag makes it do (a child, a rename, a
+#                      dropped file, persistence files in a scratch
+#                      directory, a listener on 2323, deleting itself) —
+#                      for ARCH=mips, the Go beacon for big-endian MIPS,
+#                      under qemu-user in the amd64 guest;
+#   TB_DEMO_MEMORY=1   the plan also dumps the guest's memory each cycle.
 # After each cycle a line on stderr says how big the state is (see
 # state_line) and how the cycle was classified:
 #   state: cycle N bytes B files F blob_bytes … classification C1,C2
@@ -81,6 +89,7 @@ rounds=${TB_DEMO_SCAN_ROUNDS:-2}
 [[ "$cycles" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TB_DEMO_CYCLES must be a positive number, not '$cycles'" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TB_DEMO_SCAN_ROUNDS must be a positive number, not '$rounds'" >&2; exit 2; }
 case "$scanmode" in short|wide) ;; *) echo "demo: TB_DEMO_SCAN must be short or wide, not '$scanmode'" >&2; exit 2 ;; esac
+behave=${TB_DEMO_BEHAVE:-} memory=${TB_DEMO_MEMORY:-}
 goarch="" cbeacon=""
 case "$arch" in
   amd64|arm64|s390x) goarch=$arch ;;
@@ -93,6 +102,14 @@ case "$arch" in
   mips|powerpc|m68k|sparc64|sh4) cbeacon=$arch ;;
   *) echo "demo: unknown ARCH '$arch' (amd64 i386 arm64 armhf armel mipsel mips64el ppc64el s390x mips powerpc sh4 m68k sparc64)" >&2; exit 2 ;;
 esac
+if [ -n "$behave" ] && [ "$arch" = mips ]; then goarch=mips cbeacon=""; fi
+[ -z "$behave" ] || [ -n "$goarch" ] || { echo "demo: TB_DEMO_BEHAVE needs the Go beacon (not ARCH=$arch)" >&2; exit 2; }
+instrumentation=pcap behaveargs=()
+if [ -n "$behave" ]; then
+  instrumentation=pcap+trace
+  behaveargs=(--arg=-behave --arg=/var/tmp/talkbox/behave --arg=-behave-listen --arg=2323)
+fi
+[ -z "$memory" ] || instrumentation=$instrumentation+memory
 [ "$scanmode" = short ] || [ -n "$goarch" ] || { echo "demo: TB_DEMO_SCAN=wide needs the Go beacon (not ARCH=$arch)" >&2; exit 2; }
 say "sample: the ${goarch:+Go}${cbeacon:+C} beacon for $arch, cross-compiled (harmless: it refuses any address outside the documentation ranges and the lab)"
 if [ -n "$goarch" ]; then
@@ -133,9 +150,9 @@ else
 fi
 
 say "plan: tb-plan, allow-list mode, promotion on, 180 s timeout (the slowest guests take ~40 s)"
-planned=$(tb-plan --network allowlist --promote --timeout 180s \
+planned=$(tb-plan --network allowlist --promote --timeout 180s --instrumentation "$instrumentation" \
   --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=2s --arg=-count --arg=6 \
-  "${scanargs[@]}" "$work/beacon" | grep '"kind":"plan"')
+  "${scanargs[@]}" "${behaveargs[@]}" "$work/beacon" | grep '"kind":"plan"')
 plan=$(echo "$planned" | idof plan)
 echo "plan $plan" >&2
 # The plan names the guest platform the sample needs (amd64 for the long
@@ -212,4 +229,5 @@ echo >&2
 states="" sep=";"
 for n in $(seq 1 "$cycles"); do states+="$sep cycle $n $(grep -o '"state":"[a-z_]*"' "$work/cycle$n.jsonl" | head -1)" sep=","; done
 echo "demo: done in $(( $(date +%s) - started )) s$states, $hits check-ins reached the C2" >&2
-[ "$hits" -gt 0 ]
+# The C2 is reached once the allow-list is revised, from cycle 2 on.
+[ "$cycles" -eq 1 ] || [ "$hits" -gt 0 ]

@@ -109,7 +109,7 @@ func states(evs []records.Event) string {
 	return strings.Join(s, " ")
 }
 
-func get[T records.Record](t *testing.T, st *state.Store, id string, r T) T {
+func get[T records.Record](t testing.TB, st *state.Store, id string, r T) T {
 	t.Helper()
 	if err := st.Get(id, r); err != nil {
 		t.Fatal(err)
@@ -660,7 +660,7 @@ func TestTraceReachesTheAnalysis(t *testing.T) {
 	}
 	var text bytes.Buffer
 	s.Text(&text)
-	for _, want := range []string{"process 101 /var/tmp/sample (kworker/u:tb) exit 0", "  process 102 /var/tmp/sample", "dropped: " + fakeDropped + " (planned as ", "persistence: cron /etc/crontab"} {
+	for _, want := range []string{"process 101 /var/tmp/sample (kworker/u:tb) exit 0", "  process 102 /var/tmp/sample", "dropped: " + fakeDropped, "planned from them: sample_", "persistence: cron /etc/crontab"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, text.String())
 		}

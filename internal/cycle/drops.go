@@ -58,7 +58,15 @@ func (r *Runner) drops(ctx context.Context, c *records.Cycle) ([]string, error) 
 	if len(files) == 0 {
 		return nil, nil
 	}
-	return r.Post.PlanDropped(ctx, c.ID, files)
+	ids, err := r.Post.PlanDropped(ctx, c.ID, files)
+	// Files of the same content are one sample.
+	var out []string
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out, err
 }
 
 // droppedPaths are the absolute paths of the files the cycle's traces say

@@ -30,7 +30,22 @@ import (
 // codes, stdout and stderr, arguments, environment and working directory,
 // the timeout kill, a detached sample across two windows, a binary of the
 // wrong architecture, and a resume that adopts a started sample.
-func TestRealGuest(t *testing.T) {
+// realGuest is a real guest to drive cycles on: a VM leased by tb-lease
+// under libvirtd on a throw-away bridge with no uplink, from the amd64
+// fixture image. first is the plan the lease was acquired for.
+type realGuest struct {
+	st    *state.Store
+	r     *Runner
+	lease string
+	first string
+	plan  func(sample []byte, mutate func(p *records.Plan)) string
+	run   func(req Request) *records.Cycle
+}
+
+func script(body string) []byte { return []byte("#!/bin/sh\n" + body + "\n") }
+
+func newRealGuest(t testing.TB) *realGuest {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (libvirt guests, bridges); run it with make test")
 	}
@@ -79,8 +94,6 @@ func TestRealGuest(t *testing.T) {
 		}
 		return p.ID
 	}
-	script := func(body string) []byte { return []byte("#!/bin/sh\n" + body + "\n") }
-
 	first := plan(script(`echo "args:$*"; echo "env:$FOO"; echo "pwd:$(pwd)"; echo oops >&2; exit 3`), func(p *records.Plan) {
 		p.Execution = records.Execution{Args: []string{"a b", "c"}, Env: map[string]string{"FOO": "bar"}, Workdir: "/tmp/tb-run-wd"}
 	})
@@ -103,6 +116,13 @@ func TestRealGuest(t *testing.T) {
 		}
 		return c
 	}
+	return &realGuest{st: st, r: r, lease: lease, first: first, plan: plan, run: run}
+}
+
+func TestRealGuest(t *testing.T) {
+	ctx := context.Background()
+	g := newRealGuest(t)
+	st, r, lease, first, plan, run := g.st, g.r, g.lease, g.first, g.plan, g.run
 	execOf := func(c *records.Cycle) *records.ExecutionSnapshot {
 		t.Helper()
 		return get(t, st, c.Execution, &records.ExecutionSnapshot{})
@@ -289,4 +309,56 @@ func zstdBlob(t *testing.T, st *state.Store, sha string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// BenchmarkTracedCycle measures the behaviour trace's cost on a real amd64
+// guest (TCG): each workload runs as the sample of a warm cycle on one
+// lease, untraced and traced (strace, as the plan's instrumentation "trace"
+// runs it), alternately. It reports the sample's own run time and the rest
+// of the cycle (the overhead: staging, launch, copying output and trace
+// out), each untraced and traced, and the traced sample's speed relative to
+// the untraced one.
+//
+//	go test -run XXX -bench TracedCycle -benchtime 3x ./internal/cycle
+func BenchmarkTracedCycle(b *testing.B) {
+	g := newRealGuest(b)
+	for _, w := range []struct{ name, body string }{
+		// 2000 file creations and removals by the shell (no fork), 100
+		// processes: the calls the trace set stops at.
+		{"syscalls", `i=0; while [ $i -lt 2000 ]; do : > /tmp/tb-bench; i=$((i+1)); done; j=0; while [ $j -lt 100 ]; do /bin/true; j=$((j+1)); done`},
+		// Computation without system calls: what the trace does not stop.
+		{"compute", `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done`},
+	} {
+		plans := map[bool]string{}
+		for _, traced := range []bool{false, true} {
+			plans[traced] = g.plan(script(w.body), func(p *records.Plan) {
+				if traced {
+					p.Instrument = "pcap+trace"
+				}
+			})
+			g.run(Request{Plan: plans[traced]}) // warm: pushed once
+		}
+		b.Run(w.name, func(b *testing.B) {
+			var run, over [2]time.Duration
+			for range b.N {
+				for i, traced := range []bool{false, true} {
+					start := time.Now()
+					c := g.run(Request{Plan: plans[traced]})
+					wall := time.Since(start)
+					ex := get(b, g.st, c.Execution, &records.ExecutionSnapshot{})
+					if c.State != records.CycleCompleted || ex.ExitCode == nil || *ex.ExitCode != 0 {
+						b.Fatalf("%s: %s, exit %v", w.name, c.State, ex.ExitCode)
+					}
+					run[i] += ex.Duration.D()
+					over[i] += wall - ex.Duration.D()
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(run[0].Seconds()/n, "untraced-run-s")
+			b.ReportMetric(run[1].Seconds()/n, "traced-run-s")
+			b.ReportMetric(over[0].Seconds()/n, "untraced-overhead-s")
+			b.ReportMetric(over[1].Seconds()/n, "traced-overhead-s")
+			b.ReportMetric(run[0].Seconds()/run[1].Seconds(), "traced-speed")
+		})
+	}
 }

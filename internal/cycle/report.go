@@ -180,17 +180,11 @@ func (r *Summary) Text(w io.Writer) {
 			}
 			p("    %s%s", strings.Repeat("  ", depth), line)
 		})
-		for i, d := range b.Dropped {
-			planned := ""
-			if i < len(b.DroppedSamples) {
-				planned = " (planned as " + b.DroppedSamples[i] + ")"
-			}
-			p("    dropped: %s%s", d, planned)
-		}
 		for _, l := range []struct {
 			what string
 			vs   []string
-		}{{"persistence", b.Persistence}, {"evasion", b.Evasion}, {"tried", b.Tried}, {"listening", b.Listening}} {
+		}{{"dropped", b.Dropped}, {"planned from them", b.DroppedSamples}, {"persistence", b.Persistence}, {"evasion", b.Evasion},
+			{"tried", b.Tried}, {"listening", b.Listening}} {
 			if len(l.vs) > 0 {
 				p("    %s: %s", l.what, strings.Join(l.vs, ", "))
 			}
