@@ -150,7 +150,10 @@ else
 fi
 
 say "plan: tb-plan, allow-list mode, promotion on, 180 s timeout (the slowest guests take ~40 s)"
-planned=$(tb-plan --network allowlist --promote --timeout 180s --instrumentation "$instrumentation" \
+# A traced Go beacon takes two minutes on a mipsel guest under TCG.
+timeout=180s
+[ -z "$behave" ] || timeout=420s
+planned=$(tb-plan --network allowlist --promote --timeout "$timeout" --instrumentation "$instrumentation" \
   --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=2s --arg=-count --arg=6 \
   "${scanargs[@]}" "${behaveargs[@]}" "$work/beacon" | grep '"kind":"plan"')
 plan=$(echo "$planned" | idof plan)
