@@ -3,6 +3,7 @@ package capture_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -55,8 +56,14 @@ func newLink(t *testing.T) *link {
 	return &link{guest: g.NS, host: l.Config.HostNS, tap: g.Port, dst: netip.MustParseAddr("10.13.37.1")}
 }
 
-// send sends n UDP datagrams with numbered payloads from the guest.
+// send sends n UDP datagrams with numbered payloads from the guest to port 9.
 func (l *link) send(t *testing.T, n int, tag string) {
+	t.Helper()
+	l.sendTo(t, n, tag, 9)
+}
+
+// sendTo sends n UDP datagrams with numbered payloads from the guest to port.
+func (l *link) sendTo(t *testing.T, n int, tag string, port int) {
 	t.Helper()
 	labtest.In(t, l.guest, func() error {
 		// Unconnected, so that the host's port-unreachable answers do
@@ -66,7 +73,7 @@ func (l *link) send(t *testing.T, n int, tag string) {
 			return err
 		}
 		defer c.Close()
-		to := &net.UDPAddr{IP: l.dst.AsSlice(), Port: 9}
+		to := &net.UDPAddr{IP: l.dst.AsSlice(), Port: port}
 		for i := 0; i < n; i++ {
 			if _, err := c.WriteTo([]byte(fmt.Sprintf("%s-%06d", tag, i)), to); err != nil {
 				return err
@@ -411,6 +418,7 @@ func TestSensorsHonourFilterAndSnaplen(t *testing.T) {
 	r := startDaemon(t, l, t.TempDir(), "udp port 9", s)
 	out := filepath.Join(r.rec.Spool, "sensors", "dumpcap", "dumpcap.pcapng")
 	waitFor(t, "dumpcap capturing", func() bool { _, err := os.Stat(out); return err == nil })
+	l.sendTo(t, 20, "filtered", 10) // outside the capture's filter
 	l.send(t, 20, "dumpcap")
 	// dumpcap writes what it caught every 100 ms (-U is tcpdump's, not
 	// its): wait until it did, before stopping it.
@@ -426,6 +434,18 @@ func TestSensorsHonourFilterAndSnaplen(t *testing.T) {
 	}
 	if n := bytes.Count(b, []byte("dumpcap-0000")); n < 20 {
 		t.Fatalf("dumpcap caught %d of the 20 datagrams (%d bytes; stderr %s)", n, len(b), argv)
+	}
+	if n := bytes.Count(b, []byte("filtered-0000")); n != 0 {
+		t.Errorf("dumpcap caught %d datagrams outside the filter", n)
+	}
+	// The interface description block after the section header holds the
+	// snaplen dumpcap captured with (its own default is 262144).
+	shb := int(binary.LittleEndian.Uint32(b[4:8]))
+	if len(b) < shb+16 || binary.LittleEndian.Uint32(b[shb:]) != 1 {
+		t.Fatalf("no interface description block after the section header")
+	}
+	if snap := binary.LittleEndian.Uint32(b[shb+12:]); snap != uint32(r.rec.Snaplen) {
+		t.Errorf("dumpcap's snaplen %d, the capture's %d", snap, r.rec.Snaplen)
 	}
 }
 
