@@ -106,7 +106,7 @@ install: build man
 	install -m 0644 $(filter %.7,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man7/
 
 bench: deps build
-	bench/plan.sh
+	bench/tb-plan/run.sh
 	bench/tb-capture/run.sh
 	bench/tb-parse/run.sh
 	bench/tb-allow/run.sh

@@ -10,14 +10,23 @@ sample=$1 max=${2:-3}
 
 plan=$(tb-plan --network allowlist --promote "$sample" | jq -r 'select(.kind=="plan") | .id')
 lease=$(tb-lease acquire --plan "$plan" | jq -r 'select(.kind=="lease") | .id')
+trap 'tb-capture stop --lease "$lease" >/dev/null 2>&1; tb-lease release "$lease" >/dev/null' EXIT
+# The capture's rules start with an empty allow set: apply what the lease's,
+# the sample's and the global chains allow (a reused lease, a sample seen
+# before).
 tb-capture start --lease "$lease" >/dev/null
-trap 'tb-capture stop --lease "$lease" >/dev/null; tb-lease release "$lease" >/dev/null' EXIT
+tb-allow apply --lease "$lease" >/dev/null
 
 for i in $(seq "$max"); do
   # Each cycle: push, run, rotate the capture, tb-parse, tb-allow promote.
-  out=$(tb-run --lease "$lease" --plan "$plan") || true
-  tb-run report "$(jq -r 'select(.kind=="cycle") | .id' <<<"$out")"
-  rec=$(jq -r 'select(.kind=="analysis") | .recommendation' <<<"$out")
+  # A cycle that failed is reported too; its exit status is the pipeline's.
+  status=0
+  out=$(tb-run --lease "$lease" --plan "$plan") || status=$?
+  cycle=$(jq -r 'select(.kind=="cycle") | .id' <<<"$out" | tail -n 1)
+  [ -n "$cycle" ] || { echo "tb-run printed no cycle (exit status $status)" >&2; exit 1; }
+  tb-run report "$cycle"
+  [ "$status" -eq 0 ] || exit "$status"
+  rec=$(jq -r 'select(.kind=="analysis") | .recommendation' <<<"$out" | tail -n 1)
   case "$rec" in
     rerun) continue ;;                        # the allow-list changed: look again
     re-plan) echo "wrong architecture: plan again with --platform" >&2; exit 1 ;;

@@ -9,11 +9,13 @@ case "$what" in test|demo) ;; *) echo "deps.sh: unknown set '$what' (test, demo)
 # Everything the suite touches is real (libvirt guests, nftables, captures),
 # so tests and the demo need the same packages.
 pkgs=(
-  ca-certificates git make gcc pkg-config file xz-utils zstd
+  ca-certificates git make gcc pkg-config file xz-utils zstd jq
   libvirt-daemon-system libvirt-dev qemu-utils qemu-system-x86 qemu-system-arm
   qemu-system-mips qemu-system-ppc qemu-system-misc qemu-user-static binfmt-support strace
   debootstrap mmdebstrap arch-test e2fsprogs
   nftables iproute2 tcpdump tshark inetsim dnsmasq-base busybox-static
+  # The lease report's browser test (internal/leasereport) renders in headless Chromium.
+  chromium
   # The C beacon's cross compilers (make cbeacons); with --no-install-recommends
   # each needs its libc spelled out.
   gcc-arm-linux-gnueabi gcc-arm-linux-gnueabihf gcc-mips-linux-gnu gcc-mipsel-linux-gnu

@@ -14,6 +14,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
 	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
+	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 )
 
 func TestMain(m *testing.M) {
@@ -47,11 +48,7 @@ func setup(env *testscript.Env) error {
 	}
 	env.Setenv("TB_STATE", filepath.Join(env.WorkDir, "state"))
 	env.Setenv("TB_SPECS", filepath.Join(env.WorkDir, "specs"))
-	cache := os.Getenv("TB_TEST_APT_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.TempDir(), "talkbox-test-apt-cache")
-	}
-	env.Setenv("TB_APT_CACHE", cache)
+	env.Setenv("TB_APT_CACHE", leasetest.AptCache())
 	self, err := exec.LookPath("tb-build")
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -150,6 +151,17 @@ func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
 		}
 		if ex.ExitCode == nil || ex.TimedOut || ex.StdoutBytes == 0 {
 			t.Fatalf("cycle %d execution = %+v", i+1, ex)
+		}
+	}
+	// The demo ends with the lease's HTML report (internal/leasereport's
+	// browser test checks what it draws).
+	page, err := os.ReadFile(filepath.Join(stateDir, "reports", cs[0].Lease+".html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`id="timeline"`, `id="checkins"`, cs[0].ID, cs[1].ID, "c2.example"} {
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("the lease's report has no %s", want)
 		}
 	}
 	// Cycle 1: everything sinkholed; the name and the scan seen; the C2

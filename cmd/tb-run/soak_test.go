@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,13 +298,8 @@ func stateAreas(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := make([]string, 0, len(areas))
-	for n := range areas {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	var b strings.Builder
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(areas)) {
 		fmt.Fprintf(&b, "%s %d files %d bytes; ", n, areas[n].files, areas[n].bytes)
 	}
 	return strings.TrimSuffix(b.String(), "; ")

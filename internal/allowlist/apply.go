@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -143,7 +145,7 @@ func (b *Book) Names(now time.Time) ([]string, error) {
 			}
 		}
 	}
-	return sortedKeys(set), nil
+	return slices.Sorted(maps.Keys(set)), nil
 }
 
 // CurrentNames reads the names the lab's DNS sinkhole forwards now.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -110,7 +111,7 @@ func (b *Book) content(r *records.AllowRevision) ([]*records.AllowEntry, error) 
 	if err != nil {
 		return nil, err
 	}
-	return decodeEntries(data, r.ID)
+	return DecodeEntries(data, r.ID)
 }
 
 // blob reads one of a revision's blobs and checks it against its digest.
@@ -154,7 +155,9 @@ func readAll(r io.Reader, buf []byte) ([]byte, error) {
 	}
 }
 
-func decodeEntries(data []byte, name string) ([]*records.AllowEntry, error) {
+// DecodeEntries reads a revision's content: one allow entry per line; name is
+// the content's name in errors.
+func DecodeEntries(data []byte, name string) ([]*records.AllowEntry, error) {
 	rd := records.NewReader(bytes.NewReader(data), name)
 	var out []*records.AllowEntry
 	for {
@@ -284,15 +287,7 @@ func sameBeacon(a, b *records.Beacon) bool {
 }
 
 func sameExtra(a, b map[string]json.RawMessage) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if !bytes.Equal(v, b[k]) {
-			return false
-		}
-	}
-	return true
+	return maps.EqualFunc(a, b, func(x, y json.RawMessage) bool { return bytes.Equal(x, y) })
 }
 
 // Commit is one change of a chain.

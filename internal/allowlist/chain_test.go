@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -490,9 +490,12 @@ func TestPromoteFromState(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	env := &cli.Env{Ctx: ctx, Tool: "tb-allow", Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
-		Log: slog.New(slog.NewTextHandler(&errb, nil)), G: &cli.Globals{State: dir}}
-	err = Promote(env, PromoteRequest{Input: Input{Lease: testLease, Cycle: cycle}, Scope: records.ScopeLease, NoApply: true})
+	pol, err := LoadPolicy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Promote(ctx, &Book{St: st}, PromoteRequest{Input: Input{Lease: testLease, Cycle: cycle}, Scope: records.ScopeLease, Policy: pol, NoApply: true},
+		cmdout.New("tb-allow", &out, &errb, slog.New(slog.NewTextHandler(&errb, nil))))
 	if err != nil {
 		t.Fatalf("%v: %s", err, errb.String())
 	}

@@ -84,41 +84,62 @@ func endpointValue(a netip.Addr, proto string, port uint16) string {
 }
 
 // Classify classifies every destination the observables of one lease
-// show. The result is sorted by type, then value; it depends only on the
-// observables and the policy.
+// show: collect gathers the evidence per endpoint and per name, score
+// classifies the endpoints, and propagate gives each name the class of the
+// destinations it led to. The result is sorted by type, then value; it
+// depends only on the observables and the policy.
 func Classify(obs []*records.Observable, pol *Policy) []Dest {
-	eps := map[string]*endpoint{}
-	byAddr := map[netip.Addr][]*endpoint{}
-	get := func(a netip.Addr, proto string, port uint16) *endpoint {
-		k := endpointValue(a, proto, port)
-		e := eps[k]
-		if e == nil {
-			e = &endpoint{addr: a, proto: proto, port: port, names: map[string]bool{}}
-			eps[k] = e
-			byAddr[a] = append(byAddr[a], e)
+	ev := collect(obs, pol)
+	list, res := ev.score(pol)
+	out := make([]Dest, 0, len(list)+len(ev.names))
+	for _, e := range list {
+		out = append(out, *res[e.key()])
+	}
+	out = append(out, tried(ev.lease, ev.netcalls, ev.eps, pol)...)
+	for _, k := range slices.Sorted(maps.Keys(ev.scanObs)) {
+		if d, ok := scanDest(ev.lease, k, ev.scanObs[k], len(byPortOf(list, k)), pol); ok {
+			out = append(out, d)
 		}
-		return e
 	}
-	type dnsName struct {
-		o     *records.Observable
-		addrs []string
-		mx    bool
+	out = append(out, ev.propagate(list, res, pol)...)
+	for _, a := range ev.icmpFloods {
+		out = append(out, Dest{Lease: ev.lease, Type: "icmp", Value: a, Class: ClassAbuse, Reason: "ICMP flood"})
 	}
-	names := map[string]*dnsName{}
-	var alerts []*records.Observable
-	var https []*records.Observable
-	var tlss []*records.Observable
-	var icmpFloods []string
+	return out
+}
+
+// evidence is what one lease's observables say about its destinations.
+type evidence struct {
+	lease  string
+	eps    map[string]*endpoint // by endpointValue
+	byAddr map[netip.Addr][]*endpoint
+	names  map[string]*dnsName // resolved names, lower-case, without the final dot
+	// netcalls are the behaviour trace's network calls (see tried).
+	netcalls []*records.Observable
+	// scanObs are the scans tb-parse summarised, by "proto/port" (the
+	// distinct destinations of all their observables, one per cycle).
+	scanObs    map[string][]*records.Observable
+	icmpFloods []string
+}
+
+// dnsName is one resolved name: its observable, the addresses it resolved
+// to, and whether it was looked up as a mail domain.
+type dnsName struct {
+	o     *records.Observable
+	addrs []string
+	mx    bool
+}
+
+// collect gathers the evidence: per endpoint its connections, starts,
+// names and any attack on it; per name its resolution.
+func collect(obs []*records.Observable, pol *Policy) *evidence {
+	ev := &evidence{eps: map[string]*endpoint{}, byAddr: map[netip.Addr][]*endpoint{},
+		names: map[string]*dnsName{}, scanObs: map[string][]*records.Observable{}}
+	var alerts, https, tlss, ipObs []*records.Observable
 	seenFlowIP := map[netip.Addr]bool{}
-	var ipObs []*records.Observable
-	var netcalls []*records.Observable
-	// Scans summarised by tb-parse, by "proto/port" (the distinct
-	// destinations of all their observables, one per cycle).
-	scanObs := map[string][]*records.Observable{}
-	lease := ""
 	for _, o := range obs {
-		if lease == "" {
-			lease = o.Lease
+		if ev.lease == "" {
+			ev.lease = o.Lease
 		}
 		switch {
 		case o.Flow != nil:
@@ -129,7 +150,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			}
 			a = a.Unmap()
 			seenFlowIP[a] = true
-			e := get(a, f.Proto, f.RespP)
+			e := ev.endpoint(a, f.Proto, f.RespP)
 			// One flow observable is one connection, or several reusing
 			// a 5-tuple (one start each); its Count is not connections.
 			starts := connStarts(f.Starts, o.FirstSeen)
@@ -150,7 +171,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			}
 			a = a.Unmap()
 			seenFlowIP[a] = true
-			e := get(a, p.Proto, p.Port)
+			e := ev.endpoint(a, p.Proto, p.Port)
 			e.conns += p.Conns
 			e.established += p.Established
 			e.pkts += p.OrigPkts
@@ -160,15 +181,16 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 		case o.Scan != nil:
 			if o.Scan.Addr == "" && (o.Scan.Proto == "tcp" || o.Scan.Proto == "udp") {
 				k := o.Scan.Proto + "/" + strconv.Itoa(int(o.Scan.Port))
-				scanObs[k] = append(scanObs[k], o)
+				ev.scanObs[k] = append(ev.scanObs[k], o)
 			}
 		case o.IP != nil:
 			ipObs = append(ipObs, o)
 		case o.Netcall != nil:
-			netcalls = append(netcalls, o)
+			ev.netcalls = append(ev.netcalls, o)
 		case o.Domain != nil:
 			name := strings.TrimSuffix(strings.ToLower(o.Value), ".")
-			names[name] = &dnsName{o: o, addrs: o.Domain.Addrs, mx: containsStr(o.Domain.QTypes, "MX")}
+			mx := slices.ContainsFunc(o.Domain.QTypes, func(q string) bool { return strings.EqualFold(q, "MX") })
+			ev.names[name] = &dnsName{o: o, addrs: o.Domain.Addrs, mx: mx}
 		case o.HTTP != nil:
 			https = append(https, o)
 		case o.TLS != nil:
@@ -177,7 +199,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			alerts = append(alerts, o)
 		case o.ICMP != nil:
 			if o.ICMP.Packets >= pol.FloodPackets {
-				icmpFloods = append(icmpFloods, o.ICMP.RespH)
+				ev.icmpFloods = append(ev.icmpFloods, o.ICMP.RespH)
 			}
 		}
 	}
@@ -193,17 +215,36 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			if !ok || (proto != "tcp" && proto != "udp") {
 				continue
 			}
-			e := get(a.Unmap(), proto, port)
+			e := ev.endpoint(a.Unmap(), proto, port)
 			e.conns += o.IP.Conns
 			e.starts = append(e.starts, o.IP.Starts...)
 			e.touch(o)
 		}
 	}
-	// Names: HTTP Host and TLS server names name their server exactly; a
-	// DNS answer names an address only when no other name shares it (in
-	// the lab every sinkholed name resolves to the sinkhole).
+	ev.resolvedNames()
+	ev.requests(https, tlss, pol)
+	ev.alerted(alerts)
+	return ev
+}
+
+// endpoint returns the evidence of one endpoint, new if there is none yet.
+func (ev *evidence) endpoint(a netip.Addr, proto string, port uint16) *endpoint {
+	k := endpointValue(a, proto, port)
+	e := ev.eps[k]
+	if e == nil {
+		e = &endpoint{addr: a, proto: proto, port: port, names: map[string]bool{}}
+		ev.eps[k] = e
+		ev.byAddr[a] = append(ev.byAddr[a], e)
+	}
+	return e
+}
+
+// resolvedNames names endpoints from DNS answers: an address only when no
+// other name shares it (in the lab every sinkholed name resolves to the
+// sinkhole).
+func (ev *evidence) resolvedNames() {
 	addrNames := map[netip.Addr][]string{}
-	for name, d := range names {
+	for name, d := range ev.names {
 		for _, s := range d.addrs {
 			if a, err := netip.ParseAddr(s); err == nil {
 				addrNames[a.Unmap()] = append(addrNames[a.Unmap()], name)
@@ -212,24 +253,16 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 	}
 	for a, ns := range addrNames {
 		if len(ns) == 1 {
-			for _, e := range byAddr[a] {
+			for _, e := range ev.byAddr[a] {
 				e.names[ns[0]] = true
 			}
 		}
 	}
-	serverName := func(server, name string) *endpoint {
-		ap, err := netip.ParseAddrPort(server)
-		if err != nil {
-			return nil
-		}
-		e := eps[endpointValue(ap.Addr().Unmap(), "tcp", ap.Port())]
-		if e != nil && name != "" {
-			if _, err := netip.ParseAddr(name); err != nil {
-				e.names[strings.ToLower(name)] = true
-			}
-		}
-		return e
-	}
+}
+
+// requests names endpoints from HTTP Host and TLS server names, which name
+// their server exactly, and marks the servers of exploit requests.
+func (ev *evidence) requests(https, tlss []*records.Observable, pol *Policy) {
 	for _, o := range https {
 		h := o.HTTP
 		host := h.Host
@@ -248,44 +281,64 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 			}
 		}
 		for _, s := range h.Servers {
-			if e := serverName(s, host); e != nil && attack != "" && e.attack == "" {
+			if e := ev.serverName(s, host); e != nil && attack != "" && e.attack == "" {
 				e.attack = fmt.Sprintf("exploit request %q (matches %q)", truncate(h.Method+" "+h.URI, 80), attack)
 			}
 		}
 	}
 	for _, o := range tlss {
 		for _, s := range o.TLS.Servers {
-			serverName(s, o.TLS.ServerName)
+			ev.serverName(s, o.TLS.ServerName)
 		}
 	}
+}
+
+// serverName gives the TCP endpoint server ("ADDR:PORT"), if it was
+// contacted, the name a request called it by (not an address), and
+// returns it.
+func (ev *evidence) serverName(server, name string) *endpoint {
+	ap, err := netip.ParseAddrPort(server)
+	if err != nil {
+		return nil
+	}
+	e := ev.eps[endpointValue(ap.Addr().Unmap(), "tcp", ap.Port())]
+	if e != nil && name != "" {
+		if _, err := netip.ParseAddr(name); err != nil {
+			e.names[strings.ToLower(name)] = true
+		}
+	}
+	return e
+}
+
+// alerted marks every endpoint of an address an IDS alert names.
+func (ev *evidence) alerted(alerts []*records.Observable) {
 	for _, o := range alerts {
 		for _, d := range o.Alert.Dst {
 			a, err := netip.ParseAddr(d)
 			if err != nil {
 				continue
 			}
-			for _, e := range byAddr[a.Unmap()] {
+			for _, e := range ev.byAddr[a.Unmap()] {
 				if e.attack == "" {
 					e.attack = fmt.Sprintf("IDS alert %q", truncate(o.Alert.Signature, 80))
 				}
 			}
 		}
 	}
+}
 
-	out := make([]Dest, 0, len(eps)+len(names))
-	res := map[string]*Dest{}
-	list := make([]*endpoint, 0, len(eps))
-	for _, e := range eps {
-		list = append(list, e)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].key() < list[j].key() })
-
-	// Infrastructure and abuse first: they never count as destinations.
-	scanGroups := scans(list, scanObs, pol)
+// score classifies every endpoint: infrastructure and abuse first (they
+// never count as destinations), then scans, then the C2 evidence of the
+// rest. It returns the endpoints in value order and their classification
+// by value.
+func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
+	list := slices.SortedFunc(maps.Values(ev.eps), func(a, b *endpoint) int { return strings.Compare(a.key(), b.key()) })
+	res := make(map[string]*Dest, len(list))
+	scanGroups := scans(list, ev.scanObs, pol)
 	few := 0
 	for _, e := range list {
-		d := &Dest{Lease: lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
-			LastSeen: e.last, Names: sortedKeys(e.names), addr: e.addr, proto: e.proto, port: e.port}
+		d := &Dest{Lease: ev.lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
+			LastSeen: e.last, Names: slices.Sorted(maps.Keys(e.names)), addr: e.addr, proto: e.proto, port: e.port}
 		res[d.Value] = d
 		switch {
 		case pol.isInfraService(e.proto, e.port):
@@ -328,41 +381,31 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 		}
 		d.Class, d.Reason = ClassC2, strings.Join(why, "; ")
 	}
-	for _, e := range list {
-		out = append(out, *res[e.key()])
-	}
-	out = append(out, tried(lease, netcalls, eps, pol)...)
-	for _, k := range slices.Sorted(maps.Keys(scanObs)) {
-		if d, ok := scanDest(lease, k, scanObs[k], len(byPortOf(list, k)), pol); ok {
-			out = append(out, d)
-		}
-	}
+	return list, res
+}
 
-	// A name takes the class of the destinations it led to.
+// propagate classifies every name, resolved or naming a contacted
+// endpoint, in name order: a name takes the class of the destinations it
+// led to (list, classified as res), the worst of them by classRank.
+func (ev *evidence) propagate(list []*endpoint, res map[string]*Dest, pol *Policy) []Dest {
 	nameEps := map[string][]*Dest{}
 	for _, e := range list {
 		for n := range e.names {
 			nameEps[n] = append(nameEps[n], res[e.key()])
 		}
 	}
-	allNames := map[string]*records.Observable{}
-	for n, d := range names {
-		allNames[n] = d.o
+	allNames := map[string]bool{}
+	for n := range ev.names {
+		allNames[n] = true
 	}
 	for n := range nameEps {
-		if _, ok := allNames[n]; !ok {
-			allNames[n] = nil
-		}
+		allNames[n] = true
 	}
-	nameList := make([]string, 0, len(allNames))
-	for n := range allNames {
-		nameList = append(nameList, n)
-	}
-	sort.Strings(nameList)
-	for _, n := range nameList {
-		d := Dest{Lease: lease, Type: records.AllowDomain, Value: n, Names: nil}
-		if o := allNames[n]; o != nil {
-			d.Observable, d.LastSeen, d.Conns = o.ID, o.LastSeen, o.Count
+	out := make([]Dest, 0, len(allNames))
+	for _, n := range slices.Sorted(maps.Keys(allNames)) {
+		d := Dest{Lease: ev.lease, Type: records.AllowDomain, Value: n}
+		if dn := ev.names[n]; dn != nil {
+			d.Observable, d.LastSeen, d.Conns = dn.o.ID, dn.o.LastSeen, dn.o.Count
 		}
 		led := nameEps[n]
 		sort.Slice(led, func(i, j int) bool {
@@ -380,7 +423,7 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 		switch {
 		case matchAny(pol.InfraNames, n) != "":
 			d.Class, d.Reason = ClassInfra, "known infrastructure name ("+matchAny(pol.InfraNames, n)+")"
-		case names[n] != nil && names[n].mx:
+		case ev.names[n] != nil && ev.names[n].mx:
 			d.Class, d.Reason = ClassAbuse, "MX lookup (mail delivery: spam)"
 		case best == nil:
 			d.Class, d.Reason = ClassOther, "resolved, never contacted"
@@ -392,9 +435,6 @@ func Classify(obs []*records.Observable, pol *Policy) []Dest {
 		}
 		out = append(out, d)
 	}
-	for _, a := range icmpFloods {
-		out = append(out, Dest{Lease: lease, Type: "icmp", Value: a, Class: ClassAbuse, Reason: "ICMP flood"})
-	}
 	return out
 }
 
@@ -405,8 +445,7 @@ func connStarts(starts []time.Time, first time.Time) []time.Time {
 	if len(starts) == 0 {
 		return []time.Time{first}
 	}
-	ts := append([]time.Time(nil), starts...)
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	ts := slices.SortedFunc(slices.Values(starts), time.Time.Compare)
 	out := ts[:1]
 	for _, t := range ts[1:] {
 		if t.Sub(out[len(out)-1]) >= time.Second {
@@ -467,7 +506,7 @@ func infraNamed(e *endpoint, pol *Policy) string {
 			return ""
 		}
 	}
-	return sortedKeys(e.names)[0]
+	return slices.Min(slices.Collect(maps.Keys(e.names)))
 }
 
 // c2Evidence scores one endpoint and says why.
@@ -485,7 +524,7 @@ func c2Evidence(e *endpoint, pol *Policy, fewDests bool, few int) (float64, []st
 	}
 	if len(e.names) > 0 {
 		score += wNamed
-		why = append(why, "named "+strings.Join(sortedKeys(e.names), ", "))
+		why = append(why, "named "+strings.Join(slices.Sorted(maps.Keys(e.names)), ", "))
 	}
 	if e.maxDur >= pol.LongSession.D().Seconds() {
 		score += wLongLived
@@ -509,8 +548,7 @@ func beacon(starts []time.Time, pol *Policy) *records.Beacon {
 	if len(starts) < pol.MinBeacons {
 		return nil
 	}
-	ts := append([]time.Time(nil), starts...)
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	ts := slices.SortedFunc(slices.Values(starts), time.Time.Compare)
 	iv := make([]float64, 0, len(ts)-1)
 	for i := 1; i < len(ts); i++ {
 		if d := ts[i].Sub(ts[i-1]).Seconds(); d > 0.001 {
@@ -537,8 +575,7 @@ func beacon(starts []time.Time, pol *Policy) *records.Beacon {
 }
 
 func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
+	s := slices.Sorted(slices.Values(v))
 	n := len(s)
 	if n%2 == 1 {
 		return s[n/2]
@@ -635,11 +672,7 @@ func scans(list []*endpoint, scanObs map[string][]*records.Observable, pol *Poli
 			addrs[e.addr] = append(addrs[e.addr], e)
 		}
 	}
-	sorted := make([]netip.Addr, 0, len(addrs))
-	for a := range addrs {
-		sorted = append(sorted, a)
-	}
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Less(sorted[j]) })
+	sorted := slices.SortedFunc(maps.Keys(addrs), netip.Addr.Compare)
 	for i := 0; i < len(sorted); {
 		j := i + 1
 		for j < len(sorted) && sorted[j-1].Next() == sorted[j] {
@@ -659,24 +692,6 @@ func scans(list []*endpoint, scanObs map[string][]*records.Observable, pol *Poli
 		i = j
 	}
 	return out
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func containsStr(ss []string, s string) bool {
-	for _, x := range ss {
-		if strings.EqualFold(x, s) {
-			return true
-		}
-	}
-	return false
 }
 
 func truncate(s string, n int) string {

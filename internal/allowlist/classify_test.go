@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
@@ -136,9 +135,11 @@ func genCapture(t *testing.T, path string) {
 func parseCapture(t *testing.T, path string) []*records.Observable {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := &cli.Env{Ctx: context.Background(), Tool: "tb-parse", Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: t.TempDir()}}
-	if err := parse.Run(env, parse.Request{Inputs: []string{path}, Lease: testLease, NoStore: true}); err != nil {
+	job, err := parse.Prepare(parse.Request{Inputs: []string{path}, Lease: testLease, NoStore: true}, strings.NewReader(""), nil)
+	if err == nil {
+		err = job.Run(context.Background(), nil, cmdout.New("tb-parse", &out, &errb, nil))
+	}
+	if err != nil {
 		t.Fatalf("tb-parse: %v: %s", err, errb.String())
 	}
 	var obs []*records.Observable

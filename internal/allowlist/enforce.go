@@ -2,6 +2,7 @@ package allowlist
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -28,10 +30,7 @@ func encodeEnforced(es []*records.AllowEntry) []byte {
 		if e.Status != records.StatusActive {
 			continue
 		}
-		v := e.Verdict
-		if v == "" {
-			v = "-"
-		}
+		v := cmp.Or(e.Verdict, "-")
 		var exp int64
 		if e.ExpiresAt != nil {
 			exp = e.ExpiresAt.Unix()
@@ -599,15 +598,7 @@ func (b *Book) Update(ctx context.Context, fw firewall.Firewall, lease string) (
 }
 
 func sameRevisions(a, b []*revRef) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].ID != b[i].ID {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, func(x, y *revRef) bool { return x.ID == y.ID })
 }
 
 // changeSince is the element change from what the last apply left in the

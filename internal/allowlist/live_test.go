@@ -20,7 +20,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
@@ -67,10 +67,17 @@ func liveObs(lease string, c2 bool) []byte {
 	return out.Bytes()
 }
 
-func env(t *testing.T, stateDir string, stdin []byte) (*cli.Env, *bytes.Buffer) {
+// book opens the allow lists of stateDir as tb-allow does, with a sink
+// whose stdout the test reads.
+func book(t *testing.T, stateDir string) (*allowlist.Book, cmdout.Sink, *bytes.Buffer) {
+	t.Helper()
+	st, err := state.Open(context.Background(), stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out bytes.Buffer
-	return &cli.Env{Ctx: context.Background(), Tool: "tb-allow", Stdin: bytes.NewReader(stdin), Stdout: &out, Stderr: os.Stderr,
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), G: &cli.Globals{State: stateDir}}, &out
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return &allowlist.Book{St: st}, cmdout.New("tb-allow", &out, os.Stderr, log), &out
 }
 
 func lastRevision(t *testing.T, out *bytes.Buffer) *records.AllowRevision {
@@ -180,19 +187,23 @@ func TestLive(t *testing.T) {
 			return p.Src == g.IP && p.Dst == sinkhole && p.Proto == "tcp" && p.DstPort == port && p.At.After(since)
 		})
 	}
-	run := func(fn func(*cli.Env) error, stdin []byte) *bytes.Buffer {
+	run := func(fn func(*allowlist.Book, cmdout.Sink) error) *bytes.Buffer {
 		t.Helper()
-		e, out := env(t, stateDir, stdin)
-		if err := fn(e); err != nil {
+		b, sink, out := book(t, stateDir)
+		if err := fn(b, sink); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		return out
 	}
+	pol, err := allowlist.LoadPolicy(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	promote := func(obs []byte) *records.AllowRevision {
-		out := run(func(e *cli.Env) error {
-			return allowlist.Promote(e, allowlist.PromoteRequest{Input: allowlist.Input{FromStdin: true},
-				Scope: records.ScopeLease, PolicyFile: policy, Lab: l.ID})
-		}, obs)
+		out := run(func(b *allowlist.Book, sink cmdout.Sink) error {
+			return allowlist.Promote(ctx, b, allowlist.PromoteRequest{Input: allowlist.Input{Stdin: bytes.NewReader(obs)},
+				Scope: records.ScopeLease, Policy: pol, Lab: l.ID}, sink)
+		})
 		return lastRevision(t, out)
 	}
 
@@ -238,14 +249,18 @@ func TestLive(t *testing.T) {
 	waitResolve(t, g.NS, "c2.example.", labtest.C2)
 
 	// Applying again changes nothing.
-	out := run(func(e *cli.Env) error { return allowlist.Apply(e, allowlist.ApplyRequest{Lab: l.ID}) }, nil)
+	out := run(func(b *allowlist.Book, sink cmdout.Sink) error {
+		return allowlist.Apply(ctx, b, allowlist.ApplyRequest{Lab: l.ID}, sink)
+	})
 	var res allowlist.Applied
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil || !res.Unchanged || res.Lease != lease || res.Elements != 1 {
 		t.Fatalf("second apply: %s %v", out, err)
 	}
 
 	// Rollback to cycle 1: the C2 is sinkholed again, its name too.
-	out = run(func(e *cli.Env) error { return allowlist.RollbackCmd(e, r1.ID, l.ID, false) }, nil)
+	out = run(func(b *allowlist.Book, sink cmdout.Sink) error {
+		return allowlist.Rollback(ctx, b, r1.ID, l.ID, false, sink)
+	})
 	r3 := lastRevision(t, out)
 	if r3.RollbackOf != r1.ID || r3.Active != 0 {
 		t.Fatalf("rollback revision: %+v", r3)

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -212,33 +213,16 @@ func matchAny(patterns []string, name string) string {
 }
 
 func (p *Policy) isInfraService(proto string, port uint16) bool {
-	for _, s := range p.InfraServices {
-		if pr, po, ok := parseService(s); ok && pr == proto && po == port {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(p.InfraServices, func(s string) bool {
+		pr, po, ok := parseService(s)
+		return ok && pr == proto && po == port
+	})
 }
 
-func (p *Policy) isScanPort(port uint16) bool {
-	for _, s := range p.ScanPorts {
-		if s == port {
-			return true
-		}
-	}
-	return false
-}
+func (p *Policy) isScanPort(port uint16) bool { return slices.Contains(p.ScanPorts, port) }
 
 func (p *Policy) isSMTP(proto string, port uint16) bool {
-	if proto != "tcp" {
-		return false
-	}
-	for _, s := range p.SMTPPorts {
-		if s == port {
-			return true
-		}
-	}
-	return false
+	return proto == "tcp" && slices.Contains(p.SMTPPorts, port)
 }
 
 // neverAllowed names the never-allow prefix that contains a.

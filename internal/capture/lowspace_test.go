@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -93,9 +93,12 @@ func (f *lowFS) fillTo(t *testing.T, name string, avail int64) {
 func (f *lowFS) run(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	env := &cli.Env{Ctx: ctx, Tool: "tb-capture", Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: f.root}}
-	go func() { f.done <- capture.DaemonCmd(env, f.rec.ID) }()
+	st, err := state.Open(ctx, f.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { f.done <- capture.Fault(capture.RunDaemon(ctx, st, log, f.rec.ID)) }()
 	waitFor(t, "daemon up", func() bool {
 		_, err := capture.Call(ctx, f.st, f.rec.ID, "status", "")
 		return err == nil
@@ -113,7 +116,7 @@ func (f *lowFS) stopped(t *testing.T, full bool) records.Capture {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the capture did not stop on low space")
 	}
-	if code := cli.ExitCode(err); code != cli.ExitTempFail || !errors.Is(err, diskspace.ErrLow) {
+	if code := fault.Code(err); code != fault.ExitTempFail || !errors.Is(err, diskspace.ErrLow) {
 		t.Fatalf("daemon: exit %d, %v; want 75 and low space", code, err)
 	}
 	var c records.Capture

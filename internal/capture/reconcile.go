@@ -312,15 +312,14 @@ func recoverFile(ctx context.Context, st *state.Store, c *records.Capture, path 
 
 // markRulesRemoved records on a lease's captures that its rules are gone.
 func markRulesRemoved(ctx context.Context, st *state.Store, lease string) error {
-	ids, err := st.List(records.KindCapture)
+	applied, err := state.FindBy(st, records.KindCapture, records.KeyLease, lease, func(c *records.Capture) bool {
+		return c.Rules != nil && c.Rules.Applied
+	})
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		var c records.Capture
-		if st.Get(id, &c) != nil || c.Lease != lease || c.Rules == nil || !c.Rules.Applied {
-			continue
-		}
+	for _, c := range applied {
+		id := c.ID
 		var u records.Capture
 		if err := st.Update(ctx, id, &u, func(bool) error {
 			if u.Rules != nil {

@@ -388,16 +388,18 @@ func RunDaemon(ctx context.Context, st *state.Store, log *slog.Logger, id string
 // runningFor finds a running capture of a lease (or, without lease, of an
 // interface) whose daemon is alive.
 func runningFor(st *state.Store, lease, iface string) string {
-	ids, _ := st.List(records.KindCapture)
-	for _, id := range ids {
-		var c records.Capture
-		if st.Get(id, &c) != nil || (c.State != StateRunning && c.State != StateStarting) {
-			continue
-		}
-		if (lease != "" && c.Lease == lease) || (lease == "" && c.Lease == "" && c.Iface == iface) {
-			if alive(st, &c) {
-				return id
-			}
+	mine := func(c *records.Capture) bool {
+		return (c.State == StateRunning || c.State == StateStarting) && (lease != "" || c.Lease == "" && c.Iface == iface)
+	}
+	var found []*records.Capture
+	if lease != "" {
+		found, _ = state.FindBy(st, records.KindCapture, records.KeyLease, lease, mine)
+	} else {
+		found, _ = state.Find(st, records.KindCapture, mine)
+	}
+	for _, c := range found {
+		if alive(st, c) {
+			return c.ID
 		}
 	}
 	return ""
@@ -423,16 +425,11 @@ func Find(st *state.Store, captureID, lease string) (*records.Capture, error) {
 	if lease == "" {
 		return nil, &InputError{errors.New("give --lease or --capture")}
 	}
-	ids, err := st.List(records.KindCapture)
-	if err != nil {
-		return nil, err
+	latest, err := state.LatestBy[records.Capture](st, records.KindCapture, records.KeyLease, lease, nil)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, fmt.Errorf("no capture for lease %s: %w", lease, state.ErrNotFound)
 	}
-	for i := len(ids) - 1; i >= 0; i-- {
-		if st.Get(ids[i], &c) == nil && c.Lease == lease {
-			return &c, nil
-		}
-	}
-	return nil, fmt.Errorf("no capture for lease %s: %w", lease, state.ErrNotFound)
+	return latest, err
 }
 
 // Rotate closes the current file of a running capture and returns the

@@ -3,8 +3,9 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -67,12 +68,7 @@ func CheckExamples(t Tool, cli any) []string {
 	}
 	walk(parser.Model.Node)
 
-	keys := make([]string, 0, len(t.Examples))
-	for k := range t.Examples {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(t.Examples)) {
 		if !paths[key] {
 			problems = append(problems, fmt.Sprintf("%s %q: examples for a command that does not exist", t.Name, key))
 			continue

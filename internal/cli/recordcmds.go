@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -22,12 +23,12 @@ func (c *GetCmd) Run(env *Env) error {
 	}
 	w := records.NewWriter(env.Stdout)
 	defer w.Flush()
-	var batch Batch
+	var batch fault.Batch
 	for _, id := range c.IDs {
 		raw, err := st.ReadRaw(id)
 		if err != nil {
 			if records.CheckID(id) != nil {
-				err = Usage(err)
+				err = fault.Usage(err)
 			}
 			env.Warnf("%v", err)
 			batch.Add(err)
@@ -35,7 +36,7 @@ func (c *GetCmd) Run(env *Env) error {
 		}
 		rec, err := records.Decode(raw)
 		if err != nil {
-			err = DataErr(fmt.Errorf("%s: stored record does not decode: %w", id, err))
+			err = fault.DataErr(fmt.Errorf("%s: stored record does not decode: %w", id, err))
 			env.Warnf("%v", err)
 			batch.Add(err)
 			continue
@@ -63,7 +64,7 @@ func (c *ListCmd) Run(env *Env) error {
 	defer w.Flush()
 	for _, kind := range c.Kind {
 		if !records.ValidKind(kind) {
-			return Usage(fmt.Errorf("invalid kind %q", kind))
+			return fault.Usage(fmt.Errorf("invalid kind %q", kind))
 		}
 		ids, err := st.List(kind)
 		if err != nil {
@@ -82,7 +83,7 @@ func (c *ListCmd) Run(env *Env) error {
 			}
 			rec, err := records.Decode(raw)
 			if err != nil {
-				return DataErr(fmt.Errorf("%s: stored record does not decode: %w", id, err))
+				return fault.DataErr(fmt.Errorf("%s: stored record does not decode: %w", id, err))
 			}
 			if err := w.Write(rec); err != nil {
 				return err

@@ -1,10 +1,15 @@
+// Package cli is the command layer every tb-* tool shares: global flags,
+// logging, the kong entry point, stdin detection, the configuration
+// directories and the exit code of an error (its class, from package
+// fault).
 package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/progress"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -12,6 +17,8 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/version"
 )
@@ -34,6 +41,10 @@ type Env struct {
 	Stderr io.Writer
 	Log    *slog.Logger
 	G      *Globals
+
+	// logTo is where Log writes, rerouted above the bars while a
+	// progress meter draws (Progress).
+	logTo *progress.LogWriter
 }
 
 // StateDir is the state directory chosen by --state, TB_STATE or default.
@@ -41,22 +52,49 @@ func (e *Env) StateDir() string {
 	if e.G.State != "" {
 		return e.G.State
 	}
-	return state.DefaultDir()
+	return defaultStateDir()
 }
 
 // OpenState opens (creating if needed) the state directory.
 func (e *Env) OpenState(opts ...state.Option) (*state.Store, error) {
 	s, err := state.Open(e.Ctx, e.StateDir(), opts...)
 	if err != nil {
-		return nil, Failure(fmt.Errorf("opening state: %w", err))
+		return nil, fault.Failure(fmt.Errorf("opening state: %w", err))
 	}
 	return s, nil
 }
 
 // Warnf prints a one-line problem with one input, "tool: message", without
 // stopping the command.
-func (e *Env) Warnf(format string, a ...any) {
-	fmt.Fprintf(e.Stderr, "%s: %s\n", e.Tool, fmt.Sprintf(format, a...))
+func (e *Env) Warnf(format string, a ...any) { e.Sink().Warnf(format, a...) }
+
+// Sink is where domain code that a command calls prints records, warns and
+// logs: the command's stdout, its stderr and its logger.
+func (e *Env) Sink() cmdout.Sink { return cmdout.New(e.Tool, e.Stdout, e.Stderr, e.Log) }
+
+// Progress is the command's progress meter: bars on stderr when it is a
+// terminal, nothing (nil) otherwise. The command calls Wait when it ends.
+func (e *Env) Progress() *progress.Meter {
+	f, _ := e.Stderr.(*os.File)
+	m := progress.ForTerminal(e.Ctx, f)
+	if m != nil && e.logTo != nil {
+		e.logTo.Route(m)
+	}
+	return m
+}
+
+// StdinPiped tells whether stdin is input to read: anything but a terminal
+// or another character device (/dev/null is one), or a descriptor that
+// cannot be examined. A command whose input may come from stdin reads it
+// when no input is named and this holds, and otherwise says what it expects
+// instead of waiting on a terminal.
+func (e *Env) StdinPiped() bool {
+	f, ok := e.Stdin.(interface{ Stat() (fs.FileInfo, error) })
+	if !ok {
+		return e.Stdin != nil
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&fs.ModeCharDevice == 0
 }
 
 // hasGlobals lets Run find the embedded Globals of any tool's CLI struct.
@@ -107,19 +145,19 @@ func Run(t Tool, cli any, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	logTo := &progress.LogWriter{W: os.Stderr}
 	env := &Env{
 		Ctx: ctx, Tool: tool, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Log: newLogger(os.Stderr, g.LogFormat, g.LogLevel).With("tool", tool), G: g,
+		Log: newLogger(logTo, g.LogFormat, g.LogLevel).With("tool", tool), G: g, logTo: logTo,
 	}
 	err = kctx.Run(env)
 	if err == nil {
-		return ExitOK
+		return fault.ExitOK
 	}
-	var r *reported
-	if !errors.As(err, &r) {
+	if !fault.Reported(err) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", tool, err)
 	}
-	return ExitCode(err)
+	return fault.Code(err)
 }
 
 type exitPanic struct{}
@@ -138,7 +176,7 @@ func parse(parser *kong.Kong, args []string, exit *int) (kctx *kong.Context, cod
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v (see %s --help)\n", parser.Model.Name, err, parser.Model.Name)
-		return nil, ExitUsage, true
+		return nil, fault.ExitUsage, true
 	}
 	return kctx, 0, false
 }

@@ -12,11 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path"
 	"slices"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -32,7 +33,8 @@ type Leaser interface {
 // tb-parse and tb-allow.
 type Post interface {
 	// EnsureCapture makes sure a capture runs on the lease (containment
-	// rules applied) and returns its ID.
+	// rules applied) with the allow set its chains enforce, and returns
+	// the capture's ID.
 	EnsureCapture(ctx context.Context, lease string) (string, error)
 	Rotate(ctx context.Context, lease, cycle string) ([]string, error)
 	Parse(ctx context.Context, artifacts []string) (int, error)
@@ -59,6 +61,15 @@ const (
 	StepDrops   = "drops" // the files the trace says the sample dropped, copied out and planned
 	StepPromote = "promote"
 )
+
+// NewRunner is the runner the tools use: cycles in st, guests reached over
+// libvirt, leases and post-processing done by running tb-lease,
+// tb-capture, tb-parse and tb-allow from toolsDir on the lab.
+func NewRunner(st *state.Store, log *slog.Logger, toolsDir, lab string) *Runner {
+	tools := &Tools{Dir: toolsDir, St: st, Log: log, Lab: lab}
+	host, _ := os.Hostname()
+	return &Runner{St: st, Log: log, Connect: LibvirtGuest, Leaser: tools, Post: tools, Host: host, PID: os.Getpid()}
+}
 
 // Runner drives cycles.
 type Runner struct {
@@ -118,7 +129,7 @@ const GuestRoot = "/var/tmp/talkbox"
 // Create stores a pending cycle for a request.
 func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error) {
 	if req.Plan == "" && req.Lease == "" {
-		return nil, cli.Usage(errors.New("a cycle needs --plan, --lease or both"))
+		return nil, fault.Usage(errors.New("a cycle needs --plan, --lease or both"))
 	}
 	if req.Plan == "" {
 		var l records.SandboxLease
@@ -126,7 +137,7 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 			return nil, notFound("lease", req.Lease, err)
 		}
 		if l.Plan == "" {
-			return nil, cli.Usage(fmt.Errorf("lease %s has no plan: give --plan", req.Lease))
+			return nil, fault.Usage(fmt.Errorf("lease %s has no plan: give --plan", req.Lease))
 		}
 		req.Plan = l.Plan
 	}
@@ -135,17 +146,17 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		return nil, notFound("plan", req.Plan, err)
 	}
 	if records.KindOf(req.Plan) != records.KindPlan {
-		return nil, cli.Usage(fmt.Errorf("%s is not a plan", req.Plan))
+		return nil, fault.Usage(fmt.Errorf("%s is not a plan", req.Plan))
 	}
 	if !p.Runnable {
-		return nil, cli.DataErr(fmt.Errorf("plan %s is not runnable: %s", p.ID, p.Reason))
+		return nil, fault.DataErr(fmt.Errorf("plan %s is not runnable: %s", p.ID, p.Reason))
 	}
 	if req.Lease != "" {
 		if records.KindOf(req.Lease) != records.KindLease {
-			return nil, cli.Usage(fmt.Errorf("%s is not a lease", req.Lease))
+			return nil, fault.Usage(fmt.Errorf("%s is not a lease", req.Lease))
 		}
 		if !r.St.Exists(req.Lease) {
-			return nil, cli.Usage(fmt.Errorf("lease %s: not found", req.Lease))
+			return nil, fault.Usage(fmt.Errorf("lease %s: not found", req.Lease))
 		}
 	}
 	c := &records.Cycle{
@@ -190,20 +201,20 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 	}
 	for _, s := range c.Post {
 		if s != StepDump && s != StepRotate && s != StepParse && s != StepDrops && s != StepPromote {
-			return nil, cli.Usage(fmt.Errorf("unknown post-processing step %q (dump, rotate, parse, drops, promote)", s))
+			return nil, fault.Usage(fmt.Errorf("unknown post-processing step %q (dump, rotate, parse, drops, promote)", s))
 		}
 	}
 	if c.Detach && c.Window <= 0 {
-		return nil, cli.Usage(errors.New("a detached cycle needs an observation window (--window)"))
+		return nil, fault.Usage(errors.New("a detached cycle needs an observation window (--window)"))
 	}
 	if !c.Detach && c.Timeout <= 0 {
-		return nil, cli.Usage(errors.New("a cycle that is not detached needs a timeout (--timeout)"))
+		return nil, fault.Usage(errors.New("a cycle that is not detached needs a timeout (--timeout)"))
 	}
 	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
-		return nil, cli.Usage(fmt.Errorf("--workdir %q must be an absolute guest path", c.Workdir))
+		return nil, fault.Usage(fmt.Errorf("--workdir %q must be an absolute guest path", c.Workdir))
 	}
 	if !r.St.HasBlob(c.Sample) {
-		return nil, cli.DataErr(fmt.Errorf("plan %s: sample %s is not in the blob store", p.ID, c.Sample))
+		return nil, fault.DataErr(fmt.Errorf("plan %s: sample %s is not in the blob store", p.ID, c.Sample))
 	}
 	now := r.St.Now()
 	records.Init(c, records.KindCycle, now)
@@ -221,10 +232,10 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 
 func notFound(what, id string, err error) error {
 	if errors.Is(err, state.ErrNotFound) {
-		return cli.Usage(fmt.Errorf("%s %s: not found", what, id))
+		return fault.Usage(fmt.Errorf("%s %s: not found", what, id))
 	}
 	if records.CheckID(id) != nil {
-		return cli.Usage(err)
+		return fault.Usage(err)
 	}
 	return err
 }
@@ -258,10 +269,10 @@ func (r *Runner) Drive(ctx context.Context, id string) (*records.Cycle, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, cli.TempFail(fmt.Errorf("cycle %s: %w: another tb-run drives it", id, ErrBusy))
+		return nil, fault.TempFail(fmt.Errorf("cycle %s: %w: another tb-run drives it", id, ErrBusy))
 	}
 	defer unlock()
-	c, err := r.get(id)
+	c, err := r.Get(id)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +343,7 @@ func (r *Runner) Drive(ctx context.Context, id string) (*records.Cycle, error) {
 		if errors.As(err, &s) {
 			to, why = s.state, s.why
 		}
-		cur, gerr := r.get(id)
+		cur, gerr := r.Get(id)
 		if gerr != nil {
 			return c, gerr
 		}
@@ -356,18 +367,19 @@ func (r *Runner) lockLease(ctx context.Context, lease string) (func(), error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, cli.TempFail(fmt.Errorf("lease %s: %w: another cycle runs on it", lease, ErrBusy))
+		return nil, fault.TempFail(fmt.Errorf("lease %s: %w: another cycle runs on it", lease, ErrBusy))
 	}
 	return unlock, nil
 }
 
-func (r *Runner) get(id string) (*records.Cycle, error) {
+// Get reads a cycle; an ID that is not a stored cycle's is a usage error.
+func (r *Runner) Get(id string) (*records.Cycle, error) {
 	var c records.Cycle
 	if err := r.St.Get(id, &c); err != nil {
 		return nil, notFound("cycle", id, err)
 	}
 	if c.Kind != records.KindCycle {
-		return nil, cli.Usage(fmt.Errorf("%s is not a cycle", id))
+		return nil, fault.Usage(fmt.Errorf("%s is not a cycle", id))
 	}
 	return &c, nil
 }

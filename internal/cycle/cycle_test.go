@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -407,7 +407,7 @@ func TestOneCycleAtATimePerLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.r.Drive(context.Background(), c.ID)
-	if !errors.Is(err, ErrBusy) || cli.ExitCode(err) != cli.ExitTempFail {
+	if !errors.Is(err, ErrBusy) || fault.Code(err) != fault.ExitTempFail {
 		t.Fatalf("Drive = %v", err)
 	}
 	unlock()
@@ -477,7 +477,7 @@ func TestCreateRejectsBadRequests(t *testing.T) {
 		{Plan: e.plan, Lease: e.lease, Workdir: "relative"},
 		{Plan: e.plan, Lease: e.lease, Post: []string{"nonsense"}},
 	} {
-		if _, err := e.r.Create(context.Background(), req); cli.ExitCode(err) != cli.ExitUsage {
+		if _, err := e.r.Create(context.Background(), req); fault.Code(err) != fault.ExitUsage {
 			t.Errorf("Create(%+v) = %v, want a usage error", req, err)
 		}
 	}
@@ -503,12 +503,6 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, b)
 		}
 	}
-}
-
-// testEnv is a cli.Env on the test's state.
-func testEnv(t *testing.T, e *env) *cli.Env {
-	return &cli.Env{Ctx: context.Background(), Tool: "tb-run", Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: e.st.Root()}}
 }
 
 func TestWatchFollowsARunningCycleUntilItEnds(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // Bounds of what a cycle copies out of the guest as dropped files.
@@ -72,16 +73,12 @@ func (r *Runner) drops(ctx context.Context, c *records.Cycle) ([]string, error) 
 // droppedPaths are the absolute paths of the files the cycle's traces say
 // were dropped.
 func (r *Runner) droppedPaths(c *records.Cycle) ([]string, error) {
-	ids, err := r.St.List(records.KindObservable)
+	traces, err := state.FindBy(r.St, records.KindObservable, records.KeyCycle, c.ID, func(o *records.Observable) bool { return o.Trace != nil })
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, id := range ids {
-		var o records.Observable
-		if r.St.Get(id, &o) != nil || o.Trace == nil || (o.Cycle != c.ID && !slices.Contains(o.Cycles, c.ID)) {
-			continue
-		}
+	for _, o := range traces {
 		for _, p := range o.Trace.Dropped {
 			if strings.HasPrefix(p, "/") && !slices.Contains(out, p) {
 				out = append(out, p)

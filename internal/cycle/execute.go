@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +15,7 @@ import (
 
 // attachable is the previous cycle whose detached sample still runs.
 func (r *Runner) attachable(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
-	prev, err := r.get(c.Previous)
+	prev, err := r.Get(c.Previous)
 	if err != nil {
 		return nil, err
 	}
@@ -128,15 +128,12 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 				return c, fmt.Errorf("watching the sample: %v (%v; no answer for %s)", err, aerr, time.Since(unanswered).Round(time.Second))
 			}
 			if !alive {
-				p = Proc{Exited: true, ExitCode: -1}
+				p = guestagent.Proc{Exited: true, ExitCode: -1}
 			}
 		}
 		unanswered = time.Time{}
 		if p.Exited {
-			code := p.ExitCode
-			if p.Signal != 0 {
-				code = 128 + p.Signal
-			}
+			code := p.Code()
 			if code >= 0 {
 				ex.ExitCode = &code
 			}
@@ -161,7 +158,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 			if err := spool.pull(ctx, g, false); err != nil {
 				return c, err
 			}
-			cur, err := r.get(c.ID)
+			cur, err := r.Get(c.ID)
 			if err != nil {
 				return c, err
 			}
@@ -272,13 +269,4 @@ func lastLines(b []byte, n, max int) []byte {
 		}
 	}
 	return append([]byte(nil), b...)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

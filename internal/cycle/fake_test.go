@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -95,7 +96,7 @@ func (f *fakeGuest) ReadFileAt(ctx context.Context, path string, off int64, max 
 	return append([]byte(nil), b...), nil
 }
 
-func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error) {
+func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.silent > 0 {
@@ -103,20 +104,20 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error
 	}
 	switch {
 	case argv[0] == "/bin/mkdir":
-		return &ExecResult{}, nil
+		return &guestagent.Result{}, nil
 	case argv[0] == "/usr/bin/sha256sum":
 		b, ok := f.files[argv[1]]
 		if !ok {
-			return &ExecResult{ExitCode: 1, Stderr: []byte("No such file or directory")}, nil
+			return &guestagent.Result{ExitCode: 1, Stderr: []byte("No such file or directory")}, nil
 		}
 		f.stages++
 		sum := sha256.Sum256(b)
-		return &ExecResult{Stdout: []byte(hex.EncodeToString(sum[:]) + "  " + argv[1] + "\n")}, nil
+		return &guestagent.Result{Stdout: []byte(hex.EncodeToString(sum[:]) + "  " + argv[1] + "\n")}, nil
 	case len(argv) == 5 && strings.Contains(argv[2], "grep -qxF"):
 		if b, ok := f.files[argv[4]]; ok {
-			return &ExecResult{Stdout: b}, nil
+			return &guestagent.Result{Stdout: b}, nil
 		}
-		return &ExecResult{ExitCode: 3}, nil
+		return &guestagent.Result{ExitCode: 3}, nil
 	case len(argv) == 5 && argv[2] == gatherTraceArgv("")[2]:
 		var all []byte
 		for _, name := range slices.Sorted(maps.Keys(f.files)) {
@@ -125,19 +126,19 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error
 			}
 		}
 		f.files[argv[4]] = all
-		return &ExecResult{}, nil
+		return &guestagent.Result{}, nil
 	case strings.Contains(strings.Join(argv, " "), "kill -KILL"):
 		pid, _ := strconv.Atoi(argv[len(argv)-1])
 		if p, ok := f.procs[pid]; ok && p.running {
 			p.running, p.killed, p.signal = false, true, 9
 		}
-		return &ExecResult{}, nil
+		return &guestagent.Result{}, nil
 	case strings.Contains(strings.Join(argv, " "), "/proc/$1"):
 		pid, _ := strconv.Atoi(argv[len(argv)-1])
 		if p, ok := f.procs[pid]; ok && p.running {
-			return &ExecResult{}, nil
+			return &guestagent.Result{}, nil
 		}
-		return &ExecResult{ExitCode: 1}, nil
+		return &guestagent.Result{ExitCode: 1}, nil
 	}
 	return nil, fmt.Errorf("fake guest: unexpected command %q", argv)
 }

@@ -2,21 +2,22 @@ package cycle
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// Guest is the boundary to a lease's guest, through its agent. The agent
-// implementation speaks the QEMU guest agent's protocol through libvirt;
-// unit tests use a fake, and the integration and end-to-end tests cover the
+// Guest is the boundary to a lease's guest, through its agent:
+// guestagent's client, over libvirt (libvirt.go) or virsh (virsh.go); unit
+// tests use a fake, and the integration and end-to-end tests cover the
 // real one.
 type Guest interface {
 	Ping(ctx context.Context) error
@@ -25,282 +26,42 @@ type Guest interface {
 	WriteFile(ctx context.Context, path string, r io.Reader) (int64, error)
 	ReadFileAt(ctx context.Context, path string, off int64, max int) ([]byte, error)
 	// Run runs a short helper command and waits for it.
-	Run(ctx context.Context, argv ...string) (*ExecResult, error)
+	Run(ctx context.Context, argv ...string) (*guestagent.Result, error)
 	Spawn(ctx context.Context, argv, env []string) (int, error)
 	Status(ctx context.Context, pid int) (Proc, error)
 	Close() error
 }
 
-// ExecResult is a finished guest process.
-type ExecResult struct {
-	ExitCode int
-	Stdout   []byte
-	Stderr   []byte
-}
-
 // Proc is the state of a process started with Spawn.
-type Proc struct {
-	Exited   bool
-	ExitCode int
-	Signal   int
-}
+type Proc = guestagent.Proc
 
 // Connector opens the guest of a lease.
 type Connector func(ctx context.Context, l *records.SandboxLease) (Guest, error)
 
-// AgentFunc sends one guest-agent command (QMP-style JSON) to a guest and
-// returns the raw reply.
-type AgentFunc func(ctx context.Context, cmd string) (string, error)
-
-// agentGuest is Guest over a guest-agent channel.
+// agentGuest is a lease's guest agent and the connection it goes through
+// (nil: virsh, which connects per command).
 type agentGuest struct {
-	cmd   AgentFunc
-	chunk int
-	close func() error
+	*guestagent.Client
+	conn io.Closer
 }
 
-// NewAgentGuest is a Guest over cmd, pushing files in chunks of chunk
-// bytes; close is called by Close.
-func NewAgentGuest(cmd AgentFunc, chunk int, close func() error) Guest {
-	return &agentGuest{cmd: cmd, chunk: chunk, close: close}
-}
-
-func (a *agentGuest) Close() error {
-	if a.close == nil {
+func (g agentGuest) Close() error {
+	if g.conn == nil {
 		return nil
 	}
-	return a.close()
+	return g.conn.Close()
 }
 
-func (a *agentGuest) Ping(ctx context.Context) error {
-	_, err := a.cmd(ctx, `{"execute":"guest-ping"}`)
-	return err
-}
-
-func (a *agentGuest) Addresses(ctx context.Context) ([]string, error) {
-	raw, err := a.cmd(ctx, `{"execute":"guest-network-get-interfaces"}`)
+// VirshGuest talks to a lease's guest agent through virsh: the Connector
+// of a tb-run built without cgo (no libvirt C library; virsh.go). Each
+// command is a virsh process, so a cycle's overhead grows by tens of
+// milliseconds per agent command.
+func VirshGuest(ctx context.Context, l *records.SandboxLease) (Guest, error) {
+	v, err := guestagent.NewVirsh(l.ConnectURI)
 	if err != nil {
-		return nil, fmt.Errorf("guest-network-get-interfaces: %w", err)
+		return nil, fault.Unavailable(fmt.Errorf("lease %s: %w", l.ID, err))
 	}
-	var rep struct {
-		Return []struct {
-			IPs []struct {
-				Addr   string `json:"ip-address"`
-				Prefix int    `json:"prefix"`
-			} `json:"ip-addresses"`
-		} `json:"return"`
-	}
-	if err := json.Unmarshal([]byte(raw), &rep); err != nil {
-		return nil, fmt.Errorf("guest-network-get-interfaces: bad reply %q", raw)
-	}
-	var out []string
-	for _, i := range rep.Return {
-		for _, a := range i.IPs {
-			out = append(out, fmt.Sprintf("%s/%d", a.Addr, a.Prefix))
-		}
-	}
-	return out, nil
-}
-
-func (a *agentGuest) open(ctx context.Context, path, mode string) (int, error) {
-	req, _ := json.Marshal(map[string]any{"execute": "guest-file-open", "arguments": map[string]any{"path": path, "mode": mode}})
-	raw, err := a.cmd(ctx, string(req))
-	if err != nil {
-		return 0, fmt.Errorf("guest-file-open %s: %w", path, err)
-	}
-	var open struct {
-		Return *int `json:"return"`
-	}
-	if err := json.Unmarshal([]byte(raw), &open); err != nil || open.Return == nil {
-		return 0, fmt.Errorf("guest-file-open %s: bad reply %q", path, raw)
-	}
-	return *open.Return, nil
-}
-
-func (a *agentGuest) closeFile(ctx context.Context, h int) error {
-	_, err := a.cmd(ctx, fmt.Sprintf(`{"execute":"guest-file-close","arguments":{"handle":%d}}`, h))
-	return err
-}
-
-// WriteFile writes r to path in the guest (created or truncated) in
-// chunks; the caller verifies the content inside the guest.
-func (a *agentGuest) WriteFile(ctx context.Context, path string, r io.Reader) (int64, error) {
-	h, err := a.open(ctx, path, "w")
-	if err != nil {
-		return 0, err
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			a.closeFile(context.WithoutCancel(ctx), h)
-		}
-	}()
-	buf := make([]byte, a.chunk)
-	var n int64
-	for {
-		k, rerr := io.ReadFull(r, buf)
-		if k > 0 {
-			raw, err := a.cmd(ctx, fmt.Sprintf(`{"execute":"guest-file-write","arguments":{"handle":%d,"buf-b64":%q}}`, h, base64.StdEncoding.EncodeToString(buf[:k])))
-			if err != nil {
-				return n, fmt.Errorf("guest-file-write %s: %w", path, err)
-			}
-			var wr struct {
-				Return struct {
-					Count int `json:"count"`
-				} `json:"return"`
-			}
-			if err := json.Unmarshal([]byte(raw), &wr); err != nil {
-				return n, fmt.Errorf("guest-file-write %s: bad reply %q", path, raw)
-			}
-			if wr.Return.Count != k {
-				return n, fmt.Errorf("guest-file-write %s: short write (%d of %d bytes)", path, wr.Return.Count, k)
-			}
-			n += int64(k)
-		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-			break
-		}
-		if rerr != nil {
-			return n, fmt.Errorf("reading what is pushed to %s: %w", path, rerr)
-		}
-	}
-	closed = true
-	if err := a.closeFile(ctx, h); err != nil {
-		return n, fmt.Errorf("guest-file-close %s: %w", path, err)
-	}
-	return n, nil
-}
-
-// ReadFileAt reads at most max bytes of path from offset off.
-func (a *agentGuest) ReadFileAt(ctx context.Context, path string, off int64, max int) ([]byte, error) {
-	h, err := a.open(ctx, path, "r")
-	if err != nil {
-		return nil, err
-	}
-	defer a.closeFile(context.WithoutCancel(ctx), h)
-	if off > 0 {
-		if _, err := a.cmd(ctx, fmt.Sprintf(`{"execute":"guest-file-seek","arguments":{"handle":%d,"offset":%d,"whence":"set"}}`, h, off)); err != nil {
-			return nil, fmt.Errorf("guest-file-seek %s: %w", path, err)
-		}
-	}
-	var out []byte
-	for len(out) < max {
-		raw, err := a.cmd(ctx, fmt.Sprintf(`{"execute":"guest-file-read","arguments":{"handle":%d,"count":%d}}`, h, min(max-len(out), 1<<20)))
-		if err != nil {
-			return nil, fmt.Errorf("guest-file-read %s: %w", path, err)
-		}
-		var rd struct {
-			Return struct {
-				Count int    `json:"count"`
-				Buf   string `json:"buf-b64"`
-				EOF   bool   `json:"eof"`
-			} `json:"return"`
-		}
-		if err := json.Unmarshal([]byte(raw), &rd); err != nil {
-			return nil, fmt.Errorf("guest-file-read %s: bad reply %q", path, raw)
-		}
-		b, err := base64.StdEncoding.DecodeString(rd.Return.Buf)
-		if err != nil {
-			return nil, fmt.Errorf("guest-file-read %s: %w", path, err)
-		}
-		out = append(out, b...)
-		if rd.Return.EOF || rd.Return.Count == 0 {
-			break
-		}
-	}
-	return out, nil
-}
-
-func (a *agentGuest) exec(ctx context.Context, argv, env []string, capture bool) (int, error) {
-	if len(argv) == 0 {
-		return 0, errors.New("guest-exec: empty command")
-	}
-	args := map[string]any{"path": argv[0], "arg": argv[1:], "capture-output": capture}
-	if env != nil {
-		args["env"] = env
-	}
-	req, _ := json.Marshal(map[string]any{"execute": "guest-exec", "arguments": args})
-	raw, err := a.cmd(ctx, string(req))
-	if err != nil {
-		return 0, fmt.Errorf("guest-exec %s: %w", argv[0], err)
-	}
-	var started struct {
-		Return struct {
-			PID int `json:"pid"`
-		} `json:"return"`
-	}
-	if err := json.Unmarshal([]byte(raw), &started); err != nil || started.Return.PID <= 0 {
-		return 0, fmt.Errorf("guest-exec %s: bad reply %q", argv[0], raw)
-	}
-	return started.Return.PID, nil
-}
-
-type execStatus struct {
-	Return struct {
-		Exited   bool   `json:"exited"`
-		ExitCode int    `json:"exitcode"`
-		Signal   int    `json:"signal"`
-		Out      string `json:"out-data"`
-		Err      string `json:"err-data"`
-	} `json:"return"`
-}
-
-func (a *agentGuest) status(ctx context.Context, pid int) (*execStatus, error) {
-	raw, err := a.cmd(ctx, fmt.Sprintf(`{"execute":"guest-exec-status","arguments":{"pid":%d}}`, pid))
-	if err != nil {
-		return nil, fmt.Errorf("guest-exec-status %d: %w", pid, err)
-	}
-	var st execStatus
-	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		return nil, fmt.Errorf("guest-exec-status %d: bad reply %q", pid, raw)
-	}
-	return &st, nil
-}
-
-// Spawn starts a program without waiting for it; env, when not nil, is
-// its whole environment ("K=V").
-func (a *agentGuest) Spawn(ctx context.Context, argv, env []string) (int, error) {
-	return a.exec(ctx, argv, env, false)
-}
-
-// Status asks once about a process started with Spawn.
-func (a *agentGuest) Status(ctx context.Context, pid int) (Proc, error) {
-	st, err := a.status(ctx, pid)
-	if err != nil {
-		return Proc{}, err
-	}
-	return Proc{Exited: st.Return.Exited, ExitCode: st.Return.ExitCode, Signal: st.Return.Signal}, nil
-}
-
-// Run is guest-exec with captured output, polled from 2 ms doubling to
-// 16 ms (a status query is a ~3 ms agent round trip): helper commands take
-// 50–200 ms under TCG, and a fixed 100 ms poll would add up to 100 ms to
-// each.
-func (a *agentGuest) Run(ctx context.Context, argv ...string) (*ExecResult, error) {
-	pid, err := a.exec(ctx, argv, nil, true)
-	if err != nil {
-		return nil, err
-	}
-	wait := 2 * time.Millisecond
-	for {
-		st, err := a.status(ctx, pid)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", argv[0], err)
-		}
-		if st.Return.Exited {
-			r := &ExecResult{ExitCode: st.Return.ExitCode}
-			if st.Return.Signal != 0 {
-				r.ExitCode = 128 + st.Return.Signal
-			}
-			r.Stdout, _ = base64.StdEncoding.DecodeString(st.Return.Out)
-			r.Stderr, _ = base64.StdEncoding.DecodeString(st.Return.Err)
-			return r, nil
-		}
-		if err := sleepCtx(ctx, wait); err != nil {
-			return nil, fmt.Errorf("guest-exec %s: %w", argv[0], err)
-		}
-		wait = min(2*wait, 16*time.Millisecond)
-	}
+	return agentGuest{Client: guestagent.New(v, l.VMName)}, nil
 }
 
 // sleepCtx waits d or until ctx ends. Polling is how the guest agent is
@@ -364,10 +125,27 @@ func launchArgv(workdir, pidfile, stdout, stderr, trace string, argv []string) [
 	return append([]string{"/bin/bash", "-c", launcher, "tb-run", workdir, pidfile, stdout, stderr, trace}, argv...)
 }
 
-// gatherTraceArgv writes the logs QEMU kept per emulated process
-// (path.<pid>) into path, in PID order.
+// gatherTraceArgv appends to path what each log QEMU keeps per emulated
+// process (path.<pid>) gained since the last gather (path.off.<pid> holds
+// how much of it was taken), so that path only grows and the trace of a
+// detached sample goes on across cycles where it stopped. A live process's
+// log is taken up to its last whole line (QEMU writes a call when it starts
+// and its result when it returns); a dead one's to its end.
 func gatherTraceArgv(path string) []string {
-	return []string{"/bin/sh", "-c", `for f in "$1".[0-9]*; do [ -f "$f" ] && cat "$f"; done > "$1"; true`, "tb-run", path}
+	return []string{"/bin/sh", "-c", `for f in "$1".[0-9]*; do
+  [ -f "$f" ] || continue
+  p=${f##*.} o=0
+  [ -s "$1.off.$p" ] && o=$(cat "$1.off.$p")
+  n=$(( $(wc -c < "$f") - o ))
+  [ "$n" -gt 0 ] || continue
+  tail -c +$((o + 1)) "$f" | head -c "$n" > "$1.new"
+  if [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && [ "$(tail -c 1 "$1.new" | od -An -tx1)" != " 0a" ]; then
+    n=$((n - $(tail -n 1 "$1.new" | wc -c)))
+  fi
+  head -c "$n" "$1.new" >> "$1" && echo $((o + n)) > "$1.off.$p"
+done
+rm -f "$1.new"
+true`, "tb-run", path}
 }
 
 // killArgv kills a sample and all its descendants: each process is
@@ -405,7 +183,7 @@ func aliveArgv(pid int) []string {
 // guestEnv is the sample's whole environment.
 func guestEnv(env map[string]string) []string {
 	out := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C"}
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		if k == "PATH" || k == "HOME" || k == "LANG" {
 			for i, kv := range out {
 				if strings.HasPrefix(kv, k+"=") {

@@ -1,7 +1,10 @@
 package cycle
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +22,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -244,6 +248,46 @@ func TestRealGuest(t *testing.T) {
 		}
 	})
 
+	t.Run("virsh transport", func(t *testing.T) {
+		// A tb-run built without cgo talks to the agent through virsh: a
+		// cycle whose sample takes several chunks to push, then the
+		// client's reads, errors and exit status over virsh.
+		r.Connect = VirshGuest
+		defer func() { r.Connect = LibvirtGuest }()
+		c := run(Request{Plan: plan(script("# "+strings.Repeat("x", 2*guestagent.Chunk)+"\necho over virsh; exit 5"), nil)})
+		ex := execOf(c)
+		if _, pushed := c.Timings["push"]; !pushed || c.State != records.CycleCompleted || ex.ExitCode == nil || *ex.ExitCode != 5 || blob(t, st, ex.Stdout) != "over virsh\n" {
+			t.Fatalf("%s %q, pushed %v, exit %v, stdout %q", c.State, c.Error, pushed, ex.ExitCode, ex.StdoutTail)
+		}
+		g, err := VirshGuest(ctx, leaseOf(t, st, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		data := make([]byte, 2*guestagent.Chunk+123)
+		for i := range data {
+			data[i] = byte(rand.IntN(256))
+		}
+		if n, err := g.WriteFile(ctx, "/tmp/tb-virsh", bytes.NewReader(data)); err != nil || n != int64(len(data)) {
+			t.Fatalf("write: %d %v", n, err)
+		}
+		sum := sha256.Sum256(data)
+		if got, err := guestSHA256(ctx, g, "/tmp/tb-virsh"); err != nil || got != hex.EncodeToString(sum[:]) {
+			t.Fatalf("sha256 in the guest %q (%v)", got, err)
+		}
+		off := guestagent.Chunk - 1
+		if b, err := g.ReadFileAt(ctx, "/tmp/tb-virsh", int64(off), guestagent.Chunk+2); err != nil || !bytes.Equal(b, data[off:off+guestagent.Chunk+2]) {
+			t.Fatalf("read across a chunk: %d bytes, %v", len(b), err)
+		}
+		if _, err := g.ReadFileAt(ctx, "/tmp/tb-no-such-file", 0, 1); err == nil || !strings.Contains(err.Error(), "No such file") {
+			t.Fatalf("reading a missing file: %v", err)
+		}
+		res, err := g.Run(ctx, "/bin/sh", "-c", "echo out; echo err >&2; kill -TERM $$")
+		if err != nil || res.ExitCode != 128+15 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
+			t.Fatalf("run: %+v %v", res, err)
+		}
+	})
+
 	t.Run("resume adopts the started sample", func(t *testing.T) {
 		c, err := r.Create(ctx, Request{Plan: plan(script(`echo once >> /tmp/tb-run-once; echo ran`), nil), Lease: lease, Post: []string{}})
 		if err != nil {
@@ -359,6 +403,51 @@ func BenchmarkTracedCycle(b *testing.B) {
 			b.ReportMetric(over[0].Seconds()/n, "untraced-overhead-s")
 			b.ReportMetric(over[1].Seconds()/n, "traced-overhead-s")
 			b.ReportMetric(run[0].Seconds()/run[1].Seconds(), "traced-speed")
+		})
+	}
+}
+
+// BenchmarkTransfer measures pushing 2 MiB to a real amd64 guest and
+// reading 4 MiB back, through each transport, a guestagent.Chunk per
+// command: the figures behind the chunk's size (to compare another, change
+// the constant).
+//
+//	go test -tags talkboxtest -run XXX -bench Transfer -benchtime 6x ./internal/cycle
+func BenchmarkTransfer(b *testing.B) {
+	g := newRealGuest(b)
+	ctx := context.Background()
+	l := get(b, g.st, g.lease, &records.SandboxLease{})
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(rand.IntN(256))
+	}
+	for _, tr := range []struct {
+		name    string
+		connect Connector
+	}{{"libvirt", LibvirtGuest}, {"virsh", VirshGuest}} {
+		gu, err := tr.connect(ctx, l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer gu.Close()
+		b.Run(fmt.Sprintf("push-%s-%s", tr.name, l.Accel), func(b *testing.B) {
+			b.SetBytes(2 << 20)
+			for range b.N {
+				if _, err := gu.WriteFile(ctx, "/tmp/tb-bench-push", bytes.NewReader(data[:2<<20])); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		if _, err := gu.WriteFile(ctx, "/tmp/tb-bench-pull", bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("pull-%s-%s", tr.name, l.Accel), func(b *testing.B) {
+			b.SetBytes(4 << 20)
+			for range b.N {
+				if got, err := gu.ReadFileAt(ctx, "/tmp/tb-bench-pull", 0, 4<<20); err != nil || !bytes.Equal(got, data) {
+					b.Fatalf("pulled %d bytes (%v)", len(got), err)
+				}
+			}
 		})
 	}
 }

@@ -1,9 +1,11 @@
 package cycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -12,23 +14,16 @@ import (
 
 // heldLease returns the live lease acquired for the cycle, if there is one.
 func (r *Runner) heldLease(cycle string) (string, error) {
-	ids, err := r.St.List(records.KindLease)
+	l, err := state.LatestBy(r.St, records.KindLease, records.KeyHolder, cycle, func(l *records.SandboxLease) bool {
+		return !records.LeaseGone(l.State)
+	})
+	if errors.Is(err, state.ErrNotFound) {
+		return "", nil
+	}
 	if err != nil {
 		return "", err
 	}
-	for _, id := range ids {
-		var l records.SandboxLease
-		if err := r.St.Get(id, &l); err != nil {
-			if errors.Is(err, state.ErrNotFound) {
-				continue
-			}
-			return "", err
-		}
-		if l.Holder == cycle && !records.LeaseGone(l.State) {
-			return l.ID, nil
-		}
-	}
-	return "", nil
+	return l.ID, nil
 }
 
 // lease binds the cycle to a live lease and records its lineage.
@@ -87,40 +82,23 @@ func (r *Runner) lease(ctx context.Context, c *records.Cycle, unlock *func()) (*
 
 // previous is the latest other cycle of the same sample on the same lease.
 func (r *Runner) previous(c *records.Cycle) (string, error) {
-	ids, err := r.St.List(records.KindCycle)
+	o, err := state.LatestBy(r.St, records.KindCycle, records.KeyLease, c.Lease, func(o *records.Cycle) bool {
+		return o.ID < c.ID && o.Sample == c.Sample
+	})
+	if errors.Is(err, state.ErrNotFound) {
+		return "", nil
+	}
 	if err != nil {
 		return "", err
 	}
-	for i := len(ids) - 1; i >= 0; i-- {
-		if ids[i] == c.ID || ids[i] > c.ID {
-			continue
-		}
-		var o records.Cycle
-		if err := r.St.Get(ids[i], &o); err != nil {
-			continue
-		}
-		if o.Lease == c.Lease && o.Sample == c.Sample {
-			return o.ID, nil
-		}
-	}
-	return "", nil
+	return o.ID, nil
 }
 
 // currentRevision is the latest revision of an allow-list chain, or nil.
 func currentRevision(st *state.Store, chain string) (*records.AllowRevision, error) {
-	ids, err := st.List(records.KindRevision)
-	if err != nil {
+	revs, err := state.FindBy[records.AllowRevision](st, records.KindRevision, records.KeyChain, chain, nil)
+	if err != nil || len(revs) == 0 {
 		return nil, err
 	}
-	var best *records.AllowRevision
-	for _, id := range ids {
-		var rv records.AllowRevision
-		if err := st.Get(id, &rv); err != nil {
-			continue
-		}
-		if rv.Chain == chain && (best == nil || rv.Seq > best.Seq) {
-			best = &rv
-		}
-	}
-	return best, nil
+	return slices.MaxFunc(revs, func(a, b *records.AllowRevision) int { return cmp.Compare(a.Seq, b.Seq) }), nil
 }

@@ -2,6 +2,8 @@ package cycle
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,7 +23,7 @@ var durationBuckets = []float64{1, 5, 15, 30, 60, 300, 900, 3600}
 // file is replaced atomically, so a scrape never sees half of it.
 func WriteMetrics(st *state.Store, path string) error {
 	var b strings.Builder
-	ids, err := st.List(records.KindCycle)
+	cycles, err := state.Find[records.Cycle](st, records.KindCycle, nil)
 	if err != nil {
 		return err
 	}
@@ -35,11 +37,7 @@ func WriteMetrics(st *state.Store, path string) error {
 	var durCount int
 	steps := map[string][2]float64{}
 	var parseSecs float64
-	for _, id := range ids {
-		var c records.Cycle
-		if st.Get(id, &c) != nil {
-			continue
-		}
+	for _, c := range cycles {
 		byState[c.State]++
 		if c.StartedAt != nil && c.CompletedAt != nil {
 			d := c.CompletedAt.Sub(*c.StartedAt).Seconds()
@@ -62,7 +60,7 @@ func WriteMetrics(st *state.Store, path string) error {
 		}
 	}
 	metric(&b, "talkbox_cycles", "gauge", "Cycles by state.")
-	for _, s := range sortedKeysInt(byState) {
+	for _, s := range slices.Sorted(maps.Keys(byState)) {
 		fmt.Fprintf(&b, "talkbox_cycles{state=%q} %d\n", s, byState[s])
 	}
 	metric(&b, "talkbox_cycle_duration_seconds", "histogram", "Duration of finished cycles, from leasing to their end.")
@@ -80,16 +78,12 @@ func WriteMetrics(st *state.Store, path string) error {
 		fmt.Fprintf(&b, "talkbox_cycle_step_seconds_sum{step=%q} %g\ntalkbox_cycle_step_seconds_count{step=%q} %g\n", k, steps[k][0], k, steps[k][1])
 	}
 	// Lease health.
-	lids, err := st.List(records.KindLease)
+	leases, err := state.Find(st, records.KindLease, func(l *records.SandboxLease) bool { return !records.LeaseGone(l.State) })
 	if err != nil {
 		return err
 	}
 	metric(&b, "talkbox_lease_healthy", "gauge", "1 if a live lease is healthy, 0 otherwise.")
-	for _, id := range lids {
-		var l records.SandboxLease
-		if st.Get(id, &l) != nil || records.LeaseGone(l.State) {
-			continue
-		}
+	for _, l := range leases {
 		h := 0
 		if l.Health == records.HealthHealthy {
 			h = 1
@@ -98,16 +92,12 @@ func WriteMetrics(st *state.Store, path string) error {
 	}
 	// Parser throughput: bytes of parsed pcaps and observables per second
 	// of parse steps.
-	aids, err := st.List(records.KindArtifact)
+	arts, err := state.Find[records.Artifact](st, records.KindArtifact, nil)
 	if err != nil {
 		return err
 	}
 	var parsedBytes, parsedPackets, flowBytes, flowConns float64
-	for _, id := range aids {
-		var a records.Artifact
-		if st.Get(id, &a) != nil {
-			continue
-		}
+	for _, a := range arts {
 		switch a.Type {
 		case "pcap":
 			parsedBytes += float64(a.Size)
@@ -142,32 +132,25 @@ func WriteMetrics(st *state.Store, path string) error {
 			return err
 		}
 	}
-	eids, err := st.List(records.KindEvent)
+	lowSpace, err := state.Find(st, records.KindEvent, func(e *records.Event) bool { return strings.HasSuffix(e.Type, ".low-space") })
 	if err != nil {
 		return err
 	}
 	stops := map[string]int{"capture.low-space": 0, "parse.low-space": 0}
-	for _, id := range eids {
-		var e records.Event
-		if st.Get(id, &e) == nil && strings.HasSuffix(e.Type, ".low-space") {
-			stops[e.Type]++
-		}
+	for _, e := range lowSpace {
+		stops[e.Type]++
 	}
 	metric(&b, "talkbox_low_space_stops_total", "counter", "Captures and parses the health monitor stopped because the state's file system ran low.")
-	for _, k := range sortedKeysInt(stops) {
+	for _, k := range slices.Sorted(maps.Keys(stops)) {
 		fmt.Fprintf(&b, "talkbox_low_space_stops_total{type=%q} %d\n", k, stops[k])
 	}
 	// Allow-list size: the active entries of each chain's latest revision.
-	rids, err := st.List(records.KindRevision)
+	revs, err := state.Find[records.AllowRevision](st, records.KindRevision, nil)
 	if err != nil {
 		return err
 	}
-	latest := map[string]records.AllowRevision{}
-	for _, id := range rids {
-		var rv records.AllowRevision
-		if st.Get(id, &rv) != nil {
-			continue
-		}
+	latest := map[string]*records.AllowRevision{}
+	for _, rv := range revs {
 		if cur, ok := latest[rv.Chain]; !ok || rv.Seq > cur.Seq {
 			latest[rv.Chain] = rv
 		}
@@ -186,13 +169,4 @@ func WriteMetrics(st *state.Store, path string) error {
 
 func metric(b *strings.Builder, name, typ, help string) {
 	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-func sortedKeysInt(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -113,15 +113,11 @@ func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, er
 func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	a := &records.RunAnalysis{Cycle: c.ID, Lease: c.Lease, Sample: c.Sample, Plan: c.Plan, Previous: c.Previous,
 		Observables: map[string]int{}, Revision: c.Promoted}
-	ids, err := st.List(records.KindObservable)
+	seen, err := state.FindBy[records.Observable](st, records.KindObservable, records.KeyCycle, c.ID, nil)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		var o records.Observable
-		if st.Get(id, &o) != nil || (o.Cycle != c.ID && !slices.Contains(o.Cycles, c.ID)) {
-			continue
-		}
+	for _, o := range seen {
 		a.Observables[o.Type]++
 		switch o.Type {
 		case records.ObsDomain:
@@ -129,7 +125,7 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		case records.ObsEndpoint:
 			a.Destinations = append(a.Destinations, o.Value)
 		}
-		behaviourOf(a, &o)
+		behaviourOf(a, o)
 	}
 	sort.Strings(a.Domains)
 	sort.Strings(a.Destinations)
@@ -140,16 +136,15 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		slices.SortFunc(b.Processes, func(x, y records.ProcessNode) int { return cmp.Compare(x.PID, y.PID) })
 		b.DroppedSamples = c.DroppedSamples
 	}
-	arts, err := st.List(records.KindArtifact)
+	logs, err := state.FindBy(st, records.KindArtifact, records.KeyCycle, c.ID, func(art *records.Artifact) bool {
+		return art.Type == flowlog.ArtifactType
+	})
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range arts {
-		var art records.Artifact
-		if st.Get(id, &art) == nil && art.Type == flowlog.ArtifactType && art.Cycle == c.ID {
-			a.Connections += art.Conns
-			a.FlowLogs = append(a.FlowLogs, art.ID)
-		}
+	for _, art := range logs {
+		a.Connections += art.Conns
+		a.FlowLogs = append(a.FlowLogs, art.ID)
 	}
 	var ex records.ExecutionSnapshot
 	if c.Execution != "" {

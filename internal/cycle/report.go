@@ -4,40 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
-
-// ReportCmd prints a short summary of cycles for a person: what ran, what
-// was seen, what was promoted and why, what was refused, and what to do
-// next. Format "json" prints the same facts as one cycle-report line per
-// cycle, for pipelines.
-func ReportCmd(env *cli.Env, ids []string, format string) error {
-	st, err := env.OpenState()
-	if err != nil {
-		return err
-	}
-	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
-	var batch cli.Batch
-	for _, id := range ids {
-		r, err := Summarise(st, id)
-		if err == nil && format == "json" {
-			err = w.Line(records.LineCycleReport, r)
-		} else if err == nil {
-			r.Text(env.Stdout)
-		}
-		if err != nil {
-			env.Warnf("%v", err)
-			batch.Add(err)
-		}
-	}
-	return batch.Err()
-}
 
 // Summary is what a report says about one cycle; the text and the JSON
 // forms are both rendered from it, so they cannot disagree.
@@ -151,7 +125,7 @@ func (r *Summary) Text(w io.Writer) {
 		return
 	}
 	var counts []string
-	for _, k := range sortedKeysInt(r.Seen) {
+	for _, k := range slices.Sorted(maps.Keys(r.Seen)) {
 		counts = append(counts, fmt.Sprintf("%d %s", r.Seen[k], k))
 	}
 	p("  seen: %s; %d connections in the flow log", orNone(strings.Join(counts, ", ")), r.Connections)

@@ -1,6 +1,7 @@
 package cycle
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -40,7 +41,9 @@ type stream struct {
 	file      *os.File
 	w         io.Writer     // file, or enc over it
 	enc       *zstd.Encoder // for the trace
-	n         int64         // bytes read from the guest
+	n         int64         // bytes of the cycle's range: those read but the held
+	read      int64         // bytes read from the guest
+	held      []byte        // the trace: its last line while unfinished (see store)
 	tail      []byte        // stdout and stderr: the last lines
 	truncated bool          // max reached
 }
@@ -117,11 +120,11 @@ func (s *spool) pullStream(ctx context.Context, g Guest, st *stream) error {
 			st.w = st.enc
 		}
 	}
-	for st.n < st.max {
-		want := int(min(st.max-st.n, 4<<20))
-		b, err := g.ReadFileAt(ctx, st.path, st.from+st.n, want)
+	for st.read < st.max {
+		want := int(min(st.max-st.read, 4<<20))
+		b, err := g.ReadFileAt(ctx, st.path, st.from+st.read, want)
 		if err != nil {
-			if st.n == 0 {
+			if st.read == 0 {
 				return nil // not created yet (or the launcher failed before)
 			}
 			return fmt.Errorf("reading the sample's %s: %w", st.typ, err)
@@ -129,13 +132,21 @@ func (s *spool) pullStream(ctx context.Context, g Guest, st *stream) error {
 		if len(b) == 0 {
 			return nil
 		}
+		st.read += int64(len(b))
+		if st.typ == ArtifactTrace {
+			// strace writes a call when it starts and its result when it
+			// returns: a line is unfinished while a call blocks.
+			b = append(st.held, b...)
+			i := bytes.LastIndexByte(b, '\n') + 1
+			st.held = append([]byte(nil), b[i:]...)
+			b = b[:i]
+		} else {
+			st.tail = lastLines(append(st.tail, b...), 10, 2048)
+		}
 		if _, err := st.w.Write(b); err != nil {
 			return err
 		}
-		st.n += int64(len(b))
-		if st.typ != ArtifactTrace {
-			st.tail = lastLines(append(st.tail, b...), 10, 2048)
-		}
+		st.n = st.read - int64(len(st.held))
 		if len(b) < want {
 			return nil // at the end of what was written so far
 		}
@@ -145,12 +156,21 @@ func (s *spool) pullStream(ctx context.Context, g Guest, st *stream) error {
 }
 
 // store puts what was copied into the blob store as artifacts of the
-// cycle.
+// cycle. The trace of a sample that keeps running (detached) ends with
+// its last whole line, and the next cycle's starts with the line unfinished
+// now: each cycle's trace is whole lines, and together they are the one
+// trace.
 func (s *spool) store(ctx context.Context, ex *records.ExecutionSnapshot) ([]string, error) {
 	var ids []string
 	for _, st := range s.streams {
 		if st.file == nil {
 			continue
+		}
+		if len(st.held) > 0 && !ex.Running {
+			if _, err := st.w.Write(st.held); err != nil {
+				return nil, err
+			}
+			st.n, st.held = st.read, nil
 		}
 		if st.enc != nil {
 			if err := st.enc.Close(); err != nil {

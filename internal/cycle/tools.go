@@ -107,17 +107,31 @@ func (t *Tools) Acquire(ctx context.Context, plan, holder string, fresh bool) (s
 }
 
 // EnsureCapture returns the lease's running capture (read from the state),
-// starting one with "tb-capture start --lease L" if there is none.
+// starting one with "tb-capture start --lease L" if there is none, and
+// makes the live allow set what the lease's, sample's and global chains
+// enforce ("tb-allow apply --lease L": nothing is sent when it already
+// is). A capture starts with an empty set, so without this a cycle after
+// a restarted capture would record as in force a revision that is not.
 func (t *Tools) EnsureCapture(ctx context.Context, lease string) (string, error) {
-	caps, err := t.St.List(records.KindCapture)
+	id, err := t.capture(ctx, lease)
 	if err != nil {
 		return "", err
 	}
-	for i := len(caps) - 1; i >= 0; i-- {
-		var c records.Capture
-		if t.St.Get(caps[i], &c) == nil && c.Lease == lease && (c.State == "running" || c.State == "starting") {
-			return c.ID, nil
-		}
+	if _, err := t.run(ctx, nil, "tb-allow", "apply", "--lab", t.lab(), "--lease", lease); err != nil {
+		return "", fmt.Errorf("applying the allow-list: %w", err)
+	}
+	return id, nil
+}
+
+func (t *Tools) capture(ctx context.Context, lease string) (string, error) {
+	running, err := state.LatestBy(t.St, records.KindCapture, records.KeyLease, lease, func(c *records.Capture) bool {
+		return c.State == "running" || c.State == "starting"
+	})
+	if err == nil {
+		return running.ID, nil
+	}
+	if !errors.Is(err, state.ErrNotFound) {
+		return "", err
 	}
 	recs, err := t.run(ctx, nil, "tb-capture", "start", "--lab", t.lab(), "--lease", lease)
 	if err != nil {

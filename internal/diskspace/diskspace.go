@@ -24,6 +24,7 @@
 package diskspace
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -64,10 +65,7 @@ func Check(path string) (Free, error) {
 		}
 		break
 	}
-	bs := int64(s.Frsize)
-	if bs == 0 {
-		bs = int64(s.Bsize)
-	}
+	bs := cmp.Or(int64(s.Frsize), int64(s.Bsize))
 	return Free{Path: path, Avail: int64(s.Bavail) * bs, Total: int64(s.Blocks) * bs}, nil
 }
 

@@ -6,6 +6,7 @@ package elftest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 )
 
@@ -32,10 +33,7 @@ func Build(s Spec) []byte {
 	if is64 {
 		ehsize, phentsize, shentsize = 64, 56, 64
 	}
-	typ := s.Type
-	if typ == 0 {
-		typ = 2
-	}
+	typ := cmp.Or(s.Type, 2)
 	type seg struct {
 		typ        uint32
 		off, fsize uint64

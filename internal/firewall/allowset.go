@@ -173,12 +173,9 @@ func (f *NFT) ApplyAllowSet(ctx context.Context, lease string, add, del []Elemen
 // smtpAsked reports whether an addition is one the lease's SMTP setting
 // decides: forwarding to an SMTP port over TCP.
 func (f *NFT) smtpAsked(add []Element) bool {
-	for _, e := range add {
-		if e.Proto == "tcp" && (e.Verdict == Forward || e.Verdict == RateLimit) && slices.Contains(f.cfg.SMTPPorts, e.Port) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(add, func(e Element) bool {
+		return e.Proto == "tcp" && (e.Verdict == Forward || e.Verdict == RateLimit) && slices.Contains(f.cfg.SMTPPorts, e.Port)
+	})
 }
 
 // setChange is a change per verdict set: the keys to destroy (absent is

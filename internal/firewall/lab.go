@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -294,10 +295,5 @@ func (f *NFT) uplinkUp(ns string) error {
 }
 
 func needsUplink(els []Element) bool {
-	for _, e := range els {
-		if e.Verdict == Forward || e.Verdict == RateLimit {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(els, func(e Element) bool { return e.Verdict == Forward || e.Verdict == RateLimit })
 }

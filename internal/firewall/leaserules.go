@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -352,12 +353,7 @@ func verdictChain(e nftables.SetElement) string {
 }
 
 func hasVerdict(els []Element, v Verdict) bool {
-	for _, e := range els {
-		if e.Verdict == v {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(els, func(e Element) bool { return e.Verdict == v })
 }
 
 // reflectChain queues the netdev ingress chain of a lease's tap: a packet

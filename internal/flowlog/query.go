@@ -3,7 +3,6 @@ package flowlog
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -31,24 +30,22 @@ type Query struct {
 // Logs are the flow-log artifacts a query reads, oldest first. A pruned
 // flow log (its content deleted by retention) is left out.
 func Logs(st *state.Store, q Query) ([]*records.Artifact, error) {
-	ids, err := st.List(records.KindArtifact)
-	if err != nil {
-		return nil, err
+	keep := func(a *records.Artifact) bool {
+		return a.Type == ArtifactType && a.PrunedAt == nil && (q.Lease == "" || a.Lease == q.Lease) && (q.Cycle == "" || a.Cycle == q.Cycle) &&
+			(len(q.Artifacts) == 0 || slices.Contains(q.Artifacts, a.ID) || slices.Contains(q.Artifacts, a.Source))
 	}
 	var out []*records.Artifact
-	for _, id := range ids {
-		var a records.Artifact
-		if err := st.Get(id, &a); err != nil {
-			if errors.Is(err, state.ErrNotFound) {
-				continue
-			}
-			return nil, err
-		}
-		if a.Type != ArtifactType || a.PrunedAt != nil || q.Lease != "" && a.Lease != q.Lease || q.Cycle != "" && a.Cycle != q.Cycle ||
-			len(q.Artifacts) > 0 && !slices.Contains(q.Artifacts, a.ID) && !slices.Contains(q.Artifacts, a.Source) {
-			continue
-		}
-		out = append(out, &a)
+	var err error
+	switch {
+	case q.Cycle != "":
+		out, err = state.FindBy(st, records.KindArtifact, records.KeyCycle, q.Cycle, keep)
+	case q.Lease != "":
+		out, err = state.FindBy(st, records.KindArtifact, records.KeyLease, q.Lease, keep)
+	default:
+		out, err = state.Find(st, records.KindArtifact, keep)
+	}
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b *records.Artifact) int {
 		if c := a.FirstTS.Compare(*b.FirstTS); c != 0 {

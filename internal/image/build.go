@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +13,9 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/version"
@@ -55,67 +57,81 @@ type BuildRequest struct {
 // SIGINT instead, as Ctrl-C would.
 const CrashEnv = "TB_BUILD_CRASH_AFTER"
 
-// Build builds, smoke-tests and publishes an image, printing the build and
-// image records. A failure at any point publishes nothing.
-func Build(env *cli.Env, req BuildRequest) error {
-	ctx := env.Ctx
+// BuildJob is a build whose spec, tools and hypervisor were checked:
+// everything missing is reported before anything long starts, and before
+// the state is written.
+type BuildJob struct {
+	spec     *Spec
+	builder  Builder
+	hv       virt.Hypervisor
+	accel    string
+	cacheDir string
+}
+
+// PrepareBuild loads the spec and checks what the build needs: the builder,
+// the tools and the hypervisor of the smoke test. Close the job when done.
+func PrepareBuild(ctx context.Context, req BuildRequest) (*BuildJob, error) {
 	specs, err := LoadSpecs(req.SpecsDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	spec, err := specs.Get(req.Spec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b := req.Builder
 	if b == nil {
 		b = MMDebstrap{}
 	}
-	// Everything missing is reported before anything long starts.
 	if err := b.Check(ctx, spec); err != nil {
-		return err
+		return nil, err
 	}
 	for _, t := range [][3]string{{"mkfs.ext4", "e2fsprogs", "makes the root filesystem"}, {"qemu-img", "qemu-utils", "writes the qcow2 disk"},
 		{spec.VM.Emulator, emulatorPackage(spec.VM.Emulator), "boots the smoke test"}} {
 		if _, err := need(t[0], t[1], t[2]); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	hv, err := virt.Connect(req.URI)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer hv.Close()
-	st, err := env.OpenState()
-	if err != nil {
-		return err
-	}
+	return &BuildJob{spec: spec, builder: b, hv: hv, accel: req.Accel, cacheDir: req.CacheDir}, nil
+}
+
+// Close releases the hypervisor connection.
+func (j *BuildJob) Close() error { return j.hv.Close() }
+
+// Run builds, smoke-tests and publishes the image in st, printing the build
+// and image records. A failure at any point publishes nothing.
+func (j *BuildJob) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
+	spec := j.spec
 	key, err := LoadOrCreateKey(ctx, st.Root(), st.Lock)
 	if err != nil {
-		return cli.Failure(fmt.Errorf("signing key: %w", err))
+		return fault.Failure(fmt.Errorf("signing key: %w", err))
 	}
 	unlock, ok, err := st.TryLock(ctx, specLock(spec.ID))
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return cli.TempFail(fmt.Errorf("another build of %s is running", spec.ID))
+		return fault.TempFail(fmt.Errorf("another build of %s is running", spec.ID))
 	}
 	defer unlock()
-	if err := cleanupSpec(ctx, env, st, spec.ID); err != nil {
+	if err := cleanupSpec(ctx, out.Log, st, spec.ID); err != nil {
 		return err
 	}
-	cacheDir := req.CacheDir
+	cacheDir := j.cacheDir
 	if cacheDir == "" {
 		cacheDir = st.Path("cache", "apt")
 	}
-	bl := &build{env: env, st: st, spec: spec, builder: b, hv: hv, key: key, accel: req.Accel,
+	bl := &build{out: out, st: st, spec: spec, builder: j.builder, hv: j.hv, key: key, accel: j.accel,
 		cache: filepath.Join(cacheDir, spec.OS.Release+"-"+spec.Arch)}
 	return bl.run(ctx)
 }
 
 type build struct {
-	env     *cli.Env
+	out     cmdout.Sink
 	st      *state.Store
 	spec    *Spec
 	builder Builder
@@ -128,14 +144,14 @@ type build struct {
 	log     *os.File
 }
 
-func (bl *build) phase(name string, start time.Time) {
+func (bl *build) phase(ctx context.Context, name string, start time.Time) {
 	d := time.Since(start).Round(time.Millisecond)
 	bl.rec.Phases[name] = records.Duration(d)
 	fmt.Fprintf(bl.log, "phase %s: %s\n", name, d)
-	bl.env.Log.Info("phase done", "spec", bl.spec.ID, "phase", name, "took", d.String())
+	bl.out.Log.Info("phase done", "spec", bl.spec.ID, "phase", name, "took", d.String())
 	if crashhook.Enabled {
 		bl.log.Sync()
-		crashhook.At(bl.env.Ctx, CrashEnv, name)
+		crashhook.At(ctx, CrashEnv, name)
 	}
 }
 
@@ -161,7 +177,7 @@ func (bl *build) run(ctx context.Context) (err error) {
 	if err := st.Create(ctx, bl.rec); err != nil {
 		return err
 	}
-	bl.env.Log.Info("build started", "build", bl.rec.ID, "spec", spec.ID, "version", ver.String(), "cached_debs", len(debs))
+	bl.out.Log.Info("build started", "build", bl.rec.ID, "spec", spec.ID, "version", ver.String(), "cached_debs", len(debs))
 	bl.work = filepath.Join(tmpDir(st), spec.ID+"."+bl.rec.ID)
 	if err := mkdirReachable(st, bl.work); err != nil {
 		return err
@@ -171,14 +187,14 @@ func (bl *build) run(ctx context.Context) (err error) {
 		return err
 	}
 	var img *records.SandboxImage
-	defer func() { err = bl.finish(err, img) }()
+	defer func() { err = bl.finish(ctx, err, img) }()
 	img, err = bl.steps(ctx, ver, cache)
 	return err
 }
 
 // finish records the outcome, stores the log and removes the work tree.
-func (bl *build) finish(err error, img *records.SandboxImage) error {
-	ctx := context.WithoutCancel(bl.env.Ctx)
+func (bl *build) finish(ctx context.Context, err error, img *records.SandboxImage) error {
+	ctx = context.WithoutCancel(ctx)
 	if err != nil {
 		fmt.Fprintf(bl.log, "build failed: %v\n", err)
 	}
@@ -208,18 +224,18 @@ func (bl *build) finish(err error, img *records.SandboxImage) error {
 		f.Close()
 	}
 	if rerr := removeTree(bl.work); rerr != nil {
-		bl.env.Warnf("%v", rerr)
+		bl.out.Warnf("%v", rerr)
 	}
 	if perr := bl.st.Put(ctx, bl.rec); perr != nil && err == nil {
 		err = perr
 	}
-	w := records.NewWriter(bl.env.Stdout)
+	w := records.NewWriter(bl.out.Stdout)
 	w.Write(bl.rec)
 	if img != nil && err == nil {
 		w.Write(img)
 	}
 	w.Flush()
-	if err != nil && cli.ExitCode(err) == cli.ExitFailure {
+	if err != nil && fault.Code(err) == fault.ExitFailure {
 		err = fmt.Errorf("build %s of %s failed: %w", bl.rec.ID, bl.spec.ID, err)
 	}
 	return err
@@ -236,7 +252,7 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 	if err := bl.builder.Rootfs(ctx, spec, root, cache, bl.log); err != nil {
 		return nil, err
 	}
-	bl.phase("rootfs", t)
+	bl.phase(ctx, "rootfs", t)
 
 	t = time.Now()
 	if err := customize(root, spec); err != nil {
@@ -260,7 +276,7 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 	if err := writeInitramfs(filepath.Join(out, InitrdFile), root, krel, spec.Kernel.Modules); err != nil {
 		return nil, err
 	}
-	bl.phase("customize", t)
+	bl.phase(ctx, "customize", t)
 
 	t = time.Now()
 	if err := makeDisk(ctx, root, filepath.Join(out, DiskFile), spec.Disk.SizeMiB, bl.log); err != nil {
@@ -269,7 +285,7 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 	if err := removeTree(root); err != nil {
 		return nil, err
 	}
-	bl.phase("disk", t)
+	bl.phase(ctx, "disk", t)
 
 	boot := bootFor(spec)
 	var produced []records.ImageFile
@@ -304,7 +320,7 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 		Name: "tb-smoke-" + strings.ToLower(bl.rec.ID[len(bl.rec.ID)-12:]), Boot: boot, Log: bl.log}
 	res, err := sm.Run(ctx)
 	bl.rec.Smoke = res
-	bl.phase("smoke", t)
+	bl.phase(ctx, "smoke", t)
 	if err != nil {
 		return nil, fmt.Errorf("smoke test: %w", err)
 	}
@@ -314,7 +330,7 @@ func (bl *build) steps(ctx context.Context, ver Version, cache string) (*records
 	if err != nil {
 		return nil, err
 	}
-	bl.phase("publish", t)
+	bl.phase(ctx, "publish", t)
 	return img, nil
 }
 
@@ -333,7 +349,7 @@ func (bl *build) chooseAccel(ctx context.Context, kernel string, log io.Writer) 
 		return "", err
 	}
 	fmt.Fprintf(log, "acceleration: %s (%s)\n", r.Accel, r.Detail)
-	bl.env.Log.Info("acceleration", "accel", string(r.Accel), "detail", r.Detail)
+	bl.out.Log.Info("acceleration", "accel", string(r.Accel), "detail", r.Detail)
 	return r.Accel, nil
 }
 
@@ -412,10 +428,10 @@ func listBuilds(st *state.Store) ([]*records.ImageBuildRun, error) {
 // cleanupSpec removes what killed builds of a spec left behind: work trees
 // and "running" build records. The caller holds the spec's lock, so no
 // live build of it exists.
-func cleanupSpec(ctx context.Context, env *cli.Env, st *state.Store, spec string) error {
+func cleanupSpec(ctx context.Context, log *slog.Logger, st *state.Store, spec string) error {
 	dirs, _ := filepath.Glob(filepath.Join(tmpDir(st), spec+".build_*"))
 	for _, d := range dirs {
-		env.Log.Info("removing the leftovers of an interrupted build", "dir", d)
+		log.Info("removing the leftovers of an interrupted build", "dir", d)
 		if err := removeTree(d); err != nil {
 			return err
 		}

@@ -11,14 +11,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 )
 
 // need finds a program or says which Debian package provides it (exit 69).
 func need(prog, pkg, why string) (string, error) {
 	p, err := exec.LookPath(prog)
 	if err != nil {
-		return "", cli.Unavailable(fmt.Errorf("%s not found (%s): install the Debian package %s (apt-get install %s)", prog, why, pkg, pkg))
+		return "", fault.Unavailable(fmt.Errorf("%s not found (%s): install the Debian package %s (apt-get install %s)", prog, why, pkg, pkg))
 	}
 	return p, nil
 }
@@ -75,7 +75,7 @@ func EnsureBinfmt(ctx context.Context, arch string) error {
 	}
 	if _, err := os.Stat(filepath.Join(binfmtDir, "status")); err != nil {
 		if err := unix.Mount("binfmt_misc", binfmtDir, "binfmt_misc", 0, ""); err != nil {
-			return cli.Unavailable(fmt.Errorf("binfmt_misc is not mounted and mounting it on %s failed: %v (run as root, or: mount -t binfmt_misc binfmt_misc %s)", binfmtDir, err, binfmtDir))
+			return fault.Unavailable(fmt.Errorf("binfmt_misc is not mounted and mounting it on %s failed: %v (run as root, or: mount -t binfmt_misc binfmt_misc %s)", binfmtDir, err, binfmtDir))
 		}
 	}
 	entry := filepath.Join(binfmtDir, "qemu-"+name)
@@ -88,7 +88,7 @@ func EnsureBinfmt(ctx context.Context, arch string) error {
 	}
 	out, err := exec.CommandContext(ctx, ub, "--enable", "qemu-"+name).CombinedOutput()
 	if !binfmtEnabled(entry) {
-		return cli.Unavailable(fmt.Errorf("binfmt_misc handler qemu-%s is not registered (update-binfmts --enable qemu-%s: %v %s); reinstall qemu-user-static and binfmt-support", name, name, err, strings.TrimSpace(string(out))))
+		return fault.Unavailable(fmt.Errorf("binfmt_misc handler qemu-%s is not registered (update-binfmts --enable qemu-%s: %v %s); reinstall qemu-user-static and binfmt-support", name, name, err, strings.TrimSpace(string(out))))
 	}
 	return nil
 }

@@ -13,7 +13,8 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -160,7 +161,7 @@ func Resolve(st *state.Store, ref string) (*records.SandboxImage, error) {
 	if records.KindOf(ref) == records.KindImage {
 		var img records.SandboxImage
 		if err := st.Get(ref, &img); err != nil {
-			return nil, cli.Usage(fmt.Errorf("image %s: %w", ref, err))
+			return nil, fault.Usage(fmt.Errorf("image %s: %w", ref, err))
 		}
 		return &img, nil
 	}
@@ -168,7 +169,7 @@ func Resolve(st *state.Store, ref string) (*records.SandboxImage, error) {
 	if !hasVer {
 		img, err := Active(st, spec)
 		if err != nil {
-			return nil, cli.Usage(fmt.Errorf("%s: not an image ID, and %w", ref, err))
+			return nil, fault.Usage(fmt.Errorf("%s: not an image ID, and %w", ref, err))
 		}
 		return img, nil
 	}
@@ -181,13 +182,13 @@ func Resolve(st *state.Store, ref string) (*records.SandboxImage, error) {
 			return img, nil
 		}
 	}
-	return nil, cli.Usage(fmt.Errorf("no image %s version %s (see tb-build list)", spec, ver))
+	return nil, fault.Usage(fmt.Errorf("no image %s version %s (see tb-build list)", spec, ver))
 }
 
 // Lifecycle runs the commands that change published images.
 type Lifecycle struct {
-	Env *cli.Env
 	St  *state.Store
+	Out cmdout.Sink
 }
 
 func (l *Lifecycle) locked(ctx context.Context, spec string, fn func() error) error {
@@ -200,7 +201,7 @@ func (l *Lifecycle) locked(ctx context.Context, spec string, fn func() error) er
 }
 
 func (l *Lifecycle) print(ids ...string) error {
-	w := records.NewWriter(l.Env.Stdout)
+	w := records.NewWriter(l.Out.Stdout)
 	for _, id := range ids {
 		var img records.SandboxImage
 		if err := l.St.Get(id, &img); err != nil {
@@ -220,7 +221,7 @@ func (l *Lifecycle) Verify(ref string) error {
 	}
 	pub, err := LoadPublicKey(l.St.Root())
 	if err != nil {
-		return cli.Failure(fmt.Errorf("no signing key in this state directory: %w", err))
+		return fault.Failure(fmt.Errorf("no signing key in this state directory: %w", err))
 	}
 	m, probs := VerifyDir(img.Dir, pub)
 	if m != nil {
@@ -237,11 +238,11 @@ func (l *Lifecycle) Verify(ref string) error {
 	}
 	if len(probs) > 0 {
 		for _, p := range probs {
-			l.Env.Warnf("%s: %s", img.ID, p)
+			l.Out.Warnf("%s: %s", img.ID, p)
 		}
-		return cli.DataErr(fmt.Errorf("%s (%s %s): %d problem(s); first: %s", img.ID, img.Spec, img.Version, len(probs), probs[0]))
+		return fault.DataErr(fmt.Errorf("%s (%s %s): %d problem(s); first: %s", img.ID, img.Spec, img.Version, len(probs), probs[0]))
 	}
-	fmt.Fprintf(l.Env.Stdout, "%s %s %s: ok (signature by key %s, %d files)\n", img.ID, img.Spec, img.Version, img.KeyID, len(m.Files)+2)
+	fmt.Fprintf(l.Out.Stdout, "%s %s %s: ok (signature by key %s, %d files)\n", img.ID, img.Spec, img.Version, img.KeyID, len(m.Files)+2)
 	return nil
 }
 
@@ -309,7 +310,7 @@ func (l *Lifecycle) Rollback(ctx context.Context, spec string) error {
 	err := l.locked(ctx, spec, func() error {
 		cur, err := Active(l.St, spec)
 		if err != nil {
-			return cli.Failure(err)
+			return fault.Failure(err)
 		}
 		imgs, err := Images(l.St, spec)
 		if err != nil {
@@ -324,7 +325,7 @@ func (l *Lifecycle) Rollback(ctx context.Context, spec string) error {
 			}
 		}
 		if prev == nil {
-			return cli.Failure(fmt.Errorf("%s: no stable image older than the active %s to roll back to", spec, cur.Version))
+			return fault.Failure(fmt.Errorf("%s: no stable image older than the active %s to roll back to", spec, cur.Version))
 		}
 		if err := setStatus(ctx, l.St, prev.ID, records.ImageActive); err != nil {
 			return err
@@ -351,15 +352,15 @@ func (l *Lifecycle) Rm(ctx context.Context, ref string, force bool) error {
 			return err
 		}
 		if !force && cur.Pinned {
-			return cli.Failure(fmt.Errorf("%s is pinned (unpin it, or use --force)", img.ID))
+			return fault.Failure(fmt.Errorf("%s is pinned (unpin it, or use --force)", img.ID))
 		}
 		if !force && cur.Status == records.ImageActive {
-			return cli.Failure(fmt.Errorf("%s is the active image of %s (rollback or supersede it first, or use --force)", img.ID, img.Spec))
+			return fault.Failure(fmt.Errorf("%s is the active image of %s (rollback or supersede it first, or use --force)", img.ID, img.Spec))
 		}
 		if err := l.remove(ctx, &cur); err != nil {
 			return err
 		}
-		fmt.Fprintf(l.Env.Stdout, "removed %s (%s %s)\n", cur.ID, cur.Spec, cur.Version)
+		fmt.Fprintf(l.Out.Stdout, "removed %s (%s %s)\n", cur.ID, cur.Spec, cur.Version)
 		return nil
 	})
 }
@@ -418,7 +419,7 @@ func (l *Lifecycle) GC(ctx context.Context) error {
 			return err
 		}
 		if !ok {
-			l.Env.Log.Info("skipping a spec whose build is running", "spec", spec)
+			l.Out.Log.Info("skipping a spec whose build is running", "spec", spec)
 			continue
 		}
 		n, err := l.gcSpec(ctx, spec)
@@ -428,7 +429,7 @@ func (l *Lifecycle) GC(ctx context.Context) error {
 		}
 		removed += n
 	}
-	fmt.Fprintf(l.Env.Stdout, "gc: removed %d item(s)\n", removed)
+	fmt.Fprintf(l.Out.Stdout, "gc: removed %d item(s)\n", removed)
 	return nil
 }
 
@@ -436,7 +437,7 @@ func (l *Lifecycle) gcSpec(ctx context.Context, spec string) (int, error) {
 	st := l.St
 	n := 0
 	before, _ := filepath.Glob(filepath.Join(tmpDir(st), spec+".build_*"))
-	if err := cleanupSpec(ctx, l.Env, st, spec); err != nil {
+	if err := cleanupSpec(ctx, l.Out.Log, st, spec); err != nil {
 		return n, err
 	}
 	n += len(before)
@@ -448,7 +449,7 @@ func (l *Lifecycle) gcSpec(ctx context.Context, spec string) (int, error) {
 	var active []*records.SandboxImage
 	for _, img := range imgs {
 		if img.Status == records.ImageSuperseded && !img.Pinned {
-			l.Env.Log.Info("removing superseded image", "image", img.ID, "version", img.Version)
+			l.Out.Log.Info("removing superseded image", "image", img.ID, "version", img.Version)
 			if err := l.remove(ctx, img); err != nil {
 				return n, err
 			}
@@ -469,7 +470,7 @@ func (l *Lifecycle) gcSpec(ctx context.Context, spec string) (int, error) {
 	vdirs, _ := filepath.Glob(filepath.Join(imagesDir(st), spec, "*"))
 	for _, d := range vdirs {
 		if !known[d] {
-			l.Env.Log.Info("removing an image directory no record refers to", "dir", d)
+			l.Out.Log.Info("removing an image directory no record refers to", "dir", d)
 			if err := removeTree(d); err != nil {
 				return n, err
 			}
@@ -477,38 +478,6 @@ func (l *Lifecycle) gcSpec(ctx context.Context, spec string) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// ListSpecs prints one line per spec: id, version, arch, boot mode, source;
-// a table for a person, or (format "json") one spec-summary line each.
-func ListSpecs(env *cli.Env, dir, format string) error {
-	ss, err := LoadSpecs(dir)
-	if err != nil {
-		return err
-	}
-	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
-	for _, id := range ss.IDs() {
-		s, err := ss.Get(id)
-		if err != nil {
-			env.Warnf("%v", err)
-			continue
-		}
-		if format != "json" {
-			fmt.Fprintf(env.Stdout, "%-30s %-7s %-9s %-12s %s\n", s.ID, s.Version, s.Arch, s.Boot.Mode, s.Source)
-			continue
-		}
-		if err := w.Line(records.LineSpecSummary, struct {
-			ID       string `json:"id"`
-			Version  string `json:"version"`
-			Arch     string `json:"arch"`
-			BootMode string `json:"boot_mode"`
-			Source   string `json:"source"`
-		}{s.ID, s.Version, s.Arch, s.Boot.Mode, s.Source}); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // SmokeAgain boots a published image on a throw-away overlay and runs its
@@ -540,7 +509,7 @@ func (l *Lifecycle) SmokeAgain(ctx context.Context, ref, uri, accel, specsDir st
 	if err := mkdirReachable(l.St, work); err != nil {
 		return err
 	}
-	b := &build{env: l.Env, st: l.St, spec: spec, accel: accel}
+	b := &build{out: l.Out, st: l.St, spec: spec, accel: accel}
 	a, err := b.chooseAccel(ctx, filepath.Join(img.Dir, KernelFile), io.Discard)
 	if err != nil {
 		return err
@@ -553,7 +522,7 @@ func (l *Lifecycle) SmokeAgain(ctx context.Context, ref, uri, accel, specsDir st
 			Image string `json:"image"`
 			*records.SmokeResult
 		}{img.ID, res})
-		fmt.Fprintf(l.Env.Stdout, "%s\n", b)
+		fmt.Fprintf(l.Out.Stdout, "%s\n", b)
 	}
 	return err
 }

@@ -3,14 +3,13 @@ package image
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -38,11 +37,10 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	out, errs := &bytes.Buffer{}, &bytes.Buffer{}
-	env := &cli.Env{Ctx: ctx, Tool: "tb-build", Stdout: out, Stderr: errs, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		G: &cli.Globals{State: root}}
+	o := cmdout.New("tb-build", out, errs, nil)
 	ss, _ := LoadSpecs("")
 	spec, _ := ss.Get("debian-bookworm-amd64")
-	return &fixture{t: t, ctx: ctx, st: st, key: k, out: out, errs: errs, l: &Lifecycle{Env: env, St: st}, spec: spec}
+	return &fixture{t: t, ctx: ctx, st: st, key: k, out: out, errs: errs, l: &Lifecycle{St: st, Out: o}, spec: spec}
 }
 
 // publishFake publishes a fake image as a build would after its smoke test.
@@ -159,8 +157,8 @@ func TestVerifyThroughLifecycle(t *testing.T) {
 	}
 	flipByte(t, filepath.Join(a.Dir, DiskFile), 10)
 	err := f.l.Verify(a.ID)
-	if cli.ExitCode(err) != cli.ExitDataErr || !strings.Contains(err.Error(), DiskFile) || !strings.Contains(f.errs.String(), DiskFile) {
-		t.Fatalf("tampered disk: %v (exit %d)\n%s", err, cli.ExitCode(err), f.errs)
+	if fault.Code(err) != fault.ExitDataErr || !strings.Contains(err.Error(), DiskFile) || !strings.Contains(f.errs.String(), DiskFile) {
+		t.Fatalf("tampered disk: %v (exit %d)\n%s", err, fault.Code(err), f.errs)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
@@ -107,7 +108,7 @@ func (s *Smoke) Run(ctx context.Context) (*records.SmokeResult, error) {
 		return fail(err)
 	}
 	defer s.H.Destroy(context.WithoutCancel(ctx), s.Name)
-	g := &virt.Guest{H: s.H, Name: s.Name, ConsoleLog: console}
+	g := virt.NewGuest(s.H, s.Name, console)
 	wctx, cancel := context.WithTimeout(ctx, s.Spec.Smoke.BootTimeout.D())
 	defer cancel()
 	if err := g.WaitAgent(wctx); err != nil {
@@ -125,7 +126,7 @@ func (s *Smoke) Run(ctx context.Context) (*records.SmokeResult, error) {
 	}
 	res.Checks = append(res.Checks, "network: "+describeNetwork(s.Spec.Network))
 	for _, c := range s.Spec.Smoke.Commands {
-		r, err := g.Exec(ctx, c.Argv[0], c.Argv[1:]...)
+		r, err := g.Run(ctx, c.Argv...)
 		if err != nil {
 			return fail(err)
 		}
@@ -150,7 +151,7 @@ func describeNetwork(n NetworkSpec) string {
 }
 
 // checkNetwork compares the agent's view of the interfaces with the spec.
-func checkNetwork(n NetworkSpec, ifs []virt.Interface) error {
+func checkNetwork(n NetworkSpec, ifs []guestagent.Interface) error {
 	var seen []string
 	for _, i := range ifs {
 		seen = append(seen, i.Name+"="+strings.Join(i.Addresses, ","))

@@ -21,7 +21,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/platform"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -390,7 +390,7 @@ func LoadSpecs(dir string) (*Specs, error) {
 				return nil, err
 			}
 			if err := ss.add(b, p); err != nil {
-				return nil, cli.DataErr(fmt.Errorf("%s: %w", p, err))
+				return nil, fault.DataErr(fmt.Errorf("%s: %w", p, err))
 			}
 		}
 	}
@@ -421,7 +421,7 @@ func (ss *Specs) IDs() []string { return ss.order }
 func (ss *Specs) Get(id string) (*Spec, error) {
 	raw, ok := ss.byID[id]
 	if !ok {
-		return nil, cli.Unavailable(fmt.Errorf("unknown spec %q (known: %s; see 'tb-build specs')", id, strings.Join(ss.order, ", ")))
+		return nil, fault.Unavailable(fmt.Errorf("unknown spec %q (known: %s; see 'tb-build specs')", id, strings.Join(ss.order, ", ")))
 	}
 	b, _ := json.Marshal(raw)
 	var s Spec
@@ -429,9 +429,9 @@ func (ss *Specs) Get(id string) (*Spec, error) {
 	if err := s.Resolve(); err != nil {
 		var ua *UnsupportedArchError
 		if errors.As(err, &ua) {
-			return nil, cli.Unavailable(err)
+			return nil, fault.Unavailable(err)
 		}
-		return nil, cli.DataErr(fmt.Errorf("spec %s (%s): %w", id, raw.Source, err))
+		return nil, fault.DataErr(fmt.Errorf("spec %s (%s): %w", id, raw.Source, err))
 	}
 	return &s, nil
 }

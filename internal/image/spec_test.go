@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -98,9 +98,9 @@ func TestMaltaCmdlineFits(t *testing.T) {
 	ss, _ = LoadSpecs(dir)
 	for _, id := range []string{"long-mipsel", "mipsel-systemd"} {
 		_, err := ss.Get(id)
-		if err == nil || cli.ExitCode(err) != cli.ExitDataErr || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "Malta") ||
+		if err == nil || fault.Code(err) != fault.ExitDataErr || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "Malta") ||
 			strings.Contains(err.Error(), "\n") {
-			t.Errorf("%s: got %v (exit %d), want a one-line data error naming the spec and Malta", id, err, cli.ExitCode(err))
+			t.Errorf("%s: got %v (exit %d), want a one-line data error naming the spec and Malta", id, err, fault.Code(err))
 		}
 	}
 	if _, err := ss.Get("long-armhf"); err != nil {
@@ -165,13 +165,13 @@ func TestBadSpecs(t *testing.T) {
 		code int
 		want string
 	}{
-		"arch":     {`{"id":"x","arch":"sparc64"}`, cli.ExitUnavailable, `unsupported architecture "sparc64"`},
-		"bigmips":  {`{"id":"x","arch":"mips"}`, cli.ExitUnavailable, "no big-endian MIPS port"},
-		"version":  {`{"id":"x","arch":"amd64","version":"1.0"}`, cli.ExitDataErr, "MAJOR.MINOR.PATCH"},
-		"gateway":  {`{"id":"x","arch":"amd64","network":{"address":"10.0.0.5/24","gateway":"10.1.0.1"}}`, cli.ExitDataErr, "network.gateway"},
-		"address":  {`{"id":"x","arch":"amd64","network":{"address":"nonsense"}}`, cli.ExitDataErr, "network.address"},
-		"bootmode": {`{"id":"x","arch":"amd64","boot":{"mode":"openrc"}}`, cli.ExitDataErr, "boot.mode"},
-		"disk":     {`{"id":"x","arch":"amd64","disk":{"size_mib":10}}`, cli.ExitDataErr, "too small"},
+		"arch":     {`{"id":"x","arch":"sparc64"}`, fault.ExitUnavailable, `unsupported architecture "sparc64"`},
+		"bigmips":  {`{"id":"x","arch":"mips"}`, fault.ExitUnavailable, "no big-endian MIPS port"},
+		"version":  {`{"id":"x","arch":"amd64","version":"1.0"}`, fault.ExitDataErr, "MAJOR.MINOR.PATCH"},
+		"gateway":  {`{"id":"x","arch":"amd64","network":{"address":"10.0.0.5/24","gateway":"10.1.0.1"}}`, fault.ExitDataErr, "network.gateway"},
+		"address":  {`{"id":"x","arch":"amd64","network":{"address":"nonsense"}}`, fault.ExitDataErr, "network.address"},
+		"bootmode": {`{"id":"x","arch":"amd64","boot":{"mode":"openrc"}}`, fault.ExitDataErr, "boot.mode"},
+		"disk":     {`{"id":"x","arch":"amd64","disk":{"size_mib":10}}`, fault.ExitDataErr, "too small"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -181,20 +181,20 @@ func TestBadSpecs(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = ss.Get("x")
-			if err == nil || cli.ExitCode(err) != c.code || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("got %v (exit %d), want one line with %q, exit %d", err, cli.ExitCode(err), c.want, c.code)
+			if err == nil || fault.Code(err) != c.code || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("got %v (exit %d), want one line with %q, exit %d", err, fault.Code(err), c.want, c.code)
 			}
 		})
 	}
 	dir := t.TempDir()
 	writeSpec(t, dir, "bad.json", `{"id":"x","arch":"amd64","pakages":[]}`)
-	if _, err := LoadSpecs(dir); err == nil || cli.ExitCode(err) != cli.ExitDataErr || !strings.Contains(err.Error(), "bad.json") {
+	if _, err := LoadSpecs(dir); err == nil || fault.Code(err) != fault.ExitDataErr || !strings.Contains(err.Error(), "bad.json") {
 		t.Fatalf("unknown field: %v", err)
 	}
 	ss, _ := LoadSpecs("")
 	_, err := ss.Get("nope")
-	var ce *cli.Error
-	if !errors.As(err, &ce) || ce.Code != cli.ExitUnavailable || !strings.Contains(err.Error(), "debian-bookworm-amd64") {
+	var ce *fault.Error
+	if !errors.As(err, &ce) || ce.Code != fault.ExitUnavailable || !strings.Contains(err.Error(), "debian-bookworm-amd64") {
 		t.Fatalf("unknown spec: %v", err)
 	}
 }

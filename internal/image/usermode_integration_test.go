@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cycle"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
@@ -191,8 +190,8 @@ func TestUserModeEmulation(t *testing.T) {
 // bootFixture boots the fixture image on a throw-away overlay with no
 // network interface at all (nothing here needs one) and waits for its
 // agent; the guest is destroyed when the test ends. It pushes and runs
-// through the same agent client as tb-run.
-func bootFixture(ctx context.Context, t *testing.T, fx *leasetest.Fixture, dir string) cycle.Guest {
+// through guestagent, as tb-run does.
+func bootFixture(ctx context.Context, t *testing.T, fx *leasetest.Fixture, dir string) *virt.Guest {
 	t.Helper()
 	img := fx.Image
 	overlay := filepath.Join(dir, "overlay.qcow2")
@@ -232,13 +231,11 @@ func bootFixture(ctx context.Context, t *testing.T, fx *leasetest.Fixture, dir s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hv.Destroy(context.WithoutCancel(ctx), name) })
-	g := &virt.Guest{H: hv, Name: name, ConsoleLog: console}
+	g := virt.NewGuest(hv, name, console)
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := g.WaitAgent(wctx); err != nil {
 		t.Fatal(err)
 	}
-	return cycle.NewAgentGuest(func(ctx context.Context, cmd string) (string, error) {
-		return hv.AgentCommand(ctx, name, cmd)
-	}, 48<<10, nil)
+	return g
 }

@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
-	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
 
 // Request is one acquire: a plan and what the flags override.
@@ -58,10 +58,10 @@ func ReadPlan(st *state.Store, r io.Reader, id string) (*records.Plan, error) {
 	if id != "" {
 		var p records.Plan
 		if records.KindOf(id) != records.KindPlan {
-			return nil, cli.Usage(fmt.Errorf("%q is not a plan ID", id))
+			return nil, fault.Usage(fmt.Errorf("%q is not a plan ID", id))
 		}
 		if err := st.Get(id, &p); err != nil {
-			return nil, cli.Failure(fmt.Errorf("plan %s: %w", id, err))
+			return nil, fault.Failure(fmt.Errorf("plan %s: %w", id, err))
 		}
 		return &p, nil
 	}
@@ -69,10 +69,10 @@ func ReadPlan(st *state.Store, r io.Reader, id string) (*records.Plan, error) {
 	for {
 		rec, err := rd.Record()
 		if errors.Is(err, io.EOF) {
-			return nil, cli.Usage(errors.New("no plan record on stdin (pipe tb-plan's output, or give --plan ID)"))
+			return nil, fault.Usage(errors.New("no plan record on stdin (pipe tb-plan's output, or give --plan ID)"))
 		}
 		if err != nil {
-			return nil, cli.DataErr(err)
+			return nil, fault.DataErr(err)
 		}
 		if p, ok := rec.(*records.Plan); ok {
 			return p, nil
@@ -238,12 +238,11 @@ func (m *Manager) reuse(ctx context.Context, r *Request, img *records.SandboxIma
 		if err != nil {
 			continue
 		}
-		g := &virt.Guest{H: c, Name: l.VMName, ConsoleLog: l.ConsoleLog}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = g.Ping(pctx)
+		err = guestagent.New(c, l.VMName).Ping(pctx)
 		cancel()
 		if err != nil {
-			m.Env.Log.Warn("idle lease does not answer; not reused (tb-lease heal restarts it)", "lease", l.ID, "err", err)
+			m.Out.Log.Warn("idle lease does not answer; not reused (tb-lease heal restarts it)", "lease", l.ID, "err", err)
 			m.update(ctx, l.ID, func(x *records.SandboxLease) error { x.Health = records.HealthUnhealthy; return nil })
 			continue
 		}

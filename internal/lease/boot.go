@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -76,7 +77,7 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 		if fl, ferr := m.finish(ctx, l.ID, records.LeaseFailed, err.Error()); ferr == nil && tail != "" {
 			m.update(context.WithoutCancel(ctx), fl.ID, func(x *records.SandboxLease) error { x.ConsoleTail = tail; return nil })
 		}
-		return nil, cli.Failure(fmt.Errorf("lease %s failed: %w", l.ID, err))
+		return nil, fault.Failure(fmt.Errorf("lease %s failed: %w", l.ID, err))
 	}
 	c, err := m.connFor(l)
 	if err != nil {
@@ -85,7 +86,9 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 	if err := m.mkdirReachable(l.Dir); err != nil {
 		return fail(err)
 	}
+	log := cmp.Or(m.Out.Log, slog.New(slog.DiscardHandler)).With("lease", l.ID)
 	if _, err := os.Stat(l.Overlay); !restart || err != nil {
+		log.Info("creating the disk overlay", "phase", "disk")
 		args := []string{"create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", filepath.Join(img.Dir, img.Boot.Disk), l.Overlay}
 		if l.Limits.DiskGiB > 0 {
 			args = append(args, strconv.Itoa(l.Limits.DiskGiB)+"G")
@@ -101,6 +104,7 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 		return fail(err)
 	}
 	start := time.Now()
+	log.Info("starting the guest", "phase", "start", "host", l.Host)
 	if err := c.CreateXML(ctx, x); err != nil {
 		return fail(err)
 	}
@@ -109,7 +113,8 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 		return fail(err)
 	}
 	crashhook.At(ctx, CrashEnv, "start")
-	g := &virt.Guest{H: c, Name: l.VMName, ConsoleLog: l.ConsoleLog}
+	g := virt.NewGuest(c, l.VMName, l.ConsoleLog)
+	log.Info("waiting for the guest agent", "phase", "boot", "timeout", timeout)
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	err = g.WaitAgent(wctx)
 	cancel()
@@ -117,6 +122,7 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 		return fail(err)
 	}
 	took := time.Since(start).Round(time.Millisecond)
+	log.Info("guest agent up; checking the address", "phase", "network", "took", took)
 	if err := checkAddress(ctx, g, l.IP); err != nil {
 		return fail(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
 
@@ -69,12 +69,12 @@ func LoadConfig(path string, required bool) (*Config, error) {
 		switch {
 		case errors.Is(err, fs.ErrNotExist) && !required:
 		case err != nil:
-			return nil, cli.Usage(fmt.Errorf("config: %w", err))
+			return nil, fault.Usage(fmt.Errorf("config: %w", err))
 		default:
 			dec := json.NewDecoder(strings.NewReader(string(b)))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(c); err != nil {
-				return nil, cli.DataErr(fmt.Errorf("%s: %w", path, err))
+				return nil, fault.DataErr(fmt.Errorf("%s: %w", path, err))
 			}
 		}
 	}
@@ -88,16 +88,16 @@ func (c *Config) check(path string) error {
 	seen := map[string]bool{}
 	for i, h := range c.Hosts {
 		if h.Name == "" || h.URI == "" {
-			return cli.DataErr(fmt.Errorf("%s: host %d needs a name and a uri", path, i+1))
+			return fault.DataErr(fmt.Errorf("%s: host %d needs a name and a uri", path, i+1))
 		}
 		if seen[h.Name] {
-			return cli.DataErr(fmt.Errorf("%s: host %q twice", path, h.Name))
+			return fault.DataErr(fmt.Errorf("%s: host %q twice", path, h.Name))
 		}
 		seen[h.Name] = true
 		switch h.Accel {
 		case "", "auto", "kvm", "tcg":
 		default:
-			return cli.DataErr(fmt.Errorf("%s: host %s: accel %q is not auto, kvm or tcg", path, h.Name, h.Accel))
+			return fault.DataErr(fmt.Errorf("%s: host %s: accel %q is not auto, kvm or tcg", path, h.Name, h.Accel))
 		}
 	}
 	switch c.Placement {
@@ -105,7 +105,7 @@ func (c *Config) check(path string) error {
 		c.Placement = LeastLoaded
 	case LeastLoaded, NativeArchFirst, Explicit:
 	default:
-		return cli.DataErr(fmt.Errorf("%s: placement %q is not least-loaded, native-arch-first or explicit", path, c.Placement))
+		return fault.DataErr(fmt.Errorf("%s: placement %q is not least-loaded, native-arch-first or explicit", path, c.Placement))
 	}
 	if c.Bridge == "" {
 		c.Bridge = "tb-lab0"
@@ -114,7 +114,7 @@ func (c *Config) check(path string) error {
 		c.LabNet = "10.13.37.0/24"
 	}
 	if _, err := netip.ParsePrefix(c.LabNet); err != nil {
-		return cli.DataErr(fmt.Errorf("%s: lab_net: %w", path, err))
+		return fault.DataErr(fmt.Errorf("%s: lab_net: %w", path, err))
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -29,7 +29,7 @@ func (m *Manager) Dump(ctx context.Context, id, cycle string) (*records.Artifact
 		return nil, err
 	}
 	if l.State != records.LeaseBusy && l.State != records.LeaseIdle {
-		return nil, cli.Failure(fmt.Errorf("lease %s is %s; only a running lease's memory can be dumped", id, l.State))
+		return nil, fault.Failure(fmt.Errorf("lease %s is %s; only a running lease's memory can be dumped", id, l.State))
 	}
 	c, err := m.connFor(l)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -37,8 +37,8 @@ func TestAllocate(t *testing.T) {
 	// A /29 has .1 (gateway) to .6; .2-.9 are reserved for the lab, so
 	// nothing is left: exhausted, exit 75.
 	_, err := m.allocate(nil, id)
-	var ce *cli.Error
-	if !errors.As(err, &ce) || ce.Code != cli.ExitTempFail {
+	var ce *fault.Error
+	if !errors.As(err, &ce) || ce.Code != fault.ExitTempFail {
 		t.Fatalf("a full /29: %v", err)
 	}
 	m.Cfg.LabNet = "10.13.37.0/28"
@@ -54,7 +54,7 @@ func TestAllocate(t *testing.T) {
 	for i := 10; i < 15; i++ {
 		used = append(used, &records.SandboxLease{Bridge: "br", IP: "10.13.37." + string(rune('0'+i/10)) + string(rune('0'+i%10))})
 	}
-	if _, err := m.allocate(used, id); !errors.As(err, &ce) || ce.Code != cli.ExitTempFail {
+	if _, err := m.allocate(used, id); !errors.As(err, &ce) || ce.Code != fault.ExitTempFail {
 		t.Fatalf("broadcast must not be handed out: %v", err)
 	}
 }
@@ -72,8 +72,8 @@ func TestConfig(t *testing.T) {
 		p := filepath.Join(dir, "bad.json")
 		os.WriteFile(p, []byte(bad), 0o644)
 		_, err := LoadConfig(p, true)
-		var ce *cli.Error
-		if !errors.As(err, &ce) || ce.Code != cli.ExitDataErr {
+		var ce *fault.Error
+		if !errors.As(err, &ce) || ce.Code != fault.ExitDataErr {
 			t.Errorf("%s: %v, want exit 65", bad, err)
 		}
 	}
@@ -148,8 +148,8 @@ func TestRewriteSaveImage(t *testing.T) {
 		t.Error("header flags or migration stream changed")
 	}
 	os.WriteFile(src, []byte("not a save image at all, but long enough for a header............................................"), 0o600)
-	var ce *cli.Error
-	if err := rewriteSaveImage(src, dst, newXML); !errors.As(err, &ce) || ce.Code != cli.ExitDataErr {
+	var ce *fault.Error
+	if err := rewriteSaveImage(src, dst, newXML); !errors.As(err, &ce) || ce.Code != fault.ExitDataErr {
 		t.Errorf("garbage: %v", err)
 	}
 }

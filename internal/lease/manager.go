@@ -9,11 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -59,7 +59,8 @@ var _ Host = (*virt.Libvirt)(nil)
 
 // Manager runs tb-lease's commands against one state directory.
 type Manager struct {
-	Env *cli.Env
+	// Out is where per-lease problems (Warnf) and decisions (Log) go.
+	Out cmdout.Sink
 	St  *state.Store
 	Cfg *Config
 	// Dial connects to a host by URI (virt.Connect unless a test sets it).
@@ -67,14 +68,10 @@ type Manager struct {
 	conns map[string]Host
 }
 
-// New opens the state directory.
-func New(env *cli.Env, cfg *Config) (*Manager, error) {
-	st, err := env.OpenState()
-	if err != nil {
-		return nil, err
-	}
-	return &Manager{Env: env, St: st, Cfg: cfg, conns: map[string]Host{},
-		Dial: dialLibvirt}, nil
+// New is the manager of the leases in st, on the hosts of cfg (over
+// libvirt).
+func New(st *state.Store, cfg *Config, out cmdout.Sink) *Manager {
+	return &Manager{Out: out, St: st, Cfg: cfg, conns: map[string]Host{}, Dial: dialLibvirt}
 }
 
 // Close closes the libvirt connections and the state.
@@ -100,7 +97,7 @@ func (m *Manager) conn(host string) (Host, error) {
 	}
 	h, ok := m.Cfg.Host(host)
 	if !ok {
-		return nil, cli.Failure(fmt.Errorf("host %q is not in the configuration", host))
+		return nil, fault.Failure(fmt.Errorf("host %q is not in the configuration", host))
 	}
 	c, err := m.Dial(h.URI)
 	if err != nil {
@@ -193,12 +190,12 @@ func (m *Manager) Leases() ([]*records.SandboxLease, error) {
 // Get reads one lease.
 func (m *Manager) Get(id string) (*records.SandboxLease, error) {
 	if records.KindOf(id) != records.KindLease || records.CheckID(id) != nil {
-		return nil, cli.Usage(fmt.Errorf("%q is not a lease ID", id))
+		return nil, fault.Usage(fmt.Errorf("%q is not a lease ID", id))
 	}
 	var l records.SandboxLease
 	if err := m.St.Get(id, &l); err != nil {
 		if errors.Is(err, state.ErrNotFound) {
-			return nil, cli.Failure(fmt.Errorf("lease %s: %w", id, err))
+			return nil, fault.Failure(fmt.Errorf("lease %s: %w", id, err))
 		}
 		return nil, err
 	}
@@ -218,16 +215,6 @@ func (m *Manager) update(ctx context.Context, id string, fn func(l *records.Sand
 		err = nil
 	}
 	return &l, err
-}
-
-func (m *Manager) print(recs ...records.Record) error {
-	w := records.NewWriter(m.Env.Stdout)
-	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			return err
-		}
-	}
-	return w.Flush()
 }
 
 // allocation is what a new lease takes from the pool under the alloc lock.
@@ -270,7 +257,7 @@ func (m *Manager) allocate(live []*records.SandboxLease, id string) (allocation,
 			return a, nil
 		}
 	}
-	return a, cli.TempFail(fmt.Errorf("pool exhausted: no free address left in %s on %s (%d leases live); release or expire leases and retry", pfx, m.Cfg.Bridge, len(usedIP)))
+	return a, fault.TempFail(fmt.Errorf("pool exhausted: no free address left in %s on %s (%d leases live); release or expire leases and retry", pfx, m.Cfg.Bridge, len(usedIP)))
 }
 
 func live(ls []*records.SandboxLease) []*records.SandboxLease {
@@ -355,18 +342,13 @@ func (m *Manager) finish(ctx context.Context, id, final, why string) (*records.S
 func qemuImg(ctx context.Context, args ...string) error {
 	bin, err := exec.LookPath("qemu-img")
 	if err != nil {
-		return cli.Unavailable(errors.New("qemu-img not found (makes lease overlays): install the Debian package qemu-utils"))
+		return fault.Unavailable(errors.New("qemu-img not found (makes lease overlays): install the Debian package qemu-utils"))
 	}
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("qemu-img %s: %s", args[0], strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-// sortByAge orders leases oldest first.
-func sortByAge(ls []*records.SandboxLease) {
-	sort.SliceStable(ls, func(i, j int) bool { return ls[i].ID < ls[j].ID })
 }
 
 // mkdirReachable creates dir searchable by others up to the state root

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -68,10 +69,10 @@ func (h *fakeHost) AgentCommand(ctx context.Context, name, cmd string) (string, 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.domains[name]; !ok {
-		return "", virt.ErrGuestGone
+		return "", guestagent.ErrGone
 	}
 	if h.answersAfter == 0 || h.creates < h.answersAfter {
-		return "", virt.ErrAgentNotReady
+		return "", guestagent.ErrNotReady
 	}
 	return `{"return":{}}`, nil
 }
@@ -128,14 +129,14 @@ func fakeManager(t *testing.T, cfg *Config, hosts map[string]*fakeHost) *Manager
 			byURI[h.URI] = fh
 		}
 	}
-	env := &cli.Env{Ctx: context.Background(), Tool: "tb-lease", Stdout: io.Discard, Stderr: io.Discard,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	return &Manager{Env: env, St: st, Cfg: cfg, conns: map[string]Host{}, Dial: func(uri string) (Host, error) {
+	m := New(st, cfg, cmdout.New("tb-lease", io.Discard, io.Discard, nil))
+	m.Dial = func(uri string) (Host, error) {
 		if h := byURI[uri]; h != nil {
 			return h, nil
 		}
 		return nil, fmt.Errorf("fake: cannot connect to %s", uri)
-	}}
+	}
+	return m
 }
 
 func TestPlacement(t *testing.T) {
@@ -179,26 +180,26 @@ func TestPlacement(t *testing.T) {
 		{"native-arch-first", NativeArchFirst, Request{}, leasesOn("x86", 1), "x86", 0},
 		{"native host full", NativeArchFirst, Request{}, leasesOn("x86", 2), "arm", 0},
 		{"explicit", Explicit, Request{Host: "arm"}, nil, "arm", 0},
-		{"explicit, full", Explicit, Request{Host: "x86"}, leasesOn("x86", 2), "", cli.ExitTempFail},
-		{"explicit, unknown", Explicit, Request{Host: "nope"}, nil, "", cli.ExitUsage},
+		{"explicit, full", Explicit, Request{Host: "x86"}, leasesOn("x86", 2), "", fault.ExitTempFail},
+		{"explicit, unknown", Explicit, Request{Host: "nope"}, nil, "", fault.ExitUsage},
 		{"--host makes it explicit", LeastLoaded, Request{Host: "x86"}, nil, "x86", 0},
 		// The hosts with room are full; the one without a cap is down.
-		{"all full but the one down", LeastLoaded, Request{}, append(leasesOn("arm", 4), leasesOn("x86", 2)...), "", cli.ExitUnavailable},
+		{"all full but the one down", LeastLoaded, Request{}, append(leasesOn("arm", 4), leasesOn("x86", 2)...), "", fault.ExitUnavailable},
 	} {
 		got, err := place(tc.placement, tc.req, tc.leases)
-		if got != tc.want || cli.ExitCode(err) != tc.code {
+		if got != tc.want || fault.Code(err) != tc.code {
 			t.Errorf("%s: placed on %q (%v), want %q (exit %d)", tc.name, got, err, tc.want, tc.code)
 		}
 	}
 	// Nothing reachable: exit 69; every host full: exit 75.
 	m := fakeManager(t, cfg(LeastLoaded), nil)
-	if _, err := m.place(context.Background(), &Request{}, img, nil); cli.ExitCode(err) != cli.ExitUnavailable {
+	if _, err := m.place(context.Background(), &Request{}, img, nil); fault.Code(err) != fault.ExitUnavailable {
 		t.Errorf("no host reachable: %v", err)
 	}
 	full := cfg(LeastLoaded)
 	full.Hosts = full.Hosts[:2]
 	m = fakeManager(t, full, hosts())
-	if _, err := m.place(context.Background(), &Request{}, img, append(leasesOn("arm", 4), leasesOn("x86", 2)...)); cli.ExitCode(err) != cli.ExitTempFail {
+	if _, err := m.place(context.Background(), &Request{}, img, append(leasesOn("arm", 4), leasesOn("x86", 2)...)); fault.Code(err) != fault.ExitTempFail {
 		t.Errorf("every host full: %v", err)
 	}
 }
@@ -211,7 +212,7 @@ func TestQuota(t *testing.T) {
 	if err := m.checkQuota(&Request{Pool: "p"}, []*records.SandboxLease{busy("p"), busy("q")}); err != nil {
 		t.Errorf("one of two: %v", err)
 	}
-	if err := m.checkQuota(&Request{Pool: "p"}, []*records.SandboxLease{busy("p"), busy("p")}); cli.ExitCode(err) != cli.ExitTempFail {
+	if err := m.checkQuota(&Request{Pool: "p"}, []*records.SandboxLease{busy("p"), busy("p")}); fault.Code(err) != fault.ExitTempFail {
 		t.Errorf("two of two: %v", err)
 	}
 	if err := m.checkQuota(&Request{Pool: "q"}, []*records.SandboxLease{busy("p"), busy("p")}); err != nil {

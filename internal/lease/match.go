@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -176,7 +176,7 @@ func (m *Manager) noImage(p *records.Plan, why string) error {
 	if why != "" {
 		msg += " (" + why + ")"
 	}
-	return cli.Failure(errors.New(msg))
+	return fault.Failure(errors.New(msg))
 }
 
 func orAny(s string) string {

@@ -12,7 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -27,12 +28,12 @@ func (m *Manager) Release(ctx context.Context, id string, keep bool) (*records.S
 		return nil, err
 	}
 	if records.LeaseGone(l.State) {
-		return nil, cli.Failure(fmt.Errorf("lease %s is already %s", id, l.State))
+		return nil, fault.Failure(fmt.Errorf("lease %s is already %s", id, l.State))
 	}
 	if keep {
 		return m.update(ctx, id, func(x *records.SandboxLease) error {
 			if x.State != records.LeaseBusy && x.State != records.LeaseIdle {
-				return cli.Failure(fmt.Errorf("lease %s is %s; only a busy lease goes back to idle", id, x.State))
+				return fault.Failure(fmt.Errorf("lease %s is %s; only a busy lease goes back to idle", id, x.State))
 			}
 			x.State, x.Plan, x.Holder = records.LeaseIdle, "", ""
 			return nil
@@ -42,7 +43,7 @@ func (m *Manager) Release(ctx context.Context, id string, keep bool) (*records.S
 		if unlock, ok, _ := m.St.TryLock(ctx, acquireLock(id)); ok {
 			unlock()
 		} else {
-			return nil, cli.TempFail(fmt.Errorf("lease %s is still being created (pid %d); retry when acquire ends", id, l.PID))
+			return nil, fault.TempFail(fmt.Errorf("lease %s is still being created (pid %d); retry when acquire ends", id, l.PID))
 		}
 	}
 	return m.finish(ctx, id, records.LeaseReleased, "")
@@ -56,7 +57,7 @@ func (m *Manager) Renew(ctx context.Context, id string, ttl time.Duration) (*rec
 	now := m.St.Now()
 	return m.update(ctx, id, func(x *records.SandboxLease) error {
 		if records.LeaseGone(x.State) {
-			return cli.Failure(fmt.Errorf("lease %s is %s", id, x.State))
+			return fault.Failure(fmt.Errorf("lease %s is %s", id, x.State))
 		}
 		if ttl == 0 {
 			ttl = x.TTL.D()
@@ -86,7 +87,7 @@ func (m *Manager) Expire(ctx context.Context, apply bool) ([]*records.SandboxLea
 		}
 		x, err := m.finish(ctx, l.ID, records.LeaseExpired, fmt.Sprintf("TTL %s ran out at %s", l.TTL, l.ExpiresAt.Format(time.RFC3339)))
 		if err != nil {
-			m.Env.Warnf("%s: %v", l.ID, err)
+			m.Out.Warnf("%s: %v", l.ID, err)
 			continue
 		}
 		out = append(out, x)
@@ -133,7 +134,7 @@ func (m *Manager) Reap(ctx context.Context, dryRun bool) ([]Action, error) {
 			if len(m.Cfg.Hosts) == 1 {
 				return nil, err
 			}
-			m.Env.Warnf("host %s: %v", h.Name, err)
+			m.Out.Warnf("host %s: %v", h.Name, err)
 			continue
 		}
 		doms, err := c.Domains(ctx)
@@ -232,12 +233,11 @@ func (m *Manager) Heal(ctx context.Context, ids []string, timeout time.Duration)
 		}
 		c, err := m.connFor(l)
 		if err != nil {
-			m.Env.Warnf("%s: %v", l.ID, err)
+			m.Out.Warnf("%s: %v", l.ID, err)
 			continue
 		}
-		g := &virt.Guest{H: c, Name: l.VMName, ConsoleLog: l.ConsoleLog}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		perr := g.WaitAgent(pctx)
+		perr := virt.NewGuest(c, l.VMName, l.ConsoleLog).WaitAgent(pctx)
 		cancel()
 		if perr == nil {
 			if l.Health != records.HealthHealthy {
@@ -309,9 +309,8 @@ func (m *Manager) restart(ctx context.Context, l *records.SandboxLease, img *rec
 	if err := c.CreateXML(ctx, x); err != nil {
 		return err
 	}
-	g := &virt.Guest{H: c, Name: l.VMName, ConsoleLog: l.ConsoleLog}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
-	err = g.WaitAgent(wctx)
+	err = virt.NewGuest(c, l.VMName, l.ConsoleLog).WaitAgent(wctx)
 	cancel()
 	if err != nil {
 		c.Destroy(context.WithoutCancel(ctx), l.VMName)
@@ -380,7 +379,7 @@ func (m *Manager) InspectHosts(ctx context.Context, only string) ([]HostReport, 
 		out = append(out, r)
 	}
 	if only != "" && len(out) == 0 {
-		return nil, cli.Usage(fmt.Errorf("host %q is not in the configuration", only))
+		return nil, fault.Usage(fmt.Errorf("host %q is not in the configuration", only))
 	}
 	return out, nil
 }
@@ -405,22 +404,21 @@ func (m *Manager) cachedAccel(h HostConfig) (string, string) {
 }
 
 // Exec runs a program in a lease's guest through the agent.
-func (m *Manager) Exec(ctx context.Context, id string, argv []string) (*virt.ExecResult, error) {
+func (m *Manager) Exec(ctx context.Context, id string, argv []string) (*guestagent.Result, error) {
 	l, err := m.Get(id)
 	if err != nil {
 		return nil, err
 	}
 	if records.LeaseGone(l.State) {
-		return nil, cli.Failure(fmt.Errorf("lease %s is %s", id, l.State))
+		return nil, fault.Failure(fmt.Errorf("lease %s is %s", id, l.State))
 	}
 	c, err := m.connFor(l)
 	if err != nil {
 		return nil, err
 	}
-	g := &virt.Guest{H: c, Name: l.VMName, ConsoleLog: l.ConsoleLog}
-	r, err := g.Exec(ctx, argv[0], argv[1:]...)
-	if errors.Is(err, virt.ErrGuestGone) {
-		return nil, cli.Failure(fmt.Errorf("lease %s: %w (tb-lease heal restarts it)", id, err))
+	r, err := guestagent.New(c, l.VMName).Run(ctx, argv...)
+	if errors.Is(err, guestagent.ErrGone) {
+		return nil, fault.Failure(fmt.Errorf("lease %s: %w (tb-lease heal restarts it)", id, err))
 	}
 	return r, err
 }

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
@@ -35,10 +35,10 @@ func (m *Manager) checkQuota(r *Request, all []*records.SandboxLease) error {
 		}
 	}
 	if q.MaxLeases > 0 && n >= q.MaxLeases {
-		return cli.TempFail(fmt.Errorf("pool %s exhausted: %d of %d leases in use; release one and retry", r.Pool, n, q.MaxLeases))
+		return fault.TempFail(fmt.Errorf("pool %s exhausted: %d of %d leases in use; release one and retry", r.Pool, n, q.MaxLeases))
 	}
 	if q.VMHours > 0 && hours >= q.VMHours {
-		return cli.TempFail(fmt.Errorf("pool %s has used its budget: %.2f of %.2f VM-hours", r.Pool, hours, q.VMHours))
+		return fault.TempFail(fmt.Errorf("pool %s has used its budget: %.2f of %.2f VM-hours", r.Pool, hours, q.VMHours))
 	}
 	return nil
 }
@@ -83,22 +83,22 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 	switch strategy {
 	case Explicit:
 		if r.Host == "" {
-			return HostConfig{}, cli.Usage(errors.New("placement explicit needs --host NAME"))
+			return HostConfig{}, fault.Usage(errors.New("placement explicit needs --host NAME"))
 		}
 		h, ok := m.Cfg.Host(r.Host)
 		if !ok {
-			return HostConfig{}, cli.Usage(fmt.Errorf("host %q is not in the configuration", r.Host))
+			return HostConfig{}, fault.Usage(fmt.Errorf("host %q is not in the configuration", r.Host))
 		}
 		if h.MaxLeases > 0 && count[h.Name] >= h.MaxLeases {
-			return HostConfig{}, cli.TempFail(fmt.Errorf("host %s is full: %d of %d leases", h.Name, count[h.Name], h.MaxLeases))
+			return HostConfig{}, fault.TempFail(fmt.Errorf("host %s is full: %d of %d leases", h.Name, count[h.Name], h.MaxLeases))
 		}
 		return h, nil
 	case LeastLoaded, NativeArchFirst:
 	default:
-		return HostConfig{}, cli.Usage(fmt.Errorf("unknown placement %q (least-loaded, native-arch-first, explicit)", strategy))
+		return HostConfig{}, fault.Usage(fmt.Errorf("unknown placement %q (least-loaded, native-arch-first, explicit)", strategy))
 	}
 	if len(cands) == 0 {
-		return HostConfig{}, cli.TempFail(errors.New("every host is full; release leases and retry"))
+		return HostConfig{}, fault.TempFail(errors.New("every host is full; release leases and retry"))
 	}
 	type scored struct {
 		h      HostConfig
@@ -114,7 +114,7 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 				s.load += 1 - float64(hs.FreeMiB)/float64(hs.MemoryMiB)
 			}
 		} else {
-			m.Env.Log.Warn("host unreachable; not placing there", "host", h.Name, "err", err)
+			m.Out.Log.Warn("host unreachable; not placing there", "host", h.Name, "err", err)
 			continue
 		}
 		if strategy == NativeArchFirst {
@@ -123,7 +123,7 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 		ss = append(ss, s)
 	}
 	if len(ss) == 0 {
-		return HostConfig{}, cli.Unavailable(errors.New("no configured libvirt host is reachable; start libvirtd with: libvirtd -d"))
+		return HostConfig{}, fault.Unavailable(errors.New("no configured libvirt host is reachable; start libvirtd with: libvirtd -d"))
 	}
 	slices.SortStableFunc(ss, func(a, b scored) int {
 		if a.native != b.native {
@@ -150,7 +150,7 @@ func (m *Manager) accel(ctx context.Context, h HostConfig, want string, img *rec
 	switch want {
 	case "kvm":
 		if !native {
-			return "", cli.Usage(fmt.Errorf("--accel kvm: a %s guest cannot run under KVM on host %s", img.Platform, h.Name))
+			return "", fault.Usage(fmt.Errorf("--accel kvm: a %s guest cannot run under KVM on host %s", img.Platform, h.Name))
 		}
 		return virt.KVM, nil
 	case "tcg":
@@ -170,7 +170,7 @@ func (m *Manager) accel(ctx context.Context, h HostConfig, want string, img *rec
 	}
 	emu, err := exec.LookPath(img.Boot.Emulator)
 	if err != nil {
-		return "", cli.Unavailable(fmt.Errorf("%s not found: install the Debian package qemu-system-x86", img.Boot.Emulator))
+		return "", fault.Unavailable(fmt.Errorf("%s not found: install the Debian package qemu-system-x86", img.Boot.Emulator))
 	}
 	res, err := virt.ProbeAccel(ctx, virt.ProbeConfig{Emulator: emu, Kernel: filepath.Join(img.Dir, img.Boot.Kernel), CacheDir: m.St.Path("virt")})
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -39,7 +39,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*records.LeaseSnapsh
 		return nil, err
 	}
 	if l.State != records.LeaseBusy && l.State != records.LeaseIdle {
-		return nil, cli.Failure(fmt.Errorf("lease %s is %s; only a running lease can be snapshotted", id, l.State))
+		return nil, fault.Failure(fmt.Errorf("lease %s is %s; only a running lease can be snapshotted", id, l.State))
 	}
 	c, err := m.connFor(l)
 	if err != nil {
@@ -119,12 +119,12 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
 
 func (m *Manager) getSnapshot(id string) (*records.LeaseSnapshot, error) {
 	if records.KindOf(id) != records.KindSnapshot || records.CheckID(id) != nil {
-		return nil, cli.Usage(fmt.Errorf("%q is not a snapshot ID", id))
+		return nil, fault.Usage(fmt.Errorf("%q is not a snapshot ID", id))
 	}
 	var s records.LeaseSnapshot
 	if err := m.St.Get(id, &s); err != nil {
 		if errors.Is(err, state.ErrNotFound) {
-			return nil, cli.Failure(fmt.Errorf("snapshot %s: %w", id, err))
+			return nil, fault.Failure(fmt.Errorf("snapshot %s: %w", id, err))
 		}
 		return nil, err
 	}
@@ -144,14 +144,14 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	for _, f := range s.Files {
 		sum, size, err := files.SHA256(filepath.Join(s.Dir, f.Name))
 		if err != nil {
-			return nil, cli.DataErr(fmt.Errorf("snapshot %s: %s: %w", s.ID, f.Name, err))
+			return nil, fault.DataErr(fmt.Errorf("snapshot %s: %s: %w", s.ID, f.Name, err))
 		}
 		if sum != f.SHA256 || size != f.Size {
-			return nil, cli.DataErr(fmt.Errorf("snapshot %s is damaged: %s has sha256 %s (%d bytes), recorded %s (%d bytes)", s.ID, f.Name, sum, size, f.SHA256, f.Size))
+			return nil, fault.DataErr(fmt.Errorf("snapshot %s is damaged: %s has sha256 %s (%d bytes), recorded %s (%d bytes)", s.ID, f.Name, sum, size, f.SHA256, f.Size))
 		}
 	}
 	if _, err := image.Resolve(m.St, s.Image); err != nil {
-		return nil, cli.Failure(fmt.Errorf("snapshot %s: its image %s: %w", s.ID, s.Image, err))
+		return nil, fault.Failure(fmt.Errorf("snapshot %s: its image %s: %w", s.ID, s.Image, err))
 	}
 	if r.TTL == 0 {
 		r.TTL = time.Hour
@@ -164,7 +164,7 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	}
 	host, ok := m.Cfg.Host(s.Host)
 	if !ok {
-		return nil, cli.Failure(fmt.Errorf("snapshot %s was taken on host %s, which is not configured", s.ID, s.Host))
+		return nil, fault.Failure(fmt.Errorf("snapshot %s was taken on host %s, which is not configured", s.ID, s.Host))
 	}
 	unlock, err := m.St.Lock(ctx, allocLock)
 	if err != nil {
@@ -209,7 +209,7 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 
 	fail := func(err error) (*records.SandboxLease, error) {
 		m.finish(ctx, l.ID, records.LeaseFailed, err.Error())
-		return nil, cli.Failure(fmt.Errorf("restoring %s as lease %s: %w", s.ID, l.ID, err))
+		return nil, fault.Failure(fmt.Errorf("restoring %s as lease %s: %w", s.ID, l.ID, err))
 	}
 	c, err := m.connFor(l)
 	if err != nil {
@@ -243,7 +243,7 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	os.Remove(own)
 	now := m.St.Now()
 	m.update(ctx, l.ID, func(x *records.SandboxLease) error { x.StartedAt = &now; return nil })
-	g := &virt.Guest{H: c, Name: l.VMName, ConsoleLog: l.ConsoleLog}
+	g := virt.NewGuest(c, l.VMName, l.ConsoleLog)
 	wctx, cancel := context.WithTimeout(ctx, r.BootTimeout)
 	defer cancel()
 	if err := g.WaitAgent(wctx); err != nil {
@@ -261,7 +261,7 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 func readdress(ctx context.Context, g *virt.Guest, l *records.SandboxLease) error {
 	script := fmt.Sprintf("ip link set dev eth0 down && ip link set dev eth0 address %s && ip addr flush dev eth0 && ip addr add %s/%d dev eth0 && ip link set dev eth0 up && ip route replace default via %s",
 		l.MAC, l.IP, l.Prefix, l.Gateway)
-	res, err := g.Exec(ctx, "/bin/busybox", "sh", "-c", script)
+	res, err := g.Run(ctx, "/bin/busybox", "sh", "-c", script)
 	if err != nil {
 		return err
 	}
@@ -322,19 +322,19 @@ func rewriteSaveImage(src, dst, domXML string) error {
 	defer in.Close()
 	hdr := make([]byte, saveHeaderSize)
 	if _, err := io.ReadFull(in, hdr); err != nil {
-		return cli.DataErr(fmt.Errorf("%s: short save image: %w", src, err))
+		return fault.DataErr(fmt.Errorf("%s: short save image: %w", src, err))
 	}
 	if string(hdr[:16]) != saveMagic {
-		return cli.DataErr(fmt.Errorf("%s: not a libvirt QEMU save image", src))
+		return fault.DataErr(fmt.Errorf("%s: not a libvirt QEMU save image", src))
 	}
 	bo := binary.NativeEndian
 	version, dataLen, compressed, cookieOff := bo.Uint32(hdr[16:]), bo.Uint32(hdr[20:]), bo.Uint32(hdr[28:]), bo.Uint32(hdr[32:])
 	if version != 2 || compressed != 0 {
-		return cli.DataErr(fmt.Errorf("%s: save image version %d, compression %d: only uncompressed version 2 is supported", src, version, compressed))
+		return fault.DataErr(fmt.Errorf("%s: save image version %d, compression %d: only uncompressed version 2 is supported", src, version, compressed))
 	}
 	data := make([]byte, dataLen)
 	if _, err := io.ReadFull(in, data); err != nil {
-		return cli.DataErr(fmt.Errorf("%s: short save image: %w", src, err))
+		return fault.DataErr(fmt.Errorf("%s: short save image: %w", src, err))
 	}
 	var cookie []byte
 	if cookieOff > 0 && cookieOff < dataLen {

@@ -5,6 +5,7 @@
 package netlab
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -478,9 +479,7 @@ func Down(ctx context.Context, dir string) error {
 // the first lab found there, so that the last lab to go down restores it
 // whichever lab that is. /run is cleared at boot, as the setting is.
 func forwardingFile(ns string) (string, error) {
-	if ns == "" {
-		ns = "/proc/self/ns/net"
-	}
+	ns = cmp.Or(ns, "/proc/self/ns/net")
 	var st unix.Stat_t
 	if err := unix.Stat(ns, &st); err != nil {
 		return "", fmt.Errorf("network namespace %s: %w", ns, err)

@@ -1,9 +1,12 @@
 package observe
 
 import (
+	"cmp"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -408,18 +411,8 @@ func (t *Dests) shed() {
 // Flush emits the endpoints with something to say and the scans, and
 // empties the tracker.
 func (t *Dests) Flush() {
-	keys := make([]epKey, 0, len(t.eps))
-	for k := range t.eps {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b epKey) int {
-		if c := a.addr.Compare(b.addr); c != 0 {
-			return c
-		}
-		if a.port != b.port {
-			return int(a.port) - int(b.port)
-		}
-		return compareStr(a.proto, b.proto)
+	keys := slices.SortedFunc(maps.Keys(t.eps), func(a, b epKey) int {
+		return cmp.Or(a.addr.Compare(b.addr), cmp.Compare(a.port, b.port), strings.Compare(a.proto, b.proto))
 	})
 	for _, k := range keys {
 		e := t.eps[k]
@@ -435,10 +428,7 @@ func (t *Dests) Flush() {
 		}
 	}
 	slices.SortFunc(gkeys, func(a, b groupKey) int {
-		if a.proto != b.proto {
-			return compareStr(a.proto, b.proto)
-		}
-		return int(a.port) - int(b.port)
+		return cmp.Or(strings.Compare(a.proto, b.proto), cmp.Compare(a.port, b.port))
 	})
 	for _, k := range gkeys {
 		t.emit(t.scanObservable(t.groups[k], k.proto+"/"+strconv.Itoa(int(k.port))))
@@ -450,10 +440,7 @@ func (t *Dests) Flush() {
 		}
 	}
 	slices.SortFunc(hkeys, func(a, b hostKey) int {
-		if c := a.addr.Compare(b.addr); c != 0 {
-			return c
-		}
-		return compareStr(a.proto, b.proto)
+		return cmp.Or(a.addr.Compare(b.addr), strings.Compare(a.proto, b.proto))
 	})
 	for _, k := range hkeys {
 		t.emit(t.scanObservable(t.hosts[k], k.addr.String()+"/"+k.proto))
@@ -462,16 +449,6 @@ func (t *Dests) Flush() {
 	clear(t.groups)
 	clear(t.hosts)
 	t.oneShot = nil
-}
-
-func compareStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func nsTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }

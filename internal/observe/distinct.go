@@ -77,9 +77,7 @@ func (s sketch) add(k uint64) {
 	h := mix64(k)
 	i := h >> (64 - sketchBits)
 	rank := uint8(bits.LeadingZeros64(h<<sketchBits|1<<(sketchBits-1)) + 1)
-	if rank > s[i] {
-		s[i] = rank
-	}
+	s[i] = max(s[i], rank)
 }
 
 // estimate is HyperLogLog's estimate with linear counting for small sets.
@@ -104,9 +102,7 @@ func (s sketch) estimate() int64 {
 // union folds o into s, register by register.
 func (s sketch) union(o sketch) {
 	for i, r := range o {
-		if r > s[i] {
-			s[i] = r
-		}
+		s[i] = max(s[i], r)
 	}
 }
 

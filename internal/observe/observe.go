@@ -366,9 +366,7 @@ func mergeFile(dp **records.FileInfo, s *records.FileInfo) {
 	d.SHA256 = cmp.Or(d.SHA256, s.SHA256)
 	d.SHA1 = cmp.Or(d.SHA1, s.SHA1)
 	d.MD5 = cmp.Or(d.MD5, s.MD5)
-	if s.Size > d.Size {
-		d.Size = s.Size
-	}
+	d.Size = max(d.Size, s.Size)
 	d.Filenames = union(d.Filenames, s.Filenames, MaxList)
 	d.Hosts = union(d.Hosts, s.Hosts, MaxList)
 }

@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
 )
 
@@ -34,10 +32,8 @@ func BenchmarkPlanFiles(b *testing.B) {
 		}
 		defer os.RemoveAll(stateDir)
 	}
-	env := &cli.Env{Ctx: context.Background(), Tool: "tb-plan", Stdin: bytes.NewReader(nil), Stdout: io.Discard, Stderr: io.Discard,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: stateDir}}
 	b.ResetTimer()
-	if err := Run(env, Request{Inputs: []string{dir}, Profile: "default"}); err != nil {
+	if err := runRequest(context.Background(), stateDir, Request{Inputs: []string{dir}, Profile: "default"}, io.Discard, io.Discard); err != nil {
 		b.Fatal(err)
 	}
 }

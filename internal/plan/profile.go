@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +15,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -108,12 +108,7 @@ func (ps *Profiles) Get(name string) (Profile, error) {
 
 // Names lists the profiles in name order.
 func (ps *Profiles) Names() []string {
-	names := make([]string, 0, len(ps.byName))
-	for n := range ps.byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(ps.byName))
 }
 
 // strictDecode rejects unknown keys so a typo in a profile is an error, not a
@@ -154,40 +149,4 @@ func validate(p *Profile) error {
 		}
 	}
 	return nil
-}
-
-// ListProfiles prints one JSON line per profile.
-func ListProfiles(env *cli.Env, dir string) error {
-	ps, err := LoadProfiles(dir)
-	if err != nil {
-		return cli.DataErr(err)
-	}
-	enc := json.NewEncoder(env.Stdout)
-	for _, n := range ps.Names() {
-		p, _ := ps.Get(n)
-		if err := enc.Encode(struct {
-			Name        string `json:"name"`
-			Version     string `json:"version"`
-			Source      string `json:"source"`
-			Description string `json:"description,omitempty"`
-		}{p.Name, p.Version, p.Source, p.Description}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ShowProfile prints one profile, resolved, as indented JSON.
-func ShowProfile(env *cli.Env, dir, name string) error {
-	ps, err := LoadProfiles(dir)
-	if err != nil {
-		return cli.DataErr(err)
-	}
-	p, err := ps.Get(name)
-	if err != nil {
-		return cli.Usage(err)
-	}
-	enc := json.NewEncoder(env.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(p)
 }

@@ -3,16 +3,19 @@ package plan
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"regexp"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/sample"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -46,21 +49,31 @@ type input struct {
 
 var hex64 = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
-// Run plans every input, writing sample and plan records to the state and to
-// stdout. Bad inputs are reported one line each and the batch goes on; a
-// malformed stdin stream is refused whole before anything is written.
-func Run(env *cli.Env, req Request) error {
+// Job is a tb-plan invocation checked and its stdin read, before the state
+// is touched.
+type Job struct {
+	req     Request
+	profile Profile
+	applied []string
+	inputs  []input
+}
+
+// Prepare resolves the profile and reads the inputs that stdin names (when
+// req.FromStdin), so that a bad request or a malformed stdin stream is
+// refused whole before anything is written; each bad stdin line goes to
+// warnf.
+func Prepare(req Request, stdin io.Reader, warnf func(format string, a ...any)) (*Job, error) {
 	profiles, err := LoadProfiles(req.ProfilesDir)
 	if err != nil {
-		return cli.DataErr(err)
+		return nil, fault.DataErr(err)
 	}
 	prof, err := profiles.Get(req.Profile)
 	if err != nil {
-		return cli.Usage(err)
+		return nil, fault.Usage(err)
 	}
 	resolved, applied, err := Resolve(prof, req.Overrides)
 	if err != nil {
-		return cli.Usage(err)
+		return nil, fault.Usage(err)
 	}
 
 	var inputs []input
@@ -70,53 +83,56 @@ func Run(env *cli.Env, req Request) error {
 		}
 	}
 	if req.FromStdin {
-		fromStdin, bad := readStdin(env.Stdin)
+		fromStdin, bad := readStdin(stdin)
 		if len(bad) > 0 {
-			var b cli.Batch
+			var b fault.Batch
 			for _, e := range bad {
-				env.Warnf("%v", e)
-				b.Add(cli.DataErr(e))
+				warnf("%v", e)
+				b.Add(fault.DataErr(e))
 			}
-			return b.Err()
+			return nil, b.Err()
 		}
 		inputs = append(inputs, fromStdin...)
 	}
 	if len(inputs) == 0 {
-		return cli.Usage(errors.New("no input: give sample paths or directories, or pipe records, sha256s or paths on stdin"))
+		return nil, fault.Usage(errors.New("no input: give sample paths or directories, or pipe records, sha256s or paths on stdin"))
 	}
+	return &Job{req: req, profile: resolved, applied: applied, inputs: inputs}, nil
+}
 
-	st, err := env.OpenState(state.WithDurability(state.SyncOnFlush))
-	if err != nil {
-		return err
-	}
+// Run plans every input, writing sample and plan records to st and, in
+// input order, to out.Stdout. Bad inputs are reported one line each and the batch goes on.
+// st is best opened with state.SyncOnFlush: Run flushes it at the end.
+func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
+	req := j.req
 	if d := req.DroppedBy; d != nil {
 		var c records.Cycle
 		if records.KindOf(d.Cycle) != records.KindCycle || st.Get(d.Cycle, &c) != nil {
-			return cli.Usage(fmt.Errorf("--dropped-by %s: no such cycle in %s", d.Cycle, st.Root()))
+			return fault.Usage(fmt.Errorf("--dropped-by %s: no such cycle in %s", d.Cycle, st.Root()))
 		}
 		d.Lease, d.Sample = c.Lease, c.Sample
 	}
-	p := &planner{env: env, ing: &sample.Ingester{Store: st, Priority: req.Priority, DroppedBy: req.DroppedBy},
-		profile: resolved, applied: applied, forced: req.Overrides.Platform, out: bufio.NewWriterSize(env.Stdout, 64<<10)}
+	p := &planner{ctx: ctx, log: out.Log, warnf: out.Warnf, ing: &sample.Ingester{Store: st, Priority: req.Priority, DroppedBy: req.DroppedBy},
+		profile: j.profile, applied: j.applied, forced: req.Overrides.Platform, out: bufio.NewWriterSize(out.Stdout, 64<<10)}
 	jobs := req.Jobs
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
 	}
-	p.pipeline(inputs, jobs)
+	p.pipeline(j.inputs, jobs)
 	if err := p.out.Flush(); err != nil {
 		return err
 	}
 	if err := st.Flush(); err != nil {
 		return fmt.Errorf("syncing state: %w", err)
 	}
-	if err := env.Ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := p.batch.Err(); err != nil {
 		return err
 	}
 	if req.Strict && p.notRunnable > 0 {
-		return cli.Failure(fmt.Errorf("%d plan(s) not runnable (--strict)", p.notRunnable))
+		return fault.Failure(fmt.Errorf("%d plan(s) not runnable (--strict)", p.notRunnable))
 	}
 	return nil
 }
@@ -195,13 +211,15 @@ func sampleSHA256(rec records.Record) string {
 func bytes2lower(s string) string { return string(bytes.ToLower([]byte(s))) }
 
 type planner struct {
-	env         *cli.Env
+	ctx         context.Context
+	log         *slog.Logger
+	warnf       func(format string, a ...any)
 	ing         *sample.Ingester
 	profile     Profile
 	applied     []string
 	forced      string
 	out         *bufio.Writer // records, one JSON line each
-	batch       cli.Batch
+	batch       fault.Batch
 	notRunnable int
 
 	// pending holds new samples and their plans, queued in writes, until
@@ -265,7 +283,7 @@ func (p *planner) sync() {
 }
 
 func (p *planner) fail(err error) {
-	p.env.Warnf("%v", err)
+	p.warnf("%v", err)
 	p.batch.Add(err)
 }
 
@@ -297,7 +315,7 @@ const chunkMax = 32
 // them in input order. Prepared files hold no content (the blob has it), so
 // what waits in memory is a few chunks of digests and triage.
 func (p *planner) pipeline(inputs []input, jobs int) {
-	ctx := p.env.Ctx
+	ctx := p.ctx
 	st := p.ing.Store
 	order := make(chan *chunk, 2)
 	work := make(chan *chunk, 2*jobs)
@@ -430,7 +448,7 @@ func (p *planner) planPrepared(prep *sample.Prepared) {
 	if err != nil || smp == nil {
 		p.sync()
 		if err == nil {
-			smp, _, err = p.ing.Save(p.env.Ctx, prep)
+			smp, _, err = p.ing.Save(p.ctx, prep)
 		}
 		prep.Close()
 		if err != nil {
@@ -452,7 +470,7 @@ func (p *planner) queuePlan(smp *records.Sample, smpLine []byte) planned {
 	q := planned{smp: smp, smpLine: smpLine}
 	pl, err := Make(smp, p.profile, p.applied, p.forced, p.ing.Store.Now())
 	if err != nil {
-		q.err = cli.Usage(err)
+		q.err = fault.Usage(err)
 		return q
 	}
 	line, err := p.writes.Create(pl)
@@ -496,14 +514,14 @@ func (p *planner) commit(b *state.Batch, items []planned) {
 // (analysts want to see it), but the input was bad.
 func (p *planner) problem(path string, smp *records.Sample) {
 	if smp.Problem != "" {
-		p.fail(cli.DataErr(fmt.Errorf("%s: %s", path, smp.Problem)))
+		p.fail(fault.DataErr(fmt.Errorf("%s: %s", path, smp.Problem)))
 	}
 }
 
 func (p *planner) planStored(in input) {
 	smp, err := p.ing.BySHA256(in.sha256)
 	if errors.Is(err, state.ErrNotFound) {
-		p.fail(cli.DataErr(fmt.Errorf("%s: no sample with sha256 %s in %s", in.where, in.sha256, p.ing.Store.Root())))
+		p.fail(fault.DataErr(fmt.Errorf("%s: no sample with sha256 %s in %s", in.where, in.sha256, p.ing.Store.Root())))
 		return
 	}
 	if err != nil {
@@ -517,10 +535,10 @@ func (p *planner) planStored(in input) {
 func (p *planner) emit(smp *records.Sample) {
 	pl, err := Make(smp, p.profile, p.applied, p.forced, p.ing.Store.Now())
 	if err != nil {
-		p.fail(cli.Usage(err))
+		p.fail(fault.Usage(err))
 		return
 	}
-	if err := p.ing.Store.Create(p.env.Ctx, pl); err != nil {
+	if err := p.ing.Store.Create(p.ctx, pl); err != nil {
 		p.fail(fmt.Errorf("%s: storing plan: %w", smp.ID, err))
 		return
 	}
@@ -535,7 +553,7 @@ func (p *planner) emit(smp *records.Sample) {
 func (p *planner) print(smp *records.Sample, pl *records.Plan, smpLine, plLine []byte) {
 	if !pl.Runnable {
 		p.notRunnable++
-		p.env.Log.Debug("plan not runnable", "sample", smp.ID, "reason", pl.Reason)
+		p.log.Debug("plan not runnable", "sample", smp.ID, "reason", pl.Reason)
 	}
 	for _, r := range []struct {
 		rec  records.Record

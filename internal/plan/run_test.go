@@ -7,15 +7,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/sample"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -26,10 +26,23 @@ import (
 func runPlan(t *testing.T, stateDir string, jobs int, inputs ...string) ([]byte, string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	env := &cli.Env{Ctx: context.Background(), Tool: "tb-plan", Stdin: bytes.NewReader(nil), Stdout: &stdout, Stderr: &stderr,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: stateDir}}
-	err := Run(env, Request{Inputs: inputs, Profile: "default", Jobs: jobs})
+	err := runRequest(context.Background(), stateDir, Request{Inputs: inputs, Profile: "default", Jobs: jobs}, &stdout, &stderr)
 	return stdout.Bytes(), stderr.String(), err
+}
+
+// runRequest does what tb-plan does with a request: prepare it, open the
+// state and run it, warnings going to stderr as "tb-plan: ...".
+func runRequest(ctx context.Context, stateDir string, req Request, stdout, stderr io.Writer) error {
+	out := cmdout.New("tb-plan", stdout, stderr, nil)
+	job, err := Prepare(req, bytes.NewReader(nil), out.Warnf)
+	if err != nil {
+		return err
+	}
+	st, err := state.Open(ctx, stateDir, state.WithDurability(state.SyncOnFlush))
+	if err != nil {
+		return err
+	}
+	return job.Run(ctx, st, out)
 }
 
 // corpus writes n files under dir (lexical order = input order): ELF
@@ -220,9 +233,7 @@ func TestDroppedByIsLineage(t *testing.T) {
 	drop := func(cycle string) *records.Sample {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
-		env := &cli.Env{Ctx: ctx, Tool: "tb-plan", Stdin: bytes.NewReader(nil), Stdout: &stdout, Stderr: &stderr,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: dir}}
-		if err := Run(env, Request{Inputs: []string{file}, Profile: "default", DroppedBy: &records.Drop{Cycle: cycle, Path: "/var/tmp/x/.tbdrop"}}); err != nil {
+		if err := runRequest(ctx, dir, Request{Inputs: []string{file}, Profile: "default", DroppedBy: &records.Drop{Cycle: cycle, Path: "/var/tmp/x/.tbdrop"}}, &stdout, &stderr); err != nil {
 			t.Fatalf("%v: %s", err, stderr.String())
 		}
 		var smp records.Sample
@@ -243,10 +254,8 @@ func TestDroppedByIsLineage(t *testing.T) {
 	if other := drop(cycles[1]); len(other.DroppedBy) != 2 || other.DroppedBy[1].Cycle != cycles[1] {
 		t.Fatalf("dropped by a second cycle: %+v", other.DroppedBy)
 	}
-	var stdout, stderr bytes.Buffer
-	env := &cli.Env{Ctx: ctx, Tool: "tb-plan", Stdin: bytes.NewReader(nil), Stdout: &stdout, Stderr: &stderr,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: dir}}
-	if err := Run(env, Request{Inputs: []string{file}, Profile: "default", DroppedBy: &records.Drop{Cycle: "cycle_01JD0000000000000000000000"}}); cli.ExitCode(err) != cli.ExitUsage {
+	err = runRequest(ctx, dir, Request{Inputs: []string{file}, Profile: "default", DroppedBy: &records.Drop{Cycle: "cycle_01JD0000000000000000000000"}}, io.Discard, io.Discard)
+	if fault.Code(err) != fault.ExitUsage {
 		t.Fatalf("an unknown cycle: %v", err)
 	}
 }

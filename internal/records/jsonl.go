@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 )
 
 // MaxLine bounds one input line, so a stream of garbage cannot exhaust memory.
@@ -21,6 +23,10 @@ type LineError struct {
 
 func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Name, e.Line, e.Err) }
 func (e *LineError) Unwrap() error { return e.Err }
+
+// FaultCode classes a malformed record as bad data (exit 65) wherever it is
+// returned from.
+func (e *LineError) FaultCode() int { return fault.ExitDataErr }
 
 // Reader reads JSON lines, skipping blank lines, and reports errors with the
 // input name and line number.

@@ -5,6 +5,7 @@ package records
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -206,10 +207,7 @@ func collectFields(t reflect.Type, m map[string]bool) {
 		if !f.IsExported() {
 			continue
 		}
-		if name == "" {
-			name = f.Name
-		}
-		m[name] = true
+		m[cmp.Or(name, f.Name)] = true
 	}
 }
 

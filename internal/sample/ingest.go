@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/triage"
@@ -61,27 +61,27 @@ func Prepare(path string, buf []byte) (*Prepared, error) {
 	// sample takes.
 	fd, err := openRead(path)
 	if err != nil {
-		return nil, cli.Failure(fmt.Errorf("%s: %w", path, err))
+		return nil, fault.Failure(fmt.Errorf("%s: %w", path, err))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, cli.Failure(fmt.Errorf("%s: %w", path, err))
+		return nil, fault.Failure(fmt.Errorf("%s: %w", path, err))
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		unix.Close(fd)
-		return nil, cli.Failure(fmt.Errorf("%s: not a regular file", path))
+		return nil, fault.Failure(fmt.Errorf("%s: not a regular file", path))
 	case st.Size == 0:
 		unix.Close(fd)
-		return nil, cli.DataErr(fmt.Errorf("%s: empty file", path))
+		return nil, fault.DataErr(fmt.Errorf("%s: empty file", path))
 	}
 	p := &Prepared{Path: path}
 	if st.Size <= inMemoryLimit {
 		data, err := readAll(fd, st.Size, buf)
 		unix.Close(fd)
 		if err != nil {
-			return nil, cli.Failure(fmt.Errorf("%s: %w", path, err))
+			return nil, fault.Failure(fmt.Errorf("%s: %w", path, err))
 		}
 		p.data = data
 		p.Digests = triage.DigestBytes(data)
@@ -91,7 +91,7 @@ func Prepare(path string, buf []byte) (*Prepared, error) {
 	f := os.NewFile(uintptr(fd), path)
 	if p.Digests, err = triage.Digest(f); err != nil {
 		f.Close()
-		return nil, cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
+		return nil, fault.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err)))
 	}
 	p.Triage = triage.Inspect(f, st.Size)
 	p.file = f
@@ -122,7 +122,7 @@ func (p *Prepared) StoreBlob(ctx context.Context, st *state.Store) error {
 		blob, err = st.PutBlobBytes(ctx, p.Digests.SHA256, p.data)
 		p.data = nil
 	} else if _, err = p.file.Seek(0, io.SeekStart); err != nil {
-		return cli.Failure(fmt.Errorf("%s: %w", p.Path, unwrapPathErr(err)))
+		return fault.Failure(fmt.Errorf("%s: %w", p.Path, unwrapPathErr(err)))
 	} else {
 		blob, err = st.PutBlobKnown(ctx, p.Digests.SHA256, p.file)
 	}

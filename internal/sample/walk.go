@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 )
 
 type dirKey struct{ dev, ino uint64 }
@@ -26,30 +26,30 @@ func walk(ctx context.Context, path string, ancestors map[dirKey]string, fn func
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		report(cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err))))
+		report(fault.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err))))
 		return
 	}
 	if !st.IsDir() {
 		if st.Mode().IsRegular() {
 			fn(path)
 		} else {
-			report(cli.Failure(fmt.Errorf("%s: not a regular file", path)))
+			report(fault.Failure(fmt.Errorf("%s: not a regular file", path)))
 		}
 		return
 	}
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
-		report(cli.Failure(fmt.Errorf("%s: cannot identify directory", path)))
+		report(fault.Failure(fmt.Errorf("%s: cannot identify directory", path)))
 		return
 	}
 	key := dirKey{uint64(sys.Dev), sys.Ino}
 	if first, loop := ancestors[key]; loop {
-		report(cli.Failure(fmt.Errorf("%s: directory loop (same directory as %s)", path, first)))
+		report(fault.Failure(fmt.Errorf("%s: directory loop (same directory as %s)", path, first)))
 		return
 	}
 	ents, err := os.ReadDir(path)
 	if err != nil {
-		report(cli.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err))))
+		report(fault.Failure(fmt.Errorf("%s: %w", path, unwrapPathErr(err))))
 		return
 	}
 	next := make(map[dirKey]string, len(ancestors)+1)

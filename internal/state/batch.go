@@ -206,6 +206,11 @@ func (b *Batch) commit() error {
 			return err
 		}
 	}
+	for _, r := range b.recs {
+		if err := s.setKeys(r.kind, r.id, indexKeys(r.r)); err != nil {
+			return err
+		}
+	}
 	body, journalLen, err := b.intentBody()
 	if err != nil {
 		return err

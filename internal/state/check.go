@@ -21,6 +21,8 @@ import (
 type CheckOptions struct {
 	// Blobs re-hashes every stored blob.
 	Blobs bool
+	// Repair adds the secondary keys a record lacks (keys.go).
+	Repair bool
 }
 
 // Problem is one inconsistency Check found.
@@ -50,6 +52,8 @@ type CheckReport struct {
 	// tool is running).
 	Temp     []string  `json:"temp,omitempty"`
 	Problems []Problem `json:"problems,omitempty"`
+	// Repaired lists what Repair fixed.
+	Repaired []string `json:"repaired,omitempty"`
 }
 
 // OK reports whether Check found no problem.
@@ -119,6 +123,8 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) (*CheckReport, err
 					rep.problem(id, path, "does not decode: %v", err)
 				} else if rec.Header().ID != id {
 					rep.problem(id, path, "holds record %q", rec.Header().ID)
+				} else if err := s.checkKeys(rep, rec, path, opts.Repair); err != nil {
+					return nil, err
 				}
 				if j, ok := want[id]; ok && bytes.Equal(j, data) {
 					continue

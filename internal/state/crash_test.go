@@ -131,9 +131,10 @@ func workerChaos() {
 			key := claimKeys[rng.Intn(len(claimKeys))]
 			say("begin claim %s", key)
 			id, _, err := s.Claim(ctx, "chaos", key, func() (records.Record, error) {
-				var g records.Generic
-				records.Init(&g, "claimed", s.Now())
-				return &g, nil
+				// A keyed kind: Check then verifies it is found by its key.
+				c := &records.Capture{Lease: "lease-" + key}
+				records.Init(c, records.KindCapture, s.Now())
+				return c, nil
 			})
 			if err != nil {
 				fail("claim: %v", err)

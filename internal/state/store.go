@@ -15,7 +15,8 @@
 //	locks/index/<name>         one byte lock per index key
 //	locks/named/…              Lock and TryLock
 //	blobs/sha256/<aa>/<hex>    content-addressed, read-only blobs
-//	index/<name>/<key>         secondary keys (e.g. sample sha256 -> id)
+//	index/<name>/<key>         unique keys (e.g. sample sha256 -> id): Claim
+//	keys/<kind>/<field>/<v>/<id>  records by field value (keys.go): FindBy
 //	tmp/                       blob and index files being written
 package state
 
@@ -114,22 +115,7 @@ func WithJournalLimit(n int64) Option { return func(s *Store) { s.journalLimit =
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
-// DefaultDir is the state directory when neither --state nor TB_STATE is
-// given: /var/lib/talkbox for root, $XDG_STATE_HOME/talkbox otherwise.
-func DefaultDir() string {
-	if os.Geteuid() == 0 {
-		return "/var/lib/talkbox"
-	}
-	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
-		return filepath.Join(x, "talkbox")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "state", "talkbox")
-	}
-	return filepath.Join(os.TempDir(), "talkbox-state")
-}
-
-var layout = []string{"records", "journal", "intents", "locks", "blobs/sha256", "index", "tmp"}
+var layout = []string{"records", "journal", "intents", "locks", "blobs/sha256", "index", "keys", "tmp"}
 
 // Open creates the layout if needed and finishes or discards any write a
 // killed process left in flight.
@@ -151,6 +137,9 @@ func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
 		}
 	}
 	if err := s.recoverIntents(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.backfillKeys(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -217,6 +217,9 @@ func (s *Store) commitLocked(ctx context.Context, id string, build func(prev []b
 	saved := *h
 	data, err := s.stamp(id, prev, r)
 	if err == nil {
+		err = s.setKeys(kind, id, indexKeys(r))
+	}
+	if err == nil {
 		err = s.commit(kind, id, data, h.Rev, h.UpdatedAt)
 	}
 	if err != nil {
@@ -309,6 +312,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	s.hook(crashDeleteRemoved)
+	s.dropKeys(kind, id, prev)
 	if err := os.Remove(marker); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

@@ -2,6 +2,7 @@ package triage
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -160,9 +161,7 @@ func (e *elfFile) armABI(a *records.ABI, gi goBuild) {
 			a.Float = "soft"
 		}
 	}
-	if a.Float == "" {
-		a.Float = "soft" // no VFP argument passing recorded: base AAPCS
-	}
+	a.Float = cmp.Or(a.Float, "soft") // no VFP argument passing recorded: base AAPCS
 	a.Name = fmt.Sprintf("eabi%d", a.EABI)
 	switch a.Float {
 	case "hard":
@@ -194,10 +193,7 @@ func (e *elfFile) mipsABI(a *records.ABI, gi goBuild) {
 		a.Name = "n32"
 		e.t.Arch = "mips64" // n32 needs a 64-bit CPU, like x32
 	default:
-		a.Name = map[uint32]string{0x1000: "o32", 0x2000: "o64", 0x3000: "eabi32", 0x4000: "eabi64"}[f&0xf000]
-		if a.Name == "" {
-			a.Name = "o32"
-		}
+		a.Name = cmp.Or(map[uint32]string{0x1000: "o32", 0x2000: "o64", 0x3000: "eabi32", 0x4000: "eabi64"}[f&0xf000], "o32")
 	}
 	abiflags := e.mipsAbiSec
 	if abiflags.size == 0 {

@@ -88,10 +88,7 @@ type src struct {
 
 func newSrc(r io.ReaderAt, size int64) *src {
 	s := &src{r: r, size: size}
-	n := int64(headSize)
-	if size < n {
-		n = size
-	}
+	n := min(int64(headSize), size)
 	buf := make([]byte, n)
 	m, err := r.ReadAt(buf, 0)
 	s.noteErr(err)

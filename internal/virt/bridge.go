@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 )
 
 // ensureBridge creates n.Bridge if it is missing, brings it up and, when
@@ -19,7 +19,7 @@ func ensureBridge(ctx context.Context, n NetworkConfig) error {
 	}
 	ip, err := exec.LookPath("ip")
 	if err != nil {
-		return cli.Unavailable(fmt.Errorf("ip not found (creates the isolated bridge): install the Debian package iproute2"))
+		return fault.Unavailable(fmt.Errorf("ip not found (creates the isolated bridge): install the Debian package iproute2"))
 	}
 	if _, err := net.InterfaceByName(n.Bridge); err != nil {
 		out, err := exec.CommandContext(ctx, ip, "link", "add", "name", n.Bridge, "type", "bridge").CombinedOutput()

@@ -7,7 +7,8 @@ import (
 
 	"libvirt.org/go/libvirt"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 )
 
 // DefaultURI is the system libvirtd.
@@ -29,7 +30,7 @@ func Connect(uri string) (*Libvirt, error) {
 	}
 	conn, err := libvirt.NewConnect(uri)
 	if err != nil {
-		return nil, cli.Unavailable(fmt.Errorf("cannot connect to libvirt at %s (%s); is libvirtd running? start it with: libvirtd -d (and virtlogd -d); package libvirt-daemon-system", uri, message(err)))
+		return nil, fault.Unavailable(fmt.Errorf("cannot connect to libvirt at %s (%s); is libvirtd running? start it with: libvirtd -d (and virtlogd -d); package libvirt-daemon-system", uri, message(err)))
 	}
 	return &Libvirt{conn: conn, uri: uri}, nil
 }
@@ -90,24 +91,21 @@ func (l *Libvirt) Destroy(ctx context.Context, name string) error {
 	return nil
 }
 
-// agentTimeout bounds one agent command, in seconds; the agent answers a
-// ping in milliseconds once it runs.
-const agentTimeout = 5
-
-// AgentCommand sends cmd to the domain's guest agent.
+// AgentCommand sends cmd to the domain's guest agent: the libvirt transport
+// of guestagent.
 func (l *Libvirt) AgentCommand(ctx context.Context, name, cmd string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
 	d, err := l.conn.LookupDomainByName(name)
 	if code(err) == libvirt.ERR_NO_DOMAIN {
-		return "", fmt.Errorf("%s: %w", name, ErrGuestGone)
+		return "", fmt.Errorf("%s: %w", name, guestagent.ErrGone)
 	}
 	if err != nil {
 		return "", fmt.Errorf("guest %s: %s", name, message(err))
 	}
 	defer d.Free()
-	out, err := d.QemuAgentCommand(cmd, agentTimeout, 0)
+	out, err := d.QemuAgentCommand(cmd, guestagent.CommandTimeout, 0)
 	switch code(err) {
 	case -1:
 		if err != nil {
@@ -115,10 +113,10 @@ func (l *Libvirt) AgentCommand(ctx context.Context, name, cmd string) (string, e
 		}
 		return out, nil
 	case libvirt.ERR_AGENT_UNRESPONSIVE, libvirt.ERR_AGENT_COMMAND_TIMEOUT:
-		return "", fmt.Errorf("%w: %s", ErrAgentNotReady, message(err))
+		return "", fmt.Errorf("%w: %s", guestagent.ErrNotReady, message(err))
 	case libvirt.ERR_NO_DOMAIN, libvirt.ERR_OPERATION_INVALID:
 		if active, aerr := d.IsActive(); aerr != nil || !active {
-			return "", fmt.Errorf("%s: %w", name, ErrGuestGone)
+			return "", fmt.Errorf("%s: %w", name, guestagent.ErrGone)
 		}
 	}
 	return "", fmt.Errorf("guest %s: %s", name, message(err))

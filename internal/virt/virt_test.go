@@ -2,8 +2,6 @@ package virt
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -15,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 )
 
 func TestDomainXML(t *testing.T) {
@@ -99,15 +98,13 @@ func TestDomainXML(t *testing.T) {
 	}
 }
 
-// fakeHV is a hypervisor whose guest agent answers from a script, for the
-// Guest protocol code; the real agent is exercised by the image build test.
+// fakeHV is a hypervisor whose guest agent answers pings after a while;
+// the protocol itself is internal/guestagent's, tested there.
 type fakeHV struct {
 	mu      sync.Mutex
 	readyAt int // pings before the agent answers
 	pings   int
 	gone    bool
-	files   map[string]string
-	execs   int
 }
 
 func (f *fakeHV) Start(context.Context, DomainConfig) error          { return nil }
@@ -118,77 +115,32 @@ func (f *fakeHV) Close() error                                       { return ni
 func (f *fakeHV) AgentCommand(ctx context.Context, name, cmd string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var req struct {
-		Execute   string         `json:"execute"`
-		Arguments map[string]any `json:"arguments"`
-	}
-	if err := json.Unmarshal([]byte(cmd), &req); err != nil {
-		return "", fmt.Errorf("bad command %q", cmd)
+	if cmd != `{"execute":"guest-ping"}` {
+		return "", fmt.Errorf("unexpected command %s", cmd)
 	}
 	if f.gone {
-		return "", fmt.Errorf("%s: %w", name, ErrGuestGone)
+		return "", fmt.Errorf("%s: %w", name, guestagent.ErrGone)
 	}
-	switch req.Execute {
-	case "guest-ping":
-		f.pings++
-		if f.pings <= f.readyAt {
-			return "", ErrAgentNotReady
-		}
-		return `{"return":{}}`, nil
-	case "guest-exec":
-		return `{"return":{"pid":42}}`, nil
-	case "guest-exec-status":
-		f.execs++
-		if f.execs < 3 {
-			return `{"return":{"exited":false}}`, nil
-		}
-		return fmt.Sprintf(`{"return":{"exited":true,"exitcode":3,"out-data":%q}}`, base64.StdEncoding.EncodeToString([]byte("mips\n"))), nil
-	case "guest-file-open":
-		if _, ok := f.files[req.Arguments["path"].(string)]; !ok {
-			return "", errors.New("no such file")
-		}
-		return `{"return":7}`, nil
-	case "guest-file-read":
-		data := f.files["/etc/hostname"]
-		f.files["/etc/hostname"] = ""
-		return fmt.Sprintf(`{"return":{"count":%d,"buf-b64":%q,"eof":%v}}`, len(data), base64.StdEncoding.EncodeToString([]byte(data)), data == ""), nil
-	case "guest-file-close":
-		return `{"return":{}}`, nil
-	case "guest-network-get-interfaces":
-		return `{"return":[{"name":"lo","hardware-address":"00:00:00:00:00:00","ip-addresses":[{"ip-address-type":"ipv4","ip-address":"127.0.0.1","prefix":8}]},{"name":"eth0","hardware-address":"52:54:00:00:00:01","ip-addresses":[{"ip-address-type":"ipv4","ip-address":"10.13.37.10","prefix":24}]}]}`, nil
+	f.pings++
+	if f.pings <= f.readyAt {
+		return "", guestagent.ErrNotReady
 	}
-	return "", fmt.Errorf("unknown command %s", req.Execute)
+	return `{"return":{}}`, nil
 }
 
-func TestGuestProtocol(t *testing.T) {
+func TestWaitAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h := &fakeHV{readyAt: 2, files: map[string]string{"/etc/hostname": "sandbox\n"}}
-	g := &Guest{H: h, Name: "g"}
-	if err := g.WaitAgent(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, err := g.Exec(ctx, "uname", "-m")
-	if err != nil || r.ExitCode != 3 || string(r.Stdout) != "mips\n" {
-		t.Fatalf("exec: %+v %v", r, err)
-	}
-	b, err := g.ReadFile(ctx, "/etc/hostname", 1<<20)
-	if err != nil || string(b) != "sandbox\n" {
-		t.Fatalf("read: %q %v", b, err)
-	}
-	if _, err := g.ReadFile(ctx, "/nope", 10); err == nil {
-		t.Fatal("reading a missing file succeeded")
-	}
-	ifs, err := g.Interfaces(ctx)
-	if err != nil || len(ifs) != 2 || ifs[1].Name != "eth0" || ifs[1].Addresses[0] != "10.13.37.10/24" {
-		t.Fatalf("interfaces: %+v %v", ifs, err)
+	h := &fakeHV{readyAt: 2}
+	if err := NewGuest(h, "g", "").WaitAgent(ctx); err != nil || h.pings != 3 {
+		t.Fatalf("%v after %d pings", err, h.pings)
 	}
 }
 
 func TestWaitAgentGivesUpWithConsole(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "console.log")
 	os.WriteFile(log, []byte("line1\r\nKernel panic - not syncing: VFS\r\n"), 0o644)
-	g := &Guest{H: &fakeHV{readyAt: 1 << 30}, Name: "g", ConsoleLog: log}
+	g := NewGuest(&fakeHV{readyAt: 1 << 30}, "g", log)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	err := g.WaitAgent(ctx)
@@ -197,18 +149,18 @@ func TestWaitAgentGivesUpWithConsole(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	// A guest that died is reported at once, not at the deadline.
-	g.H = &fakeHV{gone: true}
+	g = NewGuest(&fakeHV{gone: true}, "g", log)
 	start := time.Now()
 	err = g.WaitAgent(context.Background())
-	if !errors.Is(err, ErrGuestGone) || time.Since(start) > 5*time.Second {
+	if !errors.As(err, &be) || !errors.Is(err, guestagent.ErrGone) || time.Since(start) > 5*time.Second {
 		t.Fatalf("dead guest: %v after %s", err, time.Since(start))
 	}
 }
 
 func TestConnectFailureSaysHowToStart(t *testing.T) {
 	_, err := Connect("qemu+unix:///system?socket=/nonexistent/libvirt-sock")
-	if cli.ExitCode(err) != cli.ExitUnavailable || !strings.Contains(err.Error(), "libvirtd -d") || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("got %v (exit %d)", err, cli.ExitCode(err))
+	if fault.Code(err) != fault.ExitUnavailable || !strings.Contains(err.Error(), "libvirtd -d") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("got %v (exit %d)", err, fault.Code(err))
 	}
 }
 
@@ -222,7 +174,7 @@ func TestConnectAndBridge(t *testing.T) {
 	if err := h.Destroy(context.Background(), "tb-test-no-such-guest"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.AgentCommand(context.Background(), "tb-test-no-such-guest", `{"execute":"guest-ping"}`); !errors.Is(err, ErrGuestGone) {
+	if _, err := h.AgentCommand(context.Background(), "tb-test-no-such-guest", `{"execute":"guest-ping"}`); !errors.Is(err, guestagent.ErrGone) {
 		t.Fatalf("agent of a missing guest: %v", err)
 	}
 	n := NetworkConfig{Name: "tb-test", Bridge: "tbtest0"}

@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -114,13 +115,8 @@ type checker struct {
 
 // check compares one kind, key by key.
 func (c *checker) check(kind string, want map[string]string, got func(string) (string, bool)) {
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	bad := 0
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
 		g, ok := got(k)
 		if ok && g == want[k] {
 			continue

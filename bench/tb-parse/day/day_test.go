@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func TestDay(t *testing.T) {
 	}
 	unanswered := dec.syns - dec.rstAck - dec.synAck
 	got := []int{dec.port2323, dec.rstAck, dec.synAck, unanswered}
-	if want := []int{sum.Port2323, sum.RSTACK, sum.SYNACK, sum.Unanswered}; !equal(got, want) {
+	if want := []int{sum.Port2323, sum.RSTACK, sum.SYNACK, sum.Unanswered}; !slices.Equal(got, want) {
 		t.Errorf("decoded port 2323, RST-ACK, SYN-ACK, unanswered %v; the summary says %v", got, want)
 	}
 	for i, r := range []struct {
@@ -130,15 +131,6 @@ func TestDay(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "day.json")); err != nil || json.Unmarshal(b, &back) != nil || back.Conns != conns {
 		t.Errorf("day.json: %v %+v", err, back)
 	}
-}
-
-func equal(a, b []int) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }
 
 // add decodes one Ethernet/IPv4 frame.

@@ -131,10 +131,7 @@ func newBuilder(rng *rand.Rand) *builder {
 }
 
 func (b *builder) client() netip.AddrPort {
-	b.port++
-	if b.port < 1024 {
-		b.port = 1024
-	}
+	b.port = max(b.port+1, 1024)
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 13, byte(b.rng.Intn(4)), byte(1 + b.rng.Intn(250))}), b.port)
 }
 

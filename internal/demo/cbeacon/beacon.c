@@ -7,9 +7,12 @@
 // exit codes (0: at least one check-in answered, 3: none, 2: usage):
 // resolves its C2 name, checks in over HTTP on a period with jitter,
 // retrying when the C2 does not answer, and runs a short telnet connect
-// scan. It is harmless by construction: the address policy (policy.c)
-// refuses anything outside the documentation ranges and the lab, at the
-// command line and again before every connection, resolved ones included.
+// scan; with -behave DIR it first does what the Go beacon's -behave does
+// (behave below), for the behaviour trace's tests. It is harmless by
+// construction: the address policy (policy.c) refuses anything outside the
+// documentation ranges and the lab, at the command line and again before
+// every connection, resolved ones included; -behave writes only under DIR
+// (and deletes the beacon's own binary).
 //
 // It resolves names itself (/etc/hosts, then one A query over UDP to each
 // resolv.conf nameserver) because static glibc's getaddrinfo needs NSS
@@ -28,7 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,11 +67,26 @@ static void logf_(const char *fmt, ...) {
 	fflush(stdout); // tb-run reads the output as it comes
 }
 
-// sleep_ns waits d or until a signal asks to stop; 0 means stop.
+static int listener = -1; // -behave-listen's, non-blocking: see sleep_ns
+
+// sleep_ns waits d or until a signal asks to stop; 0 means stop. With a
+// listener open it waits in poll instead, accepting and closing whatever
+// connects, as the Go beacon's listener does.
 static int sleep_ns(int64_t d) {
 	struct timespec ts = {(time_t)(d / 1000000000LL), (long)(d % 1000000000LL)};
-	while (!stopping && nanosleep(&ts, &ts) == -1 && errno == EINTR)
-		;
+	if (listener < 0) {
+		while (!stopping && nanosleep(&ts, &ts) == -1 && errno == EINTR)
+			;
+		return !stopping;
+	}
+	for (int64_t deadline = now_ns() + d, left; !stopping && (left = deadline - now_ns()) > 0;) {
+		struct pollfd p = {listener, POLLIN, 0};
+		if (poll(&p, 1, left > 3600000000000LL ? 3600000 : (int)((left + 999999) / 1000000)) > 0) {
+			int fd = accept(listener, NULL, NULL);
+			if (fd >= 0)
+				close(fd);
+		}
+	}
 	return !stopping;
 }
 
@@ -484,9 +505,198 @@ static int probe(const struct config *c, uint32_t a) {
 	return 1;
 }
 
+// mkdir_all is Go's os.MkdirAll(path, 0755); 0, or -1 with err.
+static int mkdir_all(const char *path, char *err, size_t errlen) {
+	struct stat st;
+	char parent[BEHAVE_PATH_MAX];
+	if (stat(path, &st) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return 0;
+		snprintf(err, errlen, "mkdir %s: not a directory", path);
+		return -1;
+	}
+	size_t l = strlen(path);
+	while (l > 0 && path[l - 1] == '/')
+		l--;
+	while (l > 0 && path[l - 1] != '/')
+		l--;
+	while (l > 1 && path[l - 1] == '/')
+		l--;
+	if (l > 0 && l < sizeof parent) {
+		memcpy(parent, path, l);
+		parent[l] = '\0';
+		if (mkdir_all(parent, err, errlen) < 0)
+			return -1;
+	}
+	if (mkdir(path, 0755) < 0 && !(errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
+		snprintf(err, errlen, "mkdir %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+// write_file is Go's os.WriteFile(path, data, 0644).
+static int write_file(const char *path, const char *data, char *err, size_t errlen) {
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		snprintf(err, errlen, "open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	for (size_t o = 0, n = strlen(data); o < n;) {
+		ssize_t w = write(fd, data + o, n - o);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			snprintf(err, errlen, "write %s: %s", path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		o += (size_t)w;
+	}
+	if (close(fd) < 0) {
+		snprintf(err, errlen, "close %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+// read_file reads path into buf (NUL-terminated, the rest read and
+// dropped), as a bot reads what tells it a sandbox; errors are ignored, as
+// the Go beacon ignores them.
+static void read_file(const char *path, char *buf, size_t cap) {
+	char sink[4096];
+	size_t n = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	buf[0] = '\0';
+	if (fd < 0)
+		return;
+	for (;;) {
+		char *into = n + 1 < cap ? buf + n : sink;
+		size_t room = n + 1 < cap ? cap - 1 - n : sizeof sink;
+		ssize_t r = read(fd, into, room);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		if (into == buf + n) {
+			n += (size_t)r;
+			buf[n] = '\0';
+		}
+	}
+	close(fd);
+}
+
+// behave does what the Go beacon's Behaviour.Do does, in its order and with
+// its log lines: each thing the behaviour trace must see, done harmlessly
+// inside c->behave and on the lab network. self is the beacon's binary,
+// argv0 its argv[0], which it overwrites with the new name as Mirai does.
+// It returns 0, or -1 with err (the listener closed).
+static int behave(const struct config *c, const char *self, char *argv0, char *err, size_t errlen) {
+	if (prctl(PR_SET_NAME, (unsigned long)BEHAVE_NAME, 0UL, 0UL, 0UL) < 0) {
+		snprintf(err, errlen, "renaming the process: %s", strerror(errno));
+		return -1;
+	}
+	// The argv[0] rewrite shows in ps and /proc/PID/cmdline only: no
+	// system call makes it. The child below is started under the name too,
+	// which the trace does see (the exec's argv[0]).
+	size_t l = strlen(argv0);
+	memset(argv0, 0, l);
+	memcpy(argv0, BEHAVE_NAME, l < sizeof BEHAVE_NAME - 1 ? l : sizeof BEHAVE_NAME - 1);
+	logf_("behave renamed=%s", BEHAVE_NAME);
+
+	// A child process: the beacon's binary again, which only exits.
+	pid_t pid = fork();
+	if (pid == 0) {
+		char *args[] = {BEHAVE_NAME, "-behave-child", NULL};
+		execv(self, args);
+		_exit(127);
+	}
+	int status;
+	if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+		snprintf(err, errlen, "running a child: %s", strerror(errno));
+		return -1;
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		snprintf(err, errlen, WIFEXITED(status) ? "running a child: exit status %d" : "running a child: signal %d",
+			WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+		return -1;
+	}
+	logf_("behave child=%d", (int)pid);
+
+	char drop[BEHAVE_PATH_MAX], path[BEHAVE_PATH_MAX], text[BEHAVE_PATH_MAX + 64];
+	if (behave_path(c->behave, BEHAVE_DROPPED, drop, sizeof drop) < 0) {
+		snprintf(err, errlen, "-behave %.200s: too long", c->behave);
+		return -1;
+	}
+	if (mkdir_all(c->behave, err, errlen) < 0 ||
+		write_file(drop, "#!/bin/sh\n# dropped by the Talkbox test beacon: does nothing\nexit 0\n", err, errlen) < 0)
+		return -1;
+	if (chmod(drop, 0755) < 0) {
+		snprintf(err, errlen, "chmod %s: %s", drop, strerror(errno));
+		return -1;
+	}
+	logf_("behave dropped=%s", drop);
+	snprintf(text, sizeof text, "# written by the Talkbox test beacon: %s\n", drop);
+	for (int i = 0; behave_persistence[i]; i++) {
+		char dir[BEHAVE_PATH_MAX];
+		if (behave_path(c->behave, behave_persistence[i], path, sizeof path) < 0 ||
+			behave_path(path, "..", dir, sizeof dir) < 0) {
+			snprintf(err, errlen, "-behave %.200s: too long", c->behave);
+			return -1;
+		}
+		if (mkdir_all(dir, err, errlen) < 0 || write_file(path, text, err, errlen) < 0)
+			return -1;
+		logf_("behave persistence=%s", path);
+	}
+
+	// What bots read to tell a sandbox or a debugger: harmless reads.
+	char status_text[8192], cpuinfo[1];
+	int traced = 0;
+	read_file("/proc/self/status", status_text, sizeof status_text);
+	for (char *line = status_text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+		if (strncmp(line, "TracerPid:", 10) == 0) {
+			char *v = line + 10;
+			v += strspn(v, " \t");
+			traced = !(v[0] == '0' && (v[1] == '\n' || v[1] == '\0' || v[1] == ' ' || v[1] == '\t'));
+		}
+	read_file("/proc/cpuinfo", cpuinfo, sizeof cpuinfo);
+	logf_("behave traced=%s", traced ? "true" : "false");
+
+	if (c->behave_listen != 0) {
+		// As Go's net.Listen("tcp4", ":PORT"): every address of the guest,
+		// which is on the lab only. A listener contacts nothing.
+		struct sockaddr_in sa = {0};
+		int one = 1;
+		sa.sin_family = AF_INET;
+		sa.sin_port = htons((uint16_t)c->behave_listen);
+		sa.sin_addr.s_addr = htonl(INADDR_ANY);
+		listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (listener < 0 || setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+			bind(listener, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(listener, 128) < 0) {
+			snprintf(err, errlen, "listening: listen tcp4 :%d: %s", c->behave_listen, strerror(errno));
+			if (listener >= 0)
+				close(listener);
+			listener = -1;
+			return -1;
+		}
+		logf_("behave listen=0.0.0.0:%d", c->behave_listen);
+	}
+	if (unlink(self) < 0 && errno != ENOENT) {
+		snprintf(err, errlen, "deleting its own binary: remove %s: %s", self, strerror(errno));
+		if (listener >= 0)
+			close(listener);
+		listener = -1;
+		return -1;
+	}
+	logf_("behave deleted=%s", self);
+	return 0;
+}
+
 int main(int argc, char **argv) {
 	static struct config c;
 	char err[512], d[32];
+	if (argc == 2 && strcmp(argv[1], "-behave-child") == 0)
+		return 0; // the child process of -behave: it only exists
 	if (parse_args(argc, argv, &c, err, sizeof err) < 0) {
 		fprintf(stderr, "beacon: %s\n", err);
 		return 2;
@@ -501,6 +711,21 @@ int main(int argc, char **argv) {
 	if (fd >= 0)
 		close(fd);
 	rng |= 1; // xorshift's one fixed point is zero
+	if (c.behave[0] != '\0') {
+		// The binary, as Go's os.Executable finds it (under qemu-user
+		// the emulator answers with the sample's path).
+		char self[BEHAVE_PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+		if (n < 0) {
+			fprintf(stderr, "beacon: readlink /proc/self/exe: %s\n", strerror(errno));
+			return 1;
+		}
+		self[n] = '\0';
+		if (behave(&c, self, argv[0], err, sizeof err) < 0) {
+			fprintf(stderr, "beacon: %s\n", err);
+			return 1;
+		}
+	}
 
 	long sent = 0, answered = 0, failed = 0, scanned = 0, open_ = 0;
 	logf_("start c2=%s port=%d interval=%s jitter=%.2f scan=%d", c.c2, c.port, fmt_duration(c.interval_ns, d, sizeof d), c.jitter, c.nscan);

@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -206,6 +208,13 @@ func TestParseMirrorsTheGoBeacon(t *testing.T) {
 		{"-c2", "x", "-scan", "nonsense"}, {"-c2", "x", "-bogus", "1"}, {"-c2"}, {"---c2", "x"}, {"-h"},
 		{"-c2", "x", "-scan", "192.0.2.1,8.8.8.8"}, {"-c2", "x", "-scan", "::ffff:8.8.8.8"}, {"-c2", "x", "-scan", "10.13.38.2"},
 		{"-c2", "x", "-scan", "127.0.0.1"}, {"-c2", "x", "-scan", "2001:db8::1"}, {"-c2", "x", "-scan", "10.0.0.1"},
+		// -behave: a scratch directory, and a listener only with it.
+		{"-c2", "x", "-behave", "/var/tmp/talkbox/behave", "-behave-listen", "2323"}, {"-c2", "x", "-behave=rel/dir"},
+		{"-c2", "x", "-behave", "d", "-behave-listen", "65535"}, {"-c2", "x", "-behave", "d", "-behave-listen", "0"},
+		{"-c2", "x", "-behave-listen", "2323"}, {"-c2", "x", "-behave", "", "-behave-listen", "1"},
+		{"-c2", "x", "-behave", "d", "-behave-listen", "65536"}, {"-c2", "x", "-behave", "d", "-behave-listen", "-1"},
+		{"-c2", "x", "-behave", "d", "-behave-listen", "x"}, {"-c2", "x", "-behave"}, {"-behave-child"},
+		{"-c2", "x", "-behave-child"}, {"-c2", "8.8.8.8", "-behave", "d"},
 	}
 	for _, bad := range []string{"8.8.8.8", "10.0.0.1", "10.13.38.2", "127.0.0.1", "192.0.3.1", "198.51.101.1", "203.0.114.9", "169.254.1.1", "::1", "2001:db8::1", "::ffff:8.8.8.8"} {
 		cases = append(cases, []string{"-c2", "c2.example", "-scan", "192.0.2.1," + bad})
@@ -216,7 +225,7 @@ func TestParseMirrorsTheGoBeacon(t *testing.T) {
 		switch {
 		case err != nil && !strings.HasPrefix(got, "error: "):
 			t.Errorf("%q: Go refuses (%v), C accepts: %s", args, err, got)
-		case err != nil && strings.HasPrefix(err.Error(), "refusing") && got != "error: "+err.Error():
+		case err != nil && (strings.HasPrefix(err.Error(), "refusing") || strings.HasPrefix(err.Error(), "-behave")) && got != "error: "+err.Error():
 			t.Errorf("%q: Go %q, C %q", args, err, got)
 		case err == nil && got != goConfig(cfg):
 			t.Errorf("%q:\nGo %s\nC  %s", args, goConfig(cfg), got)
@@ -234,8 +243,8 @@ func goConfig(c *beacon.Config) string {
 	for _, a := range c.Scan {
 		scan = append(scan, a.Unmap().String())
 	}
-	return fmt.Sprintf("c2=%s port=%d path=%s id=%s interval=%d jitter=%g count=%d retry=%d retries=%d timeout=%d scan_port=%d c2addr=%s scan=%s",
-		c.C2, c.Port, c.Path, c.ID, c.Interval, c.Jitter, c.Count, c.Retry, c.Retries, c.Timeout, c.ScanPort, addr, strings.Join(scan, ","))
+	return fmt.Sprintf("c2=%s port=%d path=%s id=%s interval=%d jitter=%g count=%d retry=%d retries=%d timeout=%d scan_port=%d behave=%s behave_listen=%d c2addr=%s scan=%s",
+		c.C2, c.Port, c.Path, c.ID, c.Interval, c.Jitter, c.Count, c.Retry, c.Retries, c.Timeout, c.ScanPort, c.Behave, c.BehaveListen, addr, strings.Join(scan, ","))
 }
 
 // TestResolvedAddressesAreChecked is the Go beacon's resolve: a name that
@@ -295,5 +304,92 @@ func TestEveryConnectionIsChecked(t *testing.T) {
 	// dial's callers pass the policy for what they contact.
 	if !strings.Contains(src, "dial(addr, c->port, c2_allowed,") || !strings.Contains(src, "dial(a, c->scan_port, scan_allowed,") {
 		t.Error("beacon.c dials without the C2 or scan policy")
+	}
+}
+
+// TestBehaveNamesWhatTheGoBeaconNames: -behave DIR renames the process,
+// drops a file and writes persistence files named exactly as the Go
+// beacon's (the behaviour test asserts the same observables for both),
+// with paths joined as Go's filepath.Join joins them.
+func TestBehaveNamesWhatTheGoBeaconNames(t *testing.T) {
+	run := driver(t)
+	dirs := []string{"/var/tmp/talkbox/behave", "/var/tmp/talkbox/behave/", "rel/dir", "/", ".", "a//b/./c/../d", "../x", "/../x"}
+	lines := run(append([]string{"behave"}, dirs...)...)
+	for i, dir := range dirs {
+		want := []string{beacon.ProcessName, filepath.Join(dir, beacon.Dropped)}
+		for _, p := range beacon.Persistence {
+			want = append(want, filepath.Join(dir, p))
+		}
+		if got := lines[i]; got != strings.Join(want, " ") {
+			t.Errorf("-behave %q:\nC  %s\nGo %s", dir, got, strings.Join(want, " "))
+		}
+	}
+	// The join itself, on the edges of Clean and at random.
+	pairs := []string{"", "", "", "x", "x", "", "/", "", "", "/", "a/", "/b", "..", "..", "../..", "a/../../b",
+		"/a/b", "../../..", "a/./b/", "./.", "/..", "a", "...", "..b/.c", "a//", "//b//"}
+	r := rand.New(rand.NewPCG(3, 5))
+	for range 500 {
+		for range 2 {
+			var b strings.Builder
+			for range r.IntN(9) {
+				b.WriteByte("a./"[r.IntN(3)])
+			}
+			pairs = append(pairs, b.String())
+		}
+	}
+	got := run(append([]string{"join"}, pairs...)...)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if want := filepath.Join(pairs[i], pairs[i+1]); got[i/2] != want {
+			t.Errorf("join(%q, %q): C %q, Go %q", pairs[i], pairs[i+1], got[i/2], want)
+		}
+	}
+}
+
+// TestBehaveStaysInItsDirectory reads beacon.c, whose -behave the host
+// never runs: it creates files and directories only at paths joined under
+// -behave's directory, changes the mode of the dropped file alone, deletes
+// nothing but its own binary, and its one listener contacts nothing.
+func TestBehaveStaysInItsDirectory(t *testing.T) {
+	b, err := os.ReadFile("beacon.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	calls := func(name string) []string {
+		var args []string
+		for _, m := range regexp.MustCompile(`[^a-z_]`+regexp.QuoteMeta(name)+`\(([^,;)]*)`).FindAllStringSubmatch(src, -1) {
+			args = append(args, strings.TrimSpace(m[1]))
+		}
+		return args
+	}
+	for _, c := range []struct {
+		call string
+		args []string // every call's first argument, in order
+	}{
+		{"unlink", []string{"self"}},
+		{"chmod", []string{"drop"}},
+		{"mkdir", []string{"path"}}, // in mkdir_all
+		{"mkdir_all", []string{"const char *path", "parent", "c->behave", "dir"}}, // its definition, then calls
+		{"write_file", []string{"const char *path", "drop", "path"}},
+		{"behave_path", []string{"c->behave", "c->behave", "path"}}, // drop, each persistence file and its directory
+		{"bind", []string{"listener"}},
+		{"rename", nil}, {"renameat", nil}, {"creat", nil}, {"link", nil}, {"symlink", nil}, {"rmdir", nil},
+		{"kill", nil}, {"ptrace", nil}, {"fopen", []string{"\"/etc/hosts\"", "\"/etc/resolv.conf\""}},
+	} {
+		if got := calls(c.call); !slices.Equal(got, c.args) {
+			t.Errorf("beacon.c: %s( called with %q, want %q", c.call, got, c.args)
+		}
+	}
+	// Files are created by write_file alone; the listener is the one of
+	// -behave-listen, on every address of the guest (as Go's ":PORT").
+	if n := strings.Count(src, "O_CREAT"); n != 1 {
+		t.Errorf("beacon.c opens with O_CREAT %d times, want once (write_file)", n)
+	}
+	if !strings.Contains(src, "sa.sin_port = htons((uint16_t)c->behave_listen);") || !strings.Contains(src, "htonl(INADDR_ANY)") {
+		t.Error("beacon.c's listener is not -behave-listen's port on INADDR_ANY")
+	}
+	// The child is the beacon again, started under the new name.
+	if !strings.Contains(src, `{BEHAVE_NAME, "-behave-child", NULL}`) || strings.Count(src, "execv(") != 1 || !strings.Contains(src, "execv(self, args)") {
+		t.Error("beacon.c's child is not its own binary run as -behave-child under BEHAVE_NAME")
 	}
 }

@@ -175,7 +175,7 @@ static int set_text(char *dst, const char *v) {
 static const char usage[] =
 	"usage: beacon -c2 NAME [-c2-addr IP] [-port 80] [-path /gate] [-id tb-beacon]\n"
 	"  [-interval 5s] [-jitter 0.2] [-count 0] [-retry 1s] [-retries 3] [-timeout 3s]\n"
-	"  [-scan IP,IP...] [-scan-port 23]\n"
+	"  [-scan IP,IP...] [-scan-port 23] [-behave DIR [-behave-listen PORT]]\n"
 	"Contacts only the C2 and the scan targets given, within 192.0.2.0/24,\n"
 	"198.51.100.0/24, 203.0.113.0/24 and the lab (the C2 also on the sinkhole\n"
 	"link 10.13.38.0/24 or loopback).\n";
@@ -224,7 +224,7 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 			return fail(err, errlen, "flag: help requested");
 		}
 		static const char *const known[] = {"c2", "c2-addr", "port", "path", "id", "interval", "jitter",
-			"count", "retry", "retries", "timeout", "scan", "scan-port"};
+			"count", "retry", "retries", "timeout", "scan", "scan-port", "behave", "behave-listen"};
 		int k = -1;
 		for (size_t j = 0; j < sizeof known / sizeof known[0]; j++)
 			if (strcmp(name, known[j]) == 0)
@@ -279,6 +279,8 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 			break;
 		}
 		case 12: bad = parse_int(v, INT_MIN, INT_MAX, &n); c->scan_port = (int)n; break;
+		case 13: bad = set_text(c->behave, v); break;
+		case 14: bad = parse_int(v, INT_MIN, INT_MAX, &n); c->behave_listen = (int)n; break;
 		}
 		if (bad) {
 			fputs(usage, stderr);
@@ -295,6 +297,8 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 		return fail(err, errlen, "-interval must be positive, -jitter within 0-1, -retries at least 1, -count not negative");
 	if (c->path[0] != '/')
 		return fail(err, errlen, "-path must start with /");
+	if (c->behave_listen < 0 || c->behave_listen > 65535 || (c->behave_listen != 0 && c->behave[0] == '\0'))
+		return fail(err, errlen, "-behave-listen needs -behave and a port 1-65535");
 	if (strpbrk(c->c2, " \r\n") || strpbrk(c->path, " \r\n") || strpbrk(c->id, " \r\n"))
 		return fail(err, errlen, "-c2, -path and -id must not contain spaces or line breaks");
 	int lit = ip_parse(c->c2, &a);
@@ -358,5 +362,62 @@ int pick_c2(const struct config *c, const uint32_t *resolved, int n, uint32_t *o
 			*out = resolved[i];
 			return 1;
 		}
+	return 0;
+}
+
+const char *const behave_persistence[] = {"etc/cron.d/tb-beacon", "etc/rc.local", "etc/ld.so.preload", NULL};
+
+// clean is Go's path.Clean: the shortest path naming the same file by
+// lexical processing alone (no "." or "x/.." elements, single slashes).
+static void clean(const char *p, char *out) {
+	size_t n = strlen(p), r = 0, w = 0, dotdot = 0;
+	int rooted = n > 0 && p[0] == '/';
+	if (rooted)
+		out[w++] = '/', r = 1, dotdot = 1;
+	while (r < n) {
+		if (p[r] == '/')
+			r++;
+		else if (p[r] == '.' && (r + 1 == n || p[r + 1] == '/'))
+			r++;
+		else if (p[r] == '.' && p[r + 1] == '.' && (r + 2 == n || p[r + 2] == '/')) {
+			r += 2;
+			if (w > dotdot) {
+				for (w--; w > dotdot && out[w] != '/'; w--)
+					;
+			} else if (!rooted) {
+				if (w > 0)
+					out[w++] = '/';
+				out[w++] = '.', out[w++] = '.';
+				dotdot = w;
+			}
+		} else {
+			if ((rooted && w != 1) || (!rooted && w != 0))
+				out[w++] = '/';
+			for (; r < n && p[r] != '/'; r++)
+				out[w++] = p[r];
+		}
+	}
+	if (w == 0)
+		out[w++] = '.';
+	out[w] = '\0';
+}
+
+int behave_path(const char *dir, const char *rel, char *buf, size_t n) {
+	char joined[2 * BEHAVE_PATH_MAX];
+	if (strlen(dir) + strlen(rel) + 2 > sizeof joined)
+		return -1;
+	if (*dir == '\0' && *rel == '\0') {
+		if (n == 0)
+			return -1;
+		buf[0] = '\0'; // Join of nothing is ""
+		return 0;
+	}
+	snprintf(joined, sizeof joined, "%s%s%s", dir, *dir && *rel ? "/" : "", rel);
+	// Cleaning never lengthens a path but "" to ".".
+	char out[sizeof joined + 1];
+	clean(joined, out);
+	if (strlen(out) >= n)
+		return -1;
+	strcpy(buf, out);
 	return 0;
 }

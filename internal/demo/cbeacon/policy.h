@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define MAX_SCAN 256 // the Go beacon has no limit; a fixed array needs one
-#define MAX_TEXT 256 // -c2, -path and -id (a DNS name is at most 253)
+#define MAX_TEXT 256 // -c2, -path, -id and -behave (a DNS name is at most 253)
 
 struct config {
 	char c2[MAX_TEXT];     // host name or address
@@ -29,6 +29,8 @@ struct config {
 	uint32_t scan[MAX_SCAN];
 	int nscan;
 	int scan_port;
+	char behave[MAX_TEXT]; // -behave's scratch directory ("": none)
+	int behave_listen;     // -behave-listen's port (0: none)
 };
 
 // ip_parse reads an IPv4 address as Go's netip.ParseAddr does (dotted
@@ -52,5 +54,18 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 int pick_c2(const struct config *c, const uint32_t *resolved, int n, uint32_t *out);
 
 void ip_format(uint32_t a, char buf[16]);
+
+// What -behave does is named as the Go beacon's (internal/demo/beacon,
+// behave.go), so that both leave the same trace: the process name it
+// renames itself to, the file it drops and the persistence files it writes,
+// all under the scratch directory.
+#define BEHAVE_NAME "kworker/u:tb"
+#define BEHAVE_DROPPED ".tbdrop"
+#define BEHAVE_PATH_MAX 1024
+extern const char *const behave_persistence[]; // NULL-terminated
+
+// behave_path is Go's filepath.Join(dir, rel) (joined, then cleaned
+// lexically) into buf; -1 if it does not fit.
+int behave_path(const char *dir, const char *rel, char *buf, size_t n);
 
 #endif

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -84,15 +84,29 @@ func ImageFor(ctx context.Context, specID string) (*Fixture, error) {
 		return f, nil
 	}
 	os.RemoveAll(f.State)
-	env := &cli.Env{Ctx: ctx, Tool: "tb-build", Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: os.Stderr,
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), G: &cli.Globals{State: f.State}}
-	if err := image.Build(env, image.BuildRequest{Spec: specID, URI: virt.DefaultURI, Accel: "auto", CacheDir: AptCache()}); err != nil {
+	if err := build(ctx, f.State, specID); err != nil {
 		return nil, fmt.Errorf("building the fixture image %s: %w", specID, err)
 	}
 	if f.Image, err = verified(ctx, f.State, specID); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// build does what "tb-build build" does, into the state directory dir.
+func build(ctx context.Context, dir, specID string) error {
+	job, err := image.PrepareBuild(ctx, image.BuildRequest{Spec: specID, URI: virt.DefaultURI, Accel: "auto", CacheDir: AptCache()})
+	if err != nil {
+		return err
+	}
+	defer job.Close()
+	st, err := state.Open(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return job.Run(ctx, st, cmdout.New("tb-build", io.Discard, os.Stderr,
+		slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 }
 
 func verified(ctx context.Context, dir, specID string) (*records.SandboxImage, error) {

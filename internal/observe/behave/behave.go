@@ -7,6 +7,7 @@ package behave
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,10 +150,7 @@ func Detect(head []byte) string {
 	if seen == 0 {
 		return ""
 	}
-	if format == "" {
-		format = FormatQEMU // no times and nothing of strace's
-	}
-	return format
+	return cmp.Or(format, FormatQEMU) // no times and nothing of strace's
 }
 
 // ErrNotTrace reports input in neither format.
@@ -180,9 +178,7 @@ func Parse(ctx context.Context, r io.Reader, origin observe.Origin, sink observe
 	if format != FormatStrace && format != FormatQEMU {
 		return nil, fmt.Errorf("unknown trace format %q", format)
 	}
-	if origin.Source == "" {
-		origin.Source = format
-	}
+	origin.Source = cmp.Or(origin.Source, format)
 	t := newTrace(format, origin, opts)
 	err := t.read(ctx, br)
 	t.finish(sink)

@@ -71,10 +71,7 @@ func (t *trace) finish(sink observe.Sink) {
 	sink.Add(o)
 	for i, p := range t.kept {
 		info := res.Processes[i]
-		exe := p.exe
-		if exe == "" {
-			exe = "?"
-		}
+		exe := cmp.Or(p.exe, "?")
 		o := t.origin.New(records.ObsProcess, strconv.Itoa(p.pid)+" "+exe, p.start, 0, p.line)
 		o.LastSeen = maxTime(p.start, p.last).UTC()
 		if p.exit != nil {

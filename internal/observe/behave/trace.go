@@ -1,6 +1,7 @@
 package behave
 
 import (
+	"cmp"
 	"net/netip"
 	"path"
 	"slices"
@@ -329,12 +330,8 @@ func (t *trace) child(parent *proc, pid int, shareFiles bool, ts time.Time, n in
 		// Its lines came first, and no (or another) parent was guessed:
 		// the call's result says whose child it is.
 		c.ppid = parent.pid
-		if c.exe == "" {
-			c.exe = parent.exe
-		}
-		if c.cwd == "" {
-			c.cwd = parent.cwd
-		}
+		c.exe = cmp.Or(c.exe, parent.exe)
+		c.cwd = cmp.Or(c.cwd, parent.cwd)
 		if c.uid < 0 {
 			c.uid = parent.uid
 		}
@@ -1083,9 +1080,7 @@ func (e *ev) listen() {
 	if f.bound != nil {
 		sa = *f.bound
 	}
-	if sa.family == "" {
-		sa.family = "inet"
-	}
+	sa.family = cmp.Or(sa.family, "inet")
 	k := ncKeyOf("listen", f.proto, sa)
 	if e.c.succeeded() {
 		f.listen = &k

@@ -18,8 +18,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcap"
@@ -88,7 +89,7 @@ func (o *output) commitFlowLog(f *flowLog, in input, parseErr error) error {
 	}
 	// Under the blob's lock from its publication to its record, so that a
 	// prune (tb-capture) never deletes identical content in between.
-	unlock, err := o.st.LockBlob(o.env.Ctx, f.blob.Sum())
+	unlock, err := o.st.LockBlob(o.ctx, f.blob.Sum())
 	if err != nil {
 		return err
 	}
@@ -105,7 +106,7 @@ func (o *output) commitFlowLog(f *flowLog, in input, parseErr error) error {
 		a.ParserStatus = "partial"
 	}
 	records.Init(a, records.KindArtifact, o.st.Now())
-	if err := o.st.Create(o.env.Ctx, a); err != nil {
+	if err := o.st.Create(o.ctx, a); err != nil {
 		return err
 	}
 	if err := o.st.SetIndex(FlowLogIndex, IndexKey(in.lease, flowlog.ArtifactType, inputKey(in)), a.ID); err != nil {
@@ -128,28 +129,25 @@ type FlowsRequest struct {
 	ZeekTSV string
 }
 
-// Flows streams the selected connections.
-func Flows(env *cli.Env, req FlowsRequest) error {
-	st, err := env.OpenState()
-	if err != nil {
-		return err
-	}
+// Flows streams the selected connections of st's flow logs to out.Stdout
+// (or to req.ZeekTSV).
+func Flows(ctx context.Context, st *state.Store, req FlowsRequest, out cmdout.Sink) error {
 	logs, err := flowlog.Logs(st, req.Query)
 	if err != nil {
-		return cli.Failure(err)
+		return fault.Failure(err)
 	}
 	if len(logs) == 0 {
-		env.Log.Info("no flow log matches", "lease", req.Lease, "cycle", req.Cycle)
+		out.Log.Info("no flow log matches", "lease", req.Lease, "cycle", req.Cycle)
 	}
 	if req.ZeekTSV != "" {
-		if err := writeZeekTSV(env, st, req, logs); err != nil {
-			return cli.Failure(fmt.Errorf("--zeek %s: %w", req.ZeekTSV, err))
+		if err := writeZeekTSV(ctx, st, req, logs); err != nil {
+			return fault.Failure(fmt.Errorf("--zeek %s: %w", req.ZeekTSV, err))
 		}
 		return nil
 	}
-	w := bufio.NewWriterSize(env.Stdout, 256<<10)
+	w := bufio.NewWriterSize(out.Stdout, 256<<10)
 	var buf []byte
-	err = req.Each(env.Ctx, st, logs, func(_ *records.Artifact, line []byte) error {
+	err = req.Each(ctx, st, logs, func(_ *records.Artifact, line []byte) error {
 		buf = append(flowlog.RecordLine(buf[:0], line), '\n')
 		_, err := w.Write(buf)
 		return err
@@ -158,20 +156,20 @@ func Flows(env *cli.Env, req FlowsRequest) error {
 		err = ferr
 	}
 	if err != nil {
-		return cli.Failure(err)
+		return fault.Failure(err)
 	}
 	return nil
 }
 
 // writeZeekTSV writes the TSV through a temporary file renamed into place:
 // a reader never sees half a log.
-func writeZeekTSV(env *cli.Env, st *state.Store, req FlowsRequest, logs []*records.Artifact) error {
+func writeZeekTSV(ctx context.Context, st *state.Store, req FlowsRequest, logs []*records.Artifact) error {
 	return files.WriteAtomicFunc(req.ZeekTSV, 0o644, func(f io.Writer) error {
 		t, err := flowlog.NewTSVWriter(f, st.Now())
 		if err != nil {
 			return err
 		}
-		if err := req.Each(env.Ctx, st, logs, func(_ *records.Artifact, line []byte) error { return t.Write(line) }); err != nil {
+		if err := req.Each(ctx, st, logs, func(_ *records.Artifact, line []byte) error { return t.Write(line) }); err != nil {
 			return err
 		}
 		return t.Close(st.Now())
@@ -245,7 +243,7 @@ func (o *output) previous(stream string, in input) *carried {
 	}
 	c, err := readCarry(o.st, stream)
 	if err != nil {
-		o.env.Log.Warn("connections carried from the previous capture not read; roles are guessed again", "input", in.name, "err", err)
+		o.log.Warn("connections carried from the previous capture not read; roles are guessed again", "input", in.name, "err", err)
 		return nil
 	}
 	if c != nil && c.Source == pred {
@@ -289,9 +287,9 @@ func (o *output) keep(stream string, in input, c *carried) {
 	delete(o.carries, stream)
 	o.carryOrder = slices.DeleteFunc(o.carryOrder, func(s string) bool { return s == stream })
 	if rotated(in) && o.st != nil && !o.req.NoStore {
-		stored, err := writeCarry(o.env.Ctx, o.st, stream, c, captureEnded(in))
+		stored, err := writeCarry(o.ctx, o.st, stream, c, captureEnded(in))
 		if err != nil {
-			o.env.Log.Warn("connections open at the end of the capture not kept for the next", "input", in.name, "err", err)
+			o.log.Warn("connections open at the end of the capture not kept for the next", "input", in.name, "err", err)
 		}
 		if stored || captureEnded(in) {
 			return

@@ -2,10 +2,7 @@ package parse
 
 import (
 	"bytes"
-	"context"
-	"io"
 	"io/fs"
-	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -15,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 )
 
@@ -87,11 +83,9 @@ func parseInto(t *testing.T, root, path string, cycles int) {
 	t.Helper()
 	for c := range cycles {
 		var out, errb bytes.Buffer
-		env := &cli.Env{Ctx: context.Background(), Tool: "tb-parse", Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: root}}
 		req := Request{Inputs: []string{path}, Lease: "lease_01JD0000000000000000000000", Merge: true,
 			Cycle: "cycle_01JD00000000000000000000" + string(rune('A'+c/26)) + string(rune('A'+c%26))}
-		if err := Run(env, req); err != nil {
+		if err := tbParse(root, strings.NewReader(""), req, &out, &errb); err != nil {
 			t.Fatalf("tb-parse: %v: %s", err, errb.String())
 		}
 	}
@@ -138,9 +132,8 @@ func BenchmarkParseScanWithState(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		var out, errb bytes.Buffer
-		env := &cli.Env{Ctx: context.Background(), Tool: "tb-parse", Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: filepath.Join(dir, "state", strconv.Itoa(i))}}
-		if err := Run(env, Request{Inputs: []string{path}, Lease: "lease_01JD0000000000000000000000"}); err != nil {
+		root := filepath.Join(dir, "state", strconv.Itoa(i))
+		if err := tbParse(root, strings.NewReader(""), Request{Inputs: []string{path}, Lease: "lease_01JD0000000000000000000000"}, &out, &errb); err != nil {
 			b.Fatal(err, errb.String())
 		}
 	}

@@ -4,16 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -33,17 +31,15 @@ func smallFS(t *testing.T) string {
 func runParse(t *testing.T, root string, req Request) error {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := &cli.Env{Ctx: context.Background(), Tool: "tb-parse", Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: root}}
-	return Run(env, req)
+	return tbParse(root, strings.NewReader(""), req, &out, &errb)
 }
 
 // What a run stopped for low space left: an event, and neither
 // observables, nor a flow log, nor a temporary blob.
 func checkStoppedCleanly(t *testing.T, root string, err error) {
 	t.Helper()
-	if !errors.Is(err, diskspace.ErrLow) || cli.ExitCode(err) != cli.ExitTempFail {
-		t.Fatalf("err %v (exit %d), want low space and exit 75", err, cli.ExitCode(err))
+	if !errors.Is(err, diskspace.ErrLow) || fault.Code(err) != fault.ExitTempFail {
+		t.Fatalf("err %v (exit %d), want low space and exit 75", err, fault.Code(err))
 	}
 	st, oerr := state.Open(context.Background(), root)
 	if oerr != nil {

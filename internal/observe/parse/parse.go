@@ -6,6 +6,7 @@ package parse
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -13,18 +14,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/progress"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
@@ -54,6 +57,8 @@ type Request struct {
 	// MinFree is what must stay free on the state's file system: below
 	// it, parsing stops before writing more (exit 75).
 	MinFree diskspace.Threshold
+	// Progress shows each input's bytes read (nil: nothing shown).
+	Progress *progress.Meter
 }
 
 // Formats recognised by content.
@@ -80,47 +85,64 @@ type input struct {
 	reason   string // why tb-capture closed the file (stop: the last)
 }
 
-// Run parses every input. Bad inputs are reported one line each and the
-// rest are still processed; the exit code is the first failure's.
-func Run(env *cli.Env, req Request) error {
-	tuneGC()
-	var batch cli.Batch
-	var inputs []input
+// Job is a tb-parse invocation with its inputs read, before the state is
+// opened (if it is needed at all).
+type Job struct {
+	req    Request
+	inputs []input
+	// batch holds the bad stdin lines, already reported: the rest of the
+	// inputs are still parsed.
+	batch fault.Batch
+}
+
+// Prepare reads the inputs that stdin names (when req.FromStdin); each bad
+// line goes to warnf and the others are parsed. Without any input it is a
+// usage error.
+func Prepare(req Request, stdin io.Reader, warnf func(format string, a ...any)) (*Job, error) {
+	j := &Job{req: req}
 	for _, p := range req.Inputs {
 		if p != "-" {
-			inputs = append(inputs, input{name: p, path: p, lease: req.Lease, cycle: req.Cycle})
+			j.inputs = append(j.inputs, input{name: p, path: p, lease: req.Lease, cycle: req.Cycle})
 		}
 	}
 	if req.FromStdin {
-		in, bad := readStdin(env.Stdin, req)
+		in, bad := readStdin(stdin, req)
 		for _, e := range bad {
-			env.Warnf("%v", e)
-			batch.Add(cli.DataErr(e))
+			warnf("%v", e)
+			j.batch.Add(fault.DataErr(e))
 		}
-		inputs = append(inputs, in...)
+		j.inputs = append(j.inputs, in...)
 	}
-	if len(inputs) == 0 {
-		if batch.Failed() > 0 {
-			return batch.Err()
+	if len(j.inputs) == 0 {
+		if j.batch.Failed() > 0 {
+			return nil, j.batch.Err()
 		}
-		return cli.Usage(errors.New("no input: give capture or log files, or pipe artifact records or paths on stdin"))
+		return nil, fault.Usage(errors.New("no input: give capture or log files, or pipe artifact records or paths on stdin"))
 	}
-	var st *state.Store
-	needStore := !req.NoStore
-	for _, in := range inputs {
-		needStore = needStore || in.blob != ""
+	return j, nil
+}
+
+// NeedsState tells whether Run needs the state: to store observables, or
+// to read inputs that are stored blobs.
+func (j *Job) NeedsState() bool {
+	need := !j.req.NoStore
+	for _, in := range j.inputs {
+		need = need || in.blob != ""
 	}
-	if needStore {
-		var err error
-		if st, err = env.OpenState(state.WithDurability(state.SyncOnFlush)); err != nil {
-			return err
-		}
-	}
-	out := &output{env: env, st: st, req: req, w: bufio.NewWriterSize(env.Stdout, 256<<10), carries: map[string]*carried{}}
+	return need
+}
+
+// Run parses every input, printing the observables to out.Stdout and
+// storing them in st (nil when not NeedsState; else best opened with
+// state.SyncOnFlush). Bad inputs are reported one line each and the rest
+// are still processed; the exit code is the first failure's.
+func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
+	req, inputs, batch := j.req, j.inputs, &j.batch
+	o := &output{ctx: ctx, log: out.Log, st: st, req: req, w: bufio.NewWriterSize(out.Stdout, 256<<10), carries: map[string]*carried{}}
 	if st != nil && !req.NoStore {
-		out.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
-		if _, err := out.guard.Check(minReserve); err != nil {
-			return out.lowSpace(err)
+		o.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
+		if _, err := o.guard.Check(minReserve); err != nil {
+			return o.lowSpace(err)
 		}
 	}
 	sets := map[string]*observe.Set{}
@@ -129,13 +151,13 @@ func Run(env *cli.Env, req Request) error {
 	dests := map[string]*observe.Dests{}
 	destCycle := map[string]string{}
 	for _, in := range inputs {
-		if err := env.Ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		set := sets[in.lease]
 		if set == nil {
 			lease := in.lease
-			set = observe.NewSet(req.MaxHeld, func(o *records.Observable) error { return out.emit(lease, o) })
+			set = observe.NewSet(req.MaxHeld, func(obs *records.Observable) error { return o.emit(lease, obs) })
 			sets[in.lease] = set
 		}
 		d := dests[in.lease]
@@ -147,38 +169,38 @@ func Run(env *cli.Env, req Request) error {
 			d = observe.NewDests(in.cycle, set.Named, set.Add)
 			dests[in.lease], destCycle[in.lease] = d, in.cycle
 		}
-		if err := parseOne(env, st, in, req, &inputSink{Set: set, dests: d}, out); err != nil {
+		if err := parseOne(ctx, st, in, req, &inputSink{Set: set, dests: d}, o); err != nil {
 			if errors.Is(err, diskspace.ErrLow) {
-				return out.lowSpace(err)
+				return o.lowSpace(err)
 			}
 			msg := in.name
 			if in.where != "" {
 				msg = in.where + ": " + in.name
 			}
 			err = fmt.Errorf("%s: %w", msg, err)
-			env.Warnf("%v", err)
+			out.Warnf("%v", err)
 			batch.Add(err)
 		}
 	}
-	if out.guard != nil {
-		if _, err := out.guard.Check(minReserve); err != nil {
-			return out.lowSpace(err)
+	if o.guard != nil {
+		if _, err := o.guard.Check(minReserve); err != nil {
+			return o.lowSpace(err)
 		}
 	}
 	leases := slices.Sorted(maps.Keys(sets))
 	for _, lease := range leases {
 		dests[lease].Flush()
 		if err := sets[lease].Flush(); err != nil {
-			out.w.Flush()
+			o.w.Flush()
 			return err
 		}
 	}
-	if err := out.w.Flush(); err != nil {
+	if err := o.w.Flush(); err != nil {
 		return err
 	}
 	if st != nil {
 		if err := st.Flush(); err != nil {
-			return cli.Failure(err)
+			return fault.Failure(err)
 		}
 	}
 	return batch.Err()
@@ -287,29 +309,35 @@ func (s *inputSink) Conn(c *observe.Conn) {
 	}
 }
 
-func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputSink, out *output) (err error) {
-	ctx, stop := context.WithCancelCause(env.Ctx)
+func parseOne(ctx context.Context, st *state.Store, in input, req Request, sink *inputSink, out *output) (err error) {
+	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	sink.stop = stop
 	var f *os.File
 	if in.blob != "" {
 		f, err = st.OpenBlob(in.blob)
 		if errors.Is(err, state.ErrNotFound) {
-			return cli.DataErr(err)
+			return fault.DataErr(err)
 		}
 	} else {
 		f, err = os.Open(in.path)
 	}
 	if err != nil {
-		return cli.Failure(err)
+		return fault.Failure(err)
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		return cli.Failure(errors.New("is a directory"))
+		return fault.Failure(errors.New("is a directory"))
 	}
-	br, closer, err := decompress(f)
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	bar := req.Progress.Bar(cmp.Or(in.artifact, in.name), size, progress.Bytes)
+	defer bar.Done()
+	br, closer, err := decompress(bar.Reader(f))
 	if err != nil {
-		return cli.DataErr(err)
+		return fault.DataErr(err)
 	}
 	defer closer()
 	format, err := Detect(br)
@@ -317,10 +345,10 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 		if in.artifact != "" && in.typ != "" && in.typ != "pcap" {
 			// Sensors write logs tb-parse does not read (guest logs,
 			// INetSim's): not an error in a pipeline of artifacts.
-			env.Log.Info("skipping artifact in a format tb-parse does not read", "artifact", in.artifact, "type", in.typ)
+			out.log.Info("skipping artifact in a format tb-parse does not read", "artifact", in.artifact, "type", in.typ)
 			return nil
 		}
-		return cli.DataErr(err)
+		return fault.DataErr(err)
 	}
 	origin := observe.Origin{Artifact: in.artifact, Cycle: in.cycle, Input: in.name, Source: format}
 	sink.origin = origin
@@ -331,12 +359,12 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 		if res != nil {
 			stats = res.Stats
 		}
-		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
+		return logErr(out.log, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
 	}
 	if !req.NoStore {
 		fl, ferr := newFlowLog(st, in, out.guard)
 		if ferr != nil {
-			return cli.Failure(ferr)
+			return fault.Failure(ferr)
 		}
 		defer fl.abort()
 		sink.flows = fl.w
@@ -344,38 +372,38 @@ func parseOne(env *cli.Env, st *state.Store, in input, req Request, sink *inputS
 			if sink.err != nil {
 				err = fmt.Errorf("flow log: %w", sink.err)
 				if !errors.Is(sink.err, diskspace.ErrLow) {
-					err = cli.Failure(err)
+					err = fault.Failure(err)
 				}
 				return
 			}
 			if cerr := out.commitFlowLog(fl, in, err); cerr != nil {
-				err = cli.Failure(fmt.Errorf("flow log: %w", cerr))
+				err = fault.Failure(fmt.Errorf("flow log: %w", cerr))
 			}
 		}()
 	}
-	env.Log.Debug("parsing", "input", in.name, "format", format)
+	out.log.Debug("parsing", "input", in.name, "format", format)
 	switch format {
 	case FormatPcap:
 		return out.parsePcap(ctx, br, in, origin, sink)
 	case FormatZeek:
 		stats, err := zeek.Read(ctx, br, origin, sink)
-		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
+		return logErr(out.log, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
 	default:
 		stats, err := eve.Read(ctx, br, origin, sink)
-		return logErr(env, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
+		return logErr(out.log, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
 	}
 }
 
-func logErr(env *cli.Env, name string, lines, bad int64, first error, err error) error {
-	env.Log.Debug("parsed", "input", name, "lines", lines, "bad", bad)
+func logErr(log *slog.Logger, name string, lines, bad int64, first error, err error) error {
+	log.Debug("parsed", "input", name, "lines", lines, "bad", bad)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
-		return cli.DataErr(err)
+		return fault.DataErr(err)
 	}
 	if bad > 0 {
-		return cli.DataErr(fmt.Errorf("%d malformed line(s), the first: %v", bad, first))
+		return fault.DataErr(fmt.Errorf("%d malformed line(s), the first: %v", bad, first))
 	}
 	return nil
 }
@@ -384,10 +412,10 @@ func logErr(env *cli.Env, name string, lines, bad int64, first error, err error)
 // its stream left open are continued (when this one starts after that one
 // ended), and those this one leaves open are kept for the next.
 func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, origin observe.Origin, sink observe.Sink) error {
-	env, req := o.env, o.req
+	req := o.req
 	rd, err := capfile.NewReader(br)
 	if err != nil {
-		return cli.DataErr(err)
+		return fault.DataErr(err)
 	}
 	stream := streamOf(in)
 	prev := o.previous(stream, in)
@@ -402,7 +430,7 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 		}
 		if !seen && prev != nil && p.TS >= prev.End-carrySlack {
 			skipped := dec.Seed(prev.Conns)
-			env.Log.Debug("continuing connections", "input", origin.Input, "from", prev.Source, "conns", len(prev.Conns), "skipped", skipped)
+			o.log.Debug("continuing connections", "input", origin.Input, "from", prev.Source, "conns", len(prev.Conns), "skipped", skipped)
 		}
 		seen = true
 		last = max(last, p.TS)
@@ -418,13 +446,13 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 	}
 	o.keep(stream, in, c)
 	s := dec.Stats
-	env.Log.Debug("parsed", "input", origin.Input, "packets", s.Packets, "bytes", s.Bytes, "flows", s.Flows,
+	o.log.Debug("parsed", "input", origin.Input, "packets", s.Packets, "bytes", s.Bytes, "flows", s.Flows,
 		"malformed", s.Malformed, "non_ip", s.NonIP, "fragments", s.Fragments, "evicted", s.Evicted, "bad_dns", s.BadDNS, "bad_dns_records", s.BadDNSRecords)
 	if err == io.EOF {
 		return nil
 	}
 	// Malformed content and corrupt or truncated compression alike.
-	return cli.DataErr(err)
+	return fault.DataErr(err)
 }
 
 // decompress undoes gzip (one or more members) when the content starts with
@@ -499,7 +527,9 @@ func Detect(br *bufio.Reader) (string, error) {
 
 // output stores and prints deduplicated observables.
 type output struct {
-	env   *cli.Env
+	// ctx is the run's; log its logger.
+	ctx   context.Context
+	log   *slog.Logger
 	st    *state.Store
 	req   Request
 	w     *bufio.Writer
@@ -547,11 +577,11 @@ func (o *output) lowSpace(err error) error {
 	now := o.st.Now()
 	ev := &records.Event{Type: "parse.low-space", Subject: o.st.Root(), Detail: err.Error(), At: now}
 	records.Init(ev, records.KindEvent, now)
-	if cerr := o.st.Create(context.WithoutCancel(o.env.Ctx), ev); cerr != nil {
+	if cerr := o.st.Create(context.WithoutCancel(o.ctx), ev); cerr != nil {
 		err = fmt.Errorf("%w (and the event: %v)", err, cerr)
 	}
 	o.st.Flush()
-	return cli.TempFail(fmt.Errorf("state %s: %w; nothing of the unfinished inputs was stored, run again once there is room", o.st.Root(), err))
+	return fault.TempFail(fmt.Errorf("state %s: %w; nothing of the unfinished inputs was stored, run again once there is room", o.st.Root(), err))
 }
 
 // write prints one record as a JSON line: the bytes records.Writer would
@@ -583,7 +613,7 @@ func (o *output) emit(lease string, obs *records.Observable) error {
 		records.Init(obs, records.KindObservable, nowOf(o.st))
 		return o.write(obs)
 	}
-	ctx := o.env.Ctx
+	ctx := o.ctx
 	key := IndexKey(lease, obs.Type, observe.Key(obs))
 	if !o.req.Merge {
 		records.Init(obs, records.KindObservable, o.st.Now())
@@ -624,20 +654,4 @@ func nowOf(st *state.Store) time.Time {
 		return st.Now()
 	}
 	return time.Now()
-}
-
-// memoryLimit is the soft heap limit tb-parse runs under (see tb-parse(1)).
-const memoryLimit = 128 << 20
-
-// tuneGC trades idle heap for fewer collections: parsing allocates mostly
-// short-lived observables over a small live heap (the bounded flow table and
-// observable set), so collecting at 4× the live heap is cheaper, and the
-// soft limit keeps the total bounded. GOGC and GOMEMLIMIT still win.
-func tuneGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(memoryLimit)
-	}
 }

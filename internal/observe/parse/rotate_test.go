@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcap"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
@@ -118,16 +115,10 @@ func parseArtifacts(t *testing.T, root string, arts ...*records.Artifact) {
 		}
 		in.Write(append(b, '\n'))
 	}
-	env, _, errb := rotEnv(root, &in)
-	if err := Run(env, Request{FromStdin: true, Merge: true}); err != nil {
-		t.Fatalf("tb-parse: %v: %s", err, errb)
-	}
-}
-
-func rotEnv(root string, stdin io.Reader) (*cli.Env, *bytes.Buffer, *bytes.Buffer) {
 	var out, errb bytes.Buffer
-	return &cli.Env{Ctx: context.Background(), Tool: "tb-parse", Stdin: stdin, Stdout: &out, Stderr: &errb,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), G: &cli.Globals{State: root}}, &out, &errb
+	if err := tbParse(root, &in, Request{FromStdin: true, Merge: true}, &out, &errb); err != nil {
+		t.Fatalf("tb-parse: %v: %s", err, &errb)
+	}
 }
 
 // conn is a flow log line, as "tb-parse flows" prints it.
@@ -153,9 +144,9 @@ func (c conn) roles() string {
 // of the lease's when none).
 func flowsOf(t *testing.T, root string, inputs ...string) []conn {
 	t.Helper()
-	env, out, errb := rotEnv(root, strings.NewReader(""))
-	if err := Flows(env, FlowsRequest{Query: flowlog.Query{Lease: rotLease, Artifacts: inputs}}); err != nil {
-		t.Fatalf("flows: %v: %s", err, errb)
+	var out, errb bytes.Buffer
+	if err := tbFlows(root, FlowsRequest{Query: flowlog.Query{Lease: rotLease, Artifacts: inputs}}, &out, &errb); err != nil {
+		t.Fatalf("flows: %v: %s", err, &errb)
 	}
 	var cs []conn
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -275,9 +266,9 @@ func TestRotatedFilesInOneRun(t *testing.T) {
 	}
 
 	parsePaths := func(root string, paths ...string) []conn {
-		env, _, errb := rotEnv(root, strings.NewReader(""))
-		if err := Run(env, Request{Inputs: paths, Lease: rotLease}); err != nil {
-			t.Fatalf("tb-parse: %v: %s", err, errb)
+		var out, errb bytes.Buffer
+		if err := tbParse(root, strings.NewReader(""), Request{Inputs: paths, Lease: rotLease}, &out, &errb); err != nil {
+			t.Fatalf("tb-parse: %v: %s", err, &errb)
 		}
 		return flowsOf(t, root)
 	}
@@ -335,9 +326,9 @@ func TestCarriedStreamsInMemoryAreBounded(t *testing.T) {
 		a    *records.Artifact
 		cont bool
 	}{{last, true}, {first, false}} {
-		env, out, errb := rotEnv(root, strings.NewReader(""))
-		if err := Flows(env, FlowsRequest{Query: flowlog.Query{Lease: tc.a.Lease, Artifacts: []string{tc.a.ID}}}); err != nil {
-			t.Fatalf("flows: %v: %s", err, errb)
+		var out, errb bytes.Buffer
+		if err := tbFlows(root, FlowsRequest{Query: flowlog.Query{Lease: tc.a.Lease, Artifacts: []string{tc.a.ID}}}, &out, &errb); err != nil {
+			t.Fatalf("flows: %v: %s", err, &errb)
 		}
 		var c conn
 		if err := json.Unmarshal(out.Bytes(), &c); err != nil {

@@ -807,14 +807,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 	// unsolicited.
 	for i, a := range m.Answers {
 		name := NormName(a.Name)
-		seen := false
-		for _, b := range m.Answers[:i] {
-			if NormName(b.Name) == name {
-				seen = true
-				break
-			}
-		}
-		if seen {
+		if slices.ContainsFunc(m.Answers[:i], func(b dns.RR) bool { return NormName(b.Name) == name }) {
 			continue
 		}
 		o := newDomain(name, "")

@@ -143,9 +143,7 @@ func (d *Decoder) byVersion(b []byte) *gopacket.DecodingLayerParser {
 func (d *Decoder) Packet(p *capfile.Packet) {
 	d.Packets++
 	d.Bytes += int64(len(p.Data))
-	if p.TS > d.now {
-		d.now = p.TS
-	}
+	d.now = max(d.now, p.TS)
 	d.sweep()
 	d.encap = 0
 	data := p.Data
@@ -574,10 +572,7 @@ func (d *Decoder) tcpPacket(k *pkt) {
 	t := &d.tcp
 	flags := tcpFlags(t)
 	sp, dp := uint16(t.SrcPort), uint16(t.DstPort)
-	plen := k.l4Len - int(t.DataOffset)*4
-	if plen < 0 {
-		plen = 0
-	}
+	plen := max(k.l4Len-int(t.DataOffset)*4, 0)
 	ts := k.ts
 	key, fwd := makeKey(k.src, k.dst, sp, dp, 6, k.v6)
 	f, h := d.find(&key)

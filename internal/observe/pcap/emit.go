@@ -1,6 +1,7 @@
 package pcap
 
 import (
+	"cmp"
 	"net/netip"
 	"strconv"
 
@@ -101,10 +102,7 @@ func (d *Decoder) emitFlow(f *flow) {
 func (d *Decoder) emitHTTP(f *flow, r *httpReq) {
 	v6 := f.key.v6
 	server := d.hostPort(f.respAddr(), v6, f.respPort())
-	host := r.req.Host
-	if host == "" {
-		host = server
-	}
+	host := cmp.Or(r.req.Host, server)
 	o, _ := d.cfg.Origin.NewHTTP(HTTPValue(r.req.Method, host, r.req.URI), tsTime(r.ts), r.n, 0,
 		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, d.addrString(f.origAddr(), v6))
 	d.cfg.Sink.Add(o)
@@ -142,10 +140,7 @@ func (d *Decoder) emitTLS(f *flow, t *tlsSeen, rp uint16) {
 	if value == "" {
 		value = d.hostPort(f.respAddr(), f.key.v6, rp)
 	}
-	v := t.server
-	if v == 0 {
-		v = t.client
-	}
+	v := cmp.Or(t.server, t.client)
 	o, _ := d.cfg.Origin.NewTLS(value, tsTime(t.ts), t.n, 0, t.sni, tlsfp.VersionName(v), t.ja3, t.ja4, t.alpn,
 		d.hostPort(f.respAddr(), f.key.v6, rp), d.addrString(f.origAddr(), f.key.v6))
 	d.cfg.Sink.Add(o)

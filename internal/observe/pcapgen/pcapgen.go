@@ -5,6 +5,7 @@
 package pcapgen
 
 import (
+	"cmp"
 	"encoding/binary"
 	"io"
 	"net"
@@ -46,9 +47,7 @@ var Start = time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 
 // New writes the capture header to w.
 func New(w io.Writer, opt Options) (*Gen, error) {
-	if opt.Link == 0 {
-		opt.Link = layers.LinkTypeEthernet
-	}
+	opt.Link = cmp.Or(opt.Link, layers.LinkTypeEthernet)
 	g := &Gen{opt: opt, T: Start, Step: time.Millisecond, buf: gopacket.NewSerializeBuffer()}
 	if opt.NG {
 		ng, err := pcapgo.NewNgWriter(w, opt.Link)

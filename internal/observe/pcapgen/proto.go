@@ -1,6 +1,7 @@
 package pcapgen
 
 import (
+	"cmp"
 	"encoding/binary"
 	"net/netip"
 
@@ -17,9 +18,7 @@ func DNSQuery(id uint16, name string, qtype layers.DNSType) []byte {
 // DNSResponse answers a query.
 func DNSResponse(id uint16, name string, qtype layers.DNSType, rcode layers.DNSResponseCode, answers []layers.DNSResourceRecord) []byte {
 	for i := range answers {
-		if answers[i].Class == 0 {
-			answers[i].Class = layers.DNSClassIN
-		}
+		answers[i].Class = cmp.Or(answers[i].Class, layers.DNSClassIN)
 	}
 	return dnsBytes(&layers.DNS{ID: id, QR: true, RD: true, RA: true, ResponseCode: rcode,
 		Questions: []layers.DNSQuestion{{Name: []byte(name), Type: qtype, Class: layers.DNSClassIN}}, Answers: answers})

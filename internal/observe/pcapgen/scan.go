@@ -1,6 +1,7 @@
 package pcapgen
 
 import (
+	"cmp"
 	"net/netip"
 	"time"
 
@@ -17,9 +18,7 @@ type PacketWriter interface {
 // To returns a generator writing frames to w instead of a capture file
 // (no header is written; pcapng is not available this way).
 func To(w PacketWriter, opt Options) *Gen {
-	if opt.Link == 0 {
-		opt.Link = layers.LinkTypeEthernet
-	}
+	opt.Link = cmp.Or(opt.Link, layers.LinkTypeEthernet)
 	opt.NG = false
 	return &Gen{opt: opt, out: w, T: Start, Step: time.Millisecond, buf: gopacket.NewSerializeBuffer()}
 }

@@ -416,9 +416,7 @@ func ja4Version(v uint16) string {
 }
 
 func count2(n int) string {
-	if n > 99 {
-		n = 99
-	}
+	n = min(n, 99)
 	return string([]byte{'0' + byte(n/10), '0' + byte(n%10)})
 }
 

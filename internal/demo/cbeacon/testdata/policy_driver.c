@@ -5,6 +5,9 @@
 //   policy_driver addr TEXT...              one line per TEXT: kind scan c2 resolver ip
 //   policy_driver args ARG...               the beacon's parse_args on ARG...
 //   policy_driver pick RESOLVED|fail ARG... pick_c2 after parse_args, RESOLVED comma-separated
+//   policy_driver behave DIR...             per DIR, what -behave DIR names: its process name,
+//                                           the dropped file, the persistence files
+//   policy_driver join DIR REL...           per pair, behave_path(DIR, REL) (or "error")
 #define _POSIX_C_SOURCE 200809L
 #include "../policy.h"
 
@@ -18,6 +21,7 @@ static void print_config(const struct config *c) {
 		c->c2, c->port, c->path, c->id, (long long)c->interval_ns, c->jitter, c->count, (long long)c->retry_ns,
 		c->retries, (long long)c->timeout_ns, c->scan_port);
 	ip_format(c->c2addr, ip);
+	printf(" behave=%s behave_listen=%d", c->behave, c->behave_listen);
 	printf(" c2addr=%s scan=", c->has_c2addr ? ip : "");
 	for (int i = 0; i < c->nscan; i++) {
 		ip_format(c->scan[i], ip);
@@ -69,6 +73,26 @@ int main(int argc, char **argv) {
 		}
 		ip_format(out, ip);
 		printf("%s\n", ip);
+		return 0;
+	}
+	if (strcmp(argv[1], "behave") == 0) {
+		char p[BEHAVE_PATH_MAX];
+		for (int i = 2; i < argc; i++) {
+			printf("%s", BEHAVE_NAME);
+			behave_path(argv[i], BEHAVE_DROPPED, p, sizeof p);
+			printf(" %s", p);
+			for (int j = 0; behave_persistence[j]; j++) {
+				behave_path(argv[i], behave_persistence[j], p, sizeof p);
+				printf(" %s", p);
+			}
+			printf("\n");
+		}
+		return 0;
+	}
+	if (strcmp(argv[1], "join") == 0) {
+		char p[BEHAVE_PATH_MAX];
+		for (int i = 2; i + 1 < argc; i += 2)
+			printf("%s\n", behave_path(argv[i], argv[i + 1], p, sizeof p) < 0 ? "error" : p);
 		return 0;
 	}
 	return 2;

@@ -1,12 +1,12 @@
-// Package cli holds what every tb-* command shares: exit codes, error
-// reporting, global flags, logging and the kong entry point.
-package cli
+// Package fault holds the exit-code classes of talkbox(7) and the mapping of
+// an error to its code. It imports nothing of the project, so that domain
+// packages can say what kind of failure an error is without knowing about
+// the command line; internal/cli turns the class into the process's exit code.
+package fault
 
 import (
 	"errors"
 	"fmt"
-
-	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // Exit codes, documented in talkbox(7).
@@ -27,6 +27,14 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
+
+// Coder is an error type that knows its own class (records.LineError: bad
+// data), so that it needs no wrapping. The method is not named ExitCode so
+// that *exec.ExitError, whose ExitCode is the child's, is not one.
+type Coder interface {
+	error
+	FaultCode() int
+}
 
 func withCode(code int, err error) error {
 	if err == nil {
@@ -55,8 +63,9 @@ func Errorf(code int, format string, a ...any) error {
 	return withCode(code, fmt.Errorf(format, a...))
 }
 
-// ExitCode maps an error to the documented exit code.
-func ExitCode(err error) int {
+// Code maps an error to the documented exit code: the outermost class given
+// with Error (or a Coder's), else 1.
+func Code(err error) int {
 	if err == nil {
 		return ExitOK
 	}
@@ -64,9 +73,9 @@ func ExitCode(err error) int {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	var le *records.LineError
-	if errors.As(err, &le) {
-		return ExitDataErr
+	var c Coder
+	if errors.As(err, &c) {
+		return c.FaultCode()
 	}
 	return ExitFailure
 }
@@ -93,16 +102,23 @@ func (b *Batch) Add(err error) {
 func (b *Batch) Failed() int { return b.count }
 
 // Err returns an error whose exit code is the first failure's, or nil. The
-// individual failures have already been reported, so its text is a summary.
+// individual failures have already been reported, so its text is a summary
+// (Reported).
 func (b *Batch) Err() error {
 	if b.first == nil {
 		return nil
 	}
-	return &Error{Code: ExitCode(b.first), Err: &reported{fmt.Errorf("%d input(s) failed", b.count)}}
+	return &Error{Code: Code(b.first), Err: &reported{fmt.Errorf("%d input(s) failed", b.count)}}
 }
 
-// reported marks an error whose details were already printed; Run prints
-// only its short summary at debug level.
+// reported marks an error whose details were already printed.
 type reported struct{ error }
 
 func (r *reported) Unwrap() error { return r.error }
+
+// Reported tells whether err is a summary of failures already reported one
+// by one (Batch.Err), which a command need not print again.
+func Reported(err error) bool {
+	var r *reported
+	return errors.As(err, &r)
+}

@@ -3,7 +3,7 @@
 # four tools that together compute what tb-plan records per file
 # (sha256sum, md5sum, sha1sum and file -b, each run once over every file
 # through xargs) and tb-plan itself writing to a fresh state directory (the
-# default durability: one syncfs at the end). Usage: bench/plan.sh [N]
+# default durability: one syncfs at the end). Usage: bench/tb-plan/run.sh [N]
 # (default 10000 files per corpus).
 #
 # Every tool runs as it would by default on this machine (tb-plan on every
@@ -25,7 +25,7 @@
 #
 # Prints a Markdown table: wall time and CPU time (user+system) of each.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 n=${1:-10000}
 out=bench/out
 base=${STATE_BASE:-$out}
@@ -79,7 +79,7 @@ row() { # label corpus-dir
 gen() { # dir min max
   [ -d "$1" ] && [ "$(find "$1" -type f | wc -l)" -eq "$n" ] && return
   rm -rf "$1"
-  go run ./bench/plan/gen -n "$n" -dir "$1" -min "$2" -max "$3"
+  go run ./bench/tb-plan/gen -n "$n" -dir "$1" -min "$2" -max "$3"
 }
 gen "$out/plan-mixed" 1024 1048576
 gen "$out/plan-small" 512 16384

@@ -9,7 +9,7 @@ import (
 	"slices"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -24,7 +24,8 @@ type Selector struct {
 	Sample string
 }
 
-func (s Selector) chains(b *Book) ([]Chain, error) {
+// Chains are the chains the selector picks.
+func (s Selector) Chains(b *Book) ([]Chain, error) {
 	switch {
 	case s.Scope == records.ScopeGlobal:
 		return []Chain{{Scope: records.ScopeGlobal}}, nil
@@ -38,49 +39,45 @@ func (s Selector) chains(b *Book) ([]Chain, error) {
 		}
 		return b.ChainsOf(s.Lease), nil
 	case s.Scope == records.ScopeLease:
-		return nil, cli.Usage(errors.New("--scope lease needs --lease"))
+		return nil, fault.Usage(errors.New("--scope lease needs --lease"))
 	}
 	return b.Chains()
 }
 
-// exitErr maps this package's errors to talkbox(7) exit codes.
-func exitErr(err error) error {
+// Fault gives an error of this package its talkbox(7) class: a tampered
+// chain or a malformed record or element is bad data (65), a missing record
+// a failure (1); an error that has a class keeps it.
+func Fault(err error) error {
 	var te *TamperError
 	var inv *firewall.InvalidError
 	var le *records.LineError
-	var ce *cli.Error
+	var ce *fault.Error
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &ce):
 		return err
 	case errors.As(err, &te), errors.As(err, &inv), errors.As(err, &le):
-		return cli.DataErr(err)
+		return fault.DataErr(err)
 	case errors.Is(err, state.ErrNotFound):
-		return cli.Failure(err)
+		return fault.Failure(err)
 	}
 	return err
 }
 
-func openBook(env *cli.Env) (*Book, error) {
-	st, err := env.OpenState()
-	if err != nil {
-		return nil, err
-	}
-	return &Book{St: st}, nil
-}
-
-// Input says where observables come from: stdin, or the state (a lease's,
-// optionally one cycle's).
+// Input says where observables come from: Stdin (JSON lines) when set, else
+// the state (a lease's, optionally one cycle's). With Stdin, Lease and Cycle
+// filter.
 type Input struct {
-	FromStdin bool
-	Lease     string
-	Cycle     string
+	Stdin io.Reader
+	Lease string
+	Cycle string
 }
 
-// readObservables returns observables grouped by lease. Lines that are not
-// observables are reported and skipped (bad data).
-func readObservables(env *cli.Env, b *Book, in Input, batch *cli.Batch) (map[string][]*records.Observable, []string, error) {
+// ReadObservables returns observables grouped by lease, and the leases in
+// the order first seen. Lines that are not observables are passed to warnf,
+// added to batch and skipped (bad data).
+func ReadObservables(b *Book, in Input, warnf func(format string, a ...any), batch *fault.Batch) (map[string][]*records.Observable, []string, error) {
 	groups := map[string][]*records.Observable{}
 	var order []string
 	add := func(o *records.Observable) {
@@ -99,8 +96,8 @@ func readObservables(env *cli.Env, b *Book, in Input, batch *cli.Batch) (map[str
 		}
 		groups[lease] = append(groups[lease], o)
 	}
-	if in.FromStdin {
-		rd := records.NewReader(env.Stdin, "stdin")
+	if in.Stdin != nil {
+		rd := records.NewReader(in.Stdin, "stdin")
 		for {
 			l, err := rd.Next()
 			if err == io.EOF {
@@ -112,14 +109,14 @@ func readObservables(env *cli.Env, b *Book, in Input, batch *cli.Batch) (map[str
 			var o records.Observable
 			if err := records.Unmarshal(l.Data, &o); err != nil {
 				err = l.Err(err)
-				env.Warnf("%v", err)
-				batch.Add(cli.DataErr(err))
+				warnf("%v", err)
+				batch.Add(fault.DataErr(err))
 				continue
 			}
 			if o.Kind != records.KindObservable {
 				err := l.Err(fmt.Errorf("a %s record, not an observable", o.Kind))
-				env.Warnf("%v", err)
-				batch.Add(cli.DataErr(err))
+				warnf("%v", err)
+				batch.Add(fault.DataErr(err))
 				continue
 			}
 			add(&o)
@@ -127,23 +124,14 @@ func readObservables(env *cli.Env, b *Book, in Input, batch *cli.Batch) (map[str
 		return groups, order, nil
 	}
 	if in.Lease == "" {
-		return nil, nil, cli.Usage(errors.New("no input: pipe observables on stdin, or give --lease (and --cycle) to read them from the state"))
+		return nil, nil, fault.Usage(errors.New("no input: pipe observables on stdin, or give --lease (and --cycle) to read them from the state"))
 	}
-	ids, err := b.St.List(records.KindObservable)
+	leased, err := state.FindBy[records.Observable](b.St, records.KindObservable, records.KeyLease, in.Lease, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fault.DataErr(err)
 	}
-	for _, id := range ids {
-		var o records.Observable
-		if err := b.St.Get(id, &o); err != nil {
-			if errors.Is(err, state.ErrNotFound) {
-				continue
-			}
-			return nil, nil, cli.DataErr(fmt.Errorf("%s: %w", id, err))
-		}
-		if o.Lease == in.Lease {
-			add(&o)
-		}
+	for _, o := range leased {
+		add(o)
 	}
 	return groups, order, nil
 }

@@ -1,12 +1,16 @@
 package allowlist
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/progress"
 	"os"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -16,12 +20,12 @@ import (
 // PromoteRequest is "tb-allow promote".
 type PromoteRequest struct {
 	Input
-	Scope      string
-	Sample     string
-	PolicyFile string
-	Lab        string
-	NoApply    bool
-	DryRun     bool
+	Scope   string
+	Sample  string
+	Policy  Policy
+	Lab     string
+	NoApply bool
+	DryRun  bool
 }
 
 func chainFor(b *Book, scope, lease, sample string) (Chain, error) {
@@ -39,37 +43,30 @@ func chainFor(b *Book, scope, lease, sample string) (Chain, error) {
 }
 
 // Promote is "tb-allow promote": classify, write a revision per lease (or
-// for the chosen scope), then apply.
-func Promote(env *cli.Env, req PromoteRequest) error {
-	pol, err := LoadPolicy(req.PolicyFile)
+// for the chosen scope) and print it, then apply.
+func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) error {
+	pol := req.Policy
+	var batch fault.Batch
+	groups, order, err := ReadObservables(b, req.Input, out.Warnf, &batch)
 	if err != nil {
-		return cli.Usage(err)
-	}
-	b, err := openBook(env)
-	if err != nil {
-		return err
-	}
-	var batch cli.Batch
-	groups, order, err := readObservables(env, b, req.Input, &batch)
-	if err != nil {
-		return exitErr(err)
+		return Fault(err)
 	}
 	if len(order) == 0 {
 		if batch.Failed() > 0 {
 			return batch.Err()
 		}
-		env.Log.Info("no observables: nothing to promote")
+		out.Log.Info("no observables: nothing to promote")
 		return nil
 	}
 	v := labValidator(b.St, req.Lab, &pol)
-	w := records.NewWriter(env.Stdout)
+	w := records.NewWriter(out.Stdout)
 	defer w.Flush()
 	var touched []Chain
 	for _, lease := range order {
 		c, err := chainFor(b, req.Scope, lease, req.Sample)
 		if err != nil {
-			err = cli.DataErr(fmt.Errorf("lease %q: %w", lease, err))
-			env.Warnf("%v", err)
+			err = fault.DataErr(fmt.Errorf("lease %q: %w", lease, err))
+			out.Warnf("%v", err)
 			batch.Add(err)
 			continue
 		}
@@ -77,7 +74,7 @@ func Promote(env *cli.Env, req PromoteRequest) error {
 		if req.DryRun {
 			_, cur, err := b.Head(c)
 			if err != nil {
-				return exitErr(err)
+				return Fault(err)
 			}
 			next, _ := Next(p, cur)
 			for _, e := range next {
@@ -87,12 +84,12 @@ func Promote(env *cli.Env, req PromoteRequest) error {
 			}
 			continue
 		}
-		rev, created, err := b.Promote(env.Ctx, p)
+		rev, created, err := b.Promote(ctx, p)
 		if err != nil {
-			return exitErr(err)
+			return Fault(err)
 		}
 		if !created {
-			env.Log.Info("nothing changed: the current revision stands", "chain", c.Key(), "revision", rev.ID)
+			out.Log.Info("nothing changed: the current revision stands", "chain", c.Key(), "revision", rev.ID)
 		}
 		if err := w.Write(rev); err != nil {
 			return err
@@ -103,52 +100,9 @@ func Promote(env *cli.Env, req PromoteRequest) error {
 		return err
 	}
 	if !req.NoApply && !req.DryRun && len(touched) > 0 {
-		if err := applyChains(env, b, req.Lab, touched); err != nil {
+		if err := applyChains(ctx, b, req.Lab, touched, out); err != nil {
 			return err
 		}
-	}
-	return batch.Err()
-}
-
-// ClassifyRequest is "tb-allow classify".
-type ClassifyRequest struct {
-	Input
-	PolicyFile string
-	All        bool
-}
-
-// ClassifyCmd prints the classification of every destination, one JSON
-// object per line, without writing anything.
-func ClassifyCmd(env *cli.Env, req ClassifyRequest) error {
-	pol, err := LoadPolicy(req.PolicyFile)
-	if err != nil {
-		return cli.Usage(err)
-	}
-	var b *Book
-	if !req.FromStdin {
-		if b, err = openBook(env); err != nil {
-			return err
-		}
-	}
-	var batch cli.Batch
-	groups, order, err := readObservables(env, b, req.Input, &batch)
-	if err != nil {
-		return exitErr(err)
-	}
-	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
-	for _, lease := range order {
-		for _, d := range Classify(groups[lease], &pol) {
-			if !req.All && d.Class == ClassOther {
-				continue
-			}
-			if err := w.Line(records.LineAllowClass, d); err != nil {
-				return err
-			}
-		}
-	}
-	if err := w.Flush(); err != nil {
-		return err
 	}
 	return batch.Err()
 }
@@ -158,7 +112,7 @@ func labFirewall(st *state.Store, lab string) (*firewall.NFT, string, error) {
 	m, err := netlab.Load(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, dir, cli.Unavailable(fmt.Errorf("lab %q is not up (tb-capture net up)", firstOf(lab, "default")))
+			return nil, dir, fault.Unavailable(fmt.Errorf("lab %q is not up (tb-capture net up)", cmp.Or(lab, "default")))
 		}
 		return nil, dir, err
 	}
@@ -166,18 +120,9 @@ func labFirewall(st *state.Store, lab string) (*firewall.NFT, string, error) {
 	return fw, dir, err
 }
 
-func firstOf(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
-}
-
 // applyChains applies the leases the chains concern: a lease chain its
 // lease, a sample or global chain every lease with rules.
-func applyChains(env *cli.Env, b *Book, lab string, cs []Chain) error {
+func applyChains(ctx context.Context, b *Book, lab string, cs []Chain, out cmdout.Sink) error {
 	var leases []string
 	all := false
 	for _, c := range cs {
@@ -190,10 +135,10 @@ func applyChains(env *cli.Env, b *Book, lab string, cs []Chain) error {
 	if all {
 		leases = nil
 	}
-	err := Apply(env, ApplyRequest{Leases: leases, Lab: lab, Incremental: true})
-	var ce *cli.Error
-	if errors.As(err, &ce) && ce.Code == cli.ExitUnavailable {
-		return cli.Unavailable(fmt.Errorf("revision written but not applied: %w", err))
+	err := Apply(ctx, b, ApplyRequest{Leases: leases, Lab: lab, Incremental: true}, out)
+	var ce *fault.Error
+	if errors.As(err, &ce) && ce.Code == fault.ExitUnavailable {
+		return fault.Unavailable(fmt.Errorf("revision written but not applied: %w", err))
 	}
 	return err
 }
@@ -205,46 +150,47 @@ type ApplyRequest struct {
 	// Incremental pushes the change since the last apply without reading
 	// the live set (after promote, rollback, approve, revoke, expire).
 	Incremental bool
+	// Progress shows the leases applied (nil: nothing shown).
+	Progress *progress.Meter
 }
 
 // Apply is "tb-allow apply": every lease's live set and the DNS forward
-// list made to match the active revisions.
-func Apply(env *cli.Env, req ApplyRequest) error {
-	b, err := openBook(env)
-	if err != nil {
-		return err
-	}
+// list made to match the active revisions; one applied line per lease.
+func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) error {
 	fw, dir, err := labFirewall(b.St, req.Lab)
 	if err != nil {
 		return err
 	}
 	leases := req.Leases
 	if len(leases) == 0 {
-		if leases, err = LeasesWithRules(env.Ctx, fw); err != nil {
+		if leases, err = LeasesWithRules(ctx, fw); err != nil {
 			return err
 		}
 	}
 	now := b.St.Now()
-	var batch cli.Batch
-	w := records.NewWriter(env.Stdout)
+	var batch fault.Batch
+	w := records.NewWriter(out.Stdout)
 	defer w.Flush()
+	bar := req.Progress.Bar("apply: leases", int64(len(leases)), progress.Items)
+	defer bar.Done()
 	for _, lease := range leases {
 		var res Applied
 		if req.Incremental {
-			res, err = b.Update(env.Ctx, fw, lease)
+			res, err = b.Update(ctx, fw, lease)
 		} else {
-			res, err = b.Reconcile(env.Ctx, fw, lease)
+			res, err = b.Reconcile(ctx, fw, lease)
 		}
+		bar.Add(1)
 		if err != nil {
-			err = exitErr(fmt.Errorf("lease %s: %w", lease, err))
-			env.Warnf("%v", err)
+			err = Fault(fmt.Errorf("lease %s: %w", lease, err))
+			out.Warnf("%v", err)
 			batch.Add(err)
 			continue
 		}
 		if res.Skipped != "" {
-			env.Log.Info("not applied", "lease", lease, "why", res.Skipped)
+			out.Log.Info("not applied", "lease", lease, "why", res.Skipped)
 		} else if res.Unchanged {
-			env.Log.Info("already applied: nothing changed", "lease", lease)
+			out.Log.Info("already applied: nothing changed", "lease", lease)
 		}
 		if err := w.Line(records.LineAllowApplied, res); err != nil {
 			return err
@@ -259,11 +205,11 @@ func Apply(env *cli.Env, req ApplyRequest) error {
 	}
 	changed, err := ApplyNames(dir, names)
 	if err != nil {
-		err = cli.Unavailable(fmt.Errorf("DNS forward list: %w", err))
-		env.Warnf("%v", err)
+		err = fault.Unavailable(fmt.Errorf("DNS forward list: %w", err))
+		out.Warnf("%v", err)
 		batch.Add(err)
 	} else if changed {
-		env.Log.Info("DNS sinkhole forward list updated", "names", len(names))
+		out.Log.Info("DNS sinkhole forward list updated", "names", len(names))
 	}
 	return batch.Err()
 }

@@ -1,0 +1,422 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+type labFlag struct {
+	Lab string `name:"lab" default:"default" help:"Lab instance name."`
+}
+
+type netUpCmd struct {
+	labFlag
+	HostNS        string   `name:"host-ns" placeholder:"NAME" help:"Network namespace playing the host (default: this one)."`
+	Bridge        string   `name:"bridge" default:"tb-lab0" help:"Guest bridge."`
+	LabNet        string   `name:"lab-net" default:"10.13.37.0/24" help:"Guest subnet; the gateway is its first address."`
+	SinkNS        string   `name:"sink-ns" default:"tb-sink" help:"Sinkhole network namespace."`
+	SinkVeth      string   `name:"sink-veth" default:"tb-sink0" help:"Host end of the link to the sinkhole."`
+	SinkNet       string   `name:"sink-net" default:"10.13.38.0/24" help:"Sinkhole link subnet (host .1, sinkhole .2)."`
+	Table         string   `name:"table" default:"talkbox" help:"Name of talkbox's nftables tables (talkbox*)."`
+	Uplink        string   `name:"uplink" help:"Interface forwarded (allow-listed) traffic leaves by."`
+	Upstream      string   `name:"upstream" help:"Resolver allow-listed names are forwarded to."`
+	Documentation bool     `name:"documentation" help:"Let documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) stand in for the internet."`
+	SMTPPorts     []uint16 `name:"smtp-port" help:"SMTP ports never forwarded unless a plan forces them (default 25, 465, 587, 2525)."`
+	NoINetSim     bool     `name:"no-inetsim" help:"Do not run INetSim in the sinkhole."`
+	NoDNS         bool     `name:"no-dns" help:"Do not run the DNS sinkhole."`
+	DHCP          bool     `name:"dhcp" help:"Serve DHCP to guests (static leases from tb-lease)."`
+	INetSimSvc    []string `name:"inetsim-service" help:"INetSim services to start (default: the common ones)."`
+}
+
+func (c *netUpCmd) Run(env *cli.Env) error {
+	cfg := netlab.Config{Name: c.Lab, HostNS: c.HostNS, Bridge: c.Bridge, SinkNS: c.SinkNS, SinkVeth: c.SinkVeth,
+		Table: c.Table, Uplink: c.Uplink, Documentation: c.Documentation, SMTPPorts: c.SMTPPorts,
+		INetSim: !c.NoINetSim, DNS: !c.NoDNS, DHCP: c.DHCP, INetSimServices: c.INetSimSvc}
+	var err error
+	if cfg.LabNet, err = netip.ParsePrefix(c.LabNet); err != nil {
+		return fault.Usage(err)
+	}
+	if cfg.SinkNet, err = netip.ParsePrefix(c.SinkNet); err != nil {
+		return fault.Usage(err)
+	}
+	if c.Upstream != "" {
+		if cfg.Upstream, err = netip.ParseAddr(c.Upstream); err != nil {
+			return fault.Usage(err)
+		}
+	}
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	cfg.Dir = capture.LabDir(st, cfg.Name)
+	cfg.Defaults()
+	if err := cfg.Check(); err != nil {
+		return fault.Usage(err)
+	}
+	if _, err := netlab.Up(env.Ctx, cfg); err != nil {
+		return capture.Fault(err)
+	}
+	s, err := netlab.Inspect(env.Ctx, cfg.Dir)
+	if err != nil {
+		return err
+	}
+	return records.PrintLine(env.Stdout, records.LineLabStatus, s)
+}
+
+type netDownCmd struct{ labFlag }
+
+func (c *netDownCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	return capture.Fault(netlab.Down(env.Ctx, capture.LabDir(st, c.Lab)))
+}
+
+type netStatusCmd struct{ labFlag }
+
+// Run exits 1 when the lab is not up.
+func (c *netStatusCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	s, err := netlab.Inspect(env.Ctx, capture.LabDir(st, c.Lab))
+	if errors.Is(err, os.ErrNotExist) {
+		return fault.Failure(fmt.Errorf("lab %q is not up", cmp.Or(c.Lab, "default")))
+	}
+	if err != nil {
+		return err
+	}
+	if err := records.PrintLine(env.Stdout, records.LineLabStatus, s); err != nil {
+		return err
+	}
+	if !s.Up {
+		return fault.Failure(fmt.Errorf("lab %q is only partly up", s.Name))
+	}
+	return nil
+}
+
+type netDNSAllowCmd struct {
+	labFlag
+	Names []string `arg:"" optional:"" help:"Names (and their subdomains) forwarded to the upstream resolver; none clears the list."`
+}
+
+// Run replaces the names the DNS sinkhole forwards upstream.
+func (c *netDNSAllowCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	if err := netlab.SetAllowedNames(capture.LabDir(st, c.Lab), c.Names); err != nil {
+		return fault.DataErr(err)
+	}
+	return nil
+}
+
+type startCmd struct {
+	labFlag
+	Lease       string        `name:"lease" help:"Lease ID: its tap, IP and plan are read from the lease record."`
+	Iface       string        `name:"iface" help:"Interface to capture (default: the lease's tap)."`
+	IP          string        `name:"ip" help:"Guest IP (default: the lease's)."`
+	NetNS       string        `name:"netns" help:"Network namespace of the interface (default: the lab's host)."`
+	Plan        string        `name:"plan" help:"Plan whose network policy applies (default: the lease's)."`
+	Cycle       string        `name:"cycle" help:"Cycle the first file is registered for."`
+	Snaplen     int           `name:"snaplen" default:"262144" help:"Bytes kept per packet."`
+	Filter      string        `name:"filter" help:"pcap-filter(7) expression (compiled with tcpdump -ddd)."`
+	BPF         string        `name:"bpf" help:"Classic BPF program as tcpdump -ddd prints it, or @FILE."`
+	RotateSize  int64         `name:"rotate-size" placeholder:"BYTES" help:"Start a new file at this size."`
+	RotateEvery time.Duration `name:"rotate-every" help:"Start a new file this often."`
+	Sensors     []string      `name:"sensor" help:"External sensor to run beside the capture: tcpdump, dumpcap, or NAME for STATE/tb-capture/sensors/NAME.json."`
+	Spool       string        `name:"spool" type:"path" help:"Directory for files being written (default: in the state directory)."`
+	NoRules     bool          `name:"no-rules" help:"Capture only; apply no containment rules."`
+	retentionFlags
+	MinFree        diskspace.Size `name:"min-free" default:"1G" placeholder:"SIZE" help:"Stop the capture (the daemon exits 75) before less than SIZE (default ${default}) is free on the state's or the spool's file system; 0 and --min-free-percent 0: never."`
+	MinFreePercent float64        `name:"min-free-percent" default:"2" placeholder:"P" help:"... or less than P percent of it (default ${default}; the larger bound wins)."`
+}
+
+type retentionFlags struct {
+	KeepDays  float64        `name:"keep-days" placeholder:"N" help:"Prune the lease's pcaps and flow logs older than N days."`
+	KeepBytes diskspace.Size `name:"keep-bytes" placeholder:"SIZE" help:"Prune the lease's oldest pcaps and flow logs beyond SIZE (e.g. 20G)."`
+}
+
+func (f retentionFlags) retention() capture.Retention {
+	return capture.Retention{KeepDays: f.KeepDays, KeepBytes: int64(f.KeepBytes)}
+}
+
+func (c *startCmd) Run(env *cli.Env) error {
+	req := capture.StartRequest{Lease: c.Lease, Plan: c.Plan, Cycle: c.Cycle, Lab: c.Lab,
+		Iface: c.Iface, IP: c.IP, NetNS: c.NetNS, Snaplen: c.Snaplen, Filter: c.Filter, BPF: c.BPF,
+		RotateSize: c.RotateSize, RotateEvery: c.RotateEvery, Sensors: c.Sensors, Spool: c.Spool, NoRules: c.NoRules,
+		Retention: c.retention(), MinFree: diskspace.Threshold{Bytes: int64(c.MinFree), Percent: c.MinFreePercent}}
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(req.BPF, "@") {
+		b, err := os.ReadFile(req.BPF[1:])
+		if err != nil {
+			return fault.Usage(err)
+		}
+		req.BPF = string(b)
+	}
+	if req.Daemon, err = daemonArgv(); err != nil {
+		return err
+	}
+	rec, err := capture.Start(env.Ctx, st, env.Log, req)
+	if err != nil {
+		return capture.Fault(err)
+	}
+	w := records.NewWriter(env.Stdout)
+	defer w.Flush()
+	return w.Write(rec)
+}
+
+// daemonArgv is how "start" runs the daemon: this same program.
+func daemonArgv() ([]string, error) {
+	exe := os.Args[0]
+	if !strings.Contains(exe, "/") {
+		p, err := exec.LookPath(exe)
+		if err != nil {
+			if p, err = os.Executable(); err != nil {
+				return nil, err
+			}
+		}
+		exe = p
+	}
+	abs, err := filepath.Abs(exe)
+	if err != nil {
+		return nil, err
+	}
+	return []string{abs}, nil
+}
+
+type pruneCmd struct {
+	Lease   string `name:"lease" xor:"which" required:"" help:"Prune the lease's artifacts, of all its captures."`
+	Capture string `name:"capture" xor:"which" required:"" help:"Prune a capture's artifacts (a capture without a lease)."`
+	retentionFlags
+	DryRun bool `name:"dry-run" short:"n" help:"Only print what would be pruned."`
+}
+
+// Run prints the artifacts it pruned (or would prune), oldest first.
+// Without --keep-days or --keep-bytes it applies the retention of the
+// lease's (or the capture's) newest capture.
+func (c *pruneCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	ret, err := capture.RetentionFor(st, c.Capture, c.Lease, c.retention())
+	if err != nil {
+		return err
+	}
+	res, err := capture.Prune(env.Ctx, st, env.Log, capture.PruneRequest{Lease: c.Lease, Capture: c.Capture, Retention: ret, DryRun: c.DryRun})
+	w := records.NewWriter(env.Stdout)
+	if res != nil {
+		for i := range res.Pruned {
+			if werr := w.Write(&res.Pruned[i]); werr != nil {
+				return werr
+			}
+		}
+	}
+	// What was pruned is printed even when a later deletion failed.
+	if werr := w.Flush(); werr != nil {
+		return werr
+	}
+	return capture.Fault(err)
+}
+
+type which struct {
+	Lease   string `name:"lease" xor:"which" required:"" help:"The lease's current capture."`
+	Capture string `name:"capture" xor:"which" required:"" help:"A capture ID."`
+}
+
+type rotateCmd struct {
+	which
+	Cycle string `name:"cycle" help:"Cycle the closed file belongs to (and later files, until changed)."`
+}
+
+func (c *rotateCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	cp, err := capture.Find(st, c.Capture, c.Lease)
+	if err != nil {
+		return capture.Fault(err)
+	}
+	arts, err := capture.Rotate(env.Ctx, st, cp, c.Cycle)
+	if err != nil {
+		return capture.Fault(err)
+	}
+	w := records.NewWriter(env.Stdout)
+	defer w.Flush()
+	for i := range arts {
+		if err := w.Write(&arts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type stopCmd struct{ which }
+
+// Run prints the last artifacts, then the capture.
+func (c *stopCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	cp, err := capture.Find(st, c.Capture, c.Lease)
+	if err != nil {
+		return capture.Fault(err)
+	}
+	out, arts, err := capture.Stop(env.Ctx, st, cp)
+	w := records.NewWriter(env.Stdout)
+	defer w.Flush()
+	for i := range arts {
+		w.Write(&arts[i])
+	}
+	if out != nil && out.ID != "" {
+		w.Write(out)
+	}
+	return capture.Fault(err)
+}
+
+type allowCmd struct {
+	labFlag
+	Lease string   `name:"lease" required:"" help:"Lease whose allow set changes."`
+	Add   []string `name:"add" placeholder:"IP:PORT/PROTO[=VERDICT]" help:"Element to add (verdict forward, rate-limit, redirect or drop)."`
+	Del   []string `name:"del" placeholder:"IP:PORT/PROTO" help:"Element to delete."`
+}
+
+// Run changes the lease's live allow set in one batch, then prints the set.
+func (c *allowCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	fw, err := capture.LabFirewall(st, c.Lab)
+	if err != nil {
+		return fault.Failure(err)
+	}
+	parse := func(in []string) ([]firewall.Element, error) {
+		var out []firewall.Element
+		for _, s := range in {
+			e, err := firewall.ParseElement(s)
+			if err != nil {
+				return nil, fault.Usage(err)
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
+	a, err := parse(c.Add)
+	if err != nil {
+		return err
+	}
+	d, err := parse(c.Del)
+	if err != nil {
+		return err
+	}
+	if len(a)+len(d) > 0 {
+		if err := fw.ApplyAllowSet(env.Ctx, c.Lease, a, d); err != nil {
+			if errors.Is(err, firewall.ErrNoLease) {
+				return fault.Failure(err)
+			}
+			return capture.Fault(err)
+		}
+	}
+	els, err := fw.AllowSet(env.Ctx, c.Lease)
+	if err != nil {
+		return fault.Failure(err)
+	}
+	w := records.NewWriter(env.Stdout)
+	for _, e := range els {
+		if err := w.Line(records.LineAllowElement, e); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}
+
+type reconcileCmd struct {
+	labFlag
+	DryRun bool `name:"dry-run" short:"n" help:"Only report what would be removed."`
+}
+
+func (c *reconcileCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	acts, err := capture.Reconcile(env.Ctx, st, c.Lab, c.DryRun)
+	w := records.NewWriter(env.Stdout)
+	for _, a := range acts {
+		if werr := w.Line(records.LineReconcileAction, a); werr != nil {
+			return werr
+		}
+	}
+	// The actions taken are printed even when a later one failed.
+	if werr := w.Flush(); werr != nil {
+		return werr
+	}
+	if err != nil {
+		return err
+	}
+	for _, a := range acts {
+		if a.Error != "" {
+			return fault.Failure(fmt.Errorf("%s %s%s: %s", a.Action, a.Lease, a.Capture, a.Error))
+		}
+	}
+	return nil
+}
+
+type statusCmd struct{ labFlag }
+
+func (c *statusCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	reps, err := capture.Status(env.Ctx, st, c.Lab)
+	if err != nil {
+		return err
+	}
+	w := records.NewWriter(env.Stdout)
+	for _, r := range reps {
+		if err := w.Line(records.LineCaptureStatus, r); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}
+
+type daemonCmd struct {
+	Capture string `arg:"" help:"Capture ID."`
+}
+
+// Run serves one capture; it exits 75 when it stopped for want of disk
+// space.
+func (c *daemonCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	return capture.Fault(capture.RunDaemon(env.Ctx, st, env.Log, c.Capture))
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"slices"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+type parseCmd struct {
+	Inputs         []string       `arg:"" optional:"" name:"file" help:"Captures (pcap, pcapng, gzip) or logs (Zeek TSV/JSON, Suricata EVE). '-' or none: read artifact records or paths from stdin, one per line."`
+	Lease          string         `name:"lease" help:"Lease the file inputs belong to (artifact records carry their own)."`
+	Cycle          string         `name:"cycle" help:"Cycle the file inputs belong to (artifact records carry their own)."`
+	Merge          bool           `name:"merge" help:"Fold observables into those the state already holds for the lease (count, first/last seen, sets)."`
+	NoStore        bool           `name:"no-store" help:"Only print the observables; do not write them to the state."`
+	MaxFlows       int            `name:"max-flows" default:"131072" help:"Connections tracked at once (about 450 bytes each); beyond it the least recently active one is ended early."`
+	MaxHeld        int            `name:"max-held" default:"16384" help:"Distinct observables held for deduplication; beyond it the least recently updated half is written out early."`
+	MinFree        diskspace.Size `name:"min-free" default:"1G" placeholder:"SIZE" help:"Stop (exit 75) before less than SIZE (default ${default}) is free on the state's file system; 0 and --min-free-percent 0: never."`
+	MinFreePercent float64        `name:"min-free-percent" default:"2" placeholder:"P" help:"... or less than P percent of it (default ${default}; the larger bound wins)."`
+}
+
+func (c *parseCmd) Run(env *cli.Env) error {
+	tuneGC()
+	meter := env.Progress()
+	defer meter.Wait()
+	job, err := parse.Prepare(parse.Request{
+		Inputs:    c.Inputs,
+		FromStdin: slices.Contains(c.Inputs, "-") || len(c.Inputs) == 0 && env.StdinPiped(),
+		Lease:     c.Lease, Cycle: c.Cycle,
+		Merge: c.Merge, NoStore: c.NoStore, MaxFlows: c.MaxFlows, MaxHeld: c.MaxHeld,
+		MinFree:  diskspace.Threshold{Bytes: int64(c.MinFree), Percent: c.MinFreePercent},
+		Progress: meter,
+	}, env.Stdin, env.Warnf)
+	if err != nil {
+		return err
+	}
+	var st *state.Store
+	if job.NeedsState() {
+		if st, err = env.OpenState(state.WithDurability(state.SyncOnFlush)); err != nil {
+			return err
+		}
+	}
+	return job.Run(env.Ctx, st, env.Sink())
+}
+
+// memoryLimit is the soft heap limit tb-parse runs under (see tb-parse(1)).
+const memoryLimit = 128 << 20
+
+// tuneGC trades idle heap for fewer collections: parsing allocates mostly
+// short-lived observables over a small live heap (the bounded flow table and
+// observable set), so collecting at 4× the live heap is cheaper, and the
+// soft limit keeps the total bounded. GOGC and GOMEMLIMIT still win.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
+}
+
+type flowsCmd struct {
+	Lease     string   `name:"lease" help:"Only the flow logs of this lease."`
+	Cycle     string   `name:"cycle" help:"Only the flow logs of this cycle."`
+	Artifacts []string `name:"artifact" sep:"none" help:"Only these flow logs, or those parsed from these capture artifacts (repeatable)."`
+	Addrs     []string `name:"addr" sep:"none" help:"Only connections with this address on either side (repeatable)."`
+	Ports     []uint16 `name:"port" sep:"none" help:"Only connections with this port on either side (repeatable)."`
+	ZeekTSV   string   `name:"zeek" placeholder:"FILE" help:"Write Zeek's TSV conn.log to FILE instead of records on stdout."`
+}
+
+func (c *flowsCmd) Run(env *cli.Env) error {
+	q := flowlog.Query{Lease: c.Lease, Cycle: c.Cycle, Artifacts: c.Artifacts, Ports: c.Ports}
+	for _, s := range c.Addrs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return fault.Usage(fmt.Errorf("--addr %q: not an IP address", s))
+		}
+		q.Addrs = append(q.Addrs, a.Unmap())
+	}
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	return parse.Flows(env.Ctx, st, parse.FlowsRequest{Query: q, ZeekTSV: c.ZeekTSV}, env.Sink())
+}

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/files"
+	"github.com/talkbox-sandbox/talkbox/internal/leasereport"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cli"
+	"github.com/talkbox-sandbox/talkbox/internal/cycle"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// drive are the flags of the commands that drive cycles.
+type drive struct {
+	Metrics  string `name:"metrics" type:"path" placeholder:"FILE" help:"Write Prometheus textfile metrics to FILE when done (for node_exporter's textfile collector)."`
+	ToolsDir string `name:"tools-dir" type:"path" placeholder:"DIR" help:"Where tb-lease, tb-capture, tb-parse and tb-allow are (default: tb-run's directory, then $$PATH)."`
+	Lab      string `name:"lab" default:"default" help:"Lab instance of tb-capture and tb-allow."`
+}
+
+// runner opens the state and makes the runner of the tools; done writes
+// the metrics file, if asked for, once the command is over.
+func (d drive) runner(env *cli.Env) (r *cycle.Runner, done func(), err error) {
+	// A cycle makes ~30 writes; synced one by one they cost ~0.3 s of a
+	// warm cycle here. A killed process loses none of them (the page cache
+	// survives it); Drive syncs where a power cut would matter.
+	st, err := env.OpenState(state.WithDurability(state.SyncOnFlush))
+	if err != nil {
+		return nil, nil, err
+	}
+	dir := d.ToolsDir
+	if dir == "" {
+		if exe, err := os.Executable(); err == nil {
+			dir = filepath.Dir(exe)
+		}
+	}
+	done = func() {
+		if d.Metrics == "" {
+			return
+		}
+		if err := cycle.WriteMetrics(st, d.Metrics); err != nil {
+			env.Log.Warn("writing metrics", "file", d.Metrics, "err", err)
+		}
+	}
+	return cycle.NewRunner(st, env.Log, dir, d.Lab), done, nil
+}
+
+// ended turns a cycle's end into the command's exit status.
+func ended(c *records.Cycle) error {
+	switch c.State {
+	case records.CycleFailed:
+		return fault.Failure(fmt.Errorf("cycle %s failed: %s", c.ID, c.Error))
+	case records.CycleCancelled:
+		return fault.Failure(fmt.Errorf("cycle %s was cancelled", c.ID))
+	}
+	return nil
+}
+
+func printRecords(w io.Writer, recs ...records.Record) error {
+	rw := records.NewWriter(w)
+	for _, r := range recs {
+		if err := rw.Write(r); err != nil {
+			return err
+		}
+	}
+	return rw.Flush()
+}
+
+// printCycle prints a cycle, then its execution and analysis if it has
+// them.
+func printCycle(st *state.Store, w io.Writer, c *records.Cycle) error {
+	recs := []records.Record{c}
+	if c.Execution != "" {
+		var ex records.ExecutionSnapshot
+		if st.Get(c.Execution, &ex) == nil {
+			recs = append(recs, &ex)
+		}
+	}
+	if c.Analysis != "" {
+		var a records.RunAnalysis
+		if st.Get(c.Analysis, &a) == nil {
+			recs = append(recs, &a)
+		}
+	}
+	return printRecords(w, recs...)
+}
+
+type cycleCmd struct {
+	drive
+	Plan       string            `name:"plan" placeholder:"ID" help:"Plan to run (default: the lease's, or a plan record on stdin)."`
+	Lease      string            `name:"lease" placeholder:"ID" help:"Lease to run on (default: a lease or capture record on stdin; none: acquire one with tb-lease)."`
+	Args       []string          `name:"arg" sep:"none" help:"Argument for the sample (repeatable; default: the plan's)."`
+	Env        map[string]string `name:"env" placeholder:"KEY=VALUE" help:"Environment variable for the sample (repeatable; default: the plan's)."`
+	Workdir    string            `name:"workdir" placeholder:"DIR" help:"Working directory in the guest (default: the plan's, else the cycle's directory)."`
+	Timeout    *time.Duration    `name:"timeout" help:"Kill the sample after this long (default: the plan's execution timeout)."`
+	Detach     *bool             `name:"detach" negatable:"" help:"Leave the sample running across cycles; each cycle observes it for --window."`
+	Window     *time.Duration    `name:"window" help:"Observation window of a detached cycle (default: the plan's)."`
+	Post       []string          `name:"post" placeholder:"STEP" help:"Post-processing steps: dump, rotate, parse, promote (default: rotate,parse, plus promote if the plan promotes, plus dump first if its instrumentation has memory)."`
+	NoPost     bool              `name:"no-post" help:"No post-processing (no capture needed)."`
+	FreshLease bool              `name:"fresh-lease" help:"Without --lease: boot a new lease instead of reusing an idle one."`
+	CreateOnly bool              `name:"create-only" help:"Only store the cycle as pending and print it; 'tb-run resume' runs it."`
+}
+
+// Run creates a cycle and drives it to its end, printing the cycle, its
+// execution and its analysis.
+func (c *cycleCmd) Run(env *cli.Env) error {
+	req := cycle.Request{Plan: c.Plan, Lease: c.Lease, Args: c.Args, Env: c.Env, Workdir: c.Workdir,
+		Timeout: c.Timeout, Detach: c.Detach, Window: c.Window, Post: c.Post, FreshLease: c.FreshLease}
+	if c.NoPost {
+		req.Post = []string{}
+	}
+	r, done, err := c.runner(env)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if c.Lease == "" && c.Plan == "" && env.StdinPiped() {
+		if err := fromStdin(env.Stdin, &req); err != nil {
+			return err
+		}
+	}
+	cy, err := r.Create(env.Ctx, req)
+	if err != nil {
+		return err
+	}
+	if c.CreateOnly {
+		return printRecords(env.Stdout, cy)
+	}
+	cy, err = r.Drive(env.Ctx, cy.ID)
+	if cy != nil {
+		if perr := printCycle(r.St, env.Stdout, cy); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return ended(cy)
+}
+
+// fromStdin takes the lease and plan of a pipeline's records (the first
+// of each: a lease, a capture or a plan).
+func fromStdin(in io.Reader, req *cycle.Request) error {
+	rd := records.NewReader(in, "stdin")
+	for {
+		rec, err := rd.Record()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		switch v := rec.(type) {
+		case *records.Plan:
+			if req.Plan == "" {
+				req.Plan = v.ID
+			}
+		case *records.Capture:
+			if req.Lease == "" {
+				req.Lease = v.Lease
+			}
+		default:
+			if rec.Header().Kind == records.KindLease && req.Lease == "" {
+				req.Lease = rec.Header().ID
+			}
+		}
+	}
+	return nil
+}
+
+type resumeCmd struct {
+	drive
+	IDs []string `arg:"" optional:"" name:"cycle" help:"Cycles to resume (default: every one that has not ended)."`
+}
+
+// Run drives every cycle that has not ended (or the ones named) from its
+// last state. Cycles another tb-run drives are skipped.
+func (c *resumeCmd) Run(env *cli.Env) error {
+	r, done, err := c.runner(env)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ids := c.IDs
+	if len(ids) == 0 {
+		if ids, err = r.St.List(records.KindCycle); err != nil {
+			return err
+		}
+	}
+	var batch fault.Batch
+	for _, id := range ids {
+		cy, err := r.Get(id)
+		if err != nil {
+			env.Warnf("%v", err)
+			batch.Add(err)
+			continue
+		}
+		if records.CycleTerminal(cy.State) {
+			if len(c.IDs) > 0 {
+				env.Log.Info("cycle already ended", "cycle", id, "state", cy.State)
+			}
+			continue
+		}
+		env.Log.Info("resuming", "cycle", id, "state", cy.State)
+		cy, err = r.Drive(env.Ctx, id)
+		if errors.Is(err, cycle.ErrBusy) {
+			env.Log.Info("skipped: in use by another tb-run", "cycle", id, "why", err)
+			continue
+		}
+		if cy != nil {
+			if perr := printCycle(r.St, env.Stdout, cy); perr != nil {
+				return perr
+			}
+		}
+		if err == nil {
+			err = ended(cy)
+		}
+		if err != nil {
+			if env.Ctx.Err() != nil {
+				return err
+			}
+			env.Warnf("%v", err)
+			batch.Add(err)
+		}
+	}
+	return batch.Err()
+}
+
+type watchCmd struct {
+	IDs []string `arg:"" optional:"" name:"cycle" help:"Cycles to follow from their start until they end (default: every cycle's new events, until interrupted)."`
+	All bool     `name:"all" help:"Without cycles: print every event from the start of the journal first."`
+}
+
+func (c *watchCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	for _, id := range c.IDs {
+		if records.KindOf(id) != records.KindCycle || !st.Exists(id) {
+			return fault.Usage(fmt.Errorf("cycle %s: not found", id))
+		}
+	}
+	err = cycle.Watch(env.Ctx, st, env.Stdout, c.IDs, c.All)
+	if env.Ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+type cancelCmd struct {
+	drive
+	IDs    []string `arg:"" name:"cycle" help:"Cycles to cancel."`
+	NoWait bool     `name:"no-wait" help:"Return once the running tb-run was told, without waiting for the cycle to end."`
+}
+
+// Run cancels the cycles and, unless --no-wait, waits until they ended;
+// then it prints them.
+func (c *cancelCmd) Run(env *cli.Env) error {
+	r, done, err := c.runner(env)
+	if err != nil {
+		return err
+	}
+	defer done()
+	waitFor, err := r.Cancel(env.Ctx, c.IDs, env.Warnf)
+	if len(waitFor) > 0 && !c.NoWait {
+		if werr := cycle.Watch(env.Ctx, r.St, io.Discard, waitFor, false); werr != nil {
+			return werr
+		}
+	}
+	for _, id := range c.IDs {
+		if cy, gerr := r.Get(id); gerr == nil {
+			if perr := printRecords(env.Stdout, cy); perr != nil {
+				return perr
+			}
+		}
+	}
+	return err
+}
+
+type reportCmd struct {
+	IDs    []string `arg:"" optional:"" name:"cycle" help:"Cycles to report on (html: one)."`
+	Lease  string   `name:"lease" xor:"target" placeholder:"ID" help:"Report on a lease: all its cycles."`
+	Sample string   `name:"sample" xor:"target" placeholder:"ID|SHA256" help:"Report on a sample: all its cycles, on every lease."`
+	Format string   `name:"format" enum:"text,json,html" default:"text" help:"text (for a person), json (JSON lines) or html (one self-contained page)."`
+	Output string   `name:"output" short:"o" type:"path" placeholder:"FILE" help:"Write the report to FILE (atomically) instead of stdout."`
+}
+
+// Run reports on cycles, a lease or a sample. Text is a short summary of
+// each cycle for a person (what ran, was seen, promoted and why, refused,
+// what next); json is the same facts as cycle-report lines for cycles, or
+// the report-* lines of a lease's or sample's report; html is one
+// self-contained page (internal/leasereport).
+func (c *reportCmd) Run(env *cli.Env) error {
+	target := leasereport.Target{Lease: c.Lease, Sample: c.Sample}
+	switch {
+	case target.Lease == "" && target.Sample == "" && len(c.IDs) == 0:
+		return fault.Usage(errors.New("report on what? give cycles, --lease or --sample"))
+	case (target.Lease != "" || target.Sample != "") && len(c.IDs) > 0:
+		return fault.Usage(errors.New("give cycles, or --lease, or --sample"))
+	case c.Format == "html" && len(c.IDs) > 1:
+		return fault.Usage(errors.New("--format html is one page of one cycle, lease or sample"))
+	case len(c.IDs) == 1:
+		target.Cycle = c.IDs[0]
+	}
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	write := func(fn func(w io.Writer) error) error {
+		if c.Output == "" {
+			return fn(env.Stdout)
+		}
+		return files.WriteAtomicFunc(c.Output, 0o644, fn)
+	}
+	if c.Format == "html" || c.Format == "json" && len(c.IDs) == 0 {
+		r, err := leasereport.Collect(env.Ctx, st, target)
+		if err != nil {
+			return err
+		}
+		for _, n := range r.Notes {
+			env.Log.Warn("report: " + n)
+		}
+		if c.Format == "html" {
+			return write(func(w io.Writer) error { return leasereport.WriteHTML(w, r) })
+		}
+		return write(func(w io.Writer) error { return leasereport.WriteJSON(w, r) })
+	}
+	ids := c.IDs
+	if len(ids) == 0 {
+		if ids, err = leasereport.CycleIDs(st, target); err != nil {
+			return err
+		}
+	}
+	return write(func(out io.Writer) error {
+		w := records.NewWriter(out)
+		var batch fault.Batch
+		for _, id := range ids {
+			r, err := cycle.Summarise(st, id)
+			if err == nil && c.Format == "json" {
+				err = w.Line(records.LineCycleReport, r)
+			} else if err == nil {
+				r.Text(out)
+			}
+			if err != nil {
+				env.Warnf("%v", err)
+				batch.Add(err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return batch.Err()
+	})
+}
+
+type metricsCmd struct {
+	File string `arg:"" optional:"" default:"-" name:"file" help:"Textfile to write ('-': stdout)."`
+}
+
+// Run writes the metrics file (or stdout for "-").
+func (c *metricsCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	if c.File != "-" {
+		return cycle.WriteMetrics(st, c.File)
+	}
+	tmp, err := os.MkdirTemp("", "tb-run-metrics")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	p := filepath.Join(tmp, "m.prom")
+	if err := cycle.WriteMetrics(st, p); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	_, err = env.Stdout.Write(b)
+	return err
+}

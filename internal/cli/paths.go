@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// defaultStateDir is the state directory when neither --state nor TB_STATE
+// is given: /var/lib/talkbox for root, $XDG_STATE_HOME/talkbox otherwise.
+func defaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/talkbox"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "talkbox")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "talkbox")
+	}
+	return filepath.Join(os.TempDir(), "talkbox-state")
+}
+
+// ConfigDir is the directory of the user's files of one sort ("profiles",
+// "specs") when no flag names it: /etc/talkbox/NAME as root,
+// $XDG_CONFIG_HOME/talkbox/NAME (default ~/.config) otherwise.
+func ConfigDir(name string) string {
+	if os.Geteuid() == 0 {
+		return filepath.Join("/etc/talkbox", name)
+	}
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "talkbox", name)
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".config", "talkbox", name)
+}

@@ -1,0 +1,431 @@
+package leasereport
+
+import (
+	"cmp"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// scanKey is one scan of a cycle: a port across addresses, or the ports
+// of one address.
+type scanKey struct {
+	target string // the scan observable's value: "tcp/23", "203.0.113.9/tcp"
+	proto  string
+	port   uint16
+	addr   string
+	obs    *records.Observable
+}
+
+// loadObservables reads the observables the report may draw from: the
+// DNS names, the endpoints (the C2s' connection starts), the scans and the
+// flows (of states from before flow logs) of the leases, or of the cycle.
+func (c *collector) loadObservables() error {
+	keep := func(o *records.Observable) bool {
+		return o.Type == records.ObsDomain || o.Type == records.ObsScan || o.Type == records.ObsEndpoint || o.Type == records.ObsFlow
+	}
+	if c.r.Target == TargetCycle {
+		obs, err := state.FindBy(c.st, records.KindObservable, records.KeyCycle, c.r.ID, keep)
+		c.loaded = obs
+		return err
+	}
+	for _, l := range c.leases {
+		obs, err := state.FindBy(c.st, records.KindObservable, records.KeyLease, l, keep)
+		if err != nil {
+			return err
+		}
+		c.loaded = append(c.loaded, obs...)
+	}
+	return nil
+}
+
+// observables picks the observables the report uses: the DNS names first
+// seen in the span, the C2s' endpoints, each cycle's scans.
+func (c *collector) observables() {
+	c.eps = map[string][]*records.Observable{}
+	c.scans = map[string][]scanKey{}
+	c.flows = map[string][]*records.Observable{}
+	c.isC2 = map[string]bool{}
+	for _, v := range c.r.C2s {
+		c.isC2[v.Value] = true
+	}
+	all := c.loaded
+	names := map[string]*Name{}
+	for _, o := range all {
+		switch {
+		case o.Type == records.ObsEndpoint && c.isC2[o.Value]:
+			c.eps[o.Value] = append(c.eps[o.Value], o)
+		case o.Type == records.ObsFlow && o.Flow != nil:
+			for _, cy := range append([]string{o.Cycle}, o.Cycles...) {
+				if _, ok := c.cycleIdx[cy]; ok && !slices.Contains(c.flows[cy], o) {
+					c.flows[cy] = append(c.flows[cy], o)
+				}
+			}
+		case o.Type == records.ObsScan && o.Scan != nil:
+			if _, ok := c.cycleIdx[o.Cycle]; ok {
+				c.scans[o.Cycle] = append(c.scans[o.Cycle], scanKey{target: o.Value, proto: o.Scan.Proto, port: o.Scan.Port, addr: o.Scan.Addr, obs: o})
+			}
+		case o.Type == records.ObsDomain && c.in(o.FirstSeen):
+			q := o.Count
+			if o.Domain != nil {
+				q = o.Domain.Queries
+			}
+			n := names[o.Value]
+			switch {
+			case n == nil:
+				names[o.Value] = &Name{Name: o.Value, FirstSeen: o.FirstSeen, Queries: q, Observable: o.ID}
+			case o.FirstSeen.Before(n.FirstSeen):
+				n.FirstSeen, n.Observable, n.Queries = o.FirstSeen, o.ID, n.Queries+q
+			default:
+				n.Queries += q
+			}
+		}
+	}
+	for _, n := range names {
+		c.r.Names = append(c.r.Names, *n)
+	}
+	slices.SortFunc(c.r.Names, func(a, b Name) int { return cmp.Or(a.FirstSeen.Compare(b.FirstSeen), strings.Compare(a.Name, b.Name)) })
+}
+
+// tally is what some connections add up to, by hour (Unix hours).
+type tally struct {
+	hours map[int64]*hourTally
+	c2    map[string]*c2Tally
+}
+
+type hourTally struct {
+	conns, est int64
+	checkins   map[string]*[2]int64 // C2 -> answered, sinkholed
+	scans      map[string]*scanTally
+	estimated  bool
+}
+
+type scanTally struct {
+	conns       int64
+	first, last int64 // Unix ns
+	rate        float64
+}
+
+type c2Tally struct {
+	answered, sinkholed int64
+	first, last         int64
+}
+
+func newTally() *tally { return &tally{hours: map[int64]*hourTally{}, c2: map[string]*c2Tally{}} }
+
+func (t *tally) hour(ns int64) *hourTally {
+	k := ns / int64(time.Hour)
+	if ns < 0 {
+		k--
+	}
+	h := t.hours[k]
+	if h == nil {
+		h = &hourTally{checkins: map[string]*[2]int64{}, scans: map[string]*scanTally{}}
+		t.hours[k] = h
+	}
+	return h
+}
+
+func (t *tally) checkIn(value string, ns int64, answered bool) {
+	ci := t.hour(ns).checkins[value]
+	if ci == nil {
+		ci = &[2]int64{}
+		t.hour(ns).checkins[value] = ci
+	}
+	ct := t.c2[value]
+	if ct == nil {
+		ct = &c2Tally{first: ns, last: ns}
+		t.c2[value] = ct
+	}
+	if answered {
+		ci[0]++
+		ct.answered++
+	} else {
+		ci[1]++
+		ct.sinkholed++
+	}
+	ct.first, ct.last = min(ct.first, ns), max(ct.last, ns)
+}
+
+func (t *tally) scan(target string, ns int64, n int64) {
+	h := t.hour(ns)
+	s := h.scans[target]
+	if s == nil {
+		s = &scanTally{first: ns, last: ns}
+		h.scans[target] = s
+	}
+	s.conns += n
+	s.first, s.last = min(s.first, ns), max(s.last, ns)
+}
+
+func (t *tally) merge(o *tally) {
+	for k, oh := range o.hours {
+		h := t.hours[k]
+		if h == nil {
+			t.hours[k] = oh
+			continue
+		}
+		h.conns += oh.conns
+		h.est += oh.est
+		h.estimated = h.estimated || oh.estimated
+		for v, ci := range oh.checkins {
+			if cur := h.checkins[v]; cur != nil {
+				cur[0] += ci[0]
+				cur[1] += ci[1]
+			} else {
+				h.checkins[v] = ci
+			}
+		}
+		for v, s := range oh.scans {
+			if cur := h.scans[v]; cur != nil {
+				cur.conns += s.conns
+				cur.first, cur.last = min(cur.first, s.first), max(cur.last, s.last)
+				cur.rate = max(cur.rate, s.rate)
+			} else {
+				h.scans[v] = s
+			}
+		}
+	}
+	for v, oc := range o.c2 {
+		if cur := t.c2[v]; cur != nil {
+			cur.answered += oc.answered
+			cur.sinkholed += oc.sinkholed
+			cur.first, cur.last = min(cur.first, oc.first), max(cur.last, oc.last)
+		} else {
+			t.c2[v] = oc
+		}
+	}
+}
+
+// flowJob is one flow log to read, with what its connections are matched
+// against.
+type flowJob struct {
+	art   *records.Artifact
+	lease string
+	scans []scanKey
+}
+
+// traffic adds up the connections of the flow logs by hour: all of them,
+// the check-ins to each C2 (answered or sinkholed), the scans' rates; the
+// cycles without a flow log are estimated from their observables.
+func (c *collector) traffic() error {
+	var jobs []flowJob
+	for _, cy := range c.cycles {
+		for _, a := range c.flowLogs[cy.ID] {
+			jobs = append(jobs, flowJob{art: a, lease: cy.Lease, scans: c.scans[cy.ID]})
+		}
+	}
+	total, err := c.readLogs(jobs)
+	if err != nil {
+		return err
+	}
+	var estimated []string
+	for _, cy := range c.cycles {
+		if len(c.flowLogs[cy.ID]) > 0 || c.analyses[cy.ID] == nil {
+			continue
+		}
+		estimated = append(estimated, cy.ID)
+		total.merge(c.estimate(cy))
+	}
+	if len(estimated) > 0 {
+		c.note("%d cycle(s) have no flow log (pruned by retention, or parsed before flow logs existed; the first is %s): "+
+			"their hours come from the observables: their flow observables if they have them, else check-ins from the connection starts "+
+			"each C2's observable keeps (the latest 256) and scans spread evenly between their first and last sighting, without "+
+			"connection counts", len(estimated), estimated[0])
+	}
+	c.hours(total)
+	return nil
+}
+
+// readLogs reads the flow logs on every CPU and adds their connections up.
+func (c *collector) readLogs(jobs []flowJob) (*tally, error) {
+	total := newTally()
+	if len(jobs) == 0 {
+		return total, nil
+	}
+	var mu sync.Mutex
+	var firstErr error
+	next := make(chan flowJob)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := newTally()
+			fr, err := newFlowReader()
+			if err != nil {
+				mu.Lock()
+				firstErr = cmp.Or(firstErr, err)
+				mu.Unlock()
+			}
+			for j := range next {
+				if fr == nil {
+					continue
+				}
+				if err := c.readLog(fr, j, t); err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+				}
+			}
+			if fr != nil {
+				fr.zr.Close()
+			}
+			mu.Lock()
+			total.merge(t)
+			mu.Unlock()
+		}()
+	}
+	for _, j := range jobs {
+		if c.ctx.Err() != nil {
+			break
+		}
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	if err := c.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return total, firstErr
+}
+
+// estimate is what a cycle without a flow log adds up to, from its
+// observables: its flow observables where it has them (tb-parse wrote one
+// per connection before flow logs existed); else the C2s' connection
+// starts within the cycle and its scans spread over their span.
+func (c *collector) estimate(cy *records.Cycle) *tally {
+	t := newTally()
+	from := cy.RequestedAt
+	if cy.StartedAt != nil {
+		from = *cy.StartedAt
+	}
+	to := c.r.To
+	if cy.CompletedAt != nil {
+		to = *cy.CompletedAt
+	}
+	in := func(s time.Time) bool { return !s.Before(from) && !s.After(to) }
+	if flows := c.flows[cy.ID]; len(flows) > 0 {
+		var key []byte
+		for _, o := range flows {
+			f := o.Flow
+			starts := f.Starts
+			if len(starts) == 0 {
+				starts = []time.Time{o.FirstSeen}
+			}
+			cn := conn{host: []byte(f.RespH), port: f.RespP, proto: []byte(f.Proto), stat: []byte(f.ConnState), respPkts: f.RespPkts}
+			key = endpointKey(key[:0], cn.host, cn.port, cn.proto)
+			for _, s := range starts {
+				if in(s) {
+					cn.ns = s.UnixNano()
+					c.tallyConn(t, &cn, cy.Lease, c.scans[cy.ID], key)
+				}
+			}
+		}
+	} else {
+		for value, obs := range c.eps {
+			for _, o := range obs {
+				if o.Lease != cy.Lease || o.Endpoint == nil {
+					continue
+				}
+				for _, s := range o.Endpoint.Starts {
+					if in(s) {
+						t.checkIn(value, s.UnixNano(), c.forwarded(cy.Lease, value, s))
+					}
+				}
+			}
+		}
+		for _, k := range c.scans[cy.ID] {
+			spreadScan(t, k.obs)
+		}
+	}
+	for _, h := range t.hours {
+		h.estimated = true
+	}
+	return t
+}
+
+// spreadScan spreads a scan observable's connections evenly over the
+// hours between its first and last sighting, at its rate.
+func spreadScan(t *tally, o *records.Observable) {
+	first, last := o.FirstSeen.UnixNano(), max(o.LastSeen.UnixNano(), o.FirstSeen.UnixNano())
+	span := float64(last - first + 1)
+	var done int64
+	for at := first; at <= last; {
+		end := min((at/int64(time.Hour)+1)*int64(time.Hour), last+1)
+		upto := int64(math.Round(float64(o.Scan.Conns) * float64(end-first) / span))
+		t.scan(o.Value, at, upto-done)
+		t.hour(at).scans[o.Value].rate = o.Scan.Rate
+		done, at = upto, end
+	}
+}
+
+// hours turns the tally into the report's hours, and the C2s' totals.
+func (c *collector) hours(t *tally) {
+	firstScan := map[string]int64{}
+	for _, h := range t.hours {
+		for v, s := range h.scans {
+			if f, ok := firstScan[v]; !ok || s.first < f {
+				firstScan[v] = s.first
+			}
+		}
+	}
+	for v := range firstScan {
+		c.r.ScanTargets = append(c.r.ScanTargets, v)
+	}
+	slices.SortFunc(c.r.ScanTargets, func(a, b string) int { return cmp.Or(cmp.Compare(firstScan[a], firstScan[b]), strings.Compare(a, b)) })
+	newNames := map[int64][]string{}
+	for _, n := range c.r.Names {
+		k := n.FirstSeen.Truncate(time.Hour).Unix() / 3600
+		newNames[k] = append(newNames[k], n.Name)
+	}
+	keys := make([]int64, 0, len(t.hours)+len(newNames))
+	for k := range t.hours {
+		keys = append(keys, k)
+	}
+	for k := range newNames {
+		if t.hours[k] == nil {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		out := Hour{Hour: time.Unix(k*3600, 0).UTC(), NewNames: newNames[k]}
+		if h := t.hours[k]; h != nil {
+			out.Connections, out.Established, out.Estimated = h.conns, h.est, h.estimated
+			for _, v := range c.r.C2s {
+				if ci := h.checkins[v.Value]; ci != nil {
+					out.CheckIns = append(out.CheckIns, HourCheckIns{C2: v.Value, Answered: ci[0], Sinkholed: ci[1]})
+				}
+			}
+			for _, v := range c.r.ScanTargets {
+				if s := h.scans[v]; s != nil {
+					rate := s.rate
+					if rate == 0 {
+						rate = float64(s.conns) / max(time.Duration(s.last-s.first).Seconds(), 1)
+					}
+					out.Scans = append(out.Scans, HourScan{Target: v, Conns: s.conns, Rate: round(rate, 3)})
+				}
+			}
+		}
+		c.r.Hours = append(c.r.Hours, out)
+	}
+	for i := range c.r.C2s {
+		v := &c.r.C2s[i]
+		if ct := t.c2[v.Value]; ct != nil {
+			v.Answered, v.Sinkholed, v.CheckIns = ct.answered, ct.sinkholed, ct.answered+ct.sinkholed
+			v.First, v.Last = time.Unix(0, ct.first).UTC(), time.Unix(0, ct.last).UTC()
+		}
+	}
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}

@@ -1,0 +1,179 @@
+package state
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// Secondary keys of records that implement records.Keyed live under
+//
+//	keys/<kind>/<field>/<value>/<id>   (empty files)
+//
+// A key is created before the record version that has it is written, and
+// never removed by a write: a record is always found under each of its keys,
+// and a key may outlive the value (the record changed it, was deleted, or
+// its write failed). Readers therefore check each record they find against
+// the key (FindBy). Delete removes the deleted record's keys; Check reports
+// the keys a record lacks and, with Repair, adds them.
+
+func (s *Store) keyDir(kind, field, value string) string {
+	return filepath.Join(s.root, "keys", kind, field, keyName(value))
+}
+
+// keyName makes a value a file name: as it is when it is an ID-like token,
+// hex after a "~" otherwise ("lease:<id>", names with slashes).
+func keyName(v string) string {
+	for _, c := range []byte(v) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return "~" + hex.EncodeToString([]byte(v))
+		}
+	}
+	if v == "" || v[0] == '.' {
+		return "~" + hex.EncodeToString([]byte(v))
+	}
+	return v
+}
+
+func indexKeys(r records.Record) []records.IndexKey {
+	if k, ok := r.(records.Keyed); ok {
+		return k.IndexKeys()
+	}
+	return nil
+}
+
+// setKeys makes sure the record is found under each of keys, durably
+// before its version with them is written.
+func (s *Store) setKeys(kind, id string, keys []records.IndexKey) error {
+	for _, k := range keys {
+		dir := s.keyDir(kind, k.Field, k.Value)
+		if err := s.ensureDir(dir); err != nil {
+			return err
+		}
+		fd, err := unix.Open(filepath.Join(dir, id), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o640)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("key %s=%s of %s: %w", k.Field, k.Value, id, err)
+		}
+		unix.Close(fd)
+		if err := s.syncDir(dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropKeys removes a deleted record's keys; one left behind is harmless.
+func (s *Store) dropKeys(kind, id string, prev []byte) {
+	rec, err := records.Decode(prev)
+	if err != nil {
+		return
+	}
+	for _, k := range indexKeys(rec) {
+		os.Remove(filepath.Join(s.keyDir(kind, k.Field, k.Value), id))
+	}
+}
+
+// ByKey lists the IDs of the records of a kind stored with field = value,
+// oldest first. It may name a record that has since changed the field or
+// been deleted; FindBy and LatestBy check.
+func (s *Store) ByKey(kind, field, value string) ([]string, error) {
+	if !records.ValidKind(kind) {
+		return nil, fmt.Errorf("invalid kind %q", kind)
+	}
+	ents, err := os.ReadDir(s.keyDir(kind, field, value))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if records.CheckID(e.Name()) == nil && records.KindOf(e.Name()) == kind {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// checkKeys reports (and with repair, adds) the keys a stored record lacks.
+func (s *Store) checkKeys(rep *CheckReport, rec records.Record, path string, repair bool) error {
+	h := rec.Header()
+	for _, k := range indexKeys(rec) {
+		key := filepath.Join(s.keyDir(h.Kind, k.Field, k.Value), h.ID)
+		if _, err := os.Stat(key); err == nil {
+			continue
+		}
+		if !repair {
+			rep.problem(h.ID, path, "not found under its key %s=%s", k.Field, k.Value)
+			continue
+		}
+		if err := s.setKeys(h.Kind, h.ID, []records.IndexKey{k}); err != nil {
+			return err
+		}
+		rep.Repaired = append(rep.Repaired, fmt.Sprintf("%s: key %s=%s", h.ID, k.Field, k.Value))
+	}
+	return nil
+}
+
+// keysComplete marks a store whose keyed records all have their keys: new
+// ones get them as they are written, and a store made before keys existed
+// gets them once, at its first Open since (backfillKeys).
+const keysComplete = ".complete"
+
+func (s *Store) backfillKeys(ctx context.Context) error {
+	done := filepath.Join(s.root, "keys", keysComplete)
+	if _, err := os.Stat(done); err == nil {
+		return nil
+	}
+	unlock, err := s.Lock(ctx, "keys-backfill")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Stat(done); err == nil {
+		return nil
+	}
+	kinds, err := s.Kinds()
+	if err != nil {
+		return err
+	}
+	for _, kind := range kinds {
+		if _, ok := records.New(kind).(records.Keyed); !ok {
+			continue
+		}
+		ids, err := s.List(kind)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rec := records.New(kind)
+			if err := s.Get(id, rec); err != nil {
+				continue // deleted meanwhile, or reported by Check
+			}
+			if err := s.setKeys(kind, id, indexKeys(rec)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.writeFile(done, nil); err != nil {
+		return err
+	}
+	return s.syncDir(filepath.Dir(done))
+}

@@ -1,0 +1,138 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+func newCapture(t *testing.T, s *Store, lease string) *records.Capture {
+	t.Helper()
+	c := &records.Capture{Lease: lease}
+	records.Init(c, records.KindCapture, s.Now())
+	if err := s.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func captureIDs(cs []*records.Capture) []string {
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// TestFindBy: a record is found under the values it has now, not those it
+// had, nor once deleted; Latest and Find agree with FindBy.
+func TestFindBy(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir())
+	a := newCapture(t, s, "lease_a")
+	b := newCapture(t, s, "lease_b")
+	a2 := newCapture(t, s, "lease_a")
+	moved := newCapture(t, s, "lease_a")
+	var u records.Capture
+	if err := s.Update(ctx, moved.ID, &u, func(bool) error { u.Lease = "lease:b/odd name"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	gone := newCapture(t, s, "lease_a")
+	if err := s.Delete(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := FindBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := captureIDs(got); len(ids) != 2 || ids[0] != a.ID || ids[1] != a2.ID {
+		t.Errorf("lease_a: %v, want %s %s", ids, a.ID, a2.ID)
+	}
+	odd, err := FindBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease:b/odd name", nil)
+	if err != nil || len(odd) != 1 || odd[0].ID != moved.ID {
+		t.Errorf("odd value: %v, %v", captureIDs(odd), err)
+	}
+	last, err := LatestBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_a", nil)
+	if err != nil || last.ID != a2.ID {
+		t.Errorf("LatestBy: %v, %v", last, err)
+	}
+	if _, err := LatestBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_none", nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("LatestBy of no record: %v", err)
+	}
+	all, err := Find(s, records.KindCapture, func(c *records.Capture) bool { return c.Lease != "lease_a" })
+	if ids := captureIDs(all); err != nil || len(ids) != 2 || ids[0] != b.ID || ids[1] != moved.ID {
+		t.Errorf("Find: %v, %v", ids, err)
+	}
+	newest, err := Latest[records.Capture](s, records.KindCapture, nil)
+	if err != nil || newest.ID != moved.ID {
+		t.Errorf("Latest: %v, %v", newest, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.keyDir(records.KindCapture, records.KeyLease, "lease_a"), gone.ID)); err == nil {
+		t.Errorf("the deleted record's key remains")
+	}
+}
+
+// TestBatchKeys: records a batch creates are found by their keys.
+func TestBatchKeys(t *testing.T) {
+	s := openT(t, t.TempDir())
+	b := s.NewBatch()
+	var want []string
+	for range 3 {
+		o := &records.Observable{Type: records.ObsDomain, Value: "c2.example", Lease: "lease_x", Cycle: "cycle_2", Cycles: []string{"cycle_1", "cycle_2"}}
+		records.Init(o, records.KindObservable, s.Now())
+		if data, err := b.Create(o); err != nil || data == nil {
+			t.Fatal(data, err)
+		}
+		want = append(want, o.ID)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, cycle := range []string{"cycle_1", "cycle_2"} {
+		got, err := FindBy[records.Observable](s, records.KindObservable, records.KeyCycle, cycle, nil)
+		if err != nil || len(got) != len(want) {
+			t.Errorf("cycle %s: %d observables, %v", cycle, len(got), err)
+		}
+	}
+}
+
+// TestCheckKeys: Check reports a record missing from its key, and Repair
+// puts it back.
+func TestCheckKeys(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir())
+	c := newCapture(t, s, "lease_a")
+	if err := os.Remove(filepath.Join(s.keyDir(records.KindCapture, records.KeyLease, "lease_a"), c.ID)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Check(ctx, CheckOptions{})
+	if err != nil || rep.OK() {
+		t.Fatalf("Check missed the lost key: %+v, %v", rep, err)
+	}
+	if rep, err = s.Check(ctx, CheckOptions{Repair: true}); err != nil || !rep.OK() || len(rep.Repaired) != 1 {
+		t.Fatalf("Check with Repair: %+v, %v", rep, err)
+	}
+	if got, err := FindBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_a", nil); err != nil || len(got) != 1 {
+		t.Errorf("after repair: %v, %v", captureIDs(got), err)
+	}
+}
+
+// TestBackfillKeys: a store written before keys existed gets them at its
+// next Open.
+func TestBackfillKeys(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	c := newCapture(t, s, "lease_a")
+	if err := os.RemoveAll(filepath.Join(dir, "keys")); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir)
+	got, err := FindBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_a", nil)
+	if err != nil || len(got) != 1 || got[0].ID != c.ID {
+		t.Errorf("after backfill: %v, %v", captureIDs(got), err)
+	}
+}
