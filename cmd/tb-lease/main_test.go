@@ -115,7 +115,7 @@ func host2(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	ts.Defer(h.Stop)
 	ts.Setenv("HOST2", h.URI)
-	cfg := fmt.Sprintf(`{"hosts": [{"name": "local", "uri": "qemu:///system"}, {"name": "second", "uri": %q, "accel": "tcg", "max_leases": 1}]}`, h.URI)
+	cfg := fmt.Sprintf(`{"hosts": [{"name": "local", "uri": "qemu:///system"}, {"name": "second", "uri": %q, "accel": "tcg", "max_leases": 1, "uncontained": true}]}`, h.URI)
 	ts.Check(os.WriteFile(ts.MkAbs("hosts.json"), []byte(cfg), 0o644))
 }
 

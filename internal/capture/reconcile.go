@@ -63,20 +63,12 @@ func Reconcile(ctx context.Context, st *state.Store, lab string, dryRun bool) ([
 		}
 		acts = append(acts, a)
 	}
-	ids, err := st.List(records.KindCapture)
+	running, err := state.Find(st, records.KindCapture, isRunning)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		var c records.Capture
-		if st.Get(id, &c) != nil {
-			continue
-		}
-		running := c.State == StateRunning || c.State == StateStarting
-		if !running {
-			continue
-		}
-		if !alive(st, &c) {
+	for _, c := range running {
+		if !alive(st, c) {
 			for _, s := range c.Sensors {
 				if s.State == StateRunning && s.PID > 0 && sensorProcess(s.PID, c.Spool) {
 					pid := s.PID
@@ -84,11 +76,10 @@ func Reconcile(ctx context.Context, st *state.Store, lab string, dryRun bool) ([
 						func() error { return syscall.Kill(-pid, syscall.SIGTERM) })
 				}
 			}
-			c := c
 			for _, f := range leftovers(c.Spool) {
 				f := f
 				do(Action{Action: "recover-file", Capture: c.ID, Lease: c.Lease, Reason: "written before the daemon died: " + filepath.Base(f)},
-					func() error { return recoverFile(ctx, st, &c, f) })
+					func() error { return recoverFile(ctx, st, c, f) })
 			}
 			do(Action{Action: "mark-failed", Capture: c.ID, Lease: c.Lease, Reason: "capture daemon is not running"}, func() error {
 				var u records.Capture
@@ -108,9 +99,8 @@ func Reconcile(ctx context.Context, st *state.Store, lab string, dryRun bool) ([
 		}
 		if c.Lease != "" {
 			if gone, why := leaseGone(st, c.Lease); gone {
-				c := c
 				do(Action{Action: "stop-capture", Capture: c.ID, Lease: c.Lease, Reason: why}, func() error {
-					_, _, err := Stop(ctx, st, &c)
+					_, _, err := Stop(ctx, st, c)
 					return err
 				})
 			}
@@ -200,15 +190,11 @@ func Status(ctx context.Context, st *state.Store, lab string) ([]LeaseReport, er
 		order = append(order, lease)
 		return r
 	}
-	ids, err := st.List(records.KindCapture)
+	running, err := state.Find(st, records.KindCapture, isRunning)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		var c records.Capture
-		if st.Get(id, &c) != nil || (c.State != StateRunning && c.State != StateStarting) {
-			continue
-		}
+	for _, c := range running {
 		key := cmp.Or(c.Lease, c.Iface)
 		r := get(key)
 		r.Capture, r.State, r.Iface, r.IP = c.ID, c.State, c.Iface, c.IP
@@ -332,3 +318,5 @@ func markRulesRemoved(ctx context.Context, st *state.Store, lease string) error 
 	}
 	return nil
 }
+
+func isRunning(c *records.Capture) bool { return c.State == StateRunning || c.State == StateStarting }

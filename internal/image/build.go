@@ -407,22 +407,7 @@ func nextBuildNumber(st *state.Store, s *Spec) (int, error) {
 }
 
 func listBuilds(st *state.Store) ([]*records.ImageBuildRun, error) {
-	ids, err := st.List(records.KindBuild)
-	if err != nil {
-		return nil, err
-	}
-	var out []*records.ImageBuildRun
-	for _, id := range ids {
-		var b records.ImageBuildRun
-		if err := st.Get(id, &b); err != nil {
-			if errors.Is(err, state.ErrNotFound) {
-				continue
-			}
-			return nil, err
-		}
-		out = append(out, &b)
-	}
-	return out, nil
+	return state.Find[records.ImageBuildRun](st, records.KindBuild, nil)
 }
 
 // cleanupSpec removes what killed builds of a spec left behind: work trees

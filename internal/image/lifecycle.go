@@ -112,22 +112,9 @@ func setStatus(ctx context.Context, st *state.Store, id, status string) error {
 // Images lists the image records, optionally of one spec, oldest version
 // first.
 func Images(st *state.Store, spec string) ([]*records.SandboxImage, error) {
-	ids, err := st.List(records.KindImage)
+	out, err := state.Find(st, records.KindImage, func(img *records.SandboxImage) bool { return spec == "" || img.Spec == spec })
 	if err != nil {
 		return nil, err
-	}
-	var out []*records.SandboxImage
-	for _, id := range ids {
-		var img records.SandboxImage
-		if err := st.Get(id, &img); err != nil {
-			if errors.Is(err, state.ErrNotFound) {
-				continue
-			}
-			return nil, err
-		}
-		if spec == "" || img.Spec == spec {
-			out = append(out, &img)
-		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Spec != out[j].Spec {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 
@@ -45,6 +46,19 @@ type HostConfig struct {
 	Arch string `json:"arch,omitempty"`
 	// MaxLeases caps the leases placed on the host (0: no cap).
 	MaxLeases int `json:"max_leases,omitempty"`
+	// Uncontained lets leases be placed on a remote host. Talkbox sets up
+	// its lab, containment rules and capture only on the host that runs
+	// the tools, so a guest on a remote host is contained only by what
+	// its operator set up there: without this, a remote host is never
+	// chosen.
+	Uncontained bool `json:"uncontained,omitempty"`
+}
+
+// Remote reports whether the host is another machine's libvirtd (a URI
+// with a host part: qemu+tcp://, qemu+ssh://), not this machine's.
+func (h HostConfig) Remote() bool {
+	u, err := url.Parse(h.URI)
+	return err != nil || u.Host != ""
 }
 
 // PoolConfig is a pool's quota.

@@ -169,22 +169,7 @@ func (m *Manager) ownedLease(desc string) (string, bool) {
 
 // Leases lists the lease records, oldest first.
 func (m *Manager) Leases() ([]*records.SandboxLease, error) {
-	ids, err := m.St.List(records.KindLease)
-	if err != nil {
-		return nil, err
-	}
-	var out []*records.SandboxLease
-	for _, id := range ids {
-		var l records.SandboxLease
-		if err := m.St.Get(id, &l); err != nil {
-			if errors.Is(err, state.ErrNotFound) {
-				continue
-			}
-			return nil, err
-		}
-		out = append(out, &l)
-	}
-	return out, nil
+	return state.Find[records.SandboxLease](m.St, records.KindLease, nil)
 }
 
 // Get reads one lease.

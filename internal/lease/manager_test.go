@@ -142,9 +142,9 @@ func fakeManager(t *testing.T, cfg *Config, hosts map[string]*fakeHost) *Manager
 func TestPlacement(t *testing.T) {
 	cfg := func(placement string) *Config {
 		return &Config{Placement: placement, Hosts: []HostConfig{
-			{Name: "arm", URI: "qemu+tcp://arm/system", Arch: "arm64", MaxLeases: 4},
-			{Name: "x86", URI: "qemu+tcp://x86/system", Arch: debArch(), Accel: "kvm", MaxLeases: 2},
-			{Name: "down", URI: "qemu+tcp://down/system"},
+			{Name: "arm", URI: "qemu+tcp://arm/system", Arch: "arm64", MaxLeases: 4, Uncontained: true},
+			{Name: "x86", URI: "qemu+tcp://x86/system", Arch: debArch(), Accel: "kvm", MaxLeases: 2, Uncontained: true},
+			{Name: "down", URI: "qemu+tcp://down/system", Uncontained: true},
 		}}
 	}
 	hosts := func() map[string]*fakeHost {
@@ -191,8 +191,24 @@ func TestPlacement(t *testing.T) {
 			t.Errorf("%s: placed on %q (%v), want %q (exit %d)", tc.name, got, err, tc.want, tc.code)
 		}
 	}
+	// A remote host its configuration does not declare uncontained gets
+	// no lease: passed over, refused by name (exit 2), and when it is the
+	// only host, said so (exit 2).
+	local := &Config{Placement: LeastLoaded, Hosts: []HostConfig{{Name: "local", URI: "qemu:///system"}, {Name: "remote", URI: "qemu+tcp://remote/system"}}}
+	both := map[string]*fakeHost{"local": newFakeHost("qemu:///system", 8192, 100), "remote": newFakeHost("qemu+tcp://remote/system", 8192, 8000)}
+	m := fakeManager(t, local, both)
+	if h, err := m.place(context.Background(), &Request{}, img, nil); err != nil || h.Name != "local" {
+		t.Errorf("a contained and an uncontained host: placed on %q, %v", h.Name, err)
+	}
+	if _, err := m.place(context.Background(), &Request{Host: "remote"}, img, nil); fault.Code(err) != fault.ExitUsage || !strings.Contains(err.Error(), `"uncontained": true`) {
+		t.Errorf("explicit uncontained host: %v", err)
+	}
+	m = fakeManager(t, &Config{Placement: LeastLoaded, Hosts: local.Hosts[1:]}, both)
+	if _, err := m.place(context.Background(), &Request{}, img, nil); fault.Code(err) != fault.ExitUsage {
+		t.Errorf("only an uncontained host: %v", err)
+	}
 	// Nothing reachable: exit 69; every host full: exit 75.
-	m := fakeManager(t, cfg(LeastLoaded), nil)
+	m = fakeManager(t, cfg(LeastLoaded), nil)
 	if _, err := m.place(context.Background(), &Request{}, img, nil); fault.Code(err) != fault.ExitUnavailable {
 		t.Errorf("no host reachable: %v", err)
 	}
@@ -240,7 +256,7 @@ func storedLease(t *testing.T, m *Manager, h *fakeHost, host, imageID string, go
 
 func TestReap(t *testing.T) {
 	h := newFakeHost("qemu+tcp://h/system", 4096, 2048)
-	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: "qemu+tcp://h/system"}}}, map[string]*fakeHost{"h": h})
+	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: "qemu+tcp://h/system", Uncontained: true}}}, map[string]*fakeHost{"h": h})
 	live := storedLease(t, m, h, "h", "", false)
 	vanished := storedLease(t, m, h, "h", "", true)
 	orphan := records.NewID(records.KindLease, m.St.Now())
@@ -278,7 +294,7 @@ func TestHealRestartsThenReplaces(t *testing.T) {
 		t.Fatal("qemu-img is needed (scripts/deps.sh installs it)")
 	}
 	h := newFakeHost("qemu+tcp://h/system", 4096, 2048)
-	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: "qemu+tcp://h/system"}}}, map[string]*fakeHost{"h": h})
+	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: "qemu+tcp://h/system", Uncontained: true}}}, map[string]*fakeHost{"h": h})
 	img := testImage("amd64", "")
 	img.Dir = m.St.Path("images", "test")
 	img.Boot = records.ImageBoot{Arch: "x86_64", Kernel: "vmlinuz", Initrd: "initrd.img", Disk: "disk.qcow2", Emulator: "qemu-system-x86_64"}

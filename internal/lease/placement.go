@@ -74,7 +74,12 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 		count[l.Host]++
 	}
 	var cands []HostConfig
+	uncontained := 0
 	for _, h := range m.Cfg.Hosts {
+		if h.Remote() && !h.Uncontained {
+			uncontained++
+			continue
+		}
 		if h.MaxLeases > 0 && count[h.Name] >= h.MaxLeases {
 			continue
 		}
@@ -89,6 +94,9 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 		if !ok {
 			return HostConfig{}, fault.Usage(fmt.Errorf("host %q is not in the configuration", r.Host))
 		}
+		if h.Remote() && !h.Uncontained {
+			return HostConfig{}, fault.Usage(notContained(h))
+		}
 		if h.MaxLeases > 0 && count[h.Name] >= h.MaxLeases {
 			return HostConfig{}, fault.TempFail(fmt.Errorf("host %s is full: %d of %d leases", h.Name, count[h.Name], h.MaxLeases))
 		}
@@ -96,6 +104,9 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 	case LeastLoaded, NativeArchFirst:
 	default:
 		return HostConfig{}, fault.Usage(fmt.Errorf("unknown placement %q (least-loaded, native-arch-first, explicit)", strategy))
+	}
+	if len(cands) == 0 && uncontained == len(m.Cfg.Hosts) {
+		return HostConfig{}, fault.Usage(notContained(m.Cfg.Hosts[0]))
 	}
 	if len(cands) == 0 {
 		return HostConfig{}, fault.TempFail(errors.New("every host is full; release leases and retry"))
@@ -181,4 +192,9 @@ func (m *Manager) accel(ctx context.Context, h HostConfig, want string, img *rec
 
 func isLocal(uri string) bool {
 	return uri == "" || strings.HasPrefix(uri, "qemu:///") || strings.HasPrefix(uri, "qemu+unix:///")
+}
+
+// notContained says why a remote host gets no lease.
+func notContained(h HostConfig) error {
+	return fmt.Errorf("host %s (%s) is remote: Talkbox sets up no lab, containment rules or capture there, so it places no lease there unless its configuration says \"uncontained\": true", h.Name, h.URI)
 }

@@ -91,18 +91,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*records.LeaseSnapsh
 
 // Snapshots lists the snapshot records, oldest first.
 func (m *Manager) Snapshots() ([]*records.LeaseSnapshot, error) {
-	ids, err := m.St.List(records.KindSnapshot)
-	if err != nil {
-		return nil, err
-	}
-	var out []*records.LeaseSnapshot
-	for _, id := range ids {
-		var s records.LeaseSnapshot
-		if err := m.St.Get(id, &s); err == nil {
-			out = append(out, &s)
-		}
-	}
-	return out, nil
+	return state.Find[records.LeaseSnapshot](m.St, records.KindSnapshot, nil)
 }
 
 // DeleteSnapshot removes a snapshot's files and record.

@@ -39,8 +39,6 @@ func (a *Artifact) IndexKeys() []IndexKey { return keysOf(KeyLease, a.Lease, Key
 
 func (c *Cycle) IndexKeys() []IndexKey { return keysOf(KeyLease, c.Lease, KeySample, c.Sample) }
 
-func (e *Event) IndexKeys() []IndexKey { return keysOf(KeyCycle, e.Cycle) }
-
 func (r *AllowRevision) IndexKeys() []IndexKey { return keysOf(KeyChain, r.Chain) }
 
 func (l *SandboxLease) IndexKeys() []IndexKey { return keysOf(KeyHolder, l.Holder) }
