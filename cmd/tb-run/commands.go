@@ -317,7 +317,10 @@ func (c *reportCmd) Run(env *cli.Env) error {
 		if c.Output == "" {
 			return fn(env.Stdout)
 		}
-		return files.WriteAtomicFunc(c.Output, 0o644, fn)
+		if err := files.WriteAtomicFunc(c.Output, 0o644, fn); err != nil {
+			return fmt.Errorf("-o %s: %w", c.Output, err)
+		}
+		return nil
 	}
 	if c.Format == "html" || c.Format == "json" && len(c.IDs) == 0 {
 		r, err := leasereport.Collect(env.Ctx, st, target)
