@@ -16,6 +16,8 @@ pkgs=(
   nftables iproute2 tcpdump tshark inetsim dnsmasq-base busybox-static
   # The lease report's browser test (internal/leasereport) renders in headless Chromium.
   chromium
+  # The PostgreSQL state backend's tests start throw-away clusters from it (internal/state/pgtest).
+  postgresql
   # The C beacon's cross compilers (make cbeacons); with --no-install-recommends
   # each needs its libc spelled out.
   gcc-arm-linux-gnueabi gcc-arm-linux-gnueabihf gcc-mips-linux-gnu gcc-mipsel-linux-gnu

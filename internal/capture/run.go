@@ -315,7 +315,7 @@ func spawn(ctx context.Context, st *state.Store, rec *records.Capture, argv []st
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(argv[0], append(argv[1:], "--state", st.Root(), "daemon", rec.ID)...)
+	cmd := exec.Command(argv[0], append(append(argv[1:], st.Flags()...), "daemon", rec.ID)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

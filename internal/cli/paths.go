@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // defaultStateDir is the state directory when neither --state nor TB_STATE
@@ -32,4 +33,18 @@ func ConfigDir(name string) string {
 	}
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".config", "talkbox", name)
+}
+
+// absPath is what kong's "path" type made of --state before it could be a
+// URL: ~ expanded, made absolute.
+func absPath(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			p = filepath.Join(home, p[1:])
+		}
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }

@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"github.com/talkbox-sandbox/talkbox/internal/progress"
@@ -25,7 +26,8 @@ import (
 
 // Globals are the flags every tool takes. Embed it in each tool's CLI struct.
 type Globals struct {
-	State     string           `name:"state" env:"TB_STATE" type:"path" placeholder:"DIR" help:"State directory (default /var/lib/talkbox as root, $$XDG_STATE_HOME/talkbox otherwise)."`
+	State     string           `name:"state" env:"TB_STATE" placeholder:"DIR|URL" help:"State directory (default /var/lib/talkbox as root, $$XDG_STATE_HOME/talkbox otherwise), or the postgres:// URL of a fleet's shared database."`
+	Local     string           `name:"local" env:"TB_LOCAL" type:"path" placeholder:"DIR" help:"This host's own directory (blobs, images, leases, captures) when --state is a database URL (default as --state's)."`
 	LogFormat string           `name:"log-format" enum:"text,json" default:"text" help:"Log format on stderr: text or json."`
 	LogLevel  string           `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least severe log level shown."`
 	Version   kong.VersionFlag `name:"version" help:"Print the version and exit."`
@@ -47,18 +49,29 @@ type Env struct {
 	logTo *progress.LogWriter
 }
 
-// StateDir is the state directory chosen by --state, TB_STATE or default.
+// StateDir is this host's state directory: --state, TB_STATE or the
+// default; with a database URL there, --local, TB_LOCAL or the default.
 func (e *Env) StateDir() string {
+	if state.IsSharedURL(e.G.State) {
+		return cmp.Or(e.G.Local, defaultStateDir())
+	}
 	if e.G.State != "" {
-		return e.G.State
+		return absPath(e.G.State)
 	}
 	return defaultStateDir()
 }
 
-// OpenState opens (creating if needed) the state directory.
+// OpenState opens (creating if needed) the state directory, and connects
+// to the shared database when --state names one.
 func (e *Env) OpenState(opts ...state.Option) (*state.Store, error) {
+	if state.IsSharedURL(e.G.State) {
+		opts = append(opts, state.WithShared(e.G.State))
+	}
 	s, err := state.Open(e.Ctx, e.StateDir(), opts...)
 	if err != nil {
+		if fault.Code(err) != fault.ExitFailure {
+			return nil, fmt.Errorf("opening state: %w", err)
+		}
 		return nil, fault.Failure(fmt.Errorf("opening state: %w", err))
 	}
 	return s, nil

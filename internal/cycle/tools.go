@@ -46,7 +46,7 @@ func (t *Tools) run(ctx context.Context, stdin io.Reader, name string, args ...s
 	}
 	// The records this process wrote must be on disk for the tool to
 	// read them: the page cache is shared, so they are.
-	cmd := exec.CommandContext(ctx, p, append([]string{"--state", t.St.Root()}, args...)...)
+	cmd := exec.CommandContext(ctx, p, append(t.St.Flags(), args...)...)
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

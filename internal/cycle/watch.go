@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -23,7 +22,7 @@ func Watch(ctx context.Context, st *state.Store, w io.Writer, cycles []string, a
 		want[id] = true
 	}
 	left := len(want)
-	fl, err := st.FollowJournal(len(want) > 0 || all)
+	fl, err := st.FollowJournal(ctx, len(want) > 0 || all)
 	if err != nil {
 		return err
 	}
@@ -34,8 +33,7 @@ func Watch(ctx context.Context, st *state.Store, w io.Writer, cycles []string, a
 			return err
 		}
 		if e == nil {
-			// The journal has no change notification; following polls it.
-			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			if err := fl.Wait(ctx); err != nil {
 				return nil
 			}
 			continue

@@ -15,7 +15,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// Batch creates many new records, and index keys naming them, with one
+// dirBatch creates many new records, and index keys naming them, with one
 // intent file and one journal append for all of them: the intent (every
 // record's journal entry, then every key) is written, the entries appended
 // to the journal in one write, which commits them, then each record's file
@@ -26,16 +26,16 @@ import (
 // never half of one; recovery (Open) gives a committed record its file and
 // its keys from the intent, and discards the rest.
 //
-// A Batch never waits for a lock: a record or key another writer holds is
+// A dirBatch never waits for a lock: a record or key another writer holds is
 // refused (TryLockIndex false, Create nil), and the caller commits the batch
 // before writing that one the ordinary way, so that a batch never holds
 // locks while it waits for another (which could deadlock with a second
 // batch). Nor may the caller write, through the Store, a record or key the
 // batch has locked before Commit: the Store would wait for the batch's lock.
 //
-// A Batch is used by one goroutine.
-type Batch struct {
-	s *Store
+// A dirBatch is used by one goroutine.
+type dirBatch struct {
+	s *dirStore
 	// fds holds one descriptor per lock file, through which every byte lock
 	// of the batch in that file is taken; closing it releases them all.
 	fds  map[string]int
@@ -59,18 +59,20 @@ type batchKey struct {
 	ID    string `json:"id"`
 }
 
-// NewBatch starts an empty batch.
-func (s *Store) NewBatch() *Batch {
-	return &Batch{s: s, fds: make(map[string]int), held: make(map[string]bool)}
+// newDirBatch starts an empty batch.
+func (s *dirStore) newBatch() batcher { return s.newDirBatch() }
+
+func (s *dirStore) newDirBatch() *dirBatch {
+	return &dirBatch{s: s, fds: make(map[string]int), held: make(map[string]bool)}
 }
 
 // Idle reports whether the batch holds nothing: no record, key or lock.
-func (b *Batch) Idle() bool { return len(b.recs) == 0 && len(b.keys) == 0 && len(b.held) == 0 }
+func (b *dirBatch) Idle() bool { return len(b.recs) == 0 && len(b.keys) == 0 && len(b.held) == 0 }
 
 // tryLock takes byte off of the lock file path for the batch without
 // waiting. False: another holder has it, or the batch already does under
 // the same name (a second write of one record or key in a batch).
-func (b *Batch) tryLock(path, name string) (bool, error) {
+func (b *dirBatch) tryLock(path, name string) (bool, error) {
 	k := path + "\x00" + name
 	if b.held[k] {
 		return false, nil
@@ -101,7 +103,7 @@ func (b *Batch) tryLock(path, name string) (bool, error) {
 
 // TryLockIndex takes an index key's lock for the batch. False: another
 // writer holds it, or this batch does already.
-func (b *Batch) TryLockIndex(name, key string) (bool, error) {
+func (b *dirBatch) TryLockIndex(name, key string) (bool, error) {
 	if !records.ValidKind(name) {
 		// The key itself is checked by SetIndex; any key names a lock byte.
 		return false, fmt.Errorf("invalid index name %q", name)
@@ -115,7 +117,7 @@ func (b *Batch) TryLockIndex(name, key string) (bool, error) {
 // is not stored. It returns the record as it will be stored: one line of
 // JSON, without the newline. Nil, and no error: the record's lock is held
 // elsewhere, or r's ID is in the batch already.
-func (b *Batch) Create(r records.Record) ([]byte, error) {
+func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 	h := r.Header()
 	kind, err := checkRef(h.ID)
 	if err != nil {
@@ -139,7 +141,7 @@ func (b *Batch) Create(r records.Record) ([]byte, error) {
 // single write's intent in the way can only be a dead writer's: it is
 // settled as commitLocked settles it, and the ID checked again, since
 // settling may have rolled a committed write forward.
-func (b *Batch) checkNew(r *batchRec) error {
+func (b *dirBatch) checkNew(r *batchRec) error {
 	s := b.s
 	path := s.recordPath(r.kind, r.id)
 	for try := 0; ; try++ {
@@ -165,7 +167,7 @@ func (b *Batch) checkNew(r *batchRec) error {
 // SetIndex points an index key, whose lock the batch holds (TryLockIndex),
 // at id. Keys are written after the records, so that a key never names a
 // record a crash left unwritten.
-func (b *Batch) SetIndex(name, key, id string) error {
+func (b *dirBatch) SetIndex(name, key, id string) error {
 	if _, err := b.s.indexPath(name, key); err != nil {
 		return err
 	}
@@ -184,7 +186,7 @@ func (b *Batch) SetIndex(name, key, id string) error {
 // stored: those that were (an error after the journal append) are rolled
 // forward by the next write of the record or by Open, like a single write
 // that failed late.
-func (b *Batch) Commit() error {
+func (b *dirBatch) Commit() error {
 	defer b.release()
 	err := b.commit()
 	if err != nil {
@@ -196,7 +198,7 @@ func (b *Batch) Commit() error {
 	return err
 }
 
-func (b *Batch) commit() error {
+func (b *dirBatch) commit() error {
 	s := b.s
 	if len(b.recs) == 0 {
 		return b.placeKeys()
@@ -258,7 +260,7 @@ func (b *Batch) commit() error {
 // Each entry is encoded without its record, which is spliced in as its last
 // field: the record is one compact line already (stamp), and the encoder
 // would scan it again to compact it.
-func (b *Batch) intentBody() (body []byte, journalLen int, err error) {
+func (b *dirBatch) intentBody() (body []byte, journalLen int, err error) {
 	var buf, head bytes.Buffer
 	enc := json.NewEncoder(&head)
 	enc.SetEscapeHTML(false) // see appendJournal
@@ -291,7 +293,7 @@ func (b *Batch) intentBody() (body []byte, journalLen int, err error) {
 // placeRecords gives every queued record its file. Files of one directory
 // are created one after the other (the directory's lock serialises them in
 // the kernel anyway), directories in parallel.
-func (b *Batch) placeRecords() error {
+func (b *dirBatch) placeRecords() error {
 	s := b.s
 	first := b.recs[0]
 	if err := s.placeRecord(first.kind, first.id, first.data); err != nil {
@@ -308,7 +310,7 @@ func (b *Batch) placeRecords() error {
 
 // placeKeys writes the queued index keys, a directory's one after the
 // other and directories in parallel.
-func (b *Batch) placeKeys() error {
+func (b *dirBatch) placeKeys() error {
 	byDir := make(map[string][]func() error)
 	for _, k := range b.keys {
 		path, _ := b.s.indexPath(k.Index, k.Key) // checked by SetIndex
@@ -342,7 +344,7 @@ func inParallel(lists map[string][]func() error) error {
 
 // release closes the batch's lock descriptors, which drops its locks, and
 // empties it.
-func (b *Batch) release() {
+func (b *dirBatch) release() {
 	for path, fd := range b.fds {
 		unix.Close(fd)
 		delete(b.fds, path)

@@ -20,7 +20,7 @@ import (
 // tmp/. A crash before the link leaves nothing behind. Where O_TMPFILE is
 // not supported, or to replace a blob of the wrong size, it writes as
 // PutBlob does.
-func (s *Store) PutBlobBytes(ctx context.Context, sha string, data []byte) (Blob, error) {
+func (s *dirStore) PutBlobBytes(ctx context.Context, sha string, data []byte) (Blob, error) {
 	if !validSHA256(sha) {
 		return Blob{}, fmt.Errorf("invalid sha256 %q", sha)
 	}
@@ -59,7 +59,7 @@ var noTmpfile bool
 // final) and links it as final; hookAt, if set, is the crash point between
 // the two. False, and nothing written, when the filesystem has no O_TMPFILE
 // or final exists.
-func (s *Store) linkTmpfile(dir, final string, data []byte, mode uint32, hookAt string) (bool, error) {
+func (s *dirStore) linkTmpfile(dir, final string, data []byte, mode uint32, hookAt string) (bool, error) {
 	fd, err := s.newTmpfile(dir, data, mode)
 	if err != nil || fd < 0 {
 		return false, err
@@ -82,7 +82,7 @@ func (s *Store) linkTmpfile(dir, final string, data []byte, mode uint32, hookAt 
 // must be durable, and returns its descriptor: -1, and no error, when the
 // filesystem has no O_TMPFILE. Nothing is left behind if it is closed
 // without a link (linkFd), whatever kills the process.
-func (s *Store) newTmpfile(dir string, data []byte, mode uint32) (int, error) {
+func (s *dirStore) newTmpfile(dir string, data []byte, mode uint32) (int, error) {
 	if noTmpfile {
 		return -1, nil
 	}

@@ -24,7 +24,7 @@ const (
 	opIndex           = "index" // an index key in a batch's intent
 )
 
-func (s *Store) batchLockPath() string { return filepath.Join(s.root, "locks", "batch") }
+func (s *dirStore) batchLockPath() string { return filepath.Join(s.root, "locks", "batch") }
 
 // batchIntentName returns the batch named by an intent file name.
 func batchIntentName(file string) (string, bool) {
@@ -35,7 +35,7 @@ func batchIntentName(file string) (string, bool) {
 // writeNewFile creates path, which must not exist, whole: through an
 // unnamed file linked into place, or a temporary file renamed into place
 // where the filesystem has no O_TMPFILE.
-func (s *Store) writeNewFile(path string, data []byte, mode uint32) error {
+func (s *dirStore) writeNewFile(path string, data []byte, mode uint32) error {
 	linked, err := s.linkTmpfile(filepath.Dir(path), path, data, mode, "")
 	if err != nil || linked {
 		return err
@@ -50,7 +50,7 @@ func (s *Store) writeNewFile(path string, data []byte, mode uint32) error {
 // placeRecord writes the file of a record whose write the journal has
 // committed; the caller holds its lock. A file already there is the same
 // record, placed by a recovery that ran first.
-func (s *Store) placeRecord(kind, id string, data []byte) error {
+func (s *dirStore) placeRecord(kind, id string, data []byte) error {
 	path := s.recordPath(kind, id)
 	if err := s.ensureDir(filepath.Dir(path)); err != nil {
 		return err
@@ -65,7 +65,7 @@ func (s *Store) placeRecord(kind, id string, data []byte) error {
 // placeKey points the index key at path to id, whose record is in place;
 // the caller holds the key's lock. A key already there (naming a record
 // that is gone) is replaced.
-func (s *Store) placeKey(path, id string) error {
+func (s *dirStore) placeKey(path, id string) error {
 	if err := s.ensureDir(filepath.Dir(path)); err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func (s *Store) placeKey(path, id string) error {
 // file if it has none; the rest never committed. An index key is set if it
 // is missing and the record it names is there. The intent is removed last,
 // so a crash here leaves it to the next recovery.
-func (s *Store) settleBatch(ctx context.Context, intent string, held bool) error {
+func (s *dirStore) settleBatch(ctx context.Context, intent string, held bool) error {
 	data, err := readFile(intent)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -145,7 +145,7 @@ func (s *Store) settleBatch(ctx context.Context, intent string, held bool) error
 	return s.syncDir(filepath.Dir(intent))
 }
 
-func (s *Store) settleBatchRecord(e *entry) error {
+func (s *dirStore) settleBatchRecord(e *entry) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(s.recordPath(e.Kind, e.ID), &st); err == nil {
 		return nil
@@ -157,7 +157,7 @@ func (s *Store) settleBatchRecord(e *entry) error {
 	return s.placeRecord(e.Kind, e.ID, bytes.TrimSpace(e.Record))
 }
 
-func (s *Store) settleBatchKey(k *batchKey) error {
+func (s *dirStore) settleBatchKey(k *batchKey) error {
 	path, err := s.indexPath(k.Index, k.Key)
 	if err != nil {
 		return err
@@ -175,7 +175,7 @@ func (s *Store) settleBatchKey(k *batchKey) error {
 
 // recoverBatch settles the batch of an intent file if its writer is dead.
 // False: the writer lives (it holds the batch's lock).
-func (s *Store) recoverBatch(ctx context.Context, name string) (bool, error) {
+func (s *dirStore) recoverBatch(ctx context.Context, name string) (bool, error) {
 	unlock, locked, err := lockFile(ctx, s.batchLockPath(), lockOffset(name), false)
 	if err != nil || !locked {
 		return false, err

@@ -43,7 +43,7 @@ func toLower(s string) string {
 }
 
 // BlobPath is where the blob with this digest lives (whether or not it exists).
-func (s *Store) BlobPath(sha string) string {
+func (s *dirStore) BlobPath(sha string) string {
 	if !validSHA256(sha) {
 		// Never a stored blob, and never outside the blob directory.
 		return filepath.Join(s.root, "blobs", "sha256", "invalid")
@@ -52,7 +52,7 @@ func (s *Store) BlobPath(sha string) string {
 }
 
 // HasBlob reports whether a blob is stored.
-func (s *Store) HasBlob(sha string) bool {
+func (s *dirStore) HasBlob(sha string) bool {
 	if !validSHA256(sha) {
 		return false
 	}
@@ -61,7 +61,7 @@ func (s *Store) HasBlob(sha string) bool {
 }
 
 // OpenBlob opens a stored blob for reading.
-func (s *Store) OpenBlob(sha string) (*os.File, error) {
+func (s *dirStore) OpenBlob(sha string) (*os.File, error) {
 	if !validSHA256(sha) {
 		return nil, fmt.Errorf("invalid sha256 %q", sha)
 	}
@@ -74,13 +74,13 @@ func (s *Store) OpenBlob(sha string) (*os.File, error) {
 
 // PutBlob stores the content of r and returns its digest. Content already
 // stored is not written again.
-func (s *Store) PutBlob(ctx context.Context, r io.Reader) (Blob, error) {
+func (s *dirStore) PutBlob(ctx context.Context, r io.Reader) (Blob, error) {
 	return s.putBlob(ctx, "", r)
 }
 
 // PutBlobKnown stores content whose sha256 the caller already computed; when
 // that blob exists nothing is read. The digest is checked while writing.
-func (s *Store) PutBlobKnown(ctx context.Context, sha string, r io.Reader) (Blob, error) {
+func (s *dirStore) PutBlobKnown(ctx context.Context, sha string, r io.Reader) (Blob, error) {
 	if !validSHA256(sha) {
 		return Blob{}, fmt.Errorf("invalid sha256 %q", sha)
 	}
@@ -90,7 +90,7 @@ func (s *Store) PutBlobKnown(ctx context.Context, sha string, r io.Reader) (Blob
 	return s.putBlob(ctx, sha, r)
 }
 
-func (s *Store) putBlob(ctx context.Context, want string, r io.Reader) (Blob, error) {
+func (s *dirStore) putBlob(ctx context.Context, want string, r io.Reader) (Blob, error) {
 	if err := ctx.Err(); err != nil {
 		return Blob{}, err
 	}
@@ -111,7 +111,7 @@ func (s *Store) putBlob(ctx context.Context, want string, r io.Reader) (Blob, er
 // BlobWriter writes a blob as it is produced (a flow log while tb-parse
 // reads its capture): nothing is visible under a digest until Commit.
 type BlobWriter struct {
-	s    *Store
+	s    *dirStore
 	f    *os.File
 	h    hash.Hash
 	n    int64
@@ -119,7 +119,7 @@ type BlobWriter struct {
 }
 
 // CreateBlob starts a blob in the store's temporary directory.
-func (s *Store) CreateBlob() (*BlobWriter, error) {
+func (s *dirStore) CreateBlob() (*BlobWriter, error) {
 	tmp, err := createTemp(filepath.Join(s.root, "tmp"), "blob-")
 	if err != nil {
 		return nil, err
@@ -171,7 +171,7 @@ func (w *BlobWriter) Abort() {
 // linkIntoPlace publishes a finished temp file under its final name. link(2)
 // never replaces an existing blob: blobs are not rewritten, except one whose
 // size is wrong (cut short by a power cut before a Flush), which is replaced.
-func (s *Store) linkIntoPlace(tmp, final string, size int64) error {
+func (s *dirStore) linkIntoPlace(tmp, final string, size int64) error {
 	if err := s.ensureDir(filepath.Dir(final)); err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (s *Store) linkIntoPlace(tmp, final string, size int64) error {
 
 // Flush makes every write so far durable with one syncfs(2). Under
 // SyncEachWrite there is nothing left to do.
-func (s *Store) Flush() error {
+func (s *dirStore) Flush() error {
 	if s.durability == SyncEachWrite {
 		return nil
 	}

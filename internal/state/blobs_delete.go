@@ -20,7 +20,7 @@ import (
 // LockBlob takes the lock of one blob (one byte of locks/blobs, so that no
 // file is created per blob). It also excludes other goroutines of this
 // process.
-func (s *Store) LockBlob(ctx context.Context, sha string) (unlock func(), err error) {
+func (s *dirStore) LockBlob(ctx context.Context, sha string) (unlock func(), err error) {
 	if !validSHA256(sha) {
 		return nil, fmt.Errorf("invalid sha256 %q", sha)
 	}
@@ -32,7 +32,7 @@ func (s *Store) LockBlob(ctx context.Context, sha string) (unlock func(), err er
 // sure no record still needs it. A blob already gone is not an error, so a
 // deletion cut short by a crash can simply be done again. Its directory is
 // kept: other blobs land there, and this process remembers it exists.
-func (s *Store) DeleteBlob(sha string) error {
+func (s *dirStore) DeleteBlob(sha string) error {
 	if !validSHA256(sha) {
 		return fmt.Errorf("invalid sha256 %q", sha)
 	}

@@ -70,7 +70,7 @@ func (r *CheckReport) problem(id, path, format string, args ...any) {
 // checked again under their lock, so Check may run on a live store. The
 // error is for failures to read the store; what is wrong with it is in the
 // report.
-func (s *Store) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error) {
+func (s *dirStore) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error) {
 	rep := &CheckReport{}
 	if err := s.recoverIntents(ctx); err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func (s *Store) Check(ctx context.Context, opts CheckOptions) (*CheckReport, err
 
 // checkAgainstJournal compares one record file with its last journal entry
 // under the record's lock, where neither can change.
-func (s *Store) checkAgainstJournal(ctx context.Context, rep *CheckReport, kind, id string) error {
+func (s *dirStore) checkAgainstJournal(ctx context.Context, rep *CheckReport, kind, id string) error {
 	unlock, err := s.lockRecord(ctx, kind, id)
 	if err != nil {
 		return err
@@ -202,7 +202,7 @@ func (s *Store) checkAgainstJournal(ctx context.Context, rep *CheckReport, kind,
 
 // checkIntents reports intents that are still there: held by a live writer
 // (in flight) or, if a writer died after recovery ran, a problem.
-func (s *Store) checkIntents(ctx context.Context, rep *CheckReport) error {
+func (s *dirStore) checkIntents(ctx context.Context, rep *CheckReport) error {
 	dir := filepath.Join(s.root, "intents")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -247,7 +247,7 @@ func (s *Store) checkIntents(ctx context.Context, rep *CheckReport) error {
 }
 
 // checkBlobs re-hashes every blob.
-func (s *Store) checkBlobs(ctx context.Context, rep *CheckReport) error {
+func (s *dirStore) checkBlobs(ctx context.Context, rep *CheckReport) error {
 	dir := filepath.Join(s.root, "blobs", "sha256")
 	subs, err := os.ReadDir(dir)
 	if err != nil {

@@ -56,7 +56,7 @@ type CompactStats struct {
 // Compact compacts the journal now, whatever its size. Writes by this and
 // other processes wait for it (they need the journal's flock). A journal
 // that has not changed since its last compaction is left alone.
-func (s *Store) Compact(ctx context.Context) (CompactStats, error) {
+func (s *dirStore) Compact(ctx context.Context) (CompactStats, error) {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	f, size, err := s.lockJournal()
@@ -73,7 +73,7 @@ func (s *Store) Compact(ctx context.Context) (CompactStats, error) {
 	return stats, err
 }
 
-func (s *Store) compactTempPath() string { return filepath.Join(s.root, "tmp", "journal.compact") }
+func (s *dirStore) compactTempPath() string { return filepath.Join(s.root, "tmp", "journal.compact") }
 
 // kept is a journal line a compaction may keep.
 type kept struct {
@@ -95,7 +95,7 @@ var errTornSurvivor = errors.New("a kept journal line is torn")
 // (quickEntry), and only the lines kept are checked in full (as JSON) as
 // they are copied. If one of them turns out torn, the compaction starts
 // again decoding every line.
-func (s *Store) compactLocked(ctx context.Context, f *os.File, size int64) (CompactStats, bool, error) {
+func (s *dirStore) compactLocked(ctx context.Context, f *os.File, size int64) (CompactStats, bool, error) {
 	stats, retired, err := s.compactOnce(ctx, f, size, false)
 	if errors.Is(err, errTornSurvivor) {
 		stats, retired, err = s.compactOnce(ctx, f, size, true)
@@ -103,7 +103,7 @@ func (s *Store) compactLocked(ctx context.Context, f *os.File, size int64) (Comp
 	return stats, retired, err
 }
 
-func (s *Store) compactOnce(ctx context.Context, f *os.File, size int64, decodeAll bool) (stats CompactStats, retired bool, err error) {
+func (s *dirStore) compactOnce(ctx context.Context, f *os.File, size int64, decodeAll bool) (stats CompactStats, retired bool, err error) {
 	stats.Before = size
 	var gen int64
 	last := make(map[string]kept)
@@ -230,7 +230,7 @@ func quickEntry(line []byte) (k kept, ok bool) {
 // writeCompacted writes the new journal: the header, then the kept lines of
 // f in order, each with its position. It is fsynced whatever the store's
 // durability: after the rename it is the only copy of the journal.
-func (s *Store) writeCompacted(ctx context.Context, f *os.File, size, gen int64, head []byte, keep []kept, path string, want int64) error {
+func (s *dirStore) writeCompacted(ctx context.Context, f *os.File, size, gen int64, head []byte, keep []kept, path string, want int64) error {
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
 		return err
@@ -292,7 +292,7 @@ func posField(gen, off int64) string {
 // word on the record is that delete. Once both are gone nothing reads the
 // tombstone. No put of the record can be appended meanwhile: the caller
 // holds the journal's flock.
-func (s *Store) tombstoneNeeded(id string) bool {
+func (s *dirStore) tombstoneNeeded(id string) bool {
 	kind, err := checkRef(id)
 	if err != nil {
 		return true

@@ -308,7 +308,7 @@ func followAll(t testing.TB, fl *JournalFollower) []string {
 func TestFollowerAcrossCompactions(t *testing.T) {
 	ctx := context.Background()
 	s := openT(t, t.TempDir(), WithDurability(SyncOnFlush), WithJournalLimit(0))
-	fromStart, err := s.FollowJournal(true) // before there is a journal
+	fromStart, err := s.followFile(true) // before there is a journal
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestFollowerAcrossCompactions(t *testing.T) {
 	event()
 	update()
 	read()
-	fromEnd, err := s.FollowJournal(false)
+	fromEnd, err := s.followFile(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func TestFollowerAcrossCompactions(t *testing.T) {
 	check("follower from the end", followAll(t, fromEnd), all[mark:], superseded)
 
 	// A new follower from the start reads what compaction kept, in order.
-	again, err := s.FollowJournal(true)
+	again, err := s.followFile(true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ var claimKeys = []string{"k0", "k1", "k2"}
 // and "done …" after each operation.
 func workerChaos() {
 	ctx := context.Background()
-	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(durabilityFromEnv()), journalLimitFromEnv())
+	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(durabilityFromEnv()), journalLimitFromEnv(), sharedFromEnv())
 	if err != nil {
 		fail("open: %v", err)
 	}
@@ -252,7 +252,9 @@ func sameRecs(a, b map[string]recState) bool {
 	return true
 }
 
-func TestCrashRandomKill(t *testing.T) {
+func TestCrashRandomKill(t *testing.T) { eachBackend(t, crashRandomKill) }
+
+func crashRandomKill(t *testing.T, be testBackend) {
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("TB_STATE_TEST_SEED"); s != "" {
 		seed, _ = strconv.ParseInt(s, 10, 64)
@@ -285,9 +287,9 @@ func TestCrashRandomKill(t *testing.T) {
 		}
 		// A small journal limit, so that writes compact the journal often
 		// and kills land in compactions too.
-		cmd := workerCmd(t, "chaos", "TB_DIR="+dir, "TB_DURABILITY="+durability, "TB_JOURNAL_LIMIT=16384",
+		cmd := workerCmd(t, "chaos", append(be.env(), "TB_DIR="+dir, "TB_DURABILITY="+durability, "TB_JOURNAL_LIMIT=16384",
 			"TB_SEED="+strconv.FormatInt(rng.Int63(), 10), "TB_SEQ="+strconv.Itoa(round*1000000),
-			"TB_SELFKILL_PERMILLE="+strconv.Itoa(selfKill))
+			"TB_SELFKILL_PERMILLE="+strconv.Itoa(selfKill))...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -334,7 +336,7 @@ func TestCrashRandomKill(t *testing.T) {
 				pending = nil
 			}
 		}
-		s := openT(t, dir) // recovers
+		s := openT(t, dir, be.opts()...) // recovers
 		assertConsistent(t, s)
 		obs := observe(t, s)
 		alt := model
@@ -376,7 +378,7 @@ func TestCrashRandomKill(t *testing.T) {
 		done += len(lines)
 	}
 	var gen int64
-	if f, err := os.Open(openT(t, dir).journalPath()); err == nil {
+	if f, err := os.Open(openT(t, dir).journalPath()); err == nil && be.url == "" {
 		gen, _, _ = readHeader(f)
 		f.Close()
 	}

@@ -16,7 +16,7 @@ import (
 
 var indexKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
 
-func (s *Store) indexPath(name, key string) (string, error) {
+func (s *dirStore) indexPath(name, key string) (string, error) {
 	if !records.ValidKind(name) || !indexKey.MatchString(key) {
 		return "", fmt.Errorf("invalid index key %s/%s", name, key)
 	}
@@ -25,7 +25,7 @@ func (s *Store) indexPath(name, key string) (string, error) {
 
 // Lookup returns the ID stored under an index key, or ErrNotFound. A key whose
 // record has gone counts as absent.
-func (s *Store) Lookup(name, key string) (string, error) {
+func (s *dirStore) Lookup(name, key string) (string, error) {
 	path, err := s.indexPath(name, key)
 	if err != nil {
 		return "", err
@@ -44,22 +44,22 @@ func (s *Store) Lookup(name, key string) (string, error) {
 	return id, nil
 }
 
-func (s *Store) indexLockPath(name string) string {
+func (s *dirStore) indexLockPath(name string) string {
 	return filepath.Join(s.root, "locks", "index", name)
 }
 
-func (s *Store) lockIndex(ctx context.Context, name, key string) (func(), error) {
+func (s *dirStore) lockIndex(ctx context.Context, name, key string) (func(), error) {
 	unlock, _, err := lockFile(ctx, s.indexLockPath(name), lockOffset(key), true)
 	return unlock, err
 }
 
 // Claim returns the ID under an index key, calling newRecord for a new
 // record (with its kind and ID: records.Init) when there is none, and
-// storing it and the key together: a batch of one (see Batch), so that a
+// storing it and the key together: a batch of one (see dirBatch), so that a
 // crash leaves both or neither, never a record without its key. Concurrent
 // claims of one key (from any process) agree on a single ID: newRecord runs
 // under the key's lock.
-func (s *Store) Claim(ctx context.Context, name, key string, newRecord func() (records.Record, error)) (id string, created bool, err error) {
+func (s *dirStore) Claim(ctx context.Context, name, key string, newRecord func() (records.Record, error)) (id string, created bool, err error) {
 	if _, err := s.indexPath(name, key); err != nil {
 		return "", false, err
 	}
@@ -81,7 +81,7 @@ func (s *Store) Claim(ctx context.Context, name, key string, newRecord func() (r
 	if err := records.CheckID(id); err != nil {
 		return "", false, fmt.Errorf("claim %s %s: %w", name, key, err)
 	}
-	b := s.NewBatch()
+	b := s.newDirBatch()
 	defer b.release()
 	b.held[s.indexLockPath(name)+"\x00"+key] = true // by lockIndex above
 	if line, err := b.Create(r); err != nil || line == nil {
@@ -98,7 +98,7 @@ func (s *Store) Claim(ctx context.Context, name, key string, newRecord func() (r
 
 // SetIndex points an index key at an ID, replacing what was there. It takes
 // the key's lock, so it does not interleave with a Claim of the key.
-func (s *Store) SetIndex(name, key, id string) error {
+func (s *dirStore) SetIndex(name, key, id string) error {
 	path, err := s.indexPath(name, key)
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func (s *Store) SetIndex(name, key, id string) error {
 }
 
 // writeAtomic replaces path with data through a temp file and rename.
-func (s *Store) writeAtomic(path string, data []byte) error {
+func (s *dirStore) writeAtomic(path string, data []byte) error {
 	if err := s.ensureDir(filepath.Dir(path)); err != nil {
 		return err
 	}

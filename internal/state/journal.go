@@ -93,7 +93,7 @@ func readHeader(f *os.File) (gen, base int64, err error) {
 	return h.Gen, int64(nl+1) + h.Body, nil
 }
 
-func (s *Store) journalPath() string { return filepath.Join(s.root, "journal", "journal.jsonl") }
+func (s *dirStore) journalPath() string { return filepath.Join(s.root, "journal", "journal.jsonl") }
 
 // DefaultJournalLimit is the journal's growth since its last compaction
 // that makes the store compact it (WithJournalLimit).
@@ -105,7 +105,7 @@ const DefaultJournalLimit = 16 << 20
 // fails is cut back off, so that an entry whose caller saw an error is not
 // half there. When the journal has outgrown its limit, the same flock then
 // covers its compaction.
-func (s *Store) appendJournal(e *entry) error {
+func (s *dirStore) appendJournal(e *entry) error {
 	// The record is embedded verbatim: json.Marshal would re-escape <, > and
 	// & inside it, and then the journal's copy would no longer be
 	// byte-for-byte the record file (which recovery compares).
@@ -125,7 +125,7 @@ func (s *Store) appendJournal(e *entry) error {
 // appendJournalLines appends whole journal lines (each ending in a newline)
 // in one write, under the journal's flock, and compacts the journal when it
 // is due.
-func (s *Store) appendJournalLines(lines []byte) error {
+func (s *dirStore) appendJournalLines(lines []byte) error {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	f, size, err := s.lockJournal()
@@ -153,7 +153,7 @@ func (s *Store) appendJournalLines(lines []byte) error {
 // by more than the limit and by more than its compacted size, so that the
 // cost of a compaction (its size) is at most about twice the bytes appended
 // since the last one.
-func (s *Store) compactDue(size int64) bool {
+func (s *dirStore) compactDue(size int64) bool {
 	if s.journalLimit <= 0 || size < s.journalRetryAt {
 		return false
 	}
@@ -166,7 +166,7 @@ func (s *Store) compactDue(size int64) bool {
 // longer names the file at the journal's path, checked under the flock, is
 // stale: appending to it would lose the entry. It is dropped for a new one.
 // The caller holds journalMu.
-func (s *Store) lockJournal() (*os.File, int64, error) {
+func (s *dirStore) lockJournal() (*os.File, int64, error) {
 	for {
 		if s.journal == nil {
 			f, err := os.OpenFile(s.journalPath(), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o640) // read too: the last byte is checked
@@ -211,7 +211,7 @@ func (s *Store) lockJournal() (*os.File, int64, error) {
 // stale (retired), closes it so that the next append opens the current file.
 // The flock is released before the close, while the descriptor is still
 // ours: its number may be reused as soon as it is closed.
-func (s *Store) unlockJournal(f *os.File, retired bool) {
+func (s *dirStore) unlockJournal(f *os.File, retired bool) {
 	flockRetry(int(f.Fd()), unix.LOCK_UN)
 	if retired {
 		f.Close()
@@ -223,7 +223,7 @@ func (s *Store) unlockJournal(f *os.File, retired bool) {
 
 // appendLocked writes line at the end of the flocked journal of the given
 // size and returns its new size.
-func (s *Store) appendLocked(f *os.File, size int64, line []byte) (int64, error) {
+func (s *dirStore) appendLocked(f *os.File, size int64, line []byte) (int64, error) {
 	if size > 0 {
 		var last [1]byte
 		if _, err := unix.Pread(int(f.Fd()), last[:], size-1); err != nil {
@@ -253,7 +253,7 @@ func (s *Store) appendLocked(f *os.File, size int64, line []byte) (int64, error)
 
 // writeJournalLine writes the line in one call, or, when a test hook is set,
 // in two with the hook between them so that a test can leave a torn line.
-func (s *Store) writeJournalLine(f *os.File, line []byte) error {
+func (s *dirStore) writeJournalLine(f *os.File, line []byte) error {
 	if s.crashAt != nil {
 		half := len(line) / 2
 		if _, err := f.Write(line[:half]); err != nil {
@@ -276,7 +276,7 @@ type JournalStats struct {
 
 // Replay reads the journal from the start and returns the state it
 // describes: for every record ID still present, the bytes of its last version.
-func (s *Store) Replay(ctx context.Context) (map[string][]byte, JournalStats, error) {
+func (s *dirStore) Replay(ctx context.Context) (map[string][]byte, JournalStats, error) {
 	state := make(map[string][]byte)
 	stats, err := s.scanJournal(ctx, func(e *entry) {
 		switch e.Op {
@@ -289,7 +289,7 @@ func (s *Store) Replay(ctx context.Context) (map[string][]byte, JournalStats, er
 	return state, stats, err
 }
 
-func (s *Store) scanJournal(ctx context.Context, fn func(*entry)) (JournalStats, error) {
+func (s *dirStore) scanJournal(ctx context.Context, fn func(*entry)) (JournalStats, error) {
 	var stats JournalStats
 	f, err := os.Open(s.journalPath())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -336,7 +336,7 @@ var journalChunk int64 = 1 << 20
 // lastJournalEntry finds the newest journal entry for id by reading the
 // journal backwards. Only recovery after a crash needs it. The caller holds
 // the record's lock, so no entry for id is being appended meanwhile.
-func (s *Store) lastJournalEntry(id string) (*entry, error) {
+func (s *dirStore) lastJournalEntry(id string) (*entry, error) {
 	for try := 0; ; try++ {
 		e, err := s.lastJournalEntryOnce(id)
 		// The journal only shrinks when an append that failed is cut back
@@ -350,7 +350,7 @@ func (s *Store) lastJournalEntry(id string) (*entry, error) {
 
 var errJournalShrank = errors.New("journal shrank while being read")
 
-func (s *Store) lastJournalEntryOnce(id string) (*entry, error) {
+func (s *dirStore) lastJournalEntryOnce(id string) (*entry, error) {
 	f, err := os.Open(s.journalPath())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -433,7 +433,7 @@ func (s *Store) lastJournalEntryOnce(id string) (*entry, error) {
 // it. The journal decides: a write is rolled forward if the record's last
 // entry is exactly the intent, a delete if its last entry is a delete;
 // anything else never committed and is discarded.
-func (s *Store) resolveIntent(kind, id string) error {
+func (s *dirStore) resolveIntent(kind, id string) error {
 	putIntent := s.intentPath(kind, id)
 	delIntent := s.deleteIntentPath(kind, id)
 	data, err := readFile(putIntent)
@@ -508,7 +508,7 @@ func parseIntentName(name string) (kind, id string, ok bool) {
 
 // recoverIntents settles every write left in flight by a process that died.
 // Intents whose lock is held belong to live writers and are left alone.
-func (s *Store) recoverIntents(ctx context.Context) error {
+func (s *dirStore) recoverIntents(ctx context.Context) error {
 	ents, err := os.ReadDir(filepath.Join(s.root, "intents"))
 	if err != nil {
 		return err
@@ -575,9 +575,13 @@ type JournalFollower struct {
 	replaced bool
 }
 
-// FollowJournal returns a follower of the journal, from its first entry
+// followFile returns a follower of the journal file, from its first entry
 // (fromStart) or from the next one appended. The journal need not exist yet.
-func (s *Store) FollowJournal(fromStart bool) (*JournalFollower, error) {
+func (s *dirStore) follow(_ context.Context, fromStart bool) (Follower, error) {
+	return s.followFile(fromStart)
+}
+
+func (s *dirStore) followFile(fromStart bool) (*JournalFollower, error) {
 	fl := &JournalFollower{path: s.journalPath()}
 	if err := fl.open(); err != nil {
 		return nil, err
@@ -592,6 +596,18 @@ func (s *Store) FollowJournal(fromStart bool) (*JournalFollower, error) {
 		fl.start, fl.next = end, position{fl.gen, end}
 	}
 	return fl, nil
+}
+
+// Wait polls: the journal file has no change notification.
+func (fl *JournalFollower) Wait(ctx context.Context) error {
+	t := time.NewTimer(50 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Close releases the journal file.

@@ -26,7 +26,7 @@ import (
 // the key (FindBy). Delete removes the deleted record's keys; Check reports
 // the keys a record lacks and, with Repair, adds them.
 
-func (s *Store) keyDir(kind, field, value string) string {
+func (s *dirStore) keyDir(kind, field, value string) string {
 	return filepath.Join(s.root, "keys", kind, field, keyName(value))
 }
 
@@ -53,7 +53,7 @@ func indexKeys(r records.Record) []records.IndexKey {
 
 // setKeys makes sure the record is found under each of keys, durably
 // before its version with them is written.
-func (s *Store) setKeys(kind, id string, keys []records.IndexKey) error {
+func (s *dirStore) setKeys(kind, id string, keys []records.IndexKey) error {
 	for _, k := range keys {
 		dir := s.keyDir(kind, k.Field, k.Value)
 		if err := s.ensureDir(dir); err != nil {
@@ -75,7 +75,7 @@ func (s *Store) setKeys(kind, id string, keys []records.IndexKey) error {
 }
 
 // dropKeys removes a deleted record's keys; one left behind is harmless.
-func (s *Store) dropKeys(kind, id string, prev []byte) {
+func (s *dirStore) dropKeys(kind, id string, prev []byte) {
 	rec, err := records.Decode(prev)
 	if err != nil {
 		return
@@ -88,7 +88,7 @@ func (s *Store) dropKeys(kind, id string, prev []byte) {
 // ByKey lists the IDs of the records of a kind stored with field = value,
 // oldest first. It may name a record that has since changed the field or
 // been deleted; FindBy and LatestBy check.
-func (s *Store) ByKey(kind, field, value string) ([]string, error) {
+func (s *dirStore) ByKey(kind, field, value string) ([]string, error) {
 	if !records.ValidKind(kind) {
 		return nil, fmt.Errorf("invalid kind %q", kind)
 	}
@@ -110,7 +110,7 @@ func (s *Store) ByKey(kind, field, value string) ([]string, error) {
 }
 
 // checkKeys reports (and with repair, adds) the keys a stored record lacks.
-func (s *Store) checkKeys(rep *CheckReport, rec records.Record, path string, repair bool) error {
+func (s *dirStore) checkKeys(rep *CheckReport, rec records.Record, path string, repair bool) error {
 	h := rec.Header()
 	for _, k := range indexKeys(rec) {
 		key := filepath.Join(s.keyDir(h.Kind, k.Field, k.Value), h.ID)
@@ -134,7 +134,7 @@ func (s *Store) checkKeys(rep *CheckReport, rec records.Record, path string, rep
 // gets them once, at its first Open since (backfillKeys).
 const keysComplete = ".complete"
 
-func (s *Store) backfillKeys(ctx context.Context) error {
+func (s *dirStore) backfillKeys(ctx context.Context) error {
 	done := filepath.Join(s.root, "keys", keysComplete)
 	if _, err := os.Stat(done); err == nil {
 		return nil
@@ -164,7 +164,7 @@ func (s *Store) backfillKeys(ctx context.Context) error {
 				return err
 			}
 			rec := records.New(kind)
-			if err := s.Get(id, rec); err != nil {
+			if err := getRecord(s, id, rec); err != nil {
 				continue // deleted meanwhile, or reported by Check
 			}
 			if err := s.setKeys(kind, id, indexKeys(rec)); err != nil {

@@ -126,12 +126,12 @@ func lockOffset(name string) int64 {
 	return int64(h >> 2)
 }
 
-func (s *Store) lockRecord(ctx context.Context, kind, id string) (func(), error) {
+func (s *dirStore) lockRecord(ctx context.Context, kind, id string) (func(), error) {
 	unlock, _, err := lockFile(ctx, s.recordLockPath(kind), lockOffset(id), true)
 	return unlock, err
 }
 
-func (s *Store) namedLockPath(name string) (string, error) {
+func (s *dirStore) namedLockPath(name string) (string, error) {
 	clean := filepath.Clean("/" + name)
 	if clean == "/" || strings.TrimSpace(name) == "" {
 		return "", fmt.Errorf("invalid lock name %q", name)
@@ -142,7 +142,7 @@ func (s *Store) namedLockPath(name string) (string, error) {
 // Lock takes a named advisory lock in the state directory (for tool-level
 // critical sections such as "one build of this spec at a time"). The name may
 // contain slashes; it cannot leave the lock directory.
-func (s *Store) Lock(ctx context.Context, name string) (unlock func(), err error) {
+func (s *dirStore) Lock(ctx context.Context, name string) (unlock func(), err error) {
 	path, err := s.namedLockPath(name)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func (s *Store) Lock(ctx context.Context, name string) (unlock func(), err error
 }
 
 // TryLock is Lock without waiting; ok is false when another holder has it.
-func (s *Store) TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error) {
+func (s *dirStore) TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error) {
 	path, err := s.namedLockPath(name)
 	if err != nil {
 		return nil, false, err

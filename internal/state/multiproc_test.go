@@ -61,7 +61,7 @@ func noop(w, i int) bool { return (w+i)%10 == 9 }
 
 func workerIncr() {
 	ctx := context.Background()
-	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(durabilityFromEnv()))
+	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(durabilityFromEnv()), sharedFromEnv())
 	if err != nil {
 		fail("open: %v", err)
 	}
@@ -151,10 +151,10 @@ func waitWorkers(t *testing.T, ws []*worker) {
 	}
 }
 
-func runIncrements(t *testing.T, durability string, procs, n, nrec int) {
+func runIncrements(t *testing.T, be testBackend, durability string, procs, n, nrec int) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s := openT(t, dir, WithDurability(SyncOnFlush))
+	s := openT(t, dir, be.opts(WithDurability(SyncOnFlush))...)
 	var ids []string
 	for i := 0; i < nrec; i++ {
 		c := newCounter(s)
@@ -164,10 +164,10 @@ func runIncrements(t *testing.T, durability string, procs, n, nrec int) {
 		ids = append(ids, c.ID)
 	}
 	ws, release := startWorkers(t, procs, "incr", func(w int) []string {
-		return []string{
-			"TB_DIR=" + dir, "TB_IDS=" + strings.Join(ids, ","), "TB_DURABILITY=" + durability,
-			"TB_N=" + strconv.Itoa(n), "TB_W=" + strconv.Itoa(w),
-		}
+		return append(be.env(),
+			"TB_DIR="+dir, "TB_IDS="+strings.Join(ids, ","), "TB_DURABILITY="+durability,
+			"TB_N="+strconv.Itoa(n), "TB_W="+strconv.Itoa(w),
+		)
 	})
 	release()
 	waitWorkers(t, ws)
@@ -219,7 +219,7 @@ func TestConcurrentIncrementsProcesses(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		n = 40
 	}
-	runIncrements(t, "flush", 16, n, 4)
+	eachBackend(t, func(t *testing.T, be testBackend) { runIncrements(t, be, "flush", 16, n, 4) })
 }
 
 func TestConcurrentIncrementsProcessesSyncEachWrite(t *testing.T) {
@@ -227,14 +227,18 @@ func TestConcurrentIncrementsProcessesSyncEachWrite(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		n = 8
 	}
-	runIncrements(t, "each", 16, n, 4)
+	runIncrements(t, testBackend{name: "dir"}, "each", 16, n, 4)
 }
 
 // TestConcurrentIncrementsGoroutines is the same read-modify-write race
 // within one process, where it runs under the race detector.
 func TestConcurrentIncrementsGoroutines(t *testing.T) {
+	eachBackend(t, concurrentIncrementsGoroutines)
+}
+
+func concurrentIncrementsGoroutines(t *testing.T, be testBackend) {
 	ctx := context.Background()
-	s := openT(t, t.TempDir(), WithDurability(SyncOnFlush))
+	s := openT(t, t.TempDir(), be.opts(WithDurability(SyncOnFlush))...)
 	c := newCounter(s)
 	if err := s.Create(ctx, c); err != nil {
 		t.Fatal(err)
@@ -269,7 +273,7 @@ const claimKey = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcd
 
 func workerClaim() {
 	ctx := context.Background()
-	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(SyncOnFlush))
+	s, err := Open(ctx, mustEnv("TB_DIR"), WithDurability(SyncOnFlush), sharedFromEnv())
 	if err != nil {
 		fail("open: %v", err)
 	}
@@ -285,10 +289,12 @@ func workerClaim() {
 	fmt.Println(id, created)
 }
 
-func TestConcurrentClaimProcesses(t *testing.T) {
+func TestConcurrentClaimProcesses(t *testing.T) { eachBackend(t, concurrentClaimProcesses) }
+
+func concurrentClaimProcesses(t *testing.T, be testBackend) {
 	dir := t.TempDir()
-	s := openT(t, dir)
-	ws, release := startWorkers(t, 16, "claim", func(int) []string { return []string{"TB_DIR=" + dir} })
+	s := openT(t, dir, be.opts()...)
+	ws, release := startWorkers(t, 16, "claim", func(int) []string { return append(be.env(), "TB_DIR="+dir) })
 	release()
 	waitWorkers(t, ws)
 	ids := make(map[string]bool)

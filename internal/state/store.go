@@ -59,7 +59,7 @@ const (
 
 // Store is an open state directory. It is safe for concurrent use by
 // goroutines and by processes sharing the directory.
-type Store struct {
+type dirStore struct {
 	root       string
 	durability Durability
 	now        func() time.Time
@@ -88,7 +88,7 @@ type Store struct {
 
 // Close releases the journal's descriptor. A Store is usable until then;
 // tools that exit need not call it.
-func (s *Store) Close() error {
+func (s *dirStore) Close() error {
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	if s.journal == nil {
@@ -117,47 +117,35 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 
 var layout = []string{"records", "journal", "intents", "locks", "blobs/sha256", "index", "keys", "tmp"}
 
-// Open creates the layout if needed and finishes or discards any write a
+// openDir creates the layout if needed and finishes or discards any write a
 // killed process left in flight.
-func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
-	if root == "" {
-		return nil, errors.New("state directory not set")
-	}
-	abs, err := filepath.Abs(root)
-	if err != nil {
-		return nil, err
-	}
-	s := &Store{root: abs, now: time.Now, journalLimit: DefaultJournalLimit}
-	for _, o := range opts {
-		o(s)
-	}
+func openDir(ctx context.Context, s *dirStore) error {
 	for _, d := range layout {
-		if err := os.MkdirAll(filepath.Join(abs, d), 0o750); err != nil {
-			return nil, fmt.Errorf("state directory %s: %w", abs, err)
+		if err := os.MkdirAll(filepath.Join(s.root, d), 0o750); err != nil {
+			return fmt.Errorf("state directory %s: %w", s.root, err)
 		}
 	}
 	if err := s.recoverIntents(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.backfillKeys(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return s.backfillKeys(ctx)
 }
 
 // Root is the state directory's absolute path.
-func (s *Store) Root() string { return s.root }
+func (s *dirStore) Root() string { return s.root }
 
 // Path joins elements under the state root; tools use it for their own
 // subdirectories (keys, caches) so that everything lives in one place.
-func (s *Store) Path(elem ...string) string {
+func (s *dirStore) Path(elem ...string) string {
 	return filepath.Join(append([]string{s.root}, elem...)...)
 }
 
 // Now is the store's clock, truncated as records store time.
-func (s *Store) Now() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *dirStore) Now() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
-func (s *Store) recordPath(kind, id string) string {
+func (s *dirStore) where(id string) string { return s.recordPath(records.KindOf(id), id) }
+
+func (s *dirStore) recordPath(kind, id string) string {
 	return filepath.Join(s.root, "records", kind, id+".json")
 }
 
@@ -166,15 +154,15 @@ const (
 	deleteIntentSuffix = ".delete"
 )
 
-func (s *Store) intentPath(kind, id string) string {
+func (s *dirStore) intentPath(kind, id string) string {
 	return filepath.Join(s.root, "intents", kind+"~"+id+putIntentSuffix)
 }
 
-func (s *Store) deleteIntentPath(kind, id string) string {
+func (s *dirStore) deleteIntentPath(kind, id string) string {
 	return filepath.Join(s.root, "intents", kind+"~"+id+deleteIntentSuffix)
 }
 
-func (s *Store) recordLockPath(kind string) string {
+func (s *dirStore) recordLockPath(kind string) string {
 	return filepath.Join(s.root, "locks", "records", kind)
 }
 
@@ -186,7 +174,7 @@ func checkRef(id string) (kind string, err error) {
 }
 
 // ReadRaw returns the stored bytes of a record.
-func (s *Store) ReadRaw(id string) ([]byte, error) {
+func (s *dirStore) ReadRaw(id string) ([]byte, error) {
 	kind, err := checkRef(id)
 	if err != nil {
 		return nil, err
@@ -200,20 +188,22 @@ func (s *Store) ReadRaw(id string) ([]byte, error) {
 
 // Get decodes the record with the given ID into r, which is reset first so
 // that nothing from an earlier use of the struct survives.
-func (s *Store) Get(id string, r records.Record) error {
-	b, err := s.ReadRaw(id)
+func (s *Store) Get(id string, r records.Record) error { return getRecord(s.rec, id, r) }
+
+func getRecord(b backend, id string, r records.Record) error {
+	raw, err := b.ReadRaw(id)
 	if err != nil {
 		return err
 	}
 	resetRecord(r)
-	if err := records.Unmarshal(b, r); err != nil {
-		return fmt.Errorf("%s: stored record does not decode: %w", s.recordPath(records.KindOf(id), id), err)
+	if err := records.Unmarshal(raw, r); err != nil {
+		return fmt.Errorf("%s: stored record does not decode: %w", b.where(id), err)
 	}
 	return nil
 }
 
 // Exists reports whether a record is stored.
-func (s *Store) Exists(id string) bool {
+func (s *dirStore) Exists(id string) bool {
 	kind, err := checkRef(id)
 	if err != nil {
 		return false
@@ -223,7 +213,7 @@ func (s *Store) Exists(id string) bool {
 }
 
 // List returns the IDs of one kind, oldest first.
-func (s *Store) List(kind string) ([]string, error) {
+func (s *dirStore) List(kind string) ([]string, error) {
 	if !records.ValidKind(kind) {
 		return nil, fmt.Errorf("invalid kind %q", kind)
 	}
@@ -245,7 +235,7 @@ func (s *Store) List(kind string) ([]string, error) {
 }
 
 // Kinds lists the record kinds present in the store.
-func (s *Store) Kinds() ([]string, error) {
+func (s *dirStore) Kinds() ([]string, error) {
 	ents, err := os.ReadDir(filepath.Join(s.root, "records"))
 	if err != nil {
 		return nil, err

@@ -29,9 +29,11 @@ const (
 	crashBlobTemp        = "blob:temp"        // blob content in tmp/, not yet linked
 	crashBlobLinked      = "blob:linked"      // blob linked into place
 	crashClaimCreated    = "claim:created"    // Claim's record created, index not yet written
+	crashPgWritten       = "pg:written"       // a PostgreSQL write's statements done, not yet committed
+	crashPgCommitted     = "pg:committed"     // committed, the caller not yet told
 )
 
-func (s *Store) hook(point string) {
+func (s *dirStore) hook(point string) {
 	if s.crashAt != nil {
 		s.crashAt(point)
 	}
@@ -42,7 +44,7 @@ func (s *Store) hook(point string) {
 // it was. The stored version is rev 1.
 func (s *Store) Create(ctx context.Context, r records.Record) error {
 	h := r.Header()
-	return s.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
+	return s.rec.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
 		if prev != nil {
 			return nil, fmt.Errorf("%s: %w", h.ID, ErrExists)
 		}
@@ -58,7 +60,7 @@ func (s *Store) Put(ctx context.Context, r records.Record) error {
 	if err := records.Validate(h); err != nil {
 		return err
 	}
-	return s.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
+	return s.rec.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
 		return r, nil
 	})
 }
@@ -75,7 +77,7 @@ func (s *Store) Put(ctx context.Context, r records.Record) error {
 // that exists, created_at: what fn sets there is overwritten. fn must not
 // write the same record (its lock is held).
 func (s *Store) Update(ctx context.Context, id string, r records.Record, fn func(exists bool) error) error {
-	return s.commitLocked(ctx, id, func(prev []byte) (records.Record, error) {
+	return s.rec.commitLocked(ctx, id, func(prev []byte) (records.Record, error) {
 		if prev != nil {
 			resetRecord(r)
 			if err := records.Unmarshal(prev, r); err != nil {
@@ -111,7 +113,7 @@ type stored struct {
 
 // prevHeader reads the revision and creation time of the stored version. A
 // version that does not decode falls back on the journal's last entry.
-func (s *Store) prevHeader(id string, prev []byte) stored {
+func (s *dirStore) prevHeader(id string, prev []byte) stored {
 	var old stored
 	if prev == nil {
 		return old
@@ -131,7 +133,13 @@ func (s *Store) prevHeader(id string, prev []byte) stored {
 // stamp sets the fields the store owns — rev, created_at, updated_at, v —
 // and encodes r as one compact line. The revision is the stored one plus
 // one (1 for a new record) whatever r carried.
-func (s *Store) stamp(id string, prev []byte, r records.Record) ([]byte, error) {
+func (s *dirStore) stamp(id string, prev []byte, r records.Record) ([]byte, error) {
+	return stampRecord(id, s.prevHeader(id, prev), s.Now(), r)
+}
+
+// stampRecord sets the fields the store owns on r, given what the store
+// keeps of the version it replaces, and encodes it as one line.
+func stampRecord(id string, old stored, now time.Time, r records.Record) ([]byte, error) {
 	h := r.Header()
 	if h.ID != id {
 		return nil, fmt.Errorf("write of %s changed its id to %q", id, h.ID)
@@ -139,8 +147,6 @@ func (s *Store) stamp(id string, prev []byte, r records.Record) ([]byte, error) 
 	if err := records.Validate(h); err != nil {
 		return nil, err
 	}
-	old := s.prevHeader(id, prev)
-	now := s.Now()
 	h.Rev = old.Rev + 1
 	h.UpdatedAt = now
 	if !old.CreatedAt.IsZero() {
@@ -185,7 +191,7 @@ func (s *Store) stamp(id string, prev []byte, r records.Record) ([]byte, error) 
 //
 // build returns the record to store given the stored bytes (nil when
 // absent); its error, or ErrNoChange, ends the write without storing.
-func (s *Store) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error {
+func (s *dirStore) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error {
 	kind, err := checkRef(id)
 	if err != nil {
 		return err
@@ -231,7 +237,7 @@ func (s *Store) commitLocked(ctx context.Context, id string, build func(prev []b
 }
 
 // commit writes data as the new version of a record whose lock is held.
-func (s *Store) commit(kind, id string, data []byte, rev int64, at time.Time) error {
+func (s *dirStore) commit(kind, id string, data []byte, rev int64, at time.Time) error {
 	path := s.recordPath(kind, id)
 	if err := s.ensureDir(filepath.Dir(path)); err != nil {
 		return err
@@ -266,7 +272,7 @@ func (s *Store) commit(kind, id string, data []byte, rev int64, at time.Time) er
 // Delete removes a record; the journal keeps its history. Like a write, it
 // leaves a marker in intents/ while it is in flight, so that a process killed
 // after the journal entry and before the file is removed is rolled forward.
-func (s *Store) Delete(ctx context.Context, id string) error {
+func (s *dirStore) Delete(ctx context.Context, id string) error {
 	kind, err := checkRef(id)
 	if err != nil {
 		return err
@@ -320,14 +326,14 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 }
 
 // writeFile creates path with data, synced when each write must be durable.
-func (s *Store) writeFile(path string, data []byte) error {
+func (s *dirStore) writeFile(path string, data []byte) error {
 	return createFile(path, data, s.durability == SyncEachWrite)
 }
 
 // ensureDir creates dir (records/<kind>, a blob prefix, an index) if it is
 // missing, and makes its entry durable when each write must be: the files
 // about to be written in it are worth nothing if the directory is lost.
-func (s *Store) ensureDir(dir string) error {
+func (s *dirStore) ensureDir(dir string) error {
 	if _, ok := s.dirs.Load(dir); ok {
 		return nil
 	}
@@ -345,7 +351,7 @@ func (s *Store) ensureDir(dir string) error {
 	return nil
 }
 
-func (s *Store) syncDir(dir string) error {
+func (s *dirStore) syncDir(dir string) error {
 	if s.durability != SyncEachWrite {
 		return nil
 	}

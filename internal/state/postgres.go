@@ -1,0 +1,624 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// pgStore keeps the records of a fleet in one PostgreSQL database:
+//
+//	talkbox_records  one row per record: its current version (data), and rev
+//	                 for the compare-and-set of every write
+//	talkbox_journal  puts and deletes; seq is the commit order, because a
+//	                 journal row is inserted under one lock held to commit
+//	talkbox_keys     records by field value (FindBy)
+//	talkbox_index    unique keys (Claim, Lookup)
+//	talkbox_locks    one row per named lock, held as a row lock
+//
+// A write is one transaction: it takes the record's advisory lock (which
+// stands for the row even before the row exists), reads the stored version,
+// builds the new one, writes it only if the row's rev is still the one read,
+// and appends the journal entry. A process or host that dies mid-write
+// leaves the transaction aborted: nothing to recover.
+type pgStore struct {
+	pool *pgxpool.Pool
+	// dir supplies the clock and checks this host's blobs.
+	dir *dirStore
+	// writes counts journal entries this process appended, to compact the
+	// journal now and then as the directory's journal is.
+	writes int64
+}
+
+// pgMaxConns is the pool's size unless the URL sets pool_max_conns: every
+// named lock a process holds keeps one connection.
+const pgMaxConns = 16
+
+// pgCompactEvery is how many writes of one process pass between
+// compactions of the journal table.
+const pgCompactEvery = 8192
+
+const pgSchema = `
+CREATE TABLE IF NOT EXISTS talkbox_records (
+	id   text PRIMARY KEY,
+	kind text NOT NULL,
+	rev  bigint NOT NULL,
+	data bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS talkbox_records_kind ON talkbox_records (kind, id);
+CREATE TABLE IF NOT EXISTS talkbox_journal (
+	seq  bigserial PRIMARY KEY,
+	at   timestamptz NOT NULL,
+	op   text NOT NULL,
+	kind text NOT NULL,
+	id   text NOT NULL,
+	rev  bigint NOT NULL,
+	data bytea
+);
+CREATE INDEX IF NOT EXISTS talkbox_journal_id ON talkbox_journal (id, seq);
+CREATE TABLE IF NOT EXISTS talkbox_keys (
+	kind  text NOT NULL,
+	field text NOT NULL,
+	value text NOT NULL,
+	id    text NOT NULL,
+	PRIMARY KEY (kind, field, value, id)
+);
+CREATE INDEX IF NOT EXISTS talkbox_keys_id ON talkbox_keys (id);
+CREATE TABLE IF NOT EXISTS talkbox_index (
+	name text NOT NULL,
+	key  text NOT NULL,
+	id   text NOT NULL,
+	PRIMARY KEY (name, key)
+);
+CREATE TABLE IF NOT EXISTS talkbox_locks (name text PRIMARY KEY);
+`
+
+// pgNotifyChannel is where each commit that appends to the journal
+// notifies followers.
+const pgNotifyChannel = "talkbox_journal"
+
+func openShared(ctx context.Context, url string, dir *dirStore) (*pgStore, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fault.Usage(fmt.Errorf("state %s: %w", redactURL(url), err))
+	}
+	if !hasPoolMax(url) {
+		cfg.MaxConns = pgMaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, pgErr(fmt.Errorf("state %s: %w", redactURL(url), err))
+	}
+	s := &pgStore{pool: pool, dir: dir}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, pgErr(fmt.Errorf("state %s: %w", redactURL(url), err))
+	}
+	return s, nil
+}
+
+// migrate creates the tables of a new database; hosts opening it at once
+// take turns.
+func (s *pgStore) migrate(ctx context.Context) error {
+	var have bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('talkbox_locks') IS NOT NULL`).Scan(&have); err != nil {
+		return err
+	}
+	if have {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("schema", "")); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, pgSchema)
+		return err
+	})
+}
+
+func (s *pgStore) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func (s *pgStore) where(id string) string { return "row " + id }
+
+// lockKey is the advisory lock standing for a record, an index key or the
+// journal. Two names sharing a key (one chance in 2^64) only serialise.
+func lockKey(space, name string) int64 {
+	h := fnv.New64a()
+	io.WriteString(h, space)
+	h.Write([]byte{0})
+	io.WriteString(h, name)
+	return int64(h.Sum64())
+}
+
+func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error {
+	kind, err := checkRef(id)
+	if err != nil {
+		return err
+	}
+	var (
+		r     records.Record
+		saved records.Meta
+	)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("record", id)); err != nil {
+			return err
+		}
+		var prev []byte
+		var rev int64
+		err := tx.QueryRow(ctx, `SELECT data, rev FROM talkbox_records WHERE id = $1`, id).Scan(&prev, &rev)
+		if errors.Is(err, pgx.ErrNoRows) {
+			prev, err = nil, nil
+		}
+		if err != nil {
+			return err
+		}
+		if r, err = build(prev); err != nil {
+			return err
+		}
+		h := r.Header()
+		saved = *h
+		old := stored{Rev: rev}
+		if prev != nil && json.Unmarshal(prev, &old) != nil {
+			old = stored{Rev: rev}
+		}
+		data, err := stampRecord(id, old, s.dir.Now(), r)
+		if err != nil {
+			return err
+		}
+		if err := insertKeys(ctx, tx, kind, id, indexKeys(r)); err != nil {
+			return err
+		}
+		if prev == nil {
+			_, err = tx.Exec(ctx, `INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4)`, id, kind, h.Rev, data)
+		} else {
+			var tag pgconn.CommandTag
+			tag, err = tx.Exec(ctx, `UPDATE talkbox_records SET rev = $2, data = $3 WHERE id = $1 AND rev = $4`, id, h.Rev, data, rev)
+			if err == nil && tag.RowsAffected() != 1 {
+				err = fmt.Errorf("%s: changed by another writer while its lock was held", id)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.journal(ctx, tx, []entry{{At: h.UpdatedAt, Op: opPut, Kind: kind, ID: id, Rev: h.Rev, Record: data}}); err != nil {
+			return err
+		}
+		s.dir.hook(crashPgWritten)
+		return nil
+	})
+	if errors.Is(err, ErrNoChange) {
+		return nil
+	}
+	if err != nil {
+		if r != nil {
+			// Not stored (or not known to be): give the caller back its record.
+			h := r.Header()
+			h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
+		}
+		return pgErr(err)
+	}
+	s.dir.hook(crashPgCommitted)
+	s.compactNow(ctx, 1)
+	return nil
+}
+
+func insertKeys(ctx context.Context, tx pgx.Tx, kind, id string, keys []records.IndexKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	fields := make([]string, len(keys))
+	values := make([]string, len(keys))
+	for i, k := range keys {
+		fields[i], values[i] = k.Field, k.Value
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO talkbox_keys (kind, field, value, id)
+		SELECT $1, f, v, $2 FROM unnest($3::text[], $4::text[]) AS k(f, v)
+		ON CONFLICT DO NOTHING`, kind, id, fields, values)
+	return err
+}
+
+// journal appends entries under the journal's lock, which the transaction
+// holds until it commits: seq order is commit order, so that a follower
+// reading past seq N never finds a smaller seq committed later.
+func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("journal", "")); err != nil {
+		return err
+	}
+	for _, e := range es {
+		var data []byte
+		if e.Op == opPut {
+			data = e.Record
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO talkbox_journal (at, op, kind, id, rev, data) VALUES ($1, $2, $3, $4, $5, $6)`,
+			e.At, e.Op, e.Kind, e.ID, e.Rev, data); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
+	return err
+}
+
+// compactNow compacts the journal table after every pgCompactEvery writes
+// of this process; a failure is left to the next time.
+func (s *pgStore) compactNow(ctx context.Context, n int) {
+	before := s.writes
+	s.writes += int64(n)
+	if before/pgCompactEvery != s.writes/pgCompactEvery {
+		s.Compact(ctx)
+	}
+}
+
+func (s *pgStore) ReadRaw(id string) ([]byte, error) {
+	if _, err := checkRef(id); err != nil {
+		return nil, err
+	}
+	var data []byte
+	err := s.pool.QueryRow(context.Background(), `SELECT data FROM talkbox_records WHERE id = $1`, id).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	return data, pgErr(err)
+}
+
+func (s *pgStore) Exists(id string) bool {
+	if _, err := checkRef(id); err != nil {
+		return false
+	}
+	var ok bool
+	err := s.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM talkbox_records WHERE id = $1)`, id).Scan(&ok)
+	return err == nil && ok
+}
+
+func (s *pgStore) strings(query string, args ...any) ([]string, error) {
+	rows, err := s.pool.Query(context.Background(), query, args...)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, pgErr(err)
+}
+
+func (s *pgStore) List(kind string) ([]string, error) {
+	if !records.ValidKind(kind) {
+		return nil, fmt.Errorf("invalid kind %q", kind)
+	}
+	return s.strings(`SELECT id FROM talkbox_records WHERE kind = $1 ORDER BY id`, kind)
+}
+
+func (s *pgStore) Kinds() ([]string, error) {
+	return s.strings(`SELECT DISTINCT kind FROM talkbox_records ORDER BY kind`)
+}
+
+func (s *pgStore) ByKey(kind, field, value string) ([]string, error) {
+	return s.strings(`SELECT id FROM talkbox_keys WHERE kind = $1 AND field = $2 AND value = $3 ORDER BY id`, kind, field, value)
+}
+
+func (s *pgStore) Delete(ctx context.Context, id string) error {
+	kind, err := checkRef(id)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("record", id)); err != nil {
+			return err
+		}
+		var rev int64
+		err := tx.QueryRow(ctx, `DELETE FROM talkbox_records WHERE id = $1 RETURNING rev`, id).Scan(&rev)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%s: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE id = $1`, id); err != nil {
+			return err
+		}
+		if err := s.journal(ctx, tx, []entry{{At: s.dir.Now(), Op: opDelete, Kind: kind, ID: id, Rev: rev}}); err != nil {
+			return err
+		}
+		s.dir.hook(crashPgWritten)
+		return nil
+	})
+	return pgErr(err)
+}
+
+func checkIndexKey(name, key string) error {
+	if !records.ValidKind(name) || !indexKey.MatchString(key) {
+		return fmt.Errorf("invalid index key %s/%s", name, key)
+	}
+	return nil
+}
+
+func (s *pgStore) Lookup(name, key string) (string, error) {
+	if err := checkIndexKey(name, key); err != nil {
+		return "", err
+	}
+	return s.lookup(context.Background(), s.pool, name, key)
+}
+
+// lookup is Lookup in a transaction or out of one; a key whose record has
+// gone counts as absent.
+func (s *pgStore) lookup(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, name, key string) (string, error) {
+	var id string
+	err := q.QueryRow(ctx, `SELECT i.id FROM talkbox_index i JOIN talkbox_records r ON r.id = i.id
+		WHERE i.name = $1 AND i.key = $2`, name, key).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%s %s: %w", name, key, ErrNotFound)
+	}
+	return id, pgErr(err)
+}
+
+func (s *pgStore) Claim(ctx context.Context, name, key string, newRecord func() (records.Record, error)) (string, bool, error) {
+	if err := checkIndexKey(name, key); err != nil {
+		return "", false, err
+	}
+	var (
+		id      string
+		created bool
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("index", name+"\x00"+key)); err != nil {
+			return err
+		}
+		found, err := s.lookup(ctx, tx, name, key)
+		if err == nil {
+			id = found
+			return nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		r, err := newRecord()
+		if err != nil {
+			return err
+		}
+		id = r.Header().ID
+		if err := records.CheckID(id); err != nil {
+			return fmt.Errorf("claim %s %s: %w", name, key, err)
+		}
+		b := &pgBatch{s: s, ctx: ctx, tx: tx}
+		line, err := b.Create(r)
+		if err == nil && line == nil {
+			err = fmt.Errorf("claim %s %s: record %s is locked by another writer", name, key, id)
+		}
+		if err == nil {
+			err = b.SetIndex(name, key, id)
+		}
+		if err == nil {
+			err = b.flush()
+		}
+		if err != nil {
+			b.giveBack()
+			return err
+		}
+		s.dir.hook(crashPgWritten)
+		created = true
+		return nil
+	})
+	if err != nil {
+		return "", false, pgErr(err)
+	}
+	if created {
+		s.compactNow(ctx, 1)
+	}
+	return id, created, nil
+}
+
+func (s *pgStore) SetIndex(name, key, id string) error {
+	if err := checkIndexKey(name, key); err != nil {
+		return err
+	}
+	if err := records.CheckID(id); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	return pgErr(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("index", name+"\x00"+key)); err != nil {
+			return err
+		}
+		return setIndexRow(ctx, tx, name, key, id)
+	}))
+}
+
+func setIndexRow(ctx context.Context, tx pgx.Tx, name, key, id string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO talkbox_index (name, key, id) VALUES ($1, $2, $3)
+		ON CONFLICT (name, key) DO UPDATE SET id = EXCLUDED.id`, name, key, id)
+	return err
+}
+
+// Lock holds the lock's row locked in a transaction on a connection of its
+// own: the lock is released when unlock rolls it back, or when the
+// connection ends (the holder died, or the database restarted).
+func (s *pgStore) Lock(ctx context.Context, name string) (func(), error) {
+	unlock, _, err := s.lockRow(ctx, name, true)
+	return unlock, err
+}
+
+func (s *pgStore) TryLock(ctx context.Context, name string) (func(), bool, error) {
+	return s.lockRow(ctx, name, false)
+}
+
+func (s *pgStore) lockRow(ctx context.Context, name string, wait bool) (func(), bool, error) {
+	if _, err := s.dir.namedLockPath(name); err != nil {
+		return nil, false, err
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO talkbox_locks (name) VALUES ($1) ON CONFLICT DO NOTHING`, name); err != nil {
+		return nil, false, pgErr(err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, pgErr(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		conn.Release()
+		return nil, false, pgErr(err)
+	}
+	q := `SELECT name FROM talkbox_locks WHERE name = $1 FOR UPDATE`
+	if !wait {
+		q += ` SKIP LOCKED`
+	}
+	var got string
+	err = tx.QueryRow(ctx, q, name).Scan(&got)
+	if err != nil {
+		tx.Rollback(context.Background())
+		conn.Release()
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, nil
+		}
+		return nil, false, pgErr(err)
+	}
+	unlock := func() {
+		tx.Rollback(context.Background())
+		conn.Release()
+	}
+	return unlock, true, nil
+}
+
+// Compact deletes the journal entries a later entry of the same record
+// supersedes, as the directory's compaction keeps only each record's last.
+func (s *pgStore) Compact(ctx context.Context) (CompactStats, error) {
+	var st CompactStats
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM talkbox_journal j
+			WHERE EXISTS (SELECT 1 FROM talkbox_journal k WHERE k.id = j.id AND k.seq > j.seq)`)
+		if err != nil {
+			return err
+		}
+		st.Dropped = int(tag.RowsAffected())
+		var kept int64
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM talkbox_journal`).Scan(&kept); err != nil {
+			return err
+		}
+		st.Kept = int(kept)
+		return nil
+	})
+	return st, pgErr(err)
+}
+
+func (s *pgStore) Replay(ctx context.Context) (map[string][]byte, JournalStats, error) {
+	out := map[string][]byte{}
+	var st JournalStats
+	rows, err := s.pool.Query(ctx, `SELECT op, id, data FROM talkbox_journal ORDER BY seq`)
+	if err != nil {
+		return nil, st, pgErr(err)
+	}
+	var op, id string
+	var data []byte
+	_, err = pgx.ForEachRow(rows, []any{&op, &id, &data}, func() error {
+		st.Entries++
+		if op == opPut {
+			out[id] = append([]byte(nil), data...)
+		} else {
+			delete(out, id)
+		}
+		return nil
+	})
+	return out, st, pgErr(err)
+}
+
+// Check decodes every record and, with Repair, adds the keys one lacks;
+// with opts.Blobs it also checks this host's blobs.
+func (s *pgStore) Check(ctx context.Context, opts CheckOptions) (*CheckReport, error) {
+	rep := &CheckReport{}
+	kinds, err := s.Kinds()
+	if err != nil {
+		return nil, err
+	}
+	rep.Kinds = len(kinds)
+	for _, kind := range kinds {
+		ids, err := s.List(kind)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			rep.Records++
+			rec := records.New(kind)
+			if err := getRecord(s, id, rec); err != nil {
+				if !errors.Is(err, ErrNotFound) {
+					rep.problem(id, s.where(id), "%v", err)
+				}
+				continue
+			}
+			if h := rec.Header(); h.ID != id || h.Kind != kind {
+				rep.problem(id, s.where(id), "stored as %s of kind %s", h.ID, h.Kind)
+			}
+			if err := s.checkKeys(ctx, rep, rec, opts.Repair); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if opts.Blobs {
+		if err := s.dir.checkBlobs(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func (s *pgStore) checkKeys(ctx context.Context, rep *CheckReport, rec records.Record, repair bool) error {
+	h := rec.Header()
+	for _, k := range indexKeys(rec) {
+		var ok bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM talkbox_keys WHERE kind = $1 AND field = $2 AND value = $3 AND id = $4)`,
+			h.Kind, k.Field, k.Value, h.ID).Scan(&ok); err != nil {
+			return pgErr(err)
+		}
+		if ok {
+			continue
+		}
+		if !repair {
+			rep.problem(h.ID, s.where(h.ID), "not found under its key %s=%s", k.Field, k.Value)
+			continue
+		}
+		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			return insertKeys(ctx, tx, h.Kind, h.ID, []records.IndexKey{k})
+		}); err != nil {
+			return pgErr(err)
+		}
+		rep.Repaired = append(rep.Repaired, fmt.Sprintf("%s: key %s=%s", h.ID, k.Field, k.Value))
+	}
+	return nil
+}
+
+// pgErr classes what the database could not do: a lost or refused
+// connection, a server shutting down or a deadlock is worth retrying later
+// (exit 75); the statement's own errors are failures.
+func pgErr(err error) error {
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code[:2] == "08", pe.Code[:2] == "57", pe.Code == "40001", pe.Code == "40P01", pe.Code == "53300":
+			return fault.TempFail(err)
+		}
+		return err
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ne) || errors.As(err, &ce) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return fault.TempFail(err)
+	}
+	return err
+}

@@ -1,0 +1,174 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// pgBatch is a batch in one transaction, begun when the batch takes its
+// first lock: its locks are advisory locks of that transaction (tried, never
+// waited for), its records, keys and journal entries are written at Commit.
+type pgBatch struct {
+	s   *pgStore
+	ctx context.Context
+	tx  pgx.Tx
+	// inClaim: tx is Claim's, which commits it.
+	inClaim bool
+	recs    []pgBatchRec
+	keys    []batchKey
+	ids     map[string]bool
+}
+
+type pgBatchRec struct {
+	kind, id string
+	r        records.Record
+	saved    records.Meta
+	data     []byte
+}
+
+func (s *pgStore) newBatch() batcher { return &pgBatch{s: s, ctx: context.Background()} }
+
+func (b *pgBatch) Idle() bool { return b.tx == nil && len(b.recs) == 0 && len(b.keys) == 0 }
+
+func (b *pgBatch) begin() error {
+	if b.tx != nil {
+		return nil
+	}
+	tx, err := b.s.pool.Begin(b.ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	b.tx = tx
+	return nil
+}
+
+func (b *pgBatch) tryLock(key int64) (bool, error) {
+	if err := b.begin(); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := b.tx.QueryRow(b.ctx, `SELECT pg_try_advisory_xact_lock($1)`, key).Scan(&ok)
+	return ok, pgErr(err)
+}
+
+func (b *pgBatch) TryLockIndex(name, key string) (bool, error) {
+	if err := checkIndexKey(name, key); err != nil {
+		return false, err
+	}
+	return b.tryLock(lockKey("index", name+"\x00"+key))
+}
+
+func (b *pgBatch) Create(r records.Record) ([]byte, error) {
+	h := r.Header()
+	kind, err := checkRef(h.ID)
+	if err != nil {
+		return nil, err
+	}
+	if b.ids[h.ID] {
+		return nil, nil
+	}
+	ok, err := b.tryLock(lockKey("record", h.ID))
+	if !ok || err != nil {
+		return nil, err
+	}
+	saved := *h
+	data, err := stampRecord(h.ID, stored{}, b.s.dir.Now(), r)
+	if err != nil {
+		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
+		return nil, err
+	}
+	if b.ids == nil {
+		b.ids = map[string]bool{}
+	}
+	b.ids[h.ID] = true
+	b.recs = append(b.recs, pgBatchRec{kind: kind, id: h.ID, r: r, saved: saved, data: data})
+	return data, nil
+}
+
+func (b *pgBatch) SetIndex(name, key, id string) error {
+	if err := checkIndexKey(name, key); err != nil {
+		return err
+	}
+	if err := records.CheckID(id); err != nil {
+		return err
+	}
+	b.keys = append(b.keys, batchKey{Op: opIndex, Index: name, Key: key, ID: id})
+	return nil
+}
+
+// flush writes what the batch queued into its transaction.
+func (b *pgBatch) flush() error {
+	es := make([]entry, 0, len(b.recs))
+	for _, r := range b.recs {
+		tag, err := b.tx.Exec(b.ctx, `INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, 1, $3) ON CONFLICT DO NOTHING`, r.id, r.kind, r.data)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%s: %w", r.id, ErrExists)
+		}
+		if err := insertKeys(b.ctx, b.tx, r.kind, r.id, indexKeys(r.r)); err != nil {
+			return err
+		}
+		h := r.r.Header()
+		es = append(es, entry{At: h.UpdatedAt, Op: opPut, Kind: r.kind, ID: r.id, Rev: h.Rev, Record: r.data})
+	}
+	for _, k := range b.keys {
+		if err := setIndexRow(b.ctx, b.tx, k.Index, k.Key, k.ID); err != nil {
+			return err
+		}
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	return b.s.journal(b.ctx, b.tx, es)
+}
+
+// giveBack restores the headers of records that were not stored.
+func (b *pgBatch) giveBack() {
+	for _, r := range b.recs {
+		h := r.r.Header()
+		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = r.saved.Rev, r.saved.CreatedAt, r.saved.UpdatedAt, r.saved.V
+	}
+}
+
+func (b *pgBatch) Commit() error {
+	if b.tx == nil {
+		return nil
+	}
+	err := b.flush()
+	if err == nil {
+		b.s.dir.hook(crashPgWritten)
+		err = b.tx.Commit(b.ctx)
+	} else {
+		b.tx.Rollback(context.Background())
+	}
+	if err != nil {
+		b.giveBack()
+	}
+	n := len(b.recs)
+	b.tx, b.recs, b.keys, b.ids = nil, nil, nil, nil
+	if err != nil {
+		return pgErr(err)
+	}
+	b.s.compactNow(b.ctx, n)
+	return nil
+}
+
+// hasPoolMax tells whether the URL sizes the pool itself.
+func hasPoolMax(u string) bool { return strings.Contains(u, "pool_max_conns=") }
+
+// redactURL drops a password from a URL for messages.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable PostgreSQL URL)"
+	}
+	return p.Redacted()
+}
