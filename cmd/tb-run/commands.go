@@ -27,6 +27,11 @@ type drive struct {
 // runner opens the state and makes the runner of the tools; done writes
 // the metrics file, if asked for, once the command is over.
 func (d drive) runner(env *cli.Env) (r *cycle.Runner, done func(), err error) {
+	return d.hostRunner(env, "")
+}
+
+// hostRunner is runner pinned to a fleet host (none: "").
+func (d drive) hostRunner(env *cli.Env, host string) (r *cycle.Runner, done func(), err error) {
 	// A cycle makes ~30 writes; synced one by one they cost ~0.3 s of a
 	// warm cycle here. A killed process loses none of them (the page cache
 	// survives it); Drive syncs where a power cut would matter.
@@ -48,7 +53,7 @@ func (d drive) runner(env *cli.Env) (r *cycle.Runner, done func(), err error) {
 			env.Log.Warn("writing metrics", "file", d.Metrics, "err", err)
 		}
 	}
-	return cycle.NewRunner(st, env.Log, dir, d.Lab), done, nil
+	return cycle.NewRunner(st, env.Log, dir, d.Lab, host), done, nil
 }
 
 // ended turns a cycle's end into the command's exit status.
@@ -228,6 +233,113 @@ func (c *resumeCmd) Run(env *cli.Env) error {
 			env.Warnf("%v", err)
 			batch.Add(err)
 		}
+	}
+	return batch.Err()
+}
+
+type submitCmd struct {
+	FreshLease bool `name:"fresh-lease" help:"Boot a new lease for each cycle instead of reusing an idle one."`
+}
+
+// Run stores a pending cycle, with no lease, for each runnable plan read
+// from stdin (plan records, as tb-plan prints them); a plan that is not
+// runnable is reported and skipped.
+func (c *submitCmd) Run(env *cli.Env) error {
+	if !env.StdinPiped() {
+		return fault.Usage(errors.New("submit reads plan records on stdin (tb-plan samples/ | tb-run submit)"))
+	}
+	st, err := env.OpenState(state.WithDurability(state.SyncOnFlush))
+	if err != nil {
+		return err
+	}
+	defer st.Flush()
+	r := cycle.NewRunner(st, env.Log, "", "", "")
+	rd := records.NewReader(env.Stdin, "stdin")
+	var batch fault.Batch
+	for {
+		l, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// The input itself failed (a line too long to read on).
+			env.Warnf("%v", err)
+			batch.Add(err)
+			break
+		}
+		rec, err := records.Decode(l.Data)
+		if err != nil {
+			err = l.Err(err)
+			env.Warnf("%v", err)
+			batch.Add(err)
+			continue
+		}
+		p, ok := rec.(*records.Plan)
+		if !ok {
+			continue // samples and other records of the pipeline pass by
+		}
+		cy, err := r.Create(env.Ctx, cycle.Request{Plan: p.ID, FreshLease: c.FreshLease})
+		if err != nil {
+			err = fmt.Errorf("stdin:%d: plan %s: %w", l.No, p.ID, err)
+			env.Warnf("%v", err)
+			batch.Add(err)
+			continue
+		}
+		if err := printRecords(env.Stdout, cy); err != nil {
+			return err
+		}
+	}
+	return batch.Err()
+}
+
+type workerCmd struct {
+	drive
+	Host      string        `name:"host" required:"" env:"TB_HOST" help:"This host's name in the fleet: the tb-lease host its leases are placed on (unique in the fleet)."`
+	Slots     int           `name:"slots" default:"1" help:"Cycles driven at once: this host's capacity."`
+	Heartbeat time.Duration `name:"heartbeat" default:"5s" help:"How often the worker says it is alive."`
+	DeadAfter time.Duration `name:"dead-after" default:"30s" help:"How long a host's workers may be silent before its cycles are replaced on other hosts."`
+	UntilIdle bool          `name:"until-idle" help:"Exit once nothing is left to drive (default: run until SIGTERM)."`
+}
+
+// Run drives the fleet's cycles that fit this host and prints each as it
+// ends.
+func (c *workerCmd) Run(env *cli.Env) error {
+	if c.Slots < 1 {
+		return fault.Usage(fmt.Errorf("--slots %d: at least 1", c.Slots))
+	}
+	if c.DeadAfter < 2*c.Heartbeat {
+		return fault.Usage(fmt.Errorf("--dead-after %s must be at least twice --heartbeat %s", c.DeadAfter, c.Heartbeat))
+	}
+	r, done, err := c.hostRunner(env, c.Host)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var batch fault.Batch
+	w := &cycle.Worker{R: r, Host: c.Host, Lab: c.Lab, Slots: c.Slots, Heartbeat: c.Heartbeat, DeadAfter: c.DeadAfter,
+		UntilIdle: c.UntilIdle,
+		Ended: func(cy *records.Cycle, err error) {
+			if cy != nil {
+				if perr := printCycle(r.St, env.Stdout, cy); perr != nil {
+					env.Warnf("%v", perr)
+				}
+				if err == nil {
+					err = ended(cy)
+				}
+			}
+			switch {
+			case err == nil || env.Ctx.Err() != nil:
+			case fault.Code(err) == fault.ExitTempFail:
+				// The cycle stays in its state; the worker takes it
+				// up again (the store or the hypervisor was away).
+				env.Log.Warn("cycle left for a retry", "err", err)
+			default:
+				env.Warnf("%v", err)
+				batch.Add(err)
+			}
+		}}
+	if err := w.Run(env.Ctx); err != nil {
+		return err
 	}
 	return batch.Err()
 }

@@ -11,6 +11,8 @@ type tbRun struct {
 	cli.Globals
 	Cycle   cycleCmd    `cmd:"" default:"withargs" help:"Run one cycle of a plan on a lease (default command)."`
 	Resume  resumeCmd   `cmd:"" help:"Continue every unfinished cycle from its last state."`
+	Submit  submitCmd   `cmd:"" help:"Store a pending cycle for each plan on stdin, for a fleet's workers."`
+	Worker  workerCmd   `cmd:"" help:"Drive the fleet's cycles that fit this host, until stopped."`
 	List    cli.ListCmd `cmd:"" help:"List cycles, executions and analyses."`
 	Get     cli.GetCmd  `cmd:"" help:"Print stored records by ID."`
 	Watch   watchCmd    `cmd:"" help:"Follow cycle events as JSON lines."`
@@ -42,6 +44,14 @@ func tool() cli.Tool {
 			"resume": {
 				"tb-run resume",
 				`tb-run resume "$C"`,
+			},
+			"submit": {
+				"tb-run submit < plans.jsonl",
+				`tb-run --state "$TB_FLEET" submit --fresh-lease < plans.jsonl`,
+			},
+			"worker": {
+				"tb-run worker --host sandbox-01 --slots 2",
+				"tb-run worker --host sandbox-02 --until-idle",
 			},
 			"list": {"tb-run list --kind cycle --limit 10"},
 			"get":  {`tb-run get "$C"`},

@@ -28,6 +28,7 @@ import (
 type Globals struct {
 	State     string           `name:"state" env:"TB_STATE" placeholder:"DIR|URL" help:"State directory (default /var/lib/talkbox as root, $$XDG_STATE_HOME/talkbox otherwise), or the postgres:// URL of a fleet's shared database."`
 	Local     string           `name:"local" env:"TB_LOCAL" type:"path" placeholder:"DIR" help:"This host's own directory (blobs, images, leases, captures) when --state is a database URL (default as --state's)."`
+	Blobs     string           `name:"blobs" env:"TB_BLOBS" type:"path" placeholder:"DIR" help:"A blob directory the hosts of a fleet share (samples, captures), instead of the state directory's own."`
 	LogFormat string           `name:"log-format" enum:"text,json" default:"text" help:"Log format on stderr: text or json."`
 	LogLevel  string           `name:"log-level" enum:"debug,info,warn,error" default:"info" help:"Least severe log level shown."`
 	Version   kong.VersionFlag `name:"version" help:"Print the version and exit."`
@@ -66,6 +67,9 @@ func (e *Env) StateDir() string {
 func (e *Env) OpenState(opts ...state.Option) (*state.Store, error) {
 	if state.IsSharedURL(e.G.State) {
 		opts = append(opts, state.WithShared(e.G.State))
+	}
+	if e.G.Blobs != "" {
+		opts = append(opts, state.WithSharedBlobs(e.G.Blobs))
 	}
 	s, err := state.Open(e.Ctx, e.StateDir(), opts...)
 	if err != nil {

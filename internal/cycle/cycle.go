@@ -65,10 +65,16 @@ const (
 // NewRunner is the runner the tools use: cycles in st, guests reached over
 // libvirt, leases and post-processing done by running tb-lease,
 // tb-capture, tb-parse and tb-allow from toolsDir on the lab.
-func NewRunner(st *state.Store, log *slog.Logger, toolsDir, lab string) *Runner {
-	tools := &Tools{Dir: toolsDir, St: st, Log: log, Lab: lab}
-	host, _ := os.Hostname()
-	return &Runner{St: st, Log: log, Connect: LibvirtGuest, Leaser: tools, Post: tools, Host: host, PID: os.Getpid()}
+// A fleet host (a worker's) pins its leases to that tb-lease host and
+// names the cycles it drives after it; without one, tb-lease places leases
+// and cycles carry the machine's hostname.
+func NewRunner(st *state.Store, log *slog.Logger, toolsDir, lab, fleetHost string) *Runner {
+	tools := &Tools{Dir: toolsDir, St: st, Log: log, Lab: lab, Host: fleetHost}
+	host := fleetHost
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	return &Runner{St: st, Log: log, Connect: LibvirtGuest, Leaser: tools, Post: tools, Host: host, FleetHost: fleetHost, PID: os.Getpid()}
 }
 
 // Runner drives cycles.
@@ -87,6 +93,9 @@ type Runner struct {
 	// MaxOutput bounds the stdout and stderr kept per cycle (default 64 MiB).
 	MaxOutput int64
 	Host      string
+	// FleetHost, when set, is the fleet host the runner drives cycles on:
+	// it adopts no lease of another host.
+	FleetHost string
 	PID       int
 }
 

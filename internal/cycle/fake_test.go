@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -21,7 +22,7 @@ import (
 
 // fakeGuest is a guest agent in memory. Samples are little programs, one
 // instruction per line: "out TEXT", "err TEXT", "exit N", "hang" (run until
-// killed). An ELF the guest cannot run is "noexec".
+// killed), "sleep D" (run for D, then exit 0). An ELF the guest cannot run is "noexec".
 type fakeGuest struct {
 	mu      sync.Mutex
 	files   map[string][]byte
@@ -37,6 +38,9 @@ type fakeGuest struct {
 	onSpawn func(pid int)
 	// onStatus runs on each Status call.
 	onStatus func(pid int)
+	// stallAfter, when set, makes every "sleep" after that many spawns
+	// run until killed.
+	stallAfter int
 	// silent is how many more Status calls the agent leaves unanswered
 	// (Run fails too while it is silent), as a busy TCG guest's does.
 	silent int
@@ -182,6 +186,18 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) 
 			p.code, _ = strconv.Atoi(arg)
 		case "hang":
 			p.running = true
+		case "sleep":
+			// Runs for a while, then exits 0.
+			d, _ := time.ParseDuration(arg)
+			p.running = true
+			if f.stallAfter > 0 && f.spawns > f.stallAfter {
+				break // this guest's later samples never end
+			}
+			time.AfterFunc(d, func() {
+				f.mu.Lock()
+				p.running = false
+				f.mu.Unlock()
+			})
 		case "noexec":
 			f.files[errp] = append(f.files[errp], "tb-run: line 17: "+sample+": cannot execute binary file: Exec format error\n"...)
 			p.code = 126

@@ -15,7 +15,7 @@ import (
 // heldLease returns the live lease acquired for the cycle, if there is one.
 func (r *Runner) heldLease(cycle string) (string, error) {
 	l, err := state.LatestBy(r.St, records.KindLease, records.KeyHolder, cycle, func(l *records.SandboxLease) bool {
-		return !records.LeaseGone(l.State)
+		return !records.LeaseGone(l.State) && (r.FleetHost == "" || l.Host == r.FleetHost)
 	})
 	if errors.Is(err, state.ErrNotFound) {
 		return "", nil

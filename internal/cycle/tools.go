@@ -26,6 +26,9 @@ type Tools struct {
 	Log *slog.Logger
 	// Lab is the lab instance of tb-capture and tb-allow.
 	Lab string
+	// Host, when set, pins new leases to that tb-lease host (a fleet
+	// worker's own).
+	Host string
 }
 
 func (t *Tools) path(name string) (string, error) {
@@ -92,6 +95,9 @@ func ids(recs []records.Record, kind string) []string {
 // Acquire is "tb-lease acquire --plan P --holder H [--fresh]".
 func (t *Tools) Acquire(ctx context.Context, plan, holder string, fresh bool) (string, error) {
 	args := []string{"acquire", "--plan", plan, "--holder", holder}
+	if t.Host != "" {
+		args = append(args, "--host", t.Host)
+	}
 	if fresh {
 		args = append(args, "--fresh")
 	}

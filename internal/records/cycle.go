@@ -116,10 +116,14 @@ type Cycle struct {
 	// "verify", "run", "rotate", "parse", "promote", …).
 	Timings map[string]Duration `json:"timings,omitempty"`
 	// Seq counts transitions; the event of transition n carries Seq n.
-	Seq   int    `json:"seq"`
-	Host  string `json:"host,omitempty"`
-	PID   int    `json:"pid,omitempty"` // the tb-run process driving it
-	Error string `json:"error,omitempty"`
+	Seq int `json:"seq"`
+	// Replaces is the cycle of a host that died which this one does again
+	// on a fresh lease; ReplacedBy, on that cycle, names this one.
+	Replaces   string `json:"replaces,omitempty"`
+	ReplacedBy string `json:"replaced_by,omitempty"`
+	Host       string `json:"host,omitempty"`
+	PID        int    `json:"pid,omitempty"` // the tb-run process driving it
+	Error      string `json:"error,omitempty"`
 }
 
 // ExecutionSnapshot is what one run of the sample did in a cycle.

@@ -31,13 +31,24 @@ const (
 	KeyCycle  = "cycle"
 	KeyChain  = "chain"
 	KeyHolder = "holder"
+	KeyHost   = "host"
+	// KeyOpen holds the cycles that have not ended (value "1"). The
+	// directory keeps a key after its record changes (readers check), so
+	// there it is every cycle ever; PostgreSQL keeps keys exact.
+	KeyOpen = "open"
 )
 
 func (c *Capture) IndexKeys() []IndexKey { return keysOf(KeyLease, c.Lease) }
 
 func (a *Artifact) IndexKeys() []IndexKey { return keysOf(KeyLease, a.Lease, KeyCycle, a.Cycle) }
 
-func (c *Cycle) IndexKeys() []IndexKey { return keysOf(KeyLease, c.Lease, KeySample, c.Sample) }
+func (c *Cycle) IndexKeys() []IndexKey {
+	open := ""
+	if !CycleTerminal(c.State) {
+		open = "1"
+	}
+	return keysOf(KeyLease, c.Lease, KeySample, c.Sample, KeyOpen, open)
+}
 
 func (r *AllowRevision) IndexKeys() []IndexKey { return keysOf(KeyChain, r.Chain) }
 

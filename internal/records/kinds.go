@@ -35,6 +35,8 @@ func New(kind string) Record {
 		return &RunAnalysis{}
 	case KindEvent:
 		return &Event{}
+	case KindWorker:
+		return &Worker{}
 	}
 	return &Generic{}
 }

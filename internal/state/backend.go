@@ -18,8 +18,9 @@ import (
 // stays on the host that made it.
 type Store struct {
 	*dirStore
-	rec    backend
-	shared string
+	rec         backend
+	shared      string
+	lockTimeout time.Duration
 }
 
 // backend is where records live. The directory (dirStore) and PostgreSQL
@@ -53,6 +54,17 @@ type backend interface {
 // "postgres://" or "postgresql://" URL) instead of the directory.
 func WithShared(url string) Option { return func(s *Store) { s.shared = url } }
 
+// WithSharedBlobs keeps blobs in dir, a directory the hosts of a fleet
+// share (NFS, say), instead of the host's own directory: a sample planned
+// on one host is then there for the host that runs it, and a capture for
+// any host that reads it.
+func WithSharedBlobs(dir string) Option { return func(s *Store) { s.blobRoot = dir } }
+
+// WithLockTimeout sets how long a named lock of the shared database
+// outlives a holder that stopped answering (default 30 s). A live holder
+// never loses its lock: its process keeps the lock's transaction busy.
+func WithLockTimeout(d time.Duration) Option { return func(s *Store) { s.lockTimeout = d } }
+
 // IsSharedURL tells a PostgreSQL URL from a state directory's path.
 func IsSharedURL(s string) bool {
 	return hasPrefixFold(s, "postgres://") || hasPrefixFold(s, "postgresql://")
@@ -74,12 +86,17 @@ func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	if s.blobRoot == "" {
+		s.blobRoot = abs
+	} else if s.blobRoot, err = filepath.Abs(s.blobRoot); err != nil {
+		return nil, err
+	}
 	if err := openDir(ctx, s.dirStore); err != nil {
 		return nil, err
 	}
 	s.rec = s.dirStore
 	if s.shared != "" {
-		pg, err := openShared(ctx, s.shared, s.dirStore)
+		pg, err := openShared(ctx, s.shared, s.dirStore, s.lockTimeout)
 		if err != nil {
 			return nil, err
 		}
@@ -95,10 +112,14 @@ func (s *Store) Shared() string { return s.shared }
 // Flags are the global flags that make another tb-* program open this same
 // store (tools that run each other pass them on).
 func (s *Store) Flags() []string {
+	f := []string{"--state", s.Root()}
 	if s.shared != "" {
-		return []string{"--state", s.shared, "--local", s.Root()}
+		f = []string{"--state", s.shared, "--local", s.Root()}
 	}
-	return []string{"--state", s.Root()}
+	if s.blobRoot != s.root {
+		f = append(f, "--blobs", s.blobRoot)
+	}
+	return f
 }
 
 // Close releases what the store holds open (the journal, the database's

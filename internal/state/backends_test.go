@@ -1,9 +1,13 @@
 package state
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,4 +207,72 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatalf("followed revisions %v, want [2 3]", revs)
 	}
 	assertConsistent(t, s)
+}
+
+// workerLockHold takes a named lock, says so, and holds it until killed.
+func workerLockHold() {
+	ctx := context.Background()
+	s, err := Open(ctx, mustEnv("TB_DIR"), sharedFromEnv(), WithLockTimeout(time.Second))
+	if err != nil {
+		fail("open: %v", err)
+	}
+	if _, err := s.Lock(ctx, "held"); err != nil {
+		fail("lock: %v", err)
+	}
+	fmt.Println("locked")
+	select {}
+}
+
+// TestPostgresLockFreedFromSilentHolder: a named lock of the shared
+// database stays with a live holder however long it holds it, and is freed
+// by the server once the holder goes silent (SIGSTOP: a host that died
+// without closing its connections), after the lock timeout.
+func TestPostgresLockFreedFromSilentHolder(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Start(t, pgtest.WithoutFsync())
+	be := testBackend{name: "postgres", url: c.NewDatabase(t)}
+	dir := t.TempDir()
+	s := openT(t, dir, be.opts()...)
+	holder := workerCmd(t, "lockhold", append(be.env(), "TB_DIR="+dir)...)
+	var stderr bytes.Buffer
+	holder.Stderr = &stderr
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Stdin = nil
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "locked\n" {
+		holder.Process.Kill()
+		holder.Wait()
+		t.Fatalf("the holder said %q: %s", line, stderr.Bytes())
+	}
+	try := func() bool {
+		unlock, ok, err := s.TryLock(ctx, "held")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			unlock()
+		}
+		return ok
+	}
+	// Three lock timeouts with the holder alive: never free.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if try() {
+			t.Fatal("the lock was free while its holder lived")
+		}
+	}
+	if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Signal(syscall.SIGCONT)
+	for end := time.Now().Add(30 * time.Second); !try(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the lock of a silent holder was never freed")
+		}
+	}
 }

@@ -46,9 +46,9 @@ func toLower(s string) string {
 func (s *dirStore) BlobPath(sha string) string {
 	if !validSHA256(sha) {
 		// Never a stored blob, and never outside the blob directory.
-		return filepath.Join(s.root, "blobs", "sha256", "invalid")
+		return filepath.Join(s.blobRoot, "blobs", "sha256", "invalid")
 	}
-	return filepath.Join(s.root, "blobs", "sha256", sha[:2], sha)
+	return filepath.Join(s.blobRoot, "blobs", "sha256", sha[:2], sha)
 }
 
 // HasBlob reports whether a blob is stored.
@@ -120,7 +120,7 @@ type BlobWriter struct {
 
 // CreateBlob starts a blob in the store's temporary directory.
 func (s *dirStore) CreateBlob() (*BlobWriter, error) {
-	tmp, err := createTemp(filepath.Join(s.root, "tmp"), "blob-")
+	tmp, err := createTemp(filepath.Join(s.blobRoot, "tmp"), "blob-")
 	if err != nil {
 		return nil, err
 	}

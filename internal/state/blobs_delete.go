@@ -24,7 +24,7 @@ func (s *dirStore) LockBlob(ctx context.Context, sha string) (unlock func(), err
 	if !validSHA256(sha) {
 		return nil, fmt.Errorf("invalid sha256 %q", sha)
 	}
-	unlock, _, err = lockFile(ctx, filepath.Join(s.root, "locks", "blobs"), lockOffset(sha), true)
+	unlock, _, err = lockFile(ctx, filepath.Join(s.blobRoot, "locks", "blobs"), lockOffset(sha), true)
 	return unlock, err
 }
 

@@ -248,7 +248,7 @@ func (s *dirStore) checkIntents(ctx context.Context, rep *CheckReport) error {
 
 // checkBlobs re-hashes every blob.
 func (s *dirStore) checkBlobs(ctx context.Context, rep *CheckReport) error {
-	dir := filepath.Join(s.root, "blobs", "sha256")
+	dir := filepath.Join(s.blobRoot, "blobs", "sha256")
 	subs, err := os.ReadDir(dir)
 	if err != nil {
 		return err

@@ -29,6 +29,8 @@ func TestMain(m *testing.M) {
 			workerChaos()
 		case "crashat":
 			workerCrashAt()
+		case "lockhold":
+			workerLockHold()
 		default:
 			fail("unknown worker mode %q", mode)
 		}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,9 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,9 +27,12 @@ import (
 //	                 for the compare-and-set of every write
 //	talkbox_journal  puts and deletes; seq is the commit order, because a
 //	                 journal row is inserted under one lock held to commit
-//	talkbox_keys     records by field value (FindBy)
+//	talkbox_keys     records by field value (FindBy), exactly the keys
+//	                 of each record's current version
 //	talkbox_index    unique keys (Claim, Lookup)
-//	talkbox_locks    one row per named lock, held as a row lock
+//	talkbox_locks    one row per named lock, held as a row lock by a
+//	                 transaction that the server ends pgLockTimeout after
+//	                 its holder went silent
 //
 // A write is one transaction: it takes the record's advisory lock (which
 // stands for the row even before the row exists), reads the stored version,
@@ -36,6 +43,9 @@ type pgStore struct {
 	pool *pgxpool.Pool
 	// dir supplies the clock and checks this host's blobs.
 	dir *dirStore
+	// lockTimeout is how long a named lock outlives a silent holder
+	// (default pgLockTimeout).
+	lockTimeout time.Duration
 	// writes counts journal entries this process appended, to compact the
 	// journal now and then as the directory's journal is.
 	writes int64
@@ -44,6 +54,11 @@ type pgStore struct {
 // pgMaxConns is the pool's size unless the URL sets pool_max_conns: every
 // named lock a process holds keeps one connection.
 const pgMaxConns = 16
+
+// pgLockTimeout is how long a named lock outlives a holder that stopped
+// answering (a dead host), unless WithLockTimeout says otherwise: the lease
+// timeout of a fleet's claims.
+const pgLockTimeout = 30 * time.Second
 
 // pgCompactEvery is how many writes of one process pass between
 // compactions of the journal table.
@@ -88,7 +103,7 @@ CREATE TABLE IF NOT EXISTS talkbox_locks (name text PRIMARY KEY);
 // notifies followers.
 const pgNotifyChannel = "talkbox_journal"
 
-func openShared(ctx context.Context, url string, dir *dirStore) (*pgStore, error) {
+func openShared(ctx context.Context, url string, dir *dirStore, lockTimeout time.Duration) (*pgStore, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fault.Usage(fmt.Errorf("state %s: %w", redactURL(url), err))
@@ -100,7 +115,7 @@ func openShared(ctx context.Context, url string, dir *dirStore) (*pgStore, error
 	if err != nil {
 		return nil, pgErr(fmt.Errorf("state %s: %w", redactURL(url), err))
 	}
-	s := &pgStore{pool: pool, dir: dir}
+	s := &pgStore{pool: pool, dir: dir, lockTimeout: cmp.Or(lockTimeout, pgLockTimeout)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, pgErr(fmt.Errorf("state %s: %w", redactURL(url), err))
@@ -179,7 +194,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		if err != nil {
 			return err
 		}
-		if err := insertKeys(ctx, tx, kind, id, indexKeys(r)); err != nil {
+		if err := replaceKeys(ctx, tx, kind, id, prev, indexKeys(r)); err != nil {
 			return err
 		}
 		if prev == nil {
@@ -216,15 +231,48 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	return nil
 }
 
+// replaceKeys makes the record's keys exactly keys: those of the version
+// it replaces (prev) that it no longer has go, new ones are added.
+func replaceKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []byte, keys []records.IndexKey) error {
+	var had []records.IndexKey
+	if prev != nil {
+		if old, err := records.Decode(prev); err == nil {
+			had = indexKeys(old)
+		}
+	}
+	var gone, added []records.IndexKey
+	for _, k := range had {
+		if !slices.Contains(keys, k) {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range keys {
+		if !slices.Contains(had, k) {
+			added = append(added, k)
+		}
+	}
+	if len(gone) > 0 {
+		fields, values := splitKeys(gone)
+		if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2
+			AND (field, value) IN (SELECT * FROM unnest($3::text[], $4::text[]))`, kind, id, fields, values); err != nil {
+			return err
+		}
+	}
+	return insertKeys(ctx, tx, kind, id, added)
+}
+
+func splitKeys(keys []records.IndexKey) (fields, values []string) {
+	for _, k := range keys {
+		fields, values = append(fields, k.Field), append(values, k.Value)
+	}
+	return fields, values
+}
+
 func insertKeys(ctx context.Context, tx pgx.Tx, kind, id string, keys []records.IndexKey) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	fields := make([]string, len(keys))
-	values := make([]string, len(keys))
-	for i, k := range keys {
-		fields[i], values[i] = k.Field, k.Value
-	}
+	fields, values := splitKeys(keys)
 	_, err := tx.Exec(ctx, `INSERT INTO talkbox_keys (kind, field, value, id)
 		SELECT $1, f, v, $2 FROM unnest($3::text[], $4::text[]) AS k(f, v)
 		ON CONFLICT DO NOTHING`, kind, id, fields, values)
@@ -470,6 +518,14 @@ func (s *pgStore) lockRow(ctx context.Context, name string, wait bool) (func(), 
 		conn.Release()
 		return nil, false, pgErr(err)
 	}
+	// A holder that goes silent (its host died, its network went) is cut
+	// off by the server after pgLockTimeout, which frees the lock; a live
+	// one keeps its transaction busy below.
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL idle_in_transaction_session_timeout = %d`, s.lockTimeout.Milliseconds())); err != nil {
+		tx.Rollback(context.Background())
+		conn.Release()
+		return nil, false, pgErr(err)
+	}
 	q := `SELECT name FROM talkbox_locks WHERE name = $1 FOR UPDATE`
 	if !wait {
 		q += ` SKIP LOCKED`
@@ -484,9 +540,28 @@ func (s *pgStore) lockRow(ctx context.Context, name string, wait bool) (func(), 
 		}
 		return nil, false, pgErr(err)
 	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(s.lockTimeout / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				tx.Exec(context.Background(), `SELECT 1`)
+			}
+		}
+	}()
+	var once sync.Once
 	unlock := func() {
-		tx.Rollback(context.Background())
-		conn.Release()
+		once.Do(func() {
+			close(stop)
+			<-stopped
+			tx.Rollback(context.Background())
+			conn.Release()
+		})
 	}
 	return unlock, true, nil
 }

@@ -90,6 +90,11 @@ func (fl *pgFollower) Next() (*JournalEntry, error) {
 }
 
 func (fl *pgFollower) Wait(ctx context.Context) error {
+	if fl.listen == nil {
+		// Listening was lost with the server; whatever was committed
+		// since is read by the next Next.
+		return fl.relisten(ctx)
+	}
 	wctx, cancel := context.WithTimeout(ctx, pgWaitAtMost)
 	defer cancel()
 	_, err := fl.listen.Conn().WaitForNotification(wctx)

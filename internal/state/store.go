@@ -60,7 +60,10 @@ const (
 // Store is an open state directory. It is safe for concurrent use by
 // goroutines and by processes sharing the directory.
 type dirStore struct {
-	root       string
+	root string
+	// blobRoot holds blobs/, and the tmp/ and locks/ they are written and
+	// locked through: root, or a directory hosts share (WithSharedBlobs).
+	blobRoot   string
 	durability Durability
 	now        func() time.Time
 
@@ -123,6 +126,13 @@ func openDir(ctx context.Context, s *dirStore) error {
 	for _, d := range layout {
 		if err := os.MkdirAll(filepath.Join(s.root, d), 0o750); err != nil {
 			return fmt.Errorf("state directory %s: %w", s.root, err)
+		}
+	}
+	if s.blobRoot != s.root {
+		for _, d := range []string{"blobs/sha256", "tmp", "locks"} {
+			if err := os.MkdirAll(filepath.Join(s.blobRoot, d), 0o750); err != nil {
+				return fmt.Errorf("blob directory %s: %w", s.blobRoot, err)
+			}
 		}
 	}
 	if err := s.recoverIntents(ctx); err != nil {

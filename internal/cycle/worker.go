@@ -1,0 +1,330 @@
+package cycle
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// Worker drives the cycles of a fleet that fit its host, from a store the
+// fleet shares: those whose lease is on its host, and those that still need
+// a lease, which it acquires on its host. It drives up to Slots at once,
+// each under the cycle's lock, so that a cycle is driven by one worker; it
+// says it is alive (and how many slots are free: its host's capacity) in
+// its worker record, every Heartbeat and whenever it takes or ends a cycle.
+//
+// A cycle left on a host whose workers all fell silent for DeadAfter (the
+// host died, or its worker was killed and not restarted) and that no one
+// drives is replaced: a new pending cycle of the same request, on a fresh
+// lease (Replaces names the old one), and the old one fails naming its
+// replacement (ReplacedBy). The replacement is claimed under the old
+// cycle's ID, so however many workers see the dead host, it is made once.
+type Worker struct {
+	R *Runner
+	// Host is the fleet host the worker runs cycles on, as tb-lease names
+	// it; R pins leases to it.
+	Host      string
+	Lab       string
+	Slots     int
+	Heartbeat time.Duration
+	DeadAfter time.Duration
+	// UntilIdle ends Run when the worker drives nothing and no open cycle
+	// is left that is not driven by someone.
+	UntilIdle bool
+	// Ended is called with each cycle the worker drove to its end (or
+	// left, with the error).
+	Ended func(c *records.Cycle, err error)
+
+	rec     *records.Worker
+	running map[string]bool
+}
+
+// replacementIndex keys a dead host's cycle to its replacement.
+const replacementIndex = "replacement"
+
+type driven struct {
+	id  string
+	c   *records.Cycle
+	err error
+}
+
+func (w *Worker) heartbeat() time.Duration { return orDur(w.Heartbeat, 5*time.Second) }
+func (w *Worker) deadAfter() time.Duration { return orDur(w.DeadAfter, 30*time.Second) }
+
+// Run registers the worker and drives cycles until ctx ends (or, with
+// UntilIdle, until there is nothing left to drive); the cycles it drives
+// when ctx ends are left in their states for another worker or a resume.
+func (w *Worker) Run(ctx context.Context) error {
+	if w.Host == "" {
+		return errors.New("a worker needs its fleet host's name")
+	}
+	if w.Slots <= 0 {
+		w.Slots = 1
+	}
+	st := w.R.St
+	now := st.Now()
+	w.rec = &records.Worker{Host: w.Host, PID: os.Getpid(), Lab: w.Lab, Slots: w.Slots,
+		Heartbeat: now, DeadAfter: records.Duration(w.deadAfter())}
+	records.Init(w.rec, records.KindWorker, now)
+	if err := st.Create(ctx, w.rec); err != nil {
+		return err
+	}
+	w.running = map[string]bool{}
+	defer func() {
+		// A clean stop tells the fleet at once; a killed worker is found
+		// silent after DeadAfter.
+		w.rec.Stopped = true
+		w.beat(context.WithoutCancel(ctx))
+	}()
+	w.R.Log.Info("worker started", "worker", w.rec.ID, "host", w.Host, "slots", w.Slots)
+
+	changed := make(chan struct{}, 1)
+	fl, err := st.FollowJournal(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer fl.Close()
+	fctx, stopFollow := context.WithCancel(ctx)
+	defer stopFollow()
+	go func() {
+		// Any commit may have freed work: a new cycle, one ended, a
+		// worker gone.
+		for fctx.Err() == nil {
+			e, err := fl.Next()
+			if err == nil && e == nil {
+				err = fl.Wait(fctx)
+			}
+			if err != nil && fctx.Err() == nil {
+				w.R.Log.Warn("following the journal", "err", err)
+				select {
+				case <-fctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			if e != nil && e.Kind != records.KindEvent {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	done := make(chan driven)
+	tick := time.NewTicker(w.heartbeat())
+	defer tick.Stop()
+	for {
+		idle, err := w.take(ctx, done)
+		if err != nil {
+			w.R.Log.Warn("looking for cycles", "err", err)
+		}
+		if w.UntilIdle && idle && len(w.running) == 0 {
+			w.R.Log.Info("worker idle: nothing left to drive", "worker", w.rec.ID)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			for range len(w.running) {
+				w.finish(<-done)
+			}
+			return nil
+		case d := <-done:
+			w.finish(d)
+			w.beat(ctx)
+		case <-tick.C:
+			w.beat(ctx)
+		case <-changed:
+		}
+	}
+}
+
+func (w *Worker) finish(d driven) {
+	delete(w.running, d.id)
+	w.rec.Running = slices.DeleteFunc(w.rec.Running, func(id string) bool { return id == d.id })
+	if errors.Is(d.err, ErrBusy) {
+		return // another worker took it first
+	}
+	if w.Ended != nil && (d.c != nil || d.err != nil) {
+		w.Ended(d.c, d.err)
+	}
+}
+
+// beat rewrites the worker record: alive now, with these cycles.
+func (w *Worker) beat(ctx context.Context) {
+	var rec records.Worker
+	err := w.R.St.Update(ctx, w.rec.ID, &rec, func(bool) error {
+		rec.Heartbeat, rec.Running, rec.Stopped, rec.Slots = w.R.St.Now(), w.rec.Running, w.rec.Stopped, w.Slots
+		return nil
+	})
+	if err != nil {
+		w.R.Log.Warn("heartbeat", "err", err)
+	}
+}
+
+// take starts driving the cycles this worker should drive now, as slots
+// allow, and replaces those of dead hosts. idle reports that no open cycle
+// was left undriven.
+func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err error) {
+	st := w.R.St
+	open, err := state.FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
+		return !records.CycleTerminal(c.State)
+	})
+	if err != nil {
+		return false, err
+	}
+	workers, err := state.Find[records.Worker](st, records.KindWorker, nil)
+	if err != nil {
+		return false, err
+	}
+	now := st.Now()
+	alive := map[string]bool{}
+	var others []*records.Worker
+	for _, o := range workers {
+		if o.Alive(now) {
+			alive[o.Host] = true
+			if o.ID != w.rec.ID {
+				others = append(others, o)
+			}
+		}
+	}
+	idle = true
+	for _, c := range open {
+		if w.running[c.ID] {
+			continue
+		}
+		owner, err := w.ownerOf(c)
+		if err != nil {
+			w.R.Log.Warn("cycle's lease", "cycle", c.ID, "err", err)
+			continue
+		}
+		if w.busy(ctx, c.ID) {
+			continue // driven by someone
+		}
+		idle = false
+		switch {
+		case owner == "" || owner == w.Host:
+			if owner == "" && w.yields(c, others, now) {
+				continue
+			}
+			if len(w.running) < w.Slots {
+				w.start(ctx, c.ID, done)
+			}
+		case !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter():
+			if err := w.replace(ctx, c, owner); err != nil {
+				w.R.Log.Warn("replacing a dead host's cycle", "cycle", c.ID, "err", err)
+			}
+		}
+		// Otherwise another live host's worker takes it, or its host is
+		// not yet silent for long enough.
+	}
+	return idle, nil
+}
+
+// ownerOf is the fleet host a cycle must go on with: its lease's, the
+// host that began leasing for it (which may hold a lease for it), or ""
+// when any host may take it.
+func (w *Worker) ownerOf(c *records.Cycle) (string, error) {
+	if c.Lease == "" {
+		if c.State == records.CyclePending {
+			return "", nil
+		}
+		return c.Host, nil
+	}
+	var l records.SandboxLease
+	if err := w.R.St.Get(c.Lease, &l); err != nil {
+		return "", err
+	}
+	return l.Host, nil
+}
+
+// yields leaves a cycle that needs a lease to the live worker with the most
+// free slots (least-loaded placement, with capacities read from the
+// workers' heartbeats), unless it has waited longer than DeadAfter.
+func (w *Worker) yields(c *records.Cycle, others []*records.Worker, now time.Time) bool {
+	if now.Sub(c.RequestedAt) > w.deadAfter() {
+		return false
+	}
+	mine := w.Slots - len(w.running)
+	for _, o := range others {
+		if f := o.Free(); f > mine || f == mine && f > 0 && o.Host < w.Host {
+			return true
+		}
+	}
+	return false
+}
+
+// busy tells whether a process drives the cycle now.
+func (w *Worker) busy(ctx context.Context, id string) bool {
+	unlock, ok, err := w.R.St.TryLock(ctx, cycleLock(id))
+	if err != nil || !ok {
+		return true
+	}
+	unlock()
+	return false
+}
+
+func (w *Worker) start(ctx context.Context, id string, done chan<- driven) {
+	w.running[id] = true
+	w.rec.Running = append(w.rec.Running, id)
+	w.beat(ctx)
+	w.R.Log.Info("driving", "cycle", id, "host", w.Host)
+	go func() {
+		c, err := w.R.Drive(ctx, id)
+		done <- driven{id: id, c: c, err: err}
+	}()
+}
+
+// replace makes a dead host's cycle again on a fresh lease, and ends the
+// old one naming its replacement.
+func (w *Worker) replace(ctx context.Context, old *records.Cycle, host string) error {
+	r := w.R
+	unlock, ok, err := r.St.TryLock(ctx, cycleLock(old.ID))
+	if err != nil || !ok {
+		return err
+	}
+	defer unlock()
+	old, err = r.Get(old.ID)
+	if err != nil || records.CycleTerminal(old.State) {
+		return err
+	}
+	id, created, err := r.St.Claim(ctx, replacementIndex, old.ID, func() (records.Record, error) {
+		n := &records.Cycle{
+			State: records.CyclePending, Plan: old.Plan, Sample: old.Sample,
+			Args: old.Args, Env: old.Env, Workdir: old.Workdir, Timeout: old.Timeout, Detach: old.Detach,
+			Window: old.Window, Post: old.Post, Tracer: old.Tracer, FreshLease: true, Replaces: old.ID,
+		}
+		now := r.St.Now()
+		records.Init(n, records.KindCycle, now)
+		n.RequestedAt, n.Seq = now, 1
+		return n, nil
+	})
+	if err != nil {
+		return err
+	}
+	if created {
+		n, err := r.Get(id)
+		if err != nil {
+			return err
+		}
+		if err := r.emit(ctx, n, "", records.CyclePending, "replaces "+old.ID); err != nil {
+			return err
+		}
+	}
+	where := cmp.Or(host, old.Host)
+	why := fmt.Sprintf("host %s went silent (no worker heartbeat for %s) while the cycle was %s; replaced by %s on a fresh lease",
+		where, w.deadAfter(), old.State, id)
+	_, err = r.transition(ctx, old, records.CycleFailed, why, func(n *records.Cycle) error {
+		n.Error, n.ReplacedBy = why, id
+		return nil
+	})
+	if err == nil {
+		r.Log.Warn("replaced a dead host's cycle", "cycle", old.ID, "host", where, "replacement", id)
+	}
+	return err
+}

@@ -1,0 +1,247 @@
+package cycle
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
+)
+
+// workerEnv makes the test binary a fleet host's worker (fakeWorker).
+const workerEnv = "TB_CYCLE_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	if host := os.Getenv(workerEnv); host != "" {
+		if err := fakeWorker(host); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// fakeWorker is one host of a fleet, in a process of its own so that the
+// test can kill it: a Worker on the shared store whose guests, leases and
+// post-processing are the fakes. Every lease it acquires is a new one on
+// its host.
+func fakeWorker(host string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	st, err := state.Open(ctx, os.Getenv("TB_LOCAL"), state.WithShared(os.Getenv("TB_SHARED")),
+		state.WithSharedBlobs(os.Getenv("TB_BLOBS")), state.WithDurability(state.SyncOnFlush))
+	if err != nil {
+		return err
+	}
+	g := newFakeGuest()
+	g.stallAfter, _ = strconv.Atoi(os.Getenv("TB_STALL_AFTER"))
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("host", host)
+	r := &Runner{St: st, Log: log, Post: &fakePost{st: st}, Leaser: &hostLeaser{st: st, host: host},
+		Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
+		Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host, PID: os.Getpid()}
+	w := &Worker{R: r, Host: host, Slots: 1, Heartbeat: 100 * time.Millisecond, DeadAfter: 1500 * time.Millisecond,
+		UntilIdle: true, Ended: func(c *records.Cycle, err error) {
+			if c != nil {
+				fmt.Printf("ended %s %s\n", c.ID, c.State)
+			}
+		}}
+	return w.Run(ctx)
+}
+
+// hostLeaser boots (in the store) a new lease on its host for each cycle.
+type hostLeaser struct {
+	st   *state.Store
+	host string
+}
+
+func (l *hostLeaser) Acquire(ctx context.Context, plan, holder string, fresh bool) (string, error) {
+	ls := &records.SandboxLease{State: records.LeaseBusy, Health: records.HealthHealthy, IP: "10.13.37.10",
+		VMName: "tb-" + l.host, Host: l.host, Holder: holder, Plan: plan}
+	records.Init(ls, records.KindLease, l.st.Now())
+	return ls.ID, l.st.Create(ctx, ls)
+}
+
+// TestWorkersShareABatch runs a batch over two hosts' workers sharing a
+// PostgreSQL store, kills one host's worker while it executes a cycle and
+// restarts the database: every cycle of the batch ends completed, the dead
+// host's cycle done again on the other host on a fresh lease with lineage
+// saying so, and no cycle completed twice.
+func TestWorkersShareABatch(t *testing.T) {
+	ctx := context.Background()
+	pg := pgtest.Start(t, pgtest.WithoutFsync())
+	url := pg.NewDatabase(t)
+	blobs := t.TempDir()
+	st, err := state.Open(ctx, t.TempDir(), state.WithShared(url), state.WithSharedBlobs(blobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.PutBlob(ctx, strings.NewReader("out beacon\nsleep 400ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Network: records.NetPolicy{Mode: "allowlist", Promote: true},
+		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
+	records.Init(p, records.KindPlan, st.Now())
+	if err := st.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	submit := &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	const batch = 8
+	var submitted []string
+	for range batch {
+		c, err := submit.Create(ctx, Request{Plan: p.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		submitted = append(submitted, c.ID)
+	}
+
+	start := func(host string, env ...string) (*exec.Cmd, *strings.Builder, *strings.Builder) {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), workerEnv+"="+host, "TB_SHARED="+url, "TB_BLOBS="+blobs,
+			"TB_LOCAL="+filepath.Join(t.TempDir(), host))
+		cmd.Env = append(cmd.Env, env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, &out, &errb
+	}
+	// Host A completes one cycle, then its second sample runs until the
+	// host dies.
+	a, _, aErr := start("host-a", "TB_STALL_AFTER=1")
+	bCmd, bOut, bErr := start("host-b")
+
+	// Kill host A's worker once it executes its second cycle.
+	var killed *records.Cycle
+	deadline := time.Now().Add(2 * time.Minute)
+	for killed == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("host A never executed a cycle:\n%s", aErr)
+		}
+		cs, err := state.Find(st, records.KindCycle, func(c *records.Cycle) bool { return c.Host == "host-a" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for _, c := range cs {
+			if c.State == records.CycleCompleted {
+				done++
+			}
+		}
+		for _, c := range cs {
+			if c.State == records.CycleExecuting && done > 0 {
+				killed = c
+			}
+		}
+		if killed == nil {
+			time.Sleep(20 * time.Millisecond) // polling the shared store; the test has no other signal
+		}
+	}
+	a.Process.Kill()
+	a.Wait()
+	// The database goes away and comes back while host B works.
+	pg.Kill(t)
+	pg.StartAgain(t)
+
+	waited := make(chan error, 1)
+	go func() { waited <- bCmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("host B's worker: %v\n%s", err, bErr)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("host B's worker did not finish the batch:\n%s", bErr)
+	}
+
+	// Every cycle of the batch ended completed, itself or through the
+	// chain of its replacements.
+	all, err := state.Find[records.Cycle](st, records.KindCycle, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]*records.Cycle{}
+	for _, c := range all {
+		byID[c.ID] = c
+	}
+	replaced := 0
+	for _, id := range submitted {
+		c := byID[id]
+		for c.ReplacedBy != "" {
+			if c.State != records.CycleFailed || !strings.Contains(c.Error, "host-a") {
+				t.Errorf("%s was replaced but is %s (%q)", c.ID, c.State, c.Error)
+			}
+			n := byID[c.ReplacedBy]
+			if n == nil || n.Replaces != c.ID || !n.FreshLease {
+				t.Fatalf("%s's replacement %s does not name it", c.ID, c.ReplacedBy)
+			}
+			replaced++
+			c = n
+		}
+		if c.State != records.CycleCompleted {
+			t.Errorf("cycle %s of the batch ended %s (%s)", c.ID, c.State, c.Error)
+		}
+	}
+	if byID[killed.ID].ReplacedBy == "" {
+		t.Errorf("the cycle host A was executing when it died (%s) was not replaced: %s", killed.ID, byID[killed.ID].State)
+	}
+	if replaced < 1 || len(all) != batch+replaced {
+		t.Errorf("%d cycles for a batch of %d with %d replacements", len(all), batch, replaced)
+	}
+	// Nothing completed twice: one completed event per completed cycle,
+	// and each replacement ran on a lease of host B.
+	completions := map[string]int{}
+	events, err := state.Find[records.Event](st, records.KindEvent, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.To == records.CycleCompleted {
+			completions[e.Cycle]++
+		}
+	}
+	for id, n := range completions {
+		if n != 1 {
+			t.Errorf("cycle %s completed %d times", id, n)
+		}
+	}
+	for _, c := range all {
+		if c.Replaces == "" {
+			continue
+		}
+		var l records.SandboxLease
+		if err := st.Get(c.Lease, &l); err != nil || l.Host != "host-b" {
+			t.Errorf("replacement %s ran on lease %s of host %q (%v)", c.ID, c.Lease, l.Host, err)
+		}
+	}
+	ended := 0
+	sc := bufio.NewScanner(strings.NewReader(bOut.String()))
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "ended ") {
+			ended++
+		}
+	}
+	t.Logf("host B drove %d cycles; %d replaced; B's log:\n%s", ended, replaced, lastLines([]byte(bErr.String()), 15, 1<<20))
+}

@@ -1,0 +1,40 @@
+package records
+
+import "time"
+
+// KindWorker is a "tb-run worker" process: its heartbeat.
+const KindWorker = "worker"
+
+// Worker is one "tb-run worker" on one host of a fleet. It rewrites this
+// record every heartbeat; a worker whose record has not changed for the
+// fleet's dead-after is taken for dead with its host, and the cycles its
+// host was running are replaced on other hosts.
+type Worker struct {
+	Meta
+	// Host is the fleet host the worker runs cycles on: the name its
+	// leases carry (tb-lease's host), unique in the fleet.
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	Lab  string `json:"lab,omitempty"`
+	// Slots is how many cycles the worker drives at once: its host's
+	// capacity, which placement reads; Running the cycles it drives now.
+	Slots   int      `json:"slots"`
+	Running []string `json:"running,omitempty"`
+	// Heartbeat is when the worker last said it was alive; DeadAfter how
+	// long the fleet waits past it before taking the worker for dead.
+	Heartbeat time.Time `json:"heartbeat"`
+	DeadAfter Duration  `json:"dead_after"`
+	// Stopped is set when the worker ended cleanly.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// Free is how many more cycles the worker would take.
+func (w *Worker) Free() int { return max(0, w.Slots-len(w.Running)) }
+
+// Alive tells whether the worker's heartbeat is recent at now.
+func (w *Worker) Alive(now time.Time) bool {
+	return !w.Stopped && now.Sub(w.Heartbeat) <= time.Duration(w.DeadAfter)
+}
+
+// IndexKeys: workers are found by host.
+func (w *Worker) IndexKeys() []IndexKey { return keysOf(KeyHost, w.Host) }
