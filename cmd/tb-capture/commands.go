@@ -68,14 +68,45 @@ func (c *netUpCmd) Run(env *cli.Env) error {
 	if err := cfg.Check(); err != nil {
 		return fault.Usage(err)
 	}
-	if _, err := netlab.Up(env.Ctx, cfg); err != nil {
-		return capture.Fault(err)
+	rep, err := capture.UpLab(env.Ctx, st, cfg)
+	if err != nil {
+		return err
 	}
 	s, err := netlab.Inspect(env.Ctx, cfg.Dir)
 	if err != nil {
 		return err
 	}
-	return records.PrintLine(env.Stdout, records.LineLabStatus, s)
+	if err := records.PrintLine(env.Stdout, records.LineLabStatus, labStatus{s, rep}); err != nil {
+		return err
+	}
+	// The lab stays up, recorded as failing its check.
+	return fault.Failure(rep.Err())
+}
+
+// labStatus is the lab-status line: the lab as it is and its last
+// containment check.
+type labStatus struct {
+	*netlab.Status
+	Check *netlab.ProbeReport `json:"check,omitempty"`
+}
+
+type netCheckCmd struct{ labFlag }
+
+// Run re-runs the containment probes on a lab that is up, records the
+// result and prints it; it exits 1 when a probe failed.
+func (c *netCheckCmd) Run(env *cli.Env) error {
+	st, err := env.OpenState()
+	if err != nil {
+		return err
+	}
+	rep, err := capture.CheckLab(env.Ctx, st, c.Lab)
+	if err != nil {
+		return err
+	}
+	if err := records.PrintLine(env.Stdout, records.LineLabCheck, rep); err != nil {
+		return err
+	}
+	return fault.Failure(rep.Err())
 }
 
 type netDownCmd struct{ labFlag }
@@ -103,7 +134,11 @@ func (c *netStatusCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := records.PrintLine(env.Stdout, records.LineLabStatus, s); err != nil {
+	check, err := capture.LastCheck(st, c.Lab)
+	if err != nil {
+		return err
+	}
+	if err := records.PrintLine(env.Stdout, records.LineLabStatus, labStatus{s, check}); err != nil {
 		return err
 	}
 	if !s.Up {

@@ -11,7 +11,8 @@ import (
 type tbCapture struct {
 	cli.Globals
 	Net struct {
-		Up       netUpCmd       `cmd:"" help:"Bring the lab network up (idempotent)."`
+		Up       netUpCmd       `cmd:"" help:"Bring the lab network up (idempotent) and check that it contains."`
+		Check    netCheckCmd    `cmd:"" help:"Re-run the containment probes on the lab and record the result."`
 		Down     netDownCmd     `cmd:"" help:"Remove exactly what 'net up' made."`
 		Status   netStatusCmd   `cmd:"" help:"Show the lab network, its services and rule counters."`
 		DNSAllow netDNSAllowCmd `cmd:"" name:"dns-allow" help:"Set the names the DNS sinkhole forwards upstream."`
@@ -51,6 +52,10 @@ func tool() cli.Tool {
 			"net up": {
 				"tb-capture net up --uplink eth0 --upstream 9.9.9.9",
 				"tb-capture net up --no-inetsim --dhcp",
+			},
+			"net check": {
+				"tb-capture net check",
+				"tb-capture net check --lab default",
 			},
 			"net down":   {"tb-capture net down"},
 			"net status": {"tb-capture net status"},

@@ -19,12 +19,14 @@ type common struct {
 	Config string `name:"config" env:"TB_LEASE_CONFIG" type:"path" placeholder:"FILE" help:"Configuration (hosts, placement, pools, bridge); default <state>/tb-lease/config.json if present."`
 	Bridge string `name:"bridge" env:"TB_LEASE_BRIDGE" placeholder:"BRIDGE" help:"Lab bridge guests are attached to (default tb-lab0)."`
 	LabNet string `name:"lab-net" env:"TB_LEASE_LAB_NET" placeholder:"CIDR" help:"Lab network; its first address is the gateway (default 10.13.37.0/24)."`
+	// HostName is set by tb-run worker for the tools it runs.
+	HostName string `name:"host-name" env:"TB_HOST" placeholder:"NAME" help:"This host's name in a fleet: the name of the local libvirtd when no configuration lists hosts (default local)."`
 }
 
 // manager runs fn with the lease manager of the state directory and the
 // configuration the flags give, read before the state is opened.
 func (c common) manager(env *cli.Env, fn func(m *lease.Manager) error) error {
-	cfg, err := lease.Options{Config: c.Config, Bridge: c.Bridge, LabNet: c.LabNet}.Load(env.StateDir())
+	cfg, err := lease.Options{Config: c.Config, Bridge: c.Bridge, LabNet: c.LabNet, HostName: c.HostName}.Load(env.StateDir())
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/leasereport"
 	"io"
@@ -318,6 +320,7 @@ func (c *workerCmd) Run(env *cli.Env) error {
 	var batch fault.Batch
 	w := &cycle.Worker{R: r, Host: c.Host, Lab: c.Lab, Slots: c.Slots, Heartbeat: c.Heartbeat, DeadAfter: c.DeadAfter,
 		UntilIdle: c.UntilIdle,
+		Ready:     func(ctx context.Context) error { return capture.LabContained(ctx, r.St, c.Lab) },
 		Ended: func(cy *records.Cycle, err error) {
 			if cy != nil {
 				if perr := printCycle(r.St, env.Stdout, cy); perr != nil {

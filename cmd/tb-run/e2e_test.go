@@ -52,7 +52,7 @@ func TestDemoEndToEnd(t *testing.T) {
 
 // demoTools builds the tools scripts/demo.sh runs into a directory of the
 // test's, and names the go command that builds the beacon.
-func demoTools(t *testing.T) (bin, goBin string) {
+func demoTools(t testing.TB) (bin, goBin string) {
 	t.Helper()
 	bin = filepath.Join(t.TempDir(), "bin")
 	goBin = filepath.Join(runtime.GOROOT(), "bin", "go")

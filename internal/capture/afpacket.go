@@ -45,6 +45,7 @@ type AFPacket struct {
 	ring    []byte
 	cfg     RingConfig
 	snaplen int
+	iface   string
 	closed  atomic.Bool
 }
 
@@ -58,7 +59,7 @@ func OpenAFPacket(nsPath, iface string, snaplen int, filter []unix.SockFilter, r
 	if ring.Blocks == 0 {
 		ring = DefaultRing
 	}
-	s := &AFPacket{fd: -1, cfg: ring, snaplen: snaplen}
+	s := &AFPacket{fd: -1, cfg: ring, snaplen: snaplen, iface: iface}
 	err := netns.Do(nsPath, func() error {
 		ifc, err := net.InterfaceByName(iface)
 		if err != nil {
@@ -149,6 +150,14 @@ func (s *AFPacket) Run(ctx context.Context, fn func(ts time.Time, data []byte, o
 			// Poll with a short timeout so that cancellation is noticed.
 			if _, err := unix.Poll(pfd, 100); err != nil && !errors.Is(err, unix.EINTR) {
 				return err
+			}
+			if pfd[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 && atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[bdBlockStatus])))&unix.TP_STATUS_USER == 0 {
+				// The interface went away (its guest was destroyed, its
+				// namespace deleted): poll would return at once forever.
+				if e, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+					return fmt.Errorf("capturing on %s: %w", s.iface, unix.Errno(e))
+				}
+				return fmt.Errorf("capturing on %s: the socket reports an error (poll events %#x)", s.iface, pfd[0].Revents)
 			}
 			continue
 		}

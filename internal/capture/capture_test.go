@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -546,5 +547,39 @@ func TestParseBPF(t *testing.T) {
 		if _, err := capture.ParseBPF(bad); err == nil {
 			t.Errorf("ParseBPF(%q) accepted", bad)
 		}
+	}
+}
+
+// TestCaptureEndsWhenItsInterfaceGoes: a capture whose interface is
+// deleted (its guest destroyed, its namespace gone) returns an error
+// instead of polling a dead socket in a busy loop.
+func TestCaptureEndsWhenItsInterfaceGoes(t *testing.T) {
+	name := fmt.Sprintf("tbgone%d", os.Getpid()%100000)
+	if out, err := exec.Command("ip", "link", "add", name, "type", "veth", "peer", "name", name+"p").CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "del", name).Run() })
+	if out, err := exec.Command("ip", "link", "set", name, "up").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set: %v: %s", err, out)
+	}
+	src, err := capture.OpenAFPacket("", name, 0, nil, capture.RingConfig{BlockSize: 1 << 12, Blocks: 2, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ended := make(chan error, 1)
+	go func() {
+		ended <- src.Run(context.Background(), func(time.Time, []byte, int) error { return nil })
+	}()
+	if out, err := exec.Command("ip", "link", "del", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip link del: %v: %s", err, out)
+	}
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("the capture ended with %v, want an error naming %s", err, name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the capture of a deleted interface never ended")
 	}
 }

@@ -50,6 +50,10 @@ func (t *Tools) run(ctx context.Context, stdin io.Reader, name string, args ...s
 	// The records this process wrote must be on disk for the tool to
 	// read them: the page cache is shared, so they are.
 	cmd := exec.CommandContext(ctx, p, append(t.St.Flags(), args...)...)
+	if t.Host != "" {
+		// tb-lease names its default host after the fleet host.
+		cmd.Env = append(os.Environ(), "TB_HOST="+t.Host)
+	}
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -110,6 +114,13 @@ func (t *Tools) Acquire(ctx context.Context, plan, holder string, fresh bool) (s
 		return "", fmt.Errorf("tb-lease acquire printed %d leases", len(l))
 	}
 	return l[0], nil
+}
+
+// Keep is "tb-lease release --keep L": the lease goes back to the host's
+// idle pool, still running, for the next matching acquire.
+func (t *Tools) Keep(ctx context.Context, lease string) error {
+	_, err := t.run(ctx, nil, "tb-lease", "release", "--keep", lease)
+	return err
 }
 
 // EnsureCapture returns the lease's running capture (read from the state),

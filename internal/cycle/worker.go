@@ -41,9 +41,15 @@ type Worker struct {
 	// Ended is called with each cycle the worker drove to its end (or
 	// left, with the error).
 	Ended func(c *records.Cycle, err error)
+	// Ready, when set, says whether the host may take cycles now: its lab
+	// is up and its containment check passed. The worker does not start
+	// without it, and takes no new cycle while it fails.
+	Ready func(ctx context.Context) error
 
 	rec     *records.Worker
 	running map[string]bool
+	// paused: Ready failed, and the heartbeat offers no free slot.
+	paused bool
 }
 
 // replacementIndex keys a dead host's cycle to its replacement.
@@ -67,6 +73,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if w.Slots <= 0 {
 		w.Slots = 1
+	}
+	if w.Ready != nil {
+		if err := w.Ready(ctx); err != nil {
+			return err
+		}
 	}
 	st := w.R.St
 	now := st.Now()
@@ -131,11 +142,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			for range len(w.running) {
-				w.finish(<-done)
+				w.finish(context.WithoutCancel(ctx), <-done)
 			}
 			return nil
 		case d := <-done:
-			w.finish(d)
+			w.finish(ctx, d)
 			w.beat(ctx)
 		case <-tick.C:
 			w.beat(ctx)
@@ -144,11 +155,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-func (w *Worker) finish(d driven) {
+// Pooler gives a lease back to its host's idle pool, running, so that the
+// next cycle that fits it needs no boot (Tools: tb-lease release --keep).
+type Pooler interface {
+	Keep(ctx context.Context, lease string) error
+}
+
+func (w *Worker) finish(ctx context.Context, d driven) {
 	delete(w.running, d.id)
 	w.rec.Running = slices.DeleteFunc(w.rec.Running, func(id string) bool { return id == d.id })
 	if errors.Is(d.err, ErrBusy) {
 		return // another worker took it first
+	}
+	if p, ok := w.R.Leaser.(Pooler); ok && d.c != nil && records.CycleTerminal(d.c.State) && !d.c.Detach && d.c.Lease != "" {
+		// A detached sample still runs on its lease; any other cycle's
+		// lease is free for the next one.
+		if err := p.Keep(ctx, d.c.Lease); err != nil {
+			w.R.Log.Warn("returning the lease to the pool", "lease", d.c.Lease, "err", err)
+		}
 	}
 	if w.Ended != nil && (d.c != nil || d.err != nil) {
 		w.Ended(d.c, d.err)
@@ -160,6 +184,9 @@ func (w *Worker) beat(ctx context.Context) {
 	var rec records.Worker
 	err := w.R.St.Update(ctx, w.rec.ID, &rec, func(bool) error {
 		rec.Heartbeat, rec.Running, rec.Stopped, rec.Slots = w.R.St.Now(), w.rec.Running, w.rec.Stopped, w.Slots
+		if w.paused {
+			rec.Slots = len(rec.Running)
+		}
 		return nil
 	})
 	if err != nil {
@@ -191,6 +218,19 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 			if o.ID != w.rec.ID {
 				others = append(others, o)
 			}
+		}
+	}
+	if w.Ready != nil {
+		err := w.Ready(ctx)
+		if paused := err != nil; paused != w.paused {
+			w.paused = paused
+			w.beat(ctx)
+		}
+		if err != nil {
+			// Another host takes the cycles that need a lease; this
+			// host's own wait until its lab is contained again.
+			w.R.Log.Warn("taking no cycle", "err", err)
+			return false, nil
 		}
 	}
 	idle = true

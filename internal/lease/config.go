@@ -95,9 +95,12 @@ func LoadConfig(path string, required bool) (*Config, error) {
 	return c, c.check(path)
 }
 
+// defaultHostName names the local libvirtd of a configuration without hosts.
+const defaultHostName = "local"
+
 func (c *Config) check(path string) error {
 	if len(c.Hosts) == 0 {
-		c.Hosts = []HostConfig{{Name: "local", URI: virt.DefaultURI}}
+		c.Hosts = []HostConfig{{Name: defaultHostName, URI: virt.DefaultURI}}
 	}
 	seen := map[string]bool{}
 	for i, h := range c.Hosts {

@@ -1,11 +1,16 @@
 package lease
 
+import "github.com/talkbox-sandbox/talkbox/internal/virt"
+
 // Options are the settings every tb-lease command shares: the
 // configuration file and what overrides it.
 type Options struct {
 	Config string
 	Bridge string
 	LabNet string
+	// HostName names the local libvirtd when the configuration lists no
+	// hosts (default "local"): a fleet host's name.
+	HostName string
 }
 
 // Load reads the configuration the options describe: the file named (which
@@ -20,6 +25,9 @@ func (o Options) Load(stateDir string) (*Config, error) {
 	cfg, err := LoadConfig(path, path != def)
 	if err != nil {
 		return nil, err
+	}
+	if o.HostName != "" && len(cfg.Hosts) == 1 && cfg.Hosts[0].Name == defaultHostName && cfg.Hosts[0].URI == virt.DefaultURI {
+		cfg.Hosts[0].Name = o.HostName
 	}
 	if o.Bridge != "" {
 		cfg.Bridge = o.Bridge

@@ -24,6 +24,7 @@ const (
 	LineAllowApplied    = "allow-applied"    // tb-allow apply (and the commands that apply)
 	LineAllowDiff       = "allow-diff"       // tb-allow diff
 	LineLabStatus       = "lab-status"       // tb-capture net up, net status
+	LineLabCheck        = "lab-check"        // tb-capture net check
 	LineAllowElement    = "allow-element"    // tb-capture allow
 	LineReconcileAction = "reconcile-action" // tb-capture reconcile
 	LineCaptureStatus   = "capture-status"   // tb-capture status

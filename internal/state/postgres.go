@@ -134,7 +134,7 @@ func (s *pgStore) migrate(ctx context.Context) error {
 		return nil
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("schema", "")); err != nil {
+		if err := xactLock(ctx, tx, "schema", ""); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, pgSchema)
@@ -148,6 +148,13 @@ func (s *pgStore) Close() error {
 }
 
 func (s *pgStore) where(id string) string { return "row " + id }
+
+// xactLock takes the advisory lock of a record, an index key or the
+// journal until the transaction ends.
+func xactLock(ctx context.Context, tx pgx.Tx, space, name string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(space, name))
+	return err
+}
 
 // lockKey is the advisory lock standing for a record, an index key or the
 // journal. Two names sharing a key (one chance in 2^64) only serialise.
@@ -169,7 +176,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		saved records.Meta
 	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("record", id)); err != nil {
+		if err := xactLock(ctx, tx, "record", id); err != nil {
 			return err
 		}
 		var prev []byte
@@ -283,7 +290,7 @@ func insertKeys(ctx context.Context, tx pgx.Tx, kind, id string, keys []records.
 // holds until it commits: seq order is commit order, so that a follower
 // reading past seq N never finds a smaller seq committed later.
 func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("journal", "")); err != nil {
+	if err := xactLock(ctx, tx, "journal", ""); err != nil {
 		return err
 	}
 	for _, e := range es {
@@ -361,7 +368,7 @@ func (s *pgStore) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("record", id)); err != nil {
+		if err := xactLock(ctx, tx, "record", id); err != nil {
 			return err
 		}
 		var rev int64
@@ -421,7 +428,7 @@ func (s *pgStore) Claim(ctx context.Context, name, key string, newRecord func() 
 		created bool
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("index", name+"\x00"+key)); err != nil {
+		if err := xactLock(ctx, tx, "index", name+"\x00"+key); err != nil {
 			return err
 		}
 		found, err := s.lookup(ctx, tx, name, key)
@@ -477,7 +484,7 @@ func (s *pgStore) SetIndex(name, key, id string) error {
 	}
 	ctx := context.Background()
 	return pgErr(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("index", name+"\x00"+key)); err != nil {
+		if err := xactLock(ctx, tx, "index", name+"\x00"+key); err != nil {
 			return err
 		}
 		return setIndexRow(ctx, tx, name, key, id)

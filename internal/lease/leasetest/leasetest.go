@@ -138,8 +138,8 @@ func verified(ctx context.Context, dir, specID string) (*records.SandboxImage, e
 // Install registers the fixture image in a test's state directory (the
 // files stay in the cache, read-only backing files of the overlays) and
 // copies the cached KVM/TCG probe, so tests do not probe again.
-func (f *Fixture) Install(ctx context.Context, stateDir string) error {
-	st, err := state.Open(ctx, stateDir)
+func (f *Fixture) Install(ctx context.Context, stateDir string, opts ...state.Option) error {
+	st, err := state.Open(ctx, stateDir, opts...)
 	if err != nil {
 		return err
 	}
@@ -204,9 +204,9 @@ func Bridge(ctx context.Context) (string, func(), error) {
 
 // Cleanup destroys the domains of every lease in a state directory (on
 // whichever host), whatever their state: what a failed test leaves.
-func Cleanup(stateDir string) {
+func Cleanup(stateDir string, opts ...state.Option) {
 	ctx := context.Background()
-	st, err := state.Open(ctx, stateDir)
+	st, err := state.Open(ctx, stateDir, opts...)
 	if err != nil {
 		return
 	}
@@ -243,7 +243,13 @@ func Cleanup(stateDir string) {
 // address in 203.0.113.0/24, so it is reached as qemu+tcp://ADDR/system.
 // Guests there attach to a bridge of the same name inside its namespace.
 type Host struct {
-	URI  string
+	URI string
+	// SocketURI reaches the same libvirtd on its Unix socket, as a tb-lease
+	// running on that host (in its namespaces) would: qemu:///system
+	// there.
+	SocketURI string
+	// NS is the host's network namespace.
+	NS   string
 	ns   string
 	veth string
 	work string
@@ -260,10 +266,12 @@ func SecondHost(ctx context.Context, bridge string) (*Host, error) {
 	sub := int(b[0]) % 64 * 4
 	hostIP, nsIP := fmt.Sprintf("203.0.113.%d", sub+1), fmt.Sprintf("203.0.113.%d", sub+2)
 	h := &Host{URI: "qemu+tcp://" + nsIP + "/system", ns: "tbl2" + tag, veth: "tbl2h" + tag}
+	h.NS = h.ns
 	var err error
 	if h.work, err = os.MkdirTemp("", "tb-lease-host2."); err != nil {
 		return nil, err
 	}
+	h.SocketURI = "qemu+unix:///system?socket=" + filepath.Join(h.work, "run", "libvirt-sock")
 	fail := func(err error) (*Host, error) {
 		h.Stop()
 		return nil, err
@@ -298,7 +306,7 @@ func SecondHost(ctx context.Context, bridge string) (*Host, error) {
 			return fail(err)
 		}
 	}
-	for _, d := range []string{"lib"} {
+	for _, d := range []string{"lib", "run"} {
 		os.MkdirAll(filepath.Join(h.work, d), 0o755)
 	}
 	os.RemoveAll(filepath.Join(h.work, "etc", "qemu", "networks", "autostart"))
@@ -311,7 +319,7 @@ func SecondHost(ctx context.Context, bridge string) (*Host, error) {
 	if err := os.WriteFile(filepath.Join(h.work, "etc", "qemu.conf"), append(qc, "\nstdio_handler = \"file\"\n"...), 0o644); err != nil {
 		return fail(err)
 	}
-	script := fmt.Sprintf(`mount --bind %[1]s/etc /etc/libvirt && mount -t tmpfs tmpfs /run/libvirt && mount --bind %[1]s/lib /var/lib/libvirt && mount --bind %[1]s/cache /var/cache/libvirt && exec libvirtd --listen -p %[1]s/libvirtd.pid -f /etc/libvirt/libvirtd.conf`, h.work)
+	script := fmt.Sprintf(`mount --bind %[1]s/etc /etc/libvirt && mount --bind %[1]s/run /run/libvirt && mount --bind %[1]s/lib /var/lib/libvirt && mount --bind %[1]s/cache /var/cache/libvirt && exec libvirtd --listen -p %[1]s/libvirtd.pid -f /etc/libvirt/libvirtd.conf`, h.work)
 	h.cmd = exec.Command("ip", "netns", "exec", h.ns, "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
 	logf, err := os.Create(filepath.Join(h.work, "libvirtd.log"))
 	if err != nil {

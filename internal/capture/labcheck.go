@@ -1,0 +1,119 @@
+package capture
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// UpLab builds the lab (netlab.Up), then checks that it contains
+// (CheckLab). A lab that fails to build loses its last check, which was of
+// what ran before. The report is nil only when the build failed or the
+// check could not run; a check that ran but failed is in the report
+// (Err says which probe), with the lab left up.
+func UpLab(ctx context.Context, st *state.Store, cfg netlab.Config) (*netlab.ProbeReport, error) {
+	cfg.Dir = LabDir(st, cfg.Name)
+	if _, err := netlab.Up(ctx, cfg); err != nil {
+		// A refused change leaves the running lab, and its check, as they were.
+		var changed *netlab.ConfigChangedError
+		if !errors.As(err, &changed) {
+			if rerr := netlab.ForgetCheck(cfg.Dir); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		return nil, Fault(err)
+	}
+	return CheckLab(ctx, st, cfg.Name)
+}
+
+// CheckLab runs the containment probes (netlab.Probe) on a lab that is up
+// and records the result as the lab's last check, which LabContained reads.
+// A check that could not run is recorded as failed, so that a lab is never
+// taken for contained on the strength of an older check; one that was
+// interrupted (ctx) records nothing.
+func CheckLab(ctx context.Context, st *state.Store, lab string) (*netlab.ProbeReport, error) {
+	lab = cmp.Or(lab, "default")
+	dir := LabDir(st, lab)
+	m, err := netlab.Load(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fault.Failure(fmt.Errorf("lab %q is not up (tb-capture net up --lab %s)", lab, lab))
+	}
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	rep, err := netlab.Probe(ctx, &m.Config)
+	if err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	if err != nil {
+		failed := &netlab.ProbeReport{Lab: lab, At: start.UTC(), TookMS: time.Since(start).Milliseconds(),
+			Probes: []netlab.ProbeResult{{Name: "setup", Verdict: netlab.ProbeFail, Detail: err.Error()}}}
+		if serr := netlab.SaveCheck(dir, failed); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return nil, err
+	}
+	if err := netlab.SaveCheck(dir, rep); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// LastCheck is the lab's last recorded check, nil when it has none.
+func LastCheck(st *state.Store, lab string) (*netlab.ProbeReport, error) {
+	rep, err := netlab.LoadCheck(LabDir(st, lab))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return rep, err
+}
+
+// NotContainedError is a lab no lease may be placed on: not up, or its
+// containment unchecked or failing. It is exit 69, a service missing.
+type NotContainedError struct {
+	Lab    string
+	Reason string
+}
+
+func (e *NotContainedError) Error() string { return fmt.Sprintf("lab %s: %s", e.Lab, e.Reason) }
+
+// FaultCode implements fault.Coder.
+func (e *NotContainedError) FaultCode() int { return fault.ExitUnavailable }
+
+// LabContained is nil only when the lab is up, every part of it, and its
+// last containment check passed: what a host must show before a lease is
+// placed on it. Otherwise it is a *NotContainedError saying what to run.
+func LabContained(ctx context.Context, st *state.Store, lab string) error {
+	lab = cmp.Or(lab, "default")
+	dir := LabDir(st, lab)
+	s, err := netlab.Inspect(ctx, dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("not up (run tb-capture net up --lab %s)", lab)}
+	}
+	if err != nil {
+		return err
+	}
+	if !s.Up {
+		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("only partly up (see tb-capture net status --lab %s)", lab)}
+	}
+	rep, err := LastCheck(st, lab)
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("containment not checked (run tb-capture net check --lab %s)", lab)}
+	}
+	if f := rep.Failed(); f != nil {
+		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("containment check failed probe %s at %s: %s (tb-capture net check --lab %s)",
+			f.Name, rep.At.Format(time.RFC3339), f.Detail, lab)}
+	}
+	return nil
+}
