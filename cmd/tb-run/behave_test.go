@@ -15,15 +15,18 @@ import (
 
 // behaveArches are where the behaviour trace is proven end to end: amd64
 // (with a memory dump), arm64 and mipsel running the Go beacon natively
-// under strace, and big-endian MIPS under qemu-user in the amd64 guest,
-// with the Go beacon, traced by QEMU's own log.
+// under strace.
 //
-// powerpc with the C beacon passed 6 times on this machine, and in a
-// fresh-clone CI run, but in the next CI run, beside the other subtests,
-// the trace lacked the child's execve, the only place where QEMU 7.2
-// shows the rename. Until that is understood, it is not part of the suite:
-// add "powerpc" here and to cBeaconArches to run it.
-var behaveArches = []string{"amd64", "arm64", "mipsel", "mips"}
+// Under qemu-user the trace is QEMU's own log, one file per process, and
+// it loses lines: powerpc (C beacon) lost the child's execve in one CI run,
+// big-endian MIPS (Go beacon) the dropped file's write in another, both
+// after passing several runs. The likely cause, read in QEMU's log code
+// but not confirmed on 7.2: a new QEMU opens its log "w", so a process that
+// execs truncates its own file, losing what it logged before the exec and
+// after the last gather. Until the trace no longer depends on that timing,
+// neither is part of the suite: add "mips" here (or "powerpc" here and to
+// cBeaconArches) to run them.
+var behaveArches = []string{"amd64", "arm64", "mipsel"}
 
 // cBeaconArches are those of behaveArches whose sample is the C beacon
 // (scripts/demo.sh), under qemu-user.

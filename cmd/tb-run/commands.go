@@ -1,13 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/blobshare"
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/leasereport"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -301,6 +305,8 @@ type workerCmd struct {
 	Heartbeat time.Duration `name:"heartbeat" default:"5s" help:"How often the worker says it is alive."`
 	DeadAfter time.Duration `name:"dead-after" default:"30s" help:"How long a host's workers may be silent before its cycles are replaced on other hosts."`
 	UntilIdle bool          `name:"until-idle" help:"Exit once nothing is left to drive (default: run until SIGTERM)."`
+	Serve     string        `name:"serve-blobs" placeholder:"ADDR" help:"Serve this host's blobs to the fleet's other hosts on ADDR (host:port on the fleet's private network), and fetch from theirs what this host lacks."`
+	Advertise string        `name:"advertise" placeholder:"URL" help:"The URL other hosts reach --serve-blobs at (default http://ADDR)."`
 }
 
 // Run drives the fleet's cycles that fit this host and prints each as it
@@ -317,8 +323,27 @@ func (c *workerCmd) Run(env *cli.Env) error {
 		return err
 	}
 	defer done()
+	var blobURL string
+	if c.Serve != "" {
+		ln, err := net.Listen("tcp", c.Serve)
+		if err != nil {
+			return fault.Unavailable(fmt.Errorf("--serve-blobs %s: %w", c.Serve, err))
+		}
+		srv := &http.Server{Handler: blobshare.Handler(r.St), ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		blobURL = cmp.Or(c.Advertise, "http://"+ln.Addr().String())
+		client := &http.Client{Timeout: 10 * time.Minute}
+		r.FetchBlob = func(ctx context.Context, sha string) error {
+			peers, err := cycle.BlobPeers(r.St, c.Host)
+			if err != nil {
+				return err
+			}
+			return blobshare.Fetch(ctx, r.St, client, sha, peers)
+		}
+	}
 	var batch fault.Batch
-	w := &cycle.Worker{R: r, Host: c.Host, Lab: c.Lab, Slots: c.Slots, Heartbeat: c.Heartbeat, DeadAfter: c.DeadAfter,
+	w := &cycle.Worker{BlobURL: blobURL, R: r, Host: c.Host, Lab: c.Lab, Slots: c.Slots, Heartbeat: c.Heartbeat, DeadAfter: c.DeadAfter,
 		UntilIdle: c.UntilIdle,
 		Ready:     func(ctx context.Context) error { return capture.LabContained(ctx, r.St, c.Lab) },
 		Ended: func(cy *records.Cycle, err error) {

@@ -29,22 +29,24 @@ type fleetHost struct {
 	uri                  string
 	bin                  string // the tools
 	second               *leasetest.Host
+	serve                string // the address its worker serves its blobs on
 	worker               *exec.Cmd
 	log                  bytes.Buffer
 }
 
 // TestFleetOfTwoHosts runs a batch of beacon cycles over two hosts on one
 // PostgreSQL store: this machine, and a second libvirtd in its own
-// namespaces with its own lab there. Each host's worker leases, contains
+// namespaces with its own lab there. Each host keeps its own blobs; the
+// second fetches the sample from the first's worker. Each host's worker leases, contains
 // and captures on its own host; the second host dies mid-batch (its worker
 // killed, its libvirtd gone) and its cycle is done again on the first, on
 // a fresh lease, with lineage saying so. Every cycle of the batch ends
 // completed once, and the C2 is promoted in the shared allow-list.
 // fleet is a fleet of hosts on this machine sharing a throw-away
-// PostgreSQL store and a blob directory: host-a is this machine's
-// libvirtd, host-b (when there are two) a second libvirtd in its own
-// namespaces. Each host has its own directory, lab (in its namespace),
-// "internet" behind the lab's uplink, and worker.
+// PostgreSQL store: host-a is this machine's libvirtd, host-b (when there
+// are two) a second libvirtd in its own namespaces. Each host has its own
+// directory and blobs, lab (in its namespace), "internet" behind the lab's
+// uplink, and worker, which serves its blobs to the other host.
 type fleet struct {
 	t     testing.TB
 	bin   string
@@ -71,7 +73,6 @@ func newFleet(t testing.TB, n int) *fleet {
 	}
 	pg := pgtest.Start(t, pgtest.WithoutFsync())
 	url := pg.NewDatabase(t)
-	blobs := filepath.Join(f.work, "blobs")
 	var tb [3]byte
 	rand.Read(tb[:])
 	tag := hex.EncodeToString(tb[:])
@@ -82,13 +83,17 @@ func newFleet(t testing.TB, n int) *fleet {
 			t.Fatal(err)
 		}
 		t.Cleanup(second.Stop)
-		f.hosts = append(f.hosts, &fleetHost{name: "host-b", uri: second.SocketURI, lab: "fb" + tag, ns: second.NS, second: second})
+		// Each host serves its blobs to the other on its end of the veth
+		// between them: host B fetches the sample planned on host A.
+		f.hosts[0].serve = second.HostIP + ":0"
+		f.hosts = append(f.hosts, &fleetHost{name: "host-b", uri: second.SocketURI, lab: "fb" + tag, ns: second.NS, second: second,
+			serve: second.NSIP + ":0"})
 	}
 	fx, err := leasetest.Image(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.env = append(os.Environ(), "PATH="+f.bin+":"+os.Getenv("PATH"), "TB_STATE="+url, "TB_BLOBS="+blobs,
+	f.env = append(os.Environ(), "PATH="+f.bin+":"+os.Getenv("PATH"), "TB_STATE="+url,
 		"TB_ALLOW_POLICY="+filepath.Join(f.work, "policy.json"))
 	if err := os.WriteFile(filepath.Join(f.work, "policy.json"), []byte(`{"documentation": true}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -127,8 +132,19 @@ func newFleet(t testing.TB, n int) *fleet {
 		ip(h.ns, "link", "set", uplink, "up")
 		ip(inet, "addr", "add", fleetC2+"/28", "dev", "up0")
 		ip(inet, "link", "set", "up0", "up")
-		// Registered before net up, which may fail half way.
-		t.Cleanup(func() { h.command(f.env, "tb-capture", "net", "down", "--lab", h.lab).Run() })
+		// Registered before net up, which may fail half way. A host killed
+		// by the test has lost its namespace: its lab's sinkhole and
+		// services are taken down from here.
+		t.Cleanup(func() {
+			down := h.command(f.env, "tb-capture", "net", "down", "--lab", h.lab)
+			if _, err := os.Stat("/run/netns/" + h.ns); h.ns != "" && err != nil {
+				down = exec.Command(filepath.Join(f.bin, "tb-capture"), "net", "down", "--lab", h.lab)
+				down.Env = append(slices.Clone(f.env), "TB_LOCAL="+h.local)
+			}
+			if out, err := down.CombinedOutput(); err != nil {
+				t.Logf("%s: net down: %v: %s", h.name, err, out)
+			}
+		})
 		f.run(h, "", "tb-capture", "net", "up", "--lab", h.lab, "--bridge", bridge, "--lab-net", labNet, "--uplink", uplink,
 			"--sink-ns", "tbfs"+x+tag, "--sink-veth", "tbfk"+x+tag, "--sink-net", fmt.Sprintf("10.224.%d.0/24", i+1),
 			"--table", "talkboxf"+x+tag, "--documentation", "--upstream", "198.51.100.67")
@@ -212,7 +228,11 @@ func (f *fleet) submit(plan string, n int) []string {
 // left to drive.
 func (f *fleet) startWorkers() {
 	for _, h := range f.hosts {
-		h.worker = h.command(f.env, "tb-run", "worker", "--host", h.name, "--lab", h.lab, "--heartbeat", "1s", "--dead-after", "10s", "--until-idle")
+		args := []string{"tb-run", "worker", "--host", h.name, "--lab", h.lab, "--heartbeat", "1s", "--dead-after", "10s", "--until-idle"}
+		if h.serve != "" {
+			args = append(args, "--serve-blobs", h.serve)
+		}
+		h.worker = h.command(f.env, args...)
 		h.worker.Stdout, h.worker.Stderr = &h.log, &h.log
 		h.worker.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := h.worker.Start(); err != nil {
@@ -307,6 +327,12 @@ func TestFleetOfTwoHosts(t *testing.T) {
 	}
 	if r := byID[killed]; r.ReplacedBy == "" || leaseHost(byID[r.ReplacedBy].Lease) != "host-a" {
 		t.Fatalf("the cycle host B died in (%s, %s) was not done again on host A", killed, r.State)
+	}
+	// Host B ran the sample planned on host A: it fetched it from A's
+	// worker into its own blob store.
+	sha := byID[killed].Sample
+	if _, err := os.Stat(filepath.Join(hosts[1].local, "blobs", "sha256", sha[:2], sha)); err != nil {
+		t.Errorf("host B's blob store has no sample: %v", err)
 	}
 	// Every lease was contained and captured by its own host's lab.
 	for _, c := range finished {

@@ -96,6 +96,9 @@ type Runner struct {
 	// FleetHost, when set, is the fleet host the runner drives cycles on:
 	// it adopts no lease of another host.
 	FleetHost string
+	// FetchBlob, when set, brings a blob this host does not have from
+	// another host of the fleet (a sample planned there).
+	FetchBlob func(ctx context.Context, sha string) error
 	PID       int
 }
 

@@ -41,6 +41,9 @@ type Worker struct {
 	// Ended is called with each cycle the worker drove to its end (or
 	// left, with the error).
 	Ended func(c *records.Cycle, err error)
+	// BlobURL is where the worker serves its host's blobs, advertised in
+	// its record ("": it does not).
+	BlobURL string
 	// Ready, when set, says whether the host may take cycles now: its lab
 	// is up and its containment check passed. The worker does not start
 	// without it, and takes no new cycle while it fails.
@@ -81,7 +84,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	st := w.R.St
 	now := st.Now()
-	w.rec = &records.Worker{Host: w.Host, PID: os.Getpid(), Lab: w.Lab, Slots: w.Slots,
+	w.rec = &records.Worker{Host: w.Host, PID: os.Getpid(), Lab: w.Lab, Slots: w.Slots, BlobURL: w.BlobURL,
 		Heartbeat: now, DeadAfter: records.Duration(w.deadAfter())}
 	records.Init(w.rec, records.KindWorker, now)
 	if err := st.Create(ctx, w.rec); err != nil {
@@ -367,4 +370,22 @@ func (w *Worker) replace(ctx context.Context, old *records.Cycle, host string) e
 		r.Log.Warn("replaced a dead host's cycle", "cycle", old.ID, "host", where, "replacement", id)
 	}
 	return err
+}
+
+// BlobPeers are the blob servers of the other hosts' live workers.
+func BlobPeers(st *state.Store, self string) ([]string, error) {
+	now := st.Now()
+	ws, err := state.Find(st, records.KindWorker, func(w *records.Worker) bool {
+		return w.Host != self && w.BlobURL != "" && w.Alive(now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	urls := make([]string, 0, len(ws))
+	for _, w := range ws {
+		if !slices.Contains(urls, w.BlobURL) {
+			urls = append(urls, w.BlobURL)
+		}
+	}
+	return urls, nil
 }

@@ -24,6 +24,9 @@ type Worker struct {
 	// long the fleet waits past it before taking the worker for dead.
 	Heartbeat time.Time `json:"heartbeat"`
 	DeadAfter Duration  `json:"dead_after"`
+	// BlobURL is where the worker serves its host's blobs to the other
+	// hosts (tb-run worker --serve-blobs), if it does.
+	BlobURL string `json:"blob_url,omitempty"`
 	// Stopped is set when the worker ended cleanly.
 	Stopped bool `json:"stopped,omitempty"`
 }

@@ -248,12 +248,14 @@ type Host struct {
 	// running on that host (in its namespaces) would: qemu:///system
 	// there.
 	SocketURI string
-	// NS is the host's network namespace.
-	NS   string
-	ns   string
-	veth string
-	work string
-	cmd  *exec.Cmd
+	// NS is the host's network namespace; HostIP and NSIP the two ends of
+	// the veth between this machine and it.
+	NS           string
+	HostIP, NSIP string
+	ns           string
+	veth         string
+	work         string
+	cmd          *exec.Cmd
 	// exited receives the libvirtd's end.
 	exited chan error
 }
@@ -266,7 +268,7 @@ func SecondHost(ctx context.Context, bridge string) (*Host, error) {
 	sub := int(b[0]) % 64 * 4
 	hostIP, nsIP := fmt.Sprintf("203.0.113.%d", sub+1), fmt.Sprintf("203.0.113.%d", sub+2)
 	h := &Host{URI: "qemu+tcp://" + nsIP + "/system", ns: "tbl2" + tag, veth: "tbl2h" + tag}
-	h.NS = h.ns
+	h.NS, h.HostIP, h.NSIP = h.ns, hostIP, nsIP
 	var err error
 	if h.work, err = os.MkdirTemp("", "tb-lease-host2."); err != nil {
 		return nil, err
