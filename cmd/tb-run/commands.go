@@ -286,7 +286,7 @@ func (c *submitCmd) Run(env *cli.Env) error {
 		}
 		cy, err := r.Create(env.Ctx, cycle.Request{Plan: p.ID, FreshLease: c.FreshLease})
 		if err != nil {
-			err = fmt.Errorf("stdin:%d: plan %s: %w", l.No, p.ID, err)
+			err = fmt.Errorf("stdin:%d: %w", l.No, err)
 			env.Warnf("%v", err)
 			batch.Add(err)
 			continue

@@ -360,6 +360,19 @@ func TestFleetOfTwoHosts(t *testing.T) {
 	if on["host-a"] == 0 || on["host-b"] == 0 {
 		t.Errorf("leases per host %v: the batch did not spread", on)
 	}
+	// A finished cycle's lease went back to its host's pool: host A's
+	// cycles that did not ask for a fresh lease shared theirs.
+	pooled := map[string]bool{}
+	var onA int
+	for _, c := range cycles {
+		if !c.FreshLease && leaseHost(c.Lease) == "host-a" {
+			onA++
+			pooled[c.Lease] = true
+		}
+	}
+	if onA >= 2 && len(pooled) >= onA {
+		t.Errorf("host A's %d cycles booted %d leases: none was reused from the pool", onA, len(pooled))
+	}
 	// Nothing completed twice.
 	events, err := state.Find[records.Event](st, records.KindEvent, nil)
 	if err != nil {

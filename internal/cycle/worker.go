@@ -246,18 +246,27 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 			w.R.Log.Warn("cycle's lease", "cycle", c.ID, "err", err)
 			continue
 		}
+		mine := owner == "" || owner == w.Host
+		switch {
+		case mine && len(w.running) >= w.Slots:
+			// No slot: whether someone drives it is asked when one frees.
+			idle = false
+			continue
+		case !mine && alive[owner] && !w.UntilIdle:
+			// Another live host's, and only an idle check would need to
+			// know whether it is driven: no lock round trip per cycle.
+			continue
+		}
 		if w.busy(ctx, c.ID) {
 			continue // driven by someone
 		}
 		idle = false
 		switch {
-		case owner == "" || owner == w.Host:
+		case mine:
 			if owner == "" && w.yields(c, others, now) {
 				continue
 			}
-			if len(w.running) < w.Slots {
-				w.start(ctx, c.ID, done)
-			}
+			w.start(ctx, c.ID, done)
 		case !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter():
 			if err := w.replace(ctx, c, owner); err != nil {
 				w.R.Log.Warn("replacing a dead host's cycle", "cycle", c.ID, "err", err)

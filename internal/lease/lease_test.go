@@ -153,3 +153,19 @@ func TestRewriteSaveImage(t *testing.T) {
 		t.Errorf("garbage: %v", err)
 	}
 }
+
+// TestFleetHostName: without hosts configured, the local libvirtd takes a
+// fleet host's name (TB_HOST, set by tb-run worker); a configuration that
+// lists hosts keeps its names.
+func TestFleetHostName(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Options{HostName: "sandbox-07"}.Load(dir)
+	if err != nil || len(c.Hosts) != 1 || c.Hosts[0].Name != "sandbox-07" || c.Hosts[0].URI != "qemu:///system" {
+		t.Fatalf("default host with a fleet name: %+v %v", c, err)
+	}
+	os.MkdirAll(filepath.Join(dir, "tb-lease"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tb-lease", "config.json"), []byte(`{"hosts":[{"name":"rack1","uri":"qemu:///system"}]}`), 0o644)
+	if c, err = (Options{HostName: "sandbox-07"}).Load(dir); err != nil || c.Hosts[0].Name != "rack1" {
+		t.Fatalf("configured hosts renamed: %+v %v", c, err)
+	}
+}

@@ -307,15 +307,11 @@ func (p *prober) addGuest(ctx context.Context, h *netlink.Handle, g *probeGuest,
 	if _, err := sysctl(p.cfg.HostNSPath(), "net.ipv6.conf."+g.Port+".disable_ipv6", "1"); err != nil {
 		return err
 	}
-	gh, err := handleAt(g.path())
+	gh, in, err := g.eth0()
 	if err != nil {
 		return err
 	}
 	defer gh.Close()
-	in, err := gh.LinkByName("eth0")
-	if err != nil {
-		return err
-	}
 	g.MAC = in.Attrs().HardwareAddr
 	// The guest that sends IPv6 must not wait for duplicate address
 	// detection; the other sends none, so that nothing of its own is
@@ -345,18 +341,28 @@ func (p *prober) addGuest(ctx context.Context, h *netlink.Handle, g *probeGuest,
 	return AttachPort(ctx, *p.cfg, g.Port)
 }
 
+// eth0 is a netlink handle in the probe guest's namespace and its link.
+func (g *probeGuest) eth0() (*netlink.Handle, netlink.Link, error) {
+	gh, err := handleAt(g.path())
+	if err != nil {
+		return nil, nil, err
+	}
+	in, err := gh.LinkByName("eth0")
+	if err != nil {
+		gh.Close()
+		return nil, nil, err
+	}
+	return gh, in, nil
+}
+
 // neighbour gives guest g a fixed MAC for ip: frames go out even where
 // ARP never resolves (to another guest; to the host over IPv6).
 func neighbour(g *probeGuest, ip netip.Addr, mac net.HardwareAddr) error {
-	gh, err := handleAt(g.path())
+	gh, in, err := g.eth0()
 	if err != nil {
 		return err
 	}
 	defer gh.Close()
-	in, err := gh.LinkByName("eth0")
-	if err != nil {
-		return err
-	}
 	fam := netlink.FAMILY_V4
 	if ip.Is6() {
 		fam = netlink.FAMILY_V6
@@ -374,15 +380,11 @@ func (p *prober) ipv6Out(brMAC net.HardwareAddr) error {
 	if err := neighbour(&p.a, probeV6GW, brMAC); err != nil {
 		return err
 	}
-	gh, err := handleAt(p.a.path())
+	gh, in, err := p.a.eth0()
 	if err != nil {
 		return err
 	}
 	defer gh.Close()
-	in, err := gh.LinkByName("eth0")
-	if err != nil {
-		return err
-	}
 	a, _ := netlink.ParseAddr(probeV6Src.String())
 	a.Flags = unix.IFA_F_NODAD
 	if err := gh.AddrReplace(in, a); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"os"
 	"syscall"
 	"testing"
@@ -311,5 +312,63 @@ func TestPostgresCompact(t *testing.T) {
 	assertConsistent(t, s)
 	if got := getCounter(t, s, ids[0]); got.Total != 4 || got.Rev != 5 {
 		t.Fatalf("after compaction: total %d rev %d", got.Total, got.Rev)
+	}
+}
+
+// TestPostgresNotifyWakesFollower: a commit wakes a waiting follower by
+// NOTIFY, well before the fallback poll (pgWaitAtMost) would.
+func TestPostgresNotifyWakesFollower(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Start(t, pgtest.WithoutFsync())
+	s := openT(t, t.TempDir(), testBackend{url: c.NewDatabase(t)}.opts()...)
+	fl, err := s.FollowJournal(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	if err := s.Create(ctx, newCounter(s)); err != nil {
+		t.Fatal(err)
+	}
+	// Half the fallback: only a notification returns Wait in time.
+	wctx, cancel := context.WithTimeout(ctx, pgWaitAtMost/2)
+	defer cancel()
+	if err := fl.Wait(wctx); err != nil {
+		t.Fatalf("the follower was not woken by the commit: %v", err)
+	}
+	if e, err := fl.Next(); err != nil || e == nil {
+		t.Fatalf("after the wake-up: %+v, %v", e, err)
+	}
+}
+
+// TestPostgresKeysAreExact: on PostgreSQL a record is found only under the
+// keys of its current version (a cycle that ended leaves "open").
+func TestPostgresKeysAreExact(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Start(t, pgtest.WithoutFsync())
+	s := openT(t, t.TempDir(), testBackend{url: c.NewDatabase(t)}.opts()...)
+	cy := &records.Cycle{State: records.CyclePending, Plan: "plan_01JD00000000000000000000P1", Sample: "aa"}
+	records.Init(cy, records.KindCycle, s.Now())
+	if err := s.Create(ctx, cy); err != nil {
+		t.Fatal(err)
+	}
+	open := func() []string {
+		ids, err := s.ByKey(records.KindCycle, records.KeyOpen, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if got := open(); len(got) != 1 || got[0] != cy.ID {
+		t.Fatalf("open cycles %v, want [%s]", got, cy.ID)
+	}
+	var n records.Cycle
+	if err := s.Update(ctx, cy.ID, &n, func(bool) error { n.State = records.CycleCompleted; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); len(got) != 0 {
+		t.Fatalf("open cycles %v after the cycle ended, want none", got)
+	}
+	if got, _ := s.ByKey(records.KindCycle, records.KeySample, "aa"); len(got) != 1 {
+		t.Fatalf("the cycle lost a key it kept: %v", got)
 	}
 }
