@@ -18,13 +18,16 @@ if [ -z "${TB_STATE:-}" ]; then
   export TB_STATE=$work/state
   bin/tb-build build "debian-bookworm-$arch" >"$work/build.out" 2>"$work/build.log"
 fi
-br=tbbench$$
-ip link add "$br" type bridge && ip link set "$br" up
-export TB_LEASE_BRIDGE=$br
+# tb-lease starts guests only on a checked lab's bridge: a lab of the
+# bench's own, without services.
+br=tbbench$$ lab=bench$$ labnet=10.217.0.0/24
+bin/tb-capture net up --lab "$lab" --bridge "$br" --lab-net "$labnet" --sink-ns "tbbs$$" --sink-veth "tbbk$$" \
+  --sink-net 10.218.0.0/24 --table "talkboxb$$" --no-inetsim --no-dns >"$work/net.out"
+export TB_LEASE_BRIDGE=$br TB_LEASE_LAB_NET=$labnet
 tl=bin/tb-lease
 cleanup() {
   $tl list --live 2>/dev/null | grep -o '"id":"lease_[^"]*"' | cut -d'"' -f4 | xargs -r $tl release >/dev/null 2>&1 || true
-  ip link del "$br" 2>/dev/null || true
+  bin/tb-capture net down --lab "$lab" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 field() { grep -o "\"$1\":\"[^\"]*\"" | head -1 | cut -d'"' -f4; }

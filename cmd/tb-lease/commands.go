@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"io"
 	"slices"
 	"strings"
@@ -35,6 +36,7 @@ func (c common) manager(env *cli.Env, fn func(m *lease.Manager) error) error {
 		return err
 	}
 	m := lease.New(st, cfg, env.Sink())
+	m.Labs = capture.Labs{St: st}
 	defer m.Close()
 	return fn(m)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,16 +58,22 @@ func setup(env *testscript.Env) error {
 	if err := fixture.Install(ctx, stateDir); err != nil {
 		return err
 	}
-	br, del, err := leasetest.Bridge(ctx)
+	// tb-lease starts guests only on a checked lab's bridge.
+	lab, err := leasetest.UpLab(ctx, stateDir, "", "", netip.Prefix{})
 	if err != nil {
 		return err
 	}
 	env.Defer(func() {
 		leasetest.Cleanup(stateDir)
-		del()
+		lab.Down()
 	})
-	env.Setenv("TB_LEASE_BRIDGE", br)
-	env.Setenv("BRIDGE", br)
+	env.Setenv("TB_LEASE_BRIDGE", lab.Bridge)
+	env.Setenv("TB_LEASE_LAB_NET", lab.LabNet.String())
+	env.Setenv("BRIDGE", lab.Bridge)
+	env.Setenv("SINKNS", lab.SinkNS)
+	// $LABNET24 is the lab network's first three octets, as a regexp.
+	a := lab.LabNet.Addr().As4()
+	env.Setenv("LABNET24", fmt.Sprintf(`%d\.%d\.%d`, a[0], a[1], a[2]))
 	env.Setenv("IMAGE", fixture.Image.ID)
 	return nil
 }
@@ -105,17 +112,26 @@ func field(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv(args[0], s)
 }
 
-// host2: starts a second libvirtd (leasetest.SecondHost) for the script
-// and writes $WORK/hosts.json naming both hosts; $HOST2 is its URI.
+// host2: starts a second libvirtd (leasetest.SecondHost) with a lab of
+// its own in its namespace, and writes $WORK/hosts.json naming both hosts;
+// $HOST2 is its URI over TCP, which tb-lease refuses (another machine's),
+// and $HOST2_SOCKET over its Unix socket, which it uses.
 func host2(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: host2")
 	}
-	h, err := leasetest.SecondHost(context.Background(), ts.Getenv("BRIDGE"))
+	ctx := context.Background()
+	h, err := leasetest.SecondHost(ctx, ts.Getenv("BRIDGE"))
 	ts.Check(err)
 	ts.Defer(h.Stop)
+	// Both hosts' leases come from one lab network (tb-lease --lab-net).
+	lab, err := leasetest.UpLab(ctx, ts.MkAbs("state"), h.NS, ts.Getenv("BRIDGE"), netip.MustParsePrefix(ts.Getenv("TB_LEASE_LAB_NET")))
+	ts.Check(err)
+	ts.Defer(lab.Down)
 	ts.Setenv("HOST2", h.URI)
-	cfg := fmt.Sprintf(`{"hosts": [{"name": "local", "uri": "qemu:///system"}, {"name": "second", "uri": %q, "accel": "tcg", "max_leases": 1, "uncontained": true}]}`, h.URI)
+	ts.Setenv("HOST2_SOCKET", h.SocketURI)
+	ts.Setenv("NS2", h.NS)
+	cfg := fmt.Sprintf(`{"hosts": [{"name": "local", "uri": "qemu:///system"}, {"name": "second", "uri": %q, "netns": %q, "accel": "tcg", "max_leases": 1}]}`, h.SocketURI, h.NS)
 	ts.Check(os.WriteFile(ts.MkAbs("hosts.json"), []byte(cfg), 0o644))
 }
 

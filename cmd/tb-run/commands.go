@@ -8,12 +8,15 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/blobshare"
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
+	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/leasereport"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
@@ -21,6 +24,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
 
 // drive are the flags of the commands that drive cycles.
@@ -244,7 +248,8 @@ func (c *resumeCmd) Run(env *cli.Env) error {
 }
 
 type submitCmd struct {
-	FreshLease bool `name:"fresh-lease" help:"Boot a new lease for each cycle instead of reusing an idle one."`
+	FreshLease bool   `name:"fresh-lease" help:"Boot a new lease for each cycle instead of reusing an idle one."`
+	Host       string `name:"host" placeholder:"NAME" help:"Pin each cycle to this fleet host: only the worker of --host NAME takes it (explicit placement)."`
 }
 
 // Run stores a pending cycle, with no lease, for each runnable plan read
@@ -259,6 +264,17 @@ func (c *submitCmd) Run(env *cli.Env) error {
 		return err
 	}
 	defer st.Flush()
+	if c.Host != "" {
+		// A host whose worker has not started yet is a fine pin; a
+		// misspelt one leaves the cycles waiting, so say so.
+		ws, err := state.FindBy[records.Worker](st, records.KindWorker, records.KeyHost, c.Host, nil)
+		if err != nil {
+			return err
+		}
+		if len(ws) == 0 {
+			env.Warnf("--host %s: no worker has ever run on a host of that name; the cycles wait for one", c.Host)
+		}
+	}
 	r := cycle.NewRunner(st, env.Log, "", "", "")
 	rd := records.NewReader(env.Stdin, "stdin")
 	var batch fault.Batch
@@ -284,7 +300,7 @@ func (c *submitCmd) Run(env *cli.Env) error {
 		if !ok {
 			continue // samples and other records of the pipeline pass by
 		}
-		cy, err := r.Create(env.Ctx, cycle.Request{Plan: p.ID, FreshLease: c.FreshLease})
+		cy, err := r.Create(env.Ctx, cycle.Request{Plan: p.ID, FreshLease: c.FreshLease, PinnedTo: c.Host})
 		if err != nil {
 			err = fmt.Errorf("stdin:%d: %w", l.No, err)
 			env.Warnf("%v", err)
@@ -333,19 +349,12 @@ func (c *workerCmd) Run(env *cli.Env) error {
 		go srv.Serve(ln)
 		defer srv.Close()
 		blobURL = cmp.Or(c.Advertise, "http://"+ln.Addr().String())
-		client := &http.Client{Timeout: 10 * time.Minute}
-		r.FetchBlob = func(ctx context.Context, sha string) error {
-			peers, err := cycle.BlobPeers(r.St, c.Host)
-			if err != nil {
-				return err
-			}
-			return blobshare.Fetch(ctx, r.St, client, sha, peers)
-		}
 	}
 	var batch fault.Batch
 	w := &cycle.Worker{BlobURL: blobURL, R: r, Host: c.Host, Lab: c.Lab, Slots: c.Slots, Heartbeat: c.Heartbeat, DeadAfter: c.DeadAfter,
-		UntilIdle: c.UntilIdle,
-		Ready:     func(ctx context.Context) error { return capture.LabContained(ctx, r.St, c.Lab) },
+		UntilIdle:    c.UntilIdle,
+		Ready:        func(ctx context.Context) error { return capture.LabContained(ctx, r.St, c.Lab) },
+		Capabilities: hostPlatforms(r.St),
 		Ended: func(cy *records.Cycle, err error) {
 			if cy != nil {
 				if perr := printCycle(r.St, env.Stdout, cy); perr != nil {
@@ -370,6 +379,43 @@ func (c *workerCmd) Run(env *cli.Env) error {
 		return err
 	}
 	return batch.Err()
+}
+
+// hostPlatforms says what this host can lease: the platforms of the active
+// images whose files are here (the images tb-lease chooses from), and
+// those of them it runs under KVM: the guest's architecture is the
+// machine's and the acceleration probe, whose cached verdict tb-lease
+// and tb-build share, says KVM works.
+func hostPlatforms(st *state.Store) func(context.Context) (platforms, native []string, err error) {
+	return func(ctx context.Context) (platforms, native []string, err error) {
+		imgs, err := state.Find(st, records.KindImage, func(img *records.SandboxImage) bool {
+			return img.Status == records.ImageActive
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, img := range imgs {
+			if slices.Contains(platforms, img.Platform) || image.Present(img) != nil {
+				continue
+			}
+			platforms = append(platforms, img.Platform)
+			if !virt.GuestCanUseKVM(img.Boot.Arch) {
+				continue
+			}
+			emu, err := exec.LookPath(img.Boot.Emulator)
+			if err != nil {
+				continue // tb-lease cannot boot it at all
+			}
+			res, err := virt.ProbeAccel(ctx, virt.ProbeConfig{Emulator: emu, Kernel: filepath.Join(img.Dir, img.Boot.Kernel),
+				CacheDir: st.Path("virt")})
+			if err == nil && res.Accel == virt.KVM {
+				native = append(native, img.Platform)
+			}
+		}
+		slices.Sort(platforms)
+		slices.Sort(native)
+		return platforms, native, nil
+	}
 }
 
 type watchCmd struct {

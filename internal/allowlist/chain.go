@@ -119,6 +119,12 @@ func (b *Book) blob(rev, uri, sha string) ([]byte, error) {
 	if strings.TrimPrefix(uri, "blob:sha256:") != sha || sha == "" {
 		return nil, &TamperError{Revision: rev, Reason: fmt.Sprintf("blob URI %q and digest %q differ", uri, sha)}
 	}
+	// A revision written on another host of a fleet has its blobs there.
+	// Book's readers take no context: the fetch is bounded by the
+	// fetcher's own timeouts.
+	if err := b.St.EnsureBlob(context.Background(), sha); err != nil {
+		return nil, fmt.Errorf("revision %s: %w", rev, err)
+	}
 	f, err := b.St.OpenBlob(sha)
 	if err != nil {
 		return nil, fmt.Errorf("revision %s: %w", rev, err)

@@ -11,10 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
@@ -46,8 +51,34 @@ func Handler(st *state.Store) http.Handler {
 	})
 }
 
-// ErrNowhere is returned when no peer has the blob.
+// ErrNowhere is returned when no peer has the blob. The error also wraps
+// state.ErrNotFound, as a blob missing from the host's own store does,
+// unless a peer could not be asked: then it is worth retrying later
+// (fault.TempFail), since that peer may hold it.
 var ErrNowhere = errors.New("no host of the fleet serves it")
+
+// nowhere is Fetch's error when no peer had the blob: one line naming the
+// blob, the peers asked and those that failed.
+type nowhere struct {
+	sha    string
+	asked  int
+	failed []error
+}
+
+func (e *nowhere) Error() string {
+	msg := fmt.Sprintf("blob %s: not on this host, and %s (%d blob servers asked)", e.sha, ErrNowhere, e.asked)
+	for _, err := range e.failed {
+		msg += "; " + err.Error()
+	}
+	return msg
+}
+
+func (e *nowhere) Unwrap() []error {
+	if len(e.failed) > 0 {
+		return append([]error{ErrNowhere}, e.failed...)
+	}
+	return []error{ErrNowhere, state.ErrNotFound}
+}
 
 // Fetch stores the blob with this digest from the first of peers (base
 // URLs of workers' blob servers) that has it, unless the store has it
@@ -56,17 +87,68 @@ func Fetch(ctx context.Context, st *state.Store, client *http.Client, sha string
 	if st.HasBlob(sha) {
 		return nil
 	}
-	var errs []error
+	e := &nowhere{sha: sha, asked: len(peers)}
 	for _, p := range peers {
 		err := fetchFrom(ctx, st, client, strings.TrimSuffix(p, "/")+Path+sha, sha)
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+			e.failed = append(e.failed, err)
 		}
 	}
-	return fmt.Errorf("blob %s: %w", sha, errors.Join(append([]error{ErrNowhere}, errs...)...))
+	if len(e.failed) > 0 {
+		return fault.TempFail(e)
+	}
+	return e
+}
+
+// Peers are the blob servers of the live workers of the fleet whose
+// records st holds, but self's (none when self is ""): content addressing
+// makes any host holding a blob as good as the one that made it.
+func Peers(st *state.Store, self string) ([]string, error) {
+	now := st.Now()
+	ws, err := state.Find(st, records.KindWorker, func(w *records.Worker) bool {
+		return w.Host != self && w.BlobURL != "" && w.Alive(now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	urls := make([]string, 0, len(ws))
+	for _, w := range ws {
+		if !slices.Contains(urls, w.BlobURL) {
+			urls = append(urls, w.BlobURL)
+		}
+	}
+	return urls, nil
+}
+
+// FromWorkers is the state.BlobFetcher of a fleet whose hosts keep their
+// own blobs: it fetches a blob from the live workers' blob servers (Peers),
+// with client.
+func FromWorkers(client *http.Client, self string) state.BlobFetcher {
+	return func(ctx context.Context, st *state.Store, sha string) error {
+		peers, err := Peers(st, self)
+		if err != nil {
+			return fmt.Errorf("blob %s: finding the fleet's blob servers: %w", sha, err)
+		}
+		return Fetch(ctx, st, client, sha, peers)
+	}
+}
+
+// NewClient is an HTTP client for Fetch: a peer that does not connect or
+// answer is given up in seconds, and a whole transfer after an hour.
+func NewClient() *http.Client {
+	return &http.Client{
+		Timeout: time.Hour,
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: 30 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+		},
+	}
 }
 
 func fetchFrom(ctx context.Context, st *state.Store, client *http.Client, url, sha string) error {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
@@ -83,7 +85,12 @@ type NotContainedError struct {
 	Reason string
 }
 
-func (e *NotContainedError) Error() string { return fmt.Sprintf("lab %s: %s", e.Lab, e.Reason) }
+func (e *NotContainedError) Error() string {
+	if e.Lab == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("lab %s: %s", e.Lab, e.Reason)
+}
 
 // FaultCode implements fault.Coder.
 func (e *NotContainedError) FaultCode() int { return fault.ExitUnavailable }
@@ -116,4 +123,37 @@ func LabContained(ctx context.Context, st *state.Store, lab string) error {
 			f.Name, rep.At.Format(time.RFC3339), f.Detail, lab)}
 	}
 	return nil
+}
+
+// Labs are the labs of a host, kept in its state directory: what tb-lease
+// asks before it starts a guest or hands one out (lease.Labs).
+type Labs struct{ St *state.Store }
+
+// Contained is nil only when bridge, in the network namespace hostNS ("" for
+// this process's), is the bridge of a lab of this host whose network is
+// labNet and that LabContained passes. Otherwise it is a
+// *NotContainedError saying what to run.
+func (l Labs) Contained(ctx context.Context, hostNS, bridge string, labNet netip.Prefix) error {
+	st := l.St
+	dirs, err := os.ReadDir(st.Path("capture", "labs"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	where := "this host's network namespace"
+	if hostNS != "" {
+		where = "network namespace " + hostNS
+	}
+	for _, d := range dirs {
+		m, err := netlab.Load(filepath.Join(st.Path("capture", "labs"), d.Name()))
+		if err != nil || m.Config.Bridge != bridge || m.Config.HostNS != hostNS {
+			continue
+		}
+		if m.Config.LabNet.Masked() != labNet.Masked() {
+			return &NotContainedError{Lab: m.Config.Name, Reason: fmt.Sprintf("its network is %s, the leases' is %s (set tb-lease --lab-net %s)",
+				m.Config.LabNet, labNet, m.Config.LabNet)}
+		}
+		return LabContained(ctx, st, m.Config.Name)
+	}
+	return &NotContainedError{Reason: fmt.Sprintf("bridge %s in %s is not the bridge of a Talkbox lab of this host, and a guest is attached to nothing else (tb-capture net up --bridge %s)",
+		bridge, where, bridge)}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/talkbox-sandbox/talkbox/internal/blobshare"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -63,9 +64,16 @@ func (e *Env) StateDir() string {
 }
 
 // OpenState opens (creating if needed) the state directory, and connects
-// to the shared database when --state names one.
+// to the shared database when --state names one. Each host of such a
+// fleet keeps its own blobs unless --blobs names a directory they share,
+// so the store's EnsureBlob then fetches a blob the host lacks from the
+// live workers' blob servers (tb-run worker --serve-blobs).
 func (e *Env) OpenState(opts ...state.Option) (*state.Store, error) {
 	if state.IsSharedURL(e.G.State) {
+		if e.G.Blobs == "" {
+			// First, so that a command's own fetcher replaces it.
+			opts = append([]state.Option{state.WithBlobFetcher(blobshare.FromWorkers(blobshare.NewClient(), ""))}, opts...)
+		}
 		opts = append(opts, state.WithShared(e.G.State))
 	}
 	if e.G.Blobs != "" {

@@ -96,9 +96,6 @@ type Runner struct {
 	// FleetHost, when set, is the fleet host the runner drives cycles on:
 	// it adopts no lease of another host.
 	FleetHost string
-	// FetchBlob, when set, brings a blob this host does not have from
-	// another host of the fleet (a sample planned there).
-	FetchBlob func(ctx context.Context, sha string) error
 	PID       int
 }
 
@@ -133,6 +130,8 @@ type Request struct {
 	Post []string
 	// FreshLease boots a new lease when none is given.
 	FreshLease bool
+	// PinnedTo is the fleet host whose worker alone may take the cycle.
+	PinnedTo string
 }
 
 // GuestRoot is where cycles keep their files in the guest.
@@ -175,7 +174,7 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		State: records.CyclePending, Plan: p.ID, Sample: p.SampleSHA256, Lease: req.Lease,
 		Args: p.Execution.Args, Env: p.Execution.Env, Workdir: p.Execution.Workdir,
 		Timeout: p.Timeouts.Execution, Detach: p.Execution.Detach, Window: p.Timeouts.Window,
-		Post: []string{StepRotate, StepParse}, FreshLease: req.FreshLease,
+		Post: []string{StepRotate, StepParse}, FreshLease: req.FreshLease, PinnedTo: req.PinnedTo,
 	}
 	if p.Instruments("trace") {
 		c.Tracer = TracerStrace
@@ -225,8 +224,10 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
 		return nil, fault.Usage(fmt.Errorf("--workdir %q must be an absolute guest path", c.Workdir))
 	}
-	if !r.St.HasBlob(c.Sample) {
-		return nil, fault.DataErr(fmt.Errorf("plan %s: sample %s is not in the blob store", p.ID, c.Sample))
+	if err := r.St.EnsureBlob(ctx, c.Sample); errors.Is(err, state.ErrNotFound) {
+		return nil, fault.DataErr(fmt.Errorf("plan %s: sample %s is not in the blob store, nor served by a worker of the fleet", p.ID, c.Sample))
+	} else if err != nil {
+		return nil, err
 	}
 	now := r.St.Now()
 	records.Init(c, records.KindCycle, now)

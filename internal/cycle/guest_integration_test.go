@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,11 +68,11 @@ func newRealGuest(t testing.TB) *realGuest {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { leasetest.Cleanup(sd) })
-	br, del, err := leasetest.Bridge(ctx)
+	lab, err := leasetest.UpLab(ctx, sd, "", "", netip.Prefix{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(del)
+	t.Cleanup(lab.Down)
 	tbLease := filepath.Join(dir, "tb-lease")
 	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", tbLease, "../../cmd/tb-lease").CombinedOutput(); err != nil {
 		t.Fatalf("building tb-lease: %v\n%s", err, out)
@@ -101,8 +102,8 @@ func newRealGuest(t testing.TB) *realGuest {
 	first := plan(script(`echo "args:$*"; echo "env:$FOO"; echo "pwd:$(pwd)"; echo oops >&2; exit 3`), func(p *records.Plan) {
 		p.Execution = records.Execution{Args: []string{"a b", "c"}, Env: map[string]string{"FOO": "bar"}, Workdir: "/tmp/tb-run-wd"}
 	})
-	out, err := exec.Command(tbLease, "--state", sd, "acquire", "--plan", first, "--bridge", br,
-		"--lab-net", fmt.Sprintf("10.99.%d.0/24", rand.IntN(200)+20)).CombinedOutput()
+	out, err := exec.Command(tbLease, "--state", sd, "acquire", "--plan", first, "--bridge", lab.Bridge,
+		"--lab-net", lab.LabNet.String()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("tb-lease acquire: %v\n%s", err, out)
 	}

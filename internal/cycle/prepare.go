@@ -87,10 +87,9 @@ func (r *Runner) prepare(ctx context.Context, c *records.Cycle, g Guest) (*recor
 		} else if res.ExitCode != 0 {
 			return c, fmt.Errorf("mkdir in the guest: %s", strings.TrimSpace(string(res.Stderr)))
 		}
-		if !r.St.HasBlob(c.Sample) && r.FetchBlob != nil {
-			if err := r.FetchBlob(ctx, c.Sample); err != nil {
-				return c, fmt.Errorf("sample %s: %w", c.Sample, err)
-			}
+		// In a fleet, a sample planned on another host is fetched from it.
+		if err := r.St.EnsureBlob(ctx, c.Sample); err != nil {
+			return c, fmt.Errorf("sample %s: %w", c.Sample, err)
 		}
 		f, err := r.St.OpenBlob(c.Sample)
 		if err != nil {

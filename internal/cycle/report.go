@@ -1,8 +1,8 @@
 package cycle
 
 import (
-	"bufio"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"io"
 	"maps"
 	"slices"
@@ -175,22 +175,14 @@ func entryReasons(st *state.Store, rev string) map[string]string {
 	if rev == "" {
 		return out
 	}
-	var rv records.AllowRevision
-	if st.Get(rev, &rv) != nil {
-		return out
-	}
-	f, err := st.OpenBlob(strings.TrimPrefix(rv.Content, "blob:sha256:"))
+	// Read as tb-allow reads it: digest checked, fetched from the host
+	// that wrote it if need be.
+	_, entries, err := (&allowlist.Book{St: st}).Revision(rev)
 	if err != nil {
 		return out
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, records.MaxLine)
-	for sc.Scan() {
-		var e records.AllowEntry
-		if records.Unmarshal(sc.Bytes(), &e) == nil {
-			out[e.Type+" "+e.Value] = fmt.Sprintf("%s, score %.2f: %s", e.Class, e.Score, e.Reason)
-		}
+	for _, e := range entries {
+		out[e.Type+" "+e.Value] = fmt.Sprintf("%s, score %.2f: %s", e.Class, e.Score, e.Reason)
 	}
 	return out
 }

@@ -123,6 +123,12 @@ func (t *Tools) Keep(ctx context.Context, lease string) error {
 	return err
 }
 
+// Release is "tb-lease release L": the lease's guest is destroyed.
+func (t *Tools) Release(ctx context.Context, lease string) error {
+	_, err := t.run(ctx, nil, "tb-lease", "release", lease)
+	return err
+}
+
 // EnsureCapture returns the lease's running capture (read from the state),
 // starting one with "tb-capture start --lease L" if there is none, and
 // makes the live allow set what the lease's, sample's and global chains

@@ -15,7 +15,8 @@ import (
 
 // Worker drives the cycles of a fleet that fit its host, from a store the
 // fleet shares: those whose lease is on its host, and those that still need
-// a lease, which it acquires on its host. It drives up to Slots at once,
+// a lease of a platform its host can boot (and are pinned to no other
+// host), which it acquires on its host. It drives up to Slots at once,
 // each under the cycle's lock, so that a cycle is driven by one worker; it
 // says it is alive (and how many slots are free: its host's capacity) in
 // its worker record, every Heartbeat and whenever it takes or ends a cycle.
@@ -48,11 +49,24 @@ type Worker struct {
 	// is up and its containment check passed. The worker does not start
 	// without it, and takes no new cycle while it fails.
 	Ready func(ctx context.Context) error
+	// Capabilities, when set, says which guest platforms the host can
+	// lease now (platforms: an image of each has its files here) and
+	// which of them it runs under KVM (native). It is asked when the
+	// worker starts and at every heartbeat, and its answer advertised in
+	// the worker record; the worker takes a cycle that needs a lease only
+	// if its plan's platform is among them. Without it the worker takes
+	// cycles of any platform, and advertises none.
+	Capabilities func(ctx context.Context) (platforms, native []string, err error)
 
 	rec     *records.Worker
 	running map[string]bool
 	// paused: Ready failed, and the heartbeat offers no free slot.
 	paused bool
+	// planPlatform caches each plan's platform (a plan never changes).
+	planPlatform map[string]string
+	// waiting holds the waits already logged: a platform no live host
+	// boots, a pinned host that cannot take its cycle.
+	waiting map[string]bool
 }
 
 // replacementIndex keys a dead host's cycle to its replacement.
@@ -71,34 +85,20 @@ func (w *Worker) deadAfter() time.Duration { return orDur(w.DeadAfter, 30*time.S
 // UntilIdle, until there is nothing left to drive); the cycles it drives
 // when ctx ends are left in their states for another worker or a resume.
 func (w *Worker) Run(ctx context.Context) error {
-	if w.Host == "" {
-		return errors.New("a worker needs its fleet host's name")
-	}
-	if w.Slots <= 0 {
-		w.Slots = 1
-	}
-	if w.Ready != nil {
-		if err := w.Ready(ctx); err != nil {
-			return err
-		}
-	}
-	st := w.R.St
-	now := st.Now()
-	w.rec = &records.Worker{Host: w.Host, PID: os.Getpid(), Lab: w.Lab, Slots: w.Slots, BlobURL: w.BlobURL,
-		Heartbeat: now, DeadAfter: records.Duration(w.deadAfter())}
-	records.Init(w.rec, records.KindWorker, now)
-	if err := st.Create(ctx, w.rec); err != nil {
+	if err := w.register(ctx); err != nil {
 		return err
 	}
-	w.running = map[string]bool{}
 	defer func() {
 		// A clean stop tells the fleet at once; a killed worker is found
 		// silent after DeadAfter.
 		w.rec.Stopped = true
 		w.beat(context.WithoutCancel(ctx))
 	}()
-	w.R.Log.Info("worker started", "worker", w.rec.ID, "host", w.Host, "slots", w.Slots)
+	w.R.Log.Info("worker started", "worker", w.rec.ID, "host", w.Host, "slots", w.Slots,
+		"platforms", w.rec.Platforms, "native", w.rec.Native)
+	w.releaseAbandoned(ctx)
 
+	st := w.R.St
 	changed := make(chan struct{}, 1)
 	fl, err := st.FollowJournal(ctx, false)
 	if err != nil {
@@ -152,6 +152,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.finish(ctx, d)
 			w.beat(ctx)
 		case <-tick.C:
+			if err := w.capabilities(ctx); err != nil {
+				w.R.Log.Warn("what this host can boot; keeping the last answer", "err", err)
+			}
 			w.beat(ctx)
 		case <-changed:
 		}
@@ -162,6 +165,90 @@ func (w *Worker) Run(ctx context.Context) error {
 // next cycle that fits it needs no boot (Tools: tb-lease release --keep).
 type Pooler interface {
 	Keep(ctx context.Context, lease string) error
+}
+
+// register checks that the host may take cycles and writes the worker's
+// record, with what its host can boot.
+func (w *Worker) register(ctx context.Context) error {
+	if w.Host == "" {
+		return errors.New("a worker needs its fleet host's name")
+	}
+	if w.Slots <= 0 {
+		w.Slots = 1
+	}
+	if w.Ready != nil {
+		if err := w.Ready(ctx); err != nil {
+			return err
+		}
+	}
+	now := w.R.St.Now()
+	w.rec = &records.Worker{Host: w.Host, PID: os.Getpid(), Lab: w.Lab, Slots: w.Slots, BlobURL: w.BlobURL,
+		Heartbeat: now, DeadAfter: records.Duration(w.deadAfter())}
+	if err := w.capabilities(ctx); err != nil {
+		return err
+	}
+	records.Init(w.rec, records.KindWorker, now)
+	if err := w.R.St.Create(ctx, w.rec); err != nil {
+		return err
+	}
+	w.running = map[string]bool{}
+	w.planPlatform = map[string]string{}
+	w.waiting = map[string]bool{}
+	return nil
+}
+
+// Releaser destroys a lease (Tools: tb-lease release).
+type Releaser interface {
+	Release(ctx context.Context, lease string) error
+}
+
+// capabilities asks what the host can boot now, for the worker record.
+func (w *Worker) capabilities(ctx context.Context) error {
+	if w.Capabilities == nil {
+		return nil
+	}
+	platforms, native, err := w.Capabilities(ctx)
+	if err != nil {
+		return err
+	}
+	w.rec.Platforms, w.rec.Native = platforms, native
+	return nil
+}
+
+// releaseAbandoned destroys the leases of this host whose cycles were
+// replaced on other hosts while this one was taken for dead: their guests
+// may still run, and no cycle will use them again.
+func (w *Worker) releaseAbandoned(ctx context.Context) {
+	rl, ok := w.R.Leaser.(Releaser)
+	if !ok {
+		return
+	}
+	st := w.R.St
+	leases, err := state.Find(st, records.KindLease, func(l *records.SandboxLease) bool {
+		return l.Host == w.Host && !records.LeaseGone(l.State) && records.KindOf(l.Holder) == records.KindCycle
+	})
+	if err != nil {
+		w.R.Log.Warn("looking for abandoned leases", "err", err)
+		return
+	}
+	for _, l := range leases {
+		var c records.Cycle
+		if err := st.Get(l.Holder, &c); err != nil {
+			if !errors.Is(err, state.ErrNotFound) {
+				w.R.Log.Warn("abandoned lease's cycle", "lease", l.ID, "cycle", l.Holder, "err", err)
+			}
+			continue
+		}
+		if !records.CycleTerminal(c.State) || c.ReplacedBy == "" {
+			continue
+		}
+		if err := rl.Release(ctx, l.ID); err != nil {
+			w.R.Log.Warn("releasing an abandoned lease", "lease", l.ID, "cycle", c.ID, "err", err)
+			continue
+		}
+		w.R.Log.Warn("released a lease abandoned while this host was taken for dead", "lease", l.ID,
+			"cycle", c.ID, "replaced_by", c.ReplacedBy)
+	}
 }
 
 func (w *Worker) finish(ctx context.Context, d driven) {
@@ -187,6 +274,7 @@ func (w *Worker) beat(ctx context.Context) {
 	var rec records.Worker
 	err := w.R.St.Update(ctx, w.rec.ID, &rec, func(bool) error {
 		rec.Heartbeat, rec.Running, rec.Stopped, rec.Slots = w.R.St.Now(), w.rec.Running, w.rec.Stopped, w.Slots
+		rec.Platforms, rec.Native = w.rec.Platforms, w.rec.Native
 		if w.paused {
 			rec.Slots = len(rec.Running)
 		}
@@ -241,6 +329,12 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		if w.running[c.ID] {
 			continue
 		}
+		if c.State == records.CyclePending && c.Lease == "" {
+			if w.takeUnleased(ctx, c, others, now, done) {
+				idle = false
+			}
+			continue
+		}
 		owner, err := w.ownerOf(c)
 		if err != nil {
 			w.R.Log.Warn("cycle's lease", "cycle", c.ID, "err", err)
@@ -263,9 +357,6 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		idle = false
 		switch {
 		case mine:
-			if owner == "" && w.yields(c, others, now) {
-				continue
-			}
 			w.start(ctx, c.ID, done)
 		case !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter():
 			if err := w.replace(ctx, c, owner); err != nil {
@@ -278,14 +369,86 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 	return idle, nil
 }
 
-// ownerOf is the fleet host a cycle must go on with: its lease's, the
-// host that began leasing for it (which may hold a lease for it), or ""
-// when any host may take it.
+// takeUnleased starts driving a pending cycle that still needs a lease if
+// it is this worker's: its host boots the plan's platform, the cycle is
+// pinned to no other host, and no live worker fits it better. keepsBusy
+// reports that the cycle keeps the worker from being idle: it drives it, or
+// a live host's worker will.
+func (w *Worker) takeUnleased(ctx context.Context, c *records.Cycle, others []*records.Worker, now time.Time, done chan<- driven) (keepsBusy bool) {
+	plat, err := w.platformOf(c.Plan)
+	if err != nil {
+		w.R.Log.Warn("cycle's plan", "cycle", c.ID, "plan", c.Plan, "err", err)
+		return false
+	}
+	wait := "platform " + orAnyPlatform(plat)
+	if c.PinnedTo != "" {
+		wait = "host " + c.PinnedTo + " " + wait
+	}
+	if (c.PinnedTo == "" || c.PinnedTo == w.Host) && w.boots(plat) {
+		delete(w.waiting, wait)
+		if len(w.running) >= w.Slots {
+			// No slot: whether someone drives it is asked when one frees.
+			return true
+		}
+		if w.busy(ctx, c.ID) {
+			return false // driven by someone
+		}
+		if c.PinnedTo == "" && w.yields(plat, c, others, now) {
+			return true
+		}
+		w.start(ctx, c.ID, done)
+		return true
+	}
+	taker := slices.ContainsFunc(others, func(o *records.Worker) bool {
+		return (c.PinnedTo == "" || c.PinnedTo == o.Host) && o.Boots(plat)
+	})
+	if !taker {
+		// Nothing but a host that comes up (or gets the image) takes it:
+		// it does not keep an idle worker running.
+		if !w.waiting[wait] {
+			w.waiting[wait] = true
+			if c.PinnedTo != "" {
+				w.R.Log.Warn("a cycle waits: the host it is pinned to has no live worker with an image for its platform",
+					"cycle", c.ID, "pinned_to", c.PinnedTo, "platform", orAnyPlatform(plat))
+			} else {
+				w.R.Log.Warn("a cycle waits: no live host has an image for its platform",
+					"cycle", c.ID, "platform", orAnyPlatform(plat))
+			}
+		}
+		return false
+	}
+	delete(w.waiting, wait)
+	// Another live host's: only an idle check needs to know whether it
+	// is driven, so no lock round trip per cycle otherwise.
+	return w.UntilIdle && !w.busy(ctx, c.ID)
+}
+
+func orAnyPlatform(p string) string { return cmp.Or(p, "any") }
+
+// platformOf is the platform of a plan's guest.
+func (w *Worker) platformOf(plan string) (string, error) {
+	if p, ok := w.planPlatform[plan]; ok {
+		return p, nil
+	}
+	var p records.Plan
+	if err := w.R.St.Get(plan, &p); err != nil {
+		return "", err
+	}
+	w.planPlatform[plan] = p.Image.Platform
+	return p.Image.Platform, nil
+}
+
+// boots tells whether this worker's host can lease the platform's guests
+// (any, without Capabilities).
+func (w *Worker) boots(platform string) bool {
+	return w.Capabilities == nil || w.rec.Boots(platform)
+}
+
+// ownerOf is the fleet host a cycle that has or is getting a lease must go
+// on with: its lease's, or the host that began leasing for it (which may
+// hold a lease for it); "" when any host may take it.
 func (w *Worker) ownerOf(c *records.Cycle) (string, error) {
 	if c.Lease == "" {
-		if c.State == records.CyclePending {
-			return "", nil
-		}
 		return c.Host, nil
 	}
 	var l records.SandboxLease
@@ -295,16 +458,29 @@ func (w *Worker) ownerOf(c *records.Cycle) (string, error) {
 	return l.Host, nil
 }
 
-// yields leaves a cycle that needs a lease to the live worker with the most
-// free slots (least-loaded placement, with capacities read from the
-// workers' heartbeats), unless it has waited longer than DeadAfter.
-func (w *Worker) yields(c *records.Cycle, others []*records.Worker, now time.Time) bool {
+// yields leaves a cycle that needs a lease of the platform to a better
+// live worker whose host boots it and has a free slot: one whose host runs
+// the platform under KVM before one whose host does not (native-arch-first),
+// then the one with the most free slots (least-loaded placement, with
+// capacities read from the workers' heartbeats), then the first by host
+// name. After DeadAfter the cycle waited, it yields to none.
+func (w *Worker) yields(platform string, c *records.Cycle, others []*records.Worker, now time.Time) bool {
 	if now.Sub(c.RequestedAt) > w.deadAfter() {
 		return false
 	}
-	mine := w.Slots - len(w.running)
+	free, native := w.Slots-len(w.running), w.rec.RunsNative(platform)
 	for _, o := range others {
-		if f := o.Free(); f > mine || f == mine && f > 0 && o.Host < w.Host {
+		f := o.Free()
+		if f == 0 || !o.Boots(platform) {
+			continue
+		}
+		if on := o.RunsNative(platform); on != native {
+			if on {
+				return true
+			}
+			continue
+		}
+		if f > free || f == free && o.Host < w.Host {
 			return true
 		}
 	}
@@ -350,6 +526,7 @@ func (w *Worker) replace(ctx context.Context, old *records.Cycle, host string) e
 			State: records.CyclePending, Plan: old.Plan, Sample: old.Sample,
 			Args: old.Args, Env: old.Env, Workdir: old.Workdir, Timeout: old.Timeout, Detach: old.Detach,
 			Window: old.Window, Post: old.Post, Tracer: old.Tracer, FreshLease: true, Replaces: old.ID,
+			PinnedTo: old.PinnedTo,
 		}
 		now := r.St.Now()
 		records.Init(n, records.KindCycle, now)
@@ -379,22 +556,4 @@ func (w *Worker) replace(ctx context.Context, old *records.Cycle, host string) e
 		r.Log.Warn("replaced a dead host's cycle", "cycle", old.ID, "host", where, "replacement", id)
 	}
 	return err
-}
-
-// BlobPeers are the blob servers of the other hosts' live workers.
-func BlobPeers(st *state.Store, self string) ([]string, error) {
-	now := st.Now()
-	ws, err := state.Find(st, records.KindWorker, func(w *records.Worker) bool {
-		return w.Host != self && w.BlobURL != "" && w.Alive(now)
-	})
-	if err != nil {
-		return nil, err
-	}
-	urls := make([]string, 0, len(ws))
-	for _, w := range ws {
-		if !slices.Contains(urls, w.BlobURL) {
-			urls = append(urls, w.BlobURL)
-		}
-	}
-	return urls, nil
 }

@@ -54,7 +54,11 @@ func fakeWorker(host string) error {
 		Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
 		Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host, PID: os.Getpid()}
 	w := &Worker{R: r, Host: host, Slots: 1, Heartbeat: 100 * time.Millisecond, DeadAfter: 1500 * time.Millisecond,
-		UntilIdle: true, Ended: func(c *records.Cycle, err error) {
+		UntilIdle: true,
+		Capabilities: func(ctx context.Context) ([]string, []string, error) {
+			return []string{"amd64"}, nil, nil
+		},
+		Ended: func(c *records.Cycle, err error) {
 			if c != nil {
 				fmt.Printf("ended %s %s\n", c.ID, c.State)
 			}
@@ -93,7 +97,8 @@ func TestWorkersShareABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Network: records.NetPolicy{Mode: "allowlist", Promote: true},
+	p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
+		Network:  records.NetPolicy{Mode: "allowlist", Promote: true},
 		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
 	records.Init(p, records.KindPlan, st.Now())
 	if err := st.Create(ctx, p); err != nil {

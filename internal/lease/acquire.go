@@ -127,6 +127,9 @@ func (m *Manager) Decide(ctx context.Context, r Request) (*Decision, error) {
 		for _, l := range lv {
 			if l.State == records.LeaseIdle && l.Pool == r.Pool && l.Image == img.ID && l.Limits.VCPUs >= r.VCPUs &&
 				l.Limits.MemoryMiB >= r.MemoryMiB && l.Limits.DiskGiB >= r.DiskGiB && (r.Host == "" || l.Host == r.Host) {
+				if err := m.leaseContained(ctx, l); err != nil {
+					return nil, err
+				}
 				d.Reuse, d.Host, d.URI, d.Accel = l.ID, l.Host, l.ConnectURI, l.Accel
 				return d, nil
 			}
@@ -137,6 +140,9 @@ func (m *Manager) Decide(ctx context.Context, r Request) (*Decision, error) {
 	}
 	host, err := m.place(ctx, &r, img, lv)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.contained(ctx, host); err != nil {
 		return nil, err
 	}
 	a, err := m.accel(ctx, host, r.Accel, img)
@@ -191,6 +197,9 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*records.SandboxLease
 	if err != nil {
 		return nil, err
 	}
+	if err := m.contained(ctx, host); err != nil {
+		return nil, err
+	}
 	accel, err := m.accel(ctx, host, r.Accel, img)
 	if err != nil {
 		return nil, err
@@ -232,6 +241,11 @@ func (m *Manager) reuse(ctx context.Context, r *Request, img *records.SandboxIma
 			l.Limits.VCPUs < r.VCPUs || l.Limits.MemoryMiB < r.MemoryMiB || l.Limits.DiskGiB < r.DiskGiB ||
 			(r.Host != "" && l.Host != r.Host) || (r.Accel != "auto" && l.Accel != r.Accel) ||
 			(l.ExpiresAt != nil && !l.ExpiresAt.After(now)) {
+			continue
+		}
+		// A lab that failed its check since hands out no guest on it.
+		if err := m.leaseContained(ctx, l); err != nil {
+			m.Out.Log.Warn("idle lease not reused: its lab does not vouch for it", "lease", l.ID, "err", err)
 			continue
 		}
 		c, err := m.connFor(l)

@@ -46,16 +46,16 @@ type HostConfig struct {
 	Arch string `json:"arch,omitempty"`
 	// MaxLeases caps the leases placed on the host (0: no cap).
 	MaxLeases int `json:"max_leases,omitempty"`
-	// Uncontained lets leases be placed on a remote host. Talkbox sets up
-	// its lab, containment rules and capture only on the host that runs
-	// the tools, so a guest on a remote host is contained only by what
-	// its operator set up there: without this, a remote host is never
-	// chosen.
-	Uncontained bool `json:"uncontained,omitempty"`
+	// NetNS is the network namespace in which the host's libvirtd
+	// attaches its guests' taps ("" for tb-lease's own). A guest is
+	// started only on the bridge of a lab of this machine in that
+	// namespace whose containment check passed (Labs).
+	NetNS string `json:"netns,omitempty"`
 }
 
 // Remote reports whether the host is another machine's libvirtd (a URI
-// with a host part: qemu+tcp://, qemu+ssh://), not this machine's.
+// with a host part: qemu+tcp://, qemu+ssh://), not this machine's. No
+// lab of this machine contains its guests, so no lease goes there.
 func (h HostConfig) Remote() bool {
 	u, err := url.Parse(h.URI)
 	return err != nil || u.Host != ""

@@ -64,8 +64,42 @@ type Manager struct {
 	St  *state.Store
 	Cfg *Config
 	// Dial connects to a host by URI (virt.Connect unless a test sets it).
-	Dial  func(uri string) (Host, error)
+	Dial func(uri string) (Host, error)
+	// Labs vouches for the bridge of a host before a guest is started or
+	// handed out there; without it no guest is.
+	Labs  Labs
 	conns map[string]Host
+}
+
+// Labs tells whether guests attached to bridge, in network namespace
+// hostNS, are contained: the bridge is a Talkbox lab's, on labNet, up and
+// passing its containment check (capture.BridgeContained).
+type Labs interface {
+	Contained(ctx context.Context, hostNS, bridge string, labNet netip.Prefix) error
+}
+
+// leaseContained is contained for the host a lease is on.
+func (m *Manager) leaseContained(ctx context.Context, l *records.SandboxLease) error {
+	h, ok := m.Cfg.Host(l.Host)
+	if !ok {
+		return fault.Failure(fmt.Errorf("lease %s is on host %s, which is not configured", l.ID, l.Host))
+	}
+	return m.contained(ctx, h)
+}
+
+// contained is the floor under every guest started or handed out on host.
+func (m *Manager) contained(ctx context.Context, host HostConfig) error {
+	if host.Remote() {
+		return fault.Usage(notContained(host))
+	}
+	if m.Labs == nil {
+		return fault.Failure(errors.New("no lab check configured: tb-lease starts no guest without one"))
+	}
+	labNet, err := netip.ParsePrefix(m.Cfg.LabNet)
+	if err != nil {
+		return fault.Usage(fmt.Errorf("lab network: %w", err))
+	}
+	return m.Labs.Contained(ctx, host.NetNS, m.Cfg.Bridge, labNet)
 }
 
 // New is the manager of the leases in st, on the hosts of cfg (over

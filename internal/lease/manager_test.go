@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,10 +109,31 @@ func between(s, a, b string) string {
 	return v
 }
 
+// fakeURI is a fake host's URI: a libvirtd of this machine, on a socket of
+// its own, which is where leases may go.
+func fakeURI(name string) string { return "qemu+unix:///system?socket=/run/fake-libvirt/" + name }
+
+// fakeLabs vouches for every bridge, or for none (err); it records what
+// it was asked. The real one (capture.Labs) is tested with real labs in
+// the tb-lease scripts.
+type fakeLabs struct {
+	err   error
+	asked []string
+}
+
+func (f *fakeLabs) Contained(ctx context.Context, hostNS, bridge string, labNet netip.Prefix) error {
+	f.asked = append(f.asked, hostNS+"/"+bridge+"/"+labNet.String())
+	return f.err
+}
+
 // fakeManager is a Manager over a fresh state and the fake hosts, by
-// configured name (a host missing from hosts is unreachable).
+// configured name (a host missing from hosts is unreachable), whose labs
+// all pass.
 func fakeManager(t *testing.T, cfg *Config, hosts map[string]*fakeHost) *Manager {
 	t.Helper()
+	if err := cfg.check("test"); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	// libvirt's QEMU must reach lease directories: as mkdirReachable asks.
 	for d := dir; d != "/"; d = filepath.Dir(d) {
@@ -130,6 +152,7 @@ func fakeManager(t *testing.T, cfg *Config, hosts map[string]*fakeHost) *Manager
 		}
 	}
 	m := New(st, cfg, cmdout.New("tb-lease", io.Discard, io.Discard, nil))
+	m.Labs = &fakeLabs{}
 	m.Dial = func(uri string) (Host, error) {
 		if h := byURI[uri]; h != nil {
 			return h, nil
@@ -142,13 +165,13 @@ func fakeManager(t *testing.T, cfg *Config, hosts map[string]*fakeHost) *Manager
 func TestPlacement(t *testing.T) {
 	cfg := func(placement string) *Config {
 		return &Config{Placement: placement, Hosts: []HostConfig{
-			{Name: "arm", URI: "qemu+tcp://arm/system", Arch: "arm64", MaxLeases: 4, Uncontained: true},
-			{Name: "x86", URI: "qemu+tcp://x86/system", Arch: debArch(), Accel: "kvm", MaxLeases: 2, Uncontained: true},
-			{Name: "down", URI: "qemu+tcp://down/system", Uncontained: true},
+			{Name: "arm", URI: fakeURI("arm"), Arch: "arm64", MaxLeases: 4},
+			{Name: "x86", URI: fakeURI("x86"), Arch: debArch(), Accel: "kvm", MaxLeases: 2},
+			{Name: "down", URI: fakeURI("down")},
 		}}
 	}
 	hosts := func() map[string]*fakeHost {
-		return map[string]*fakeHost{"arm": newFakeHost("qemu+tcp://arm/system", 8192, 6000), "x86": newFakeHost("qemu+tcp://x86/system", 8192, 4000)}
+		return map[string]*fakeHost{"arm": newFakeHost(fakeURI("arm"), 8192, 6000), "x86": newFakeHost(fakeURI("x86"), 8192, 4000)}
 	}
 	img := testImage("amd64", "")
 	img.Boot.Arch = "x86_64"
@@ -191,21 +214,21 @@ func TestPlacement(t *testing.T) {
 			t.Errorf("%s: placed on %q (%v), want %q (exit %d)", tc.name, got, err, tc.want, tc.code)
 		}
 	}
-	// A remote host its configuration does not declare uncontained gets
-	// no lease: passed over, refused by name (exit 2), and when it is the
-	// only host, said so (exit 2).
+	// A host on another machine gets no lease, whatever its configuration
+	// says: passed over, refused by name (exit 2), and when it is the only
+	// host, said so (exit 2).
 	local := &Config{Placement: LeastLoaded, Hosts: []HostConfig{{Name: "local", URI: "qemu:///system"}, {Name: "remote", URI: "qemu+tcp://remote/system"}}}
 	both := map[string]*fakeHost{"local": newFakeHost("qemu:///system", 8192, 100), "remote": newFakeHost("qemu+tcp://remote/system", 8192, 8000)}
 	m := fakeManager(t, local, both)
 	if h, err := m.place(context.Background(), &Request{}, img, nil); err != nil || h.Name != "local" {
-		t.Errorf("a contained and an uncontained host: placed on %q, %v", h.Name, err)
+		t.Errorf("a local and a remote host: placed on %q, %v", h.Name, err)
 	}
-	if _, err := m.place(context.Background(), &Request{Host: "remote"}, img, nil); fault.Code(err) != fault.ExitUsage || !strings.Contains(err.Error(), `"uncontained": true`) {
-		t.Errorf("explicit uncontained host: %v", err)
+	if _, err := m.place(context.Background(), &Request{Host: "remote"}, img, nil); fault.Code(err) != fault.ExitUsage || !strings.Contains(err.Error(), "another machine") {
+		t.Errorf("explicit remote host: %v", err)
 	}
 	m = fakeManager(t, &Config{Placement: LeastLoaded, Hosts: local.Hosts[1:]}, both)
 	if _, err := m.place(context.Background(), &Request{}, img, nil); fault.Code(err) != fault.ExitUsage {
-		t.Errorf("only an uncontained host: %v", err)
+		t.Errorf("only a remote host: %v", err)
 	}
 	// Nothing reachable: exit 69; every host full: exit 75.
 	m = fakeManager(t, cfg(LeastLoaded), nil)
@@ -255,8 +278,8 @@ func storedLease(t *testing.T, m *Manager, h *fakeHost, host, imageID string, go
 }
 
 func TestReap(t *testing.T) {
-	h := newFakeHost("qemu+tcp://h/system", 4096, 2048)
-	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: "qemu+tcp://h/system", Uncontained: true}}}, map[string]*fakeHost{"h": h})
+	h := newFakeHost(fakeURI("h"), 4096, 2048)
+	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: fakeURI("h")}}}, map[string]*fakeHost{"h": h})
 	live := storedLease(t, m, h, "h", "", false)
 	vanished := storedLease(t, m, h, "h", "", true)
 	orphan := records.NewID(records.KindLease, m.St.Now())
@@ -293,8 +316,8 @@ func TestHealRestartsThenReplaces(t *testing.T) {
 	if _, err := exec.LookPath("qemu-img"); err != nil {
 		t.Fatal("qemu-img is needed (scripts/deps.sh installs it)")
 	}
-	h := newFakeHost("qemu+tcp://h/system", 4096, 2048)
-	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: "qemu+tcp://h/system", Uncontained: true}}}, map[string]*fakeHost{"h": h})
+	h := newFakeHost(fakeURI("h"), 4096, 2048)
+	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: fakeURI("h")}}}, map[string]*fakeHost{"h": h})
 	img := testImage("amd64", "")
 	img.Dir = m.St.Path("images", "test")
 	img.Boot = records.ImageBoot{Arch: "x86_64", Kernel: "vmlinuz", Initrd: "initrd.img", Disk: "disk.qcow2", Emulator: "qemu-system-x86_64"}
@@ -340,5 +363,57 @@ func TestHealRestartsThenReplaces(t *testing.T) {
 	acts, err = m.Heal(context.Background(), nil, 600*time.Millisecond)
 	if err != nil || len(acts) != 1 || acts[0].Action != "healthy" {
 		t.Fatalf("second heal: %+v, %v", acts, err)
+	}
+}
+
+// TestLabFloor: no guest is started, restored, restarted or handed out on
+// a host whose lab does not vouch for its bridge; the refusal leaves no
+// lease behind, and heal leaves an unhealthy lease as it is.
+func TestLabFloor(t *testing.T) {
+	h := newFakeHost(fakeURI("h"), 4096, 2048)
+	cfg := &Config{Hosts: []HostConfig{{Name: "h", URI: fakeURI("h"), NetNS: "tbns1"}}}
+	m := fakeManager(t, cfg, map[string]*fakeHost{"h": h})
+	refusal := &fakeLabs{err: fault.Unavailable(errors.New("lab default: containment check failed"))}
+	m.Labs = refusal
+	img := testImage("amd64", "")
+	if err := m.St.Create(context.Background(), img); err != nil {
+		t.Fatal(err)
+	}
+	plan := testPlan("amd64", "")
+	ctx := context.Background()
+	if _, err := m.Decide(ctx, Request{Plan: plan}); fault.Code(err) != fault.ExitUnavailable {
+		t.Errorf("dry run on a failing lab: %v", err)
+	}
+	if _, err := m.Acquire(ctx, Request{Plan: plan}); fault.Code(err) != fault.ExitUnavailable {
+		t.Errorf("acquire on a failing lab: %v", err)
+	}
+	if ls, err := m.Leases(); err != nil || len(ls) != 0 {
+		t.Errorf("a refused acquire left leases: %d (%v)", len(ls), err)
+	}
+	if want := "tbns1/tb-lab0/10.13.37.0/24"; len(refusal.asked) == 0 || refusal.asked[0] != want {
+		t.Errorf("the labs were asked %q, want %q first", refusal.asked, want)
+	}
+	// An idle lease is not handed out once its lab fails.
+	idle := storedLease(t, m, h, "h", img.ID, false)
+	m.update(ctx, idle.ID, func(x *records.SandboxLease) error { x.State, x.Platform = records.LeaseIdle, "amd64"; return nil })
+	if _, err := m.Acquire(ctx, Request{Plan: plan}); fault.Code(err) != fault.ExitUnavailable {
+		t.Errorf("reuse on a failing lab: %v", err)
+	}
+	// Heal does not restart a silent guest there, nor fail its lease.
+	acts, err := m.Heal(ctx, nil, 100*time.Millisecond)
+	if err != nil || len(acts) != 1 || acts[0].Action != "restart" || !strings.Contains(acts[0].Error, "containment check failed") {
+		t.Fatalf("heal on a failing lab: %+v, %v", acts, err)
+	}
+	if h.creates != 0 {
+		t.Errorf("a guest was started on a failing lab (%d creates)", h.creates)
+	}
+	var l records.SandboxLease
+	if m.St.Get(idle.ID, &l); records.LeaseGone(l.State) || l.Health != records.HealthUnhealthy {
+		t.Errorf("after heal on a failing lab the lease is %s, %s", l.State, l.Health)
+	}
+	// Without a lab check, nothing starts at all.
+	m.Labs = nil
+	if _, err := m.Decide(ctx, Request{Plan: plan, Fresh: true}); err == nil || !strings.Contains(err.Error(), "no lab check") {
+		t.Errorf("no lab check: %v", err)
 	}
 }

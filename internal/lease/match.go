@@ -116,7 +116,11 @@ func (m *Manager) chooseImage(r *Request) (*records.SandboxImage, error) {
 			}
 			continue
 		}
-		if w := imageMismatch(img, p); w != "" {
+		w := imageMismatch(img, p)
+		if w == "" {
+			w = notHere(img)
+		}
+		if w != "" {
 			if strings.Contains(ref, "@") || r.Image != "" {
 				return nil, m.noImage(p, w)
 			}
@@ -134,7 +138,11 @@ func (m *Manager) chooseImage(r *Request) (*records.SandboxImage, error) {
 		if img.Status != records.ImageActive {
 			continue
 		}
-		if w := imageMismatch(img, p); w != "" {
+		w := imageMismatch(img, p)
+		if w == "" {
+			w = notHere(img)
+		}
+		if w != "" {
 			why = append(why, w)
 			continue
 		}
@@ -146,6 +154,16 @@ func (m *Manager) chooseImage(r *Request) (*records.SandboxImage, error) {
 		return nil, m.noImage(p, strings.Join(why, "; "))
 	}
 	return best, nil
+}
+
+// notHere says why an image cannot boot on this host, or "": image records
+// are a fleet's, but each host has only the files of the images it built
+// or installed.
+func notHere(img *records.SandboxImage) string {
+	if err := image.Present(img); err != nil {
+		return err.Error() + " (not on this host)"
+	}
+	return ""
 }
 
 // noImage says what the plan needs, so that the planner can change it or

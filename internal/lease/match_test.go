@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +14,7 @@ import (
 
 func testImage(platform, abi string, emulators ...string) *records.SandboxImage {
 	img := &records.SandboxImage{Spec: "debian-bookworm-" + platform, Version: "1.0.0+build.1", Platform: platform,
-		ABI: abi, UserEmulators: emulators, Status: records.ImageActive, PublishedAt: time.Now()}
+		ABI: abi, UserEmulators: emulators, Status: records.ImageActive, PublishedAt: time.Now(), Dir: os.TempDir()}
 	records.Init(img, records.KindImage, time.Now())
 	return img
 }
@@ -108,5 +110,19 @@ func TestChooseImageByABIAndEmulator(t *testing.T) {
 	p.Image.Preferred = []string{amd64.ID}
 	if _, err := pick(p); err == nil {
 		t.Error("preferred image without qemu-mips-static was chosen")
+	}
+	// A newer image whose files another host of the fleet has is passed
+	// over for the one this host has; pinned, it is refused saying so.
+	elsewhere := testImage("amd64", "")
+	elsewhere.Files = []records.ImageFile{{Name: "disk.qcow2", Size: 1 << 30}}
+	elsewhere.Dir = filepath.Join(t.TempDir(), "built-on-another-host")
+	if err := st.Create(ctx, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := pick(testPlan("amd64", "")); err != nil || id != amd64.ID {
+		t.Errorf("amd64 plan with a newer image elsewhere got %s %v, want %s", id, err, amd64.ID)
+	}
+	if _, err := m.chooseImage(&Request{Plan: testPlan("amd64", ""), Image: elsewhere.ID}); err == nil || !strings.Contains(err.Error(), "not on this host") {
+		t.Errorf("pinned image whose files are elsewhere: %v", err)
 	}
 }

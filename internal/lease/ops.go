@@ -254,6 +254,13 @@ func (m *Manager) Heal(ctx context.Context, ids []string, timeout time.Duration)
 			continue
 		}
 		a := Action{Action: "restart", Lease: l.ID, Host: l.Host, Domain: l.VMName, Reason: firstLine(perr.Error())}
+		if err := m.leaseContained(ctx, l); err != nil {
+			// Left unhealthy, not failed: it is restarted once its lab
+			// passes its check again.
+			a.Error = err.Error()
+			acts = append(acts, a)
+			continue
+		}
 		if err := m.restart(ctx, l, img, timeout, false); err != nil {
 			a.Error = err.Error()
 			acts = append(acts, a)

@@ -74,10 +74,10 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 		count[l.Host]++
 	}
 	var cands []HostConfig
-	uncontained := 0
+	remote := 0
 	for _, h := range m.Cfg.Hosts {
-		if h.Remote() && !h.Uncontained {
-			uncontained++
+		if h.Remote() {
+			remote++
 			continue
 		}
 		if h.MaxLeases > 0 && count[h.Name] >= h.MaxLeases {
@@ -94,7 +94,7 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 		if !ok {
 			return HostConfig{}, fault.Usage(fmt.Errorf("host %q is not in the configuration", r.Host))
 		}
-		if h.Remote() && !h.Uncontained {
+		if h.Remote() {
 			return HostConfig{}, fault.Usage(notContained(h))
 		}
 		if h.MaxLeases > 0 && count[h.Name] >= h.MaxLeases {
@@ -105,7 +105,7 @@ func (m *Manager) place(ctx context.Context, r *Request, img *records.SandboxIma
 	default:
 		return HostConfig{}, fault.Usage(fmt.Errorf("unknown placement %q (least-loaded, native-arch-first, explicit)", strategy))
 	}
-	if len(cands) == 0 && uncontained == len(m.Cfg.Hosts) {
+	if len(cands) == 0 && remote == len(m.Cfg.Hosts) {
 		return HostConfig{}, fault.Usage(notContained(m.Cfg.Hosts[0]))
 	}
 	if len(cands) == 0 {
@@ -196,5 +196,5 @@ func isLocal(uri string) bool {
 
 // notContained says why a remote host gets no lease.
 func notContained(h HostConfig) error {
-	return fmt.Errorf("host %s (%s) is remote: Talkbox sets up no lab, containment rules or capture there, so it places no lease there unless its configuration says \"uncontained\": true", h.Name, h.URI)
+	return fmt.Errorf("host %s (%s) is another machine: a guest is contained only by a lab of the machine it runs on, which tb-lease cannot check there, so it places no lease there; run tb-capture net up and tb-run worker on that host instead (a fleet)", h.Name, h.URI)
 }

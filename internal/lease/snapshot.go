@@ -155,6 +155,9 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	if !ok {
 		return nil, fault.Failure(fmt.Errorf("snapshot %s was taken on host %s, which is not configured", s.ID, s.Host))
 	}
+	if err := m.contained(ctx, host); err != nil {
+		return nil, err
+	}
 	unlock, err := m.St.Lock(ctx, allocLock)
 	if err != nil {
 		return nil, err

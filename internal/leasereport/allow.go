@@ -155,6 +155,9 @@ func (c *collector) blob(uri, sha string) ([]byte, error) {
 	if strings.TrimPrefix(uri, "blob:sha256:") != sha || sha == "" {
 		return nil, fmt.Errorf("blob %q does not match its digest %q", uri, sha)
 	}
+	if err := c.st.EnsureBlob(c.ctx, sha); err != nil {
+		return nil, err
+	}
 	f, err := c.st.OpenBlob(sha)
 	if err != nil {
 		return nil, err

@@ -282,6 +282,9 @@ func endpointKey(b, host []byte, port uint16, proto []byte) []byte {
 
 // readLog adds one flow log's connections to t.
 func (c *collector) readLog(fr *flowReader, j flowJob, t *tally) error {
+	if err := c.st.EnsureBlob(c.ctx, j.art.SHA256); err != nil {
+		return fmt.Errorf("flow log %s: %w", j.art.ID, err)
+	}
 	f, err := c.st.OpenBlob(j.art.SHA256)
 	if err != nil {
 		return fmt.Errorf("flow log %s: %w", j.art.ID, err)

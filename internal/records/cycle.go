@@ -121,9 +121,14 @@ type Cycle struct {
 	// on a fresh lease; ReplacedBy, on that cycle, names this one.
 	Replaces   string `json:"replaces,omitempty"`
 	ReplacedBy string `json:"replaced_by,omitempty"`
-	Host       string `json:"host,omitempty"`
-	PID        int    `json:"pid,omitempty"` // the tb-run process driving it
-	Error      string `json:"error,omitempty"`
+	// PinnedTo is the fleet host (a worker's --host) that alone may take
+	// the cycle (tb-run submit --host): no other host's worker leases for
+	// it, and a replacement made when that host died keeps the pin and
+	// waits for the host to come back.
+	PinnedTo string `json:"pinned_to,omitempty"`
+	Host     string `json:"host,omitempty"`
+	PID      int    `json:"pid,omitempty"` // the tb-run process driving it
+	Error    string `json:"error,omitempty"`
 }
 
 // ExecutionSnapshot is what one run of the sample did in a cycle.

@@ -15,12 +15,14 @@ import (
 // directory, the embedded default for one host, or a PostgreSQL database
 // that a fleet of hosts shares (WithShared). Blobs, and the directories
 // tools keep under Path, always live in the host's own directory: a blob
-// stays on the host that made it.
+// stays on the host that made it, and EnsureBlob brings one from another
+// host (WithBlobFetcher).
 type Store struct {
 	*dirStore
 	rec         backend
 	shared      string
 	lockTimeout time.Duration
+	fetchBlob   BlobFetcher
 }
 
 // backend is where records live. The directory (dirStore) and PostgreSQL
@@ -59,6 +61,14 @@ func WithShared(url string) Option { return func(s *Store) { s.shared = url } }
 // on one host is then there for the host that runs it, and a capture for
 // any host that reads it.
 func WithSharedBlobs(dir string) Option { return func(s *Store) { s.blobRoot = dir } }
+
+// BlobFetcher stores in st the blob with this digest, which st's host
+// lacks, from wherever another host keeps it (blobshare: another host's
+// worker). It returns an error wrapping ErrNotFound when no one has it.
+type BlobFetcher func(ctx context.Context, st *Store, sha string) error
+
+// WithBlobFetcher makes EnsureBlob fetch a blob the host lacks with f.
+func WithBlobFetcher(f BlobFetcher) Option { return func(s *Store) { s.fetchBlob = f } }
 
 // WithLockTimeout sets how long a named lock of the shared database
 // outlives a holder that stopped answering (default 30 s). A live holder

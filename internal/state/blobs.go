@@ -60,6 +60,23 @@ func (s *dirStore) HasBlob(sha string) bool {
 	return err == nil
 }
 
+// EnsureBlob makes sure the blob with this digest is in the host's blob
+// store before it is read (OpenBlob, BlobPath): nil when it is there, else
+// it is fetched through the store's BlobFetcher. Without a fetcher, or
+// when no one has the blob, the error wraps ErrNotFound, as OpenBlob's.
+func (s *Store) EnsureBlob(ctx context.Context, sha string) error {
+	if !validSHA256(sha) {
+		return fmt.Errorf("invalid sha256 %q", sha)
+	}
+	if s.HasBlob(sha) {
+		return nil
+	}
+	if s.fetchBlob == nil {
+		return fmt.Errorf("blob %s: %w", sha, ErrNotFound)
+	}
+	return s.fetchBlob(ctx, s, sha)
+}
+
 // OpenBlob opens a stored blob for reading.
 func (s *dirStore) OpenBlob(sha string) (*os.File, error) {
 	if !validSHA256(sha) {

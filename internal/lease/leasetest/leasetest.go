@@ -1,6 +1,7 @@
 // Package leasetest provides the fixtures of tb-lease's integration tests:
 // a real amd64 image built once per machine with tb-build's own code and
-// shared between test processes, and throw-away lab bridges.
+// shared between test processes, and throw-away labs (tb-lease starts guests
+// only on a checked lab's bridge).
 package leasetest
 
 import (
@@ -185,22 +186,6 @@ func reachable(dir string) error {
 
 // Reachable makes dir's parents searchable by libvirt's QEMU.
 func Reachable(dir string) error { return reachable(dir) }
-
-// Bridge creates a throw-away bridge with no uplink and no address; the
-// returned function deletes it.
-func Bridge(ctx context.Context) (string, func(), error) {
-	var b [4]byte
-	rand.Read(b[:])
-	name := "tblt" + hex.EncodeToString(b[:])[:8]
-	if out, err := exec.CommandContext(ctx, "ip", "link", "add", name, "type", "bridge").CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("ip link add %s: %s", name, out)
-	}
-	exec.CommandContext(ctx, "sysctl", "-qw", "net.ipv6.conf."+name+".disable_ipv6=1").Run()
-	if out, err := exec.CommandContext(ctx, "ip", "link", "set", name, "up").CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("ip link set %s up: %s", name, out)
-	}
-	return name, func() { exec.Command("ip", "link", "del", name).Run() }, nil
-}
 
 // Cleanup destroys the domains of every lease in a state directory (on
 // whichever host), whatever their state: what a failed test leaves.

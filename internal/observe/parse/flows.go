@@ -139,6 +139,11 @@ func Flows(ctx context.Context, st *state.Store, req FlowsRequest, out cmdout.Si
 	if len(logs) == 0 {
 		out.Log.Info("no flow log matches", "lease", req.Lease, "cycle", req.Cycle)
 	}
+	for _, a := range logs {
+		if err := st.EnsureBlob(ctx, a.SHA256); err != nil {
+			return fmt.Errorf("%s: %w", a.ID, err) // exit 75 when a host that may hold it did not answer
+		}
+	}
 	if req.ZeekTSV != "" {
 		if err := writeZeekTSV(ctx, st, req, logs); err != nil {
 			return fault.Failure(fmt.Errorf("--zeek %s: %w", req.ZeekTSV, err))

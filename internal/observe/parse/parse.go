@@ -315,9 +315,14 @@ func parseOne(ctx context.Context, st *state.Store, in input, req Request, sink 
 	sink.stop = stop
 	var f *os.File
 	if in.blob != "" {
-		f, err = st.OpenBlob(in.blob)
+		if err = st.EnsureBlob(ctx, in.blob); err == nil {
+			f, err = st.OpenBlob(in.blob)
+		}
 		if errors.Is(err, state.ErrNotFound) {
 			return fault.DataErr(err)
+		}
+		if fault.Code(err) == fault.ExitTempFail {
+			return err // a host that may hold it did not answer
 		}
 	} else {
 		f, err = os.Open(in.path)

@@ -1,0 +1,108 @@
+package leasetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// Lab is a real Talkbox lab brought up for a test's leases: tb-lease
+// starts guests only on a lab's bridge that passed its containment check.
+type Lab struct {
+	Name   string
+	Bridge string
+	// LabNet is the leases' network (tb-lease --lab-net).
+	LabNet netip.Prefix
+	SinkNS string
+	dir    string
+}
+
+// netLock serialises the choice of free networks between test processes.
+const netLock = "/run/talkbox-leasetest-net.lock"
+
+// UpLab brings up a lab in the network namespace hostNS ("" for this one)
+// with bridge ("" for a new name) and network labNet (zero for a free
+// one), unique names, no services and no uplink, records it in the state
+// directory and checks its containment, as tb-capture net up does. Down
+// takes it down.
+func UpLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Prefix, opts ...state.Option) (*Lab, error) {
+	var b [4]byte
+	rand.Read(b[:])
+	tag := hex.EncodeToString(b[:])[:8]
+	if bridge == "" {
+		bridge = "tblt" + tag
+	}
+	st, err := state.Open(ctx, stateDir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	lock, err := os.OpenFile(netLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return nil, err
+	}
+	freeLab, sinkNet, err := freeNets()
+	if err != nil {
+		return nil, err
+	}
+	if !labNet.IsValid() {
+		labNet = freeLab
+	}
+	cfg := netlab.Config{Name: "lt" + tag, HostNS: hostNS, Bridge: bridge, LabNet: labNet, SinkNS: "tblts" + tag,
+		SinkVeth: "tbltk" + tag, SinkNet: sinkNet, Table: "talkboxlt" + tag}
+	cfg.Defaults()
+	l := &Lab{Name: cfg.Name, Bridge: bridge, LabNet: labNet, SinkNS: cfg.SinkNS, dir: capture.LabDir(st, cfg.Name)}
+	rep, err := capture.UpLab(ctx, st, cfg)
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		l.Down()
+		return nil, fmt.Errorf("lab %s: %w", cfg.Name, err)
+	}
+	return l, nil
+}
+
+// Down takes the lab down.
+func (l *Lab) Down() { netlab.Down(context.Background(), l.dir) }
+
+// freeNets finds a lab and a sinkhole network no interface of this
+// namespace is on (10.215.K.0/24 and 10.216.K.0/24), under netLock.
+func freeNets() (lab, sink netip.Prefix, err error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return lab, sink, err
+	}
+	used := func(p netip.Prefix) bool {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && p.Contains(ip.Unmap()) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for k := 1; k < 255; k++ {
+		lab = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 215, byte(k), 0}), 24)
+		sink = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 216, byte(k), 0}), 24)
+		if !used(lab) && !used(sink) {
+			return lab, sink, nil
+		}
+	}
+	return lab, sink, fmt.Errorf("no free network in 10.215.0.0/16 for a test lab")
+}
