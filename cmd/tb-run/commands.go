@@ -8,15 +8,12 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/blobshare"
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
-	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/leasereport"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
@@ -24,7 +21,6 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
-	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
 
 // drive are the flags of the commands that drive cycles.
@@ -352,9 +348,10 @@ func (c *workerCmd) Run(env *cli.Env) error {
 	}
 	var batch fault.Batch
 	w := &cycle.Worker{BlobURL: blobURL, R: r, Host: c.Host, Lab: c.Lab, Slots: c.Slots, Heartbeat: c.Heartbeat, DeadAfter: c.DeadAfter,
-		UntilIdle:    c.UntilIdle,
-		Ready:        func(ctx context.Context) error { return capture.LabContained(ctx, r.St, c.Lab) },
-		Capabilities: hostPlatforms(r.St),
+		UntilIdle: c.UntilIdle,
+		Ready:     func(ctx context.Context) error { return capture.LabContained(ctx, r.St, c.Lab) },
+		// What tb-lease would boot on this host.
+		Capabilities: r.Leaser.(*cycle.Tools).Capabilities,
 		Ended: func(cy *records.Cycle, err error) {
 			if cy != nil {
 				if perr := printCycle(r.St, env.Stdout, cy); perr != nil {
@@ -379,43 +376,6 @@ func (c *workerCmd) Run(env *cli.Env) error {
 		return err
 	}
 	return batch.Err()
-}
-
-// hostPlatforms says what this host can lease: the platforms of the active
-// images whose files are here (the images tb-lease chooses from), and
-// those of them it runs under KVM: the guest's architecture is the
-// machine's and the acceleration probe, whose cached verdict tb-lease
-// and tb-build share, says KVM works.
-func hostPlatforms(st *state.Store) func(context.Context) (platforms, native []string, err error) {
-	return func(ctx context.Context) (platforms, native []string, err error) {
-		imgs, err := state.Find(st, records.KindImage, func(img *records.SandboxImage) bool {
-			return img.Status == records.ImageActive
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, img := range imgs {
-			if slices.Contains(platforms, img.Platform) || image.Present(img) != nil {
-				continue
-			}
-			platforms = append(platforms, img.Platform)
-			if !virt.GuestCanUseKVM(img.Boot.Arch) {
-				continue
-			}
-			emu, err := exec.LookPath(img.Boot.Emulator)
-			if err != nil {
-				continue // tb-lease cannot boot it at all
-			}
-			res, err := virt.ProbeAccel(ctx, virt.ProbeConfig{Emulator: emu, Kernel: filepath.Join(img.Dir, img.Boot.Kernel),
-				CacheDir: st.Path("virt")})
-			if err == nil && res.Accel == virt.KVM {
-				native = append(native, img.Platform)
-			}
-		}
-		slices.Sort(platforms)
-		slices.Sort(native)
-		return platforms, native, nil
-	}
 }
 
 type watchCmd struct {

@@ -3,6 +3,7 @@ package cycle
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,33 @@ func (t *Tools) path(name string) (string, error) {
 
 // run runs one tool with stdin and returns its records.
 func (t *Tools) run(ctx context.Context, stdin io.Reader, name string, args ...string) ([]records.Record, error) {
+	out, err := t.output(ctx, stdin, name, args...)
+	if err != nil {
+		return nil, err
+	}
+	// Tools print records, and some also a JSON report (tb-allow's apply
+	// result): only records are taken.
+	var recs []records.Record
+	rd := records.NewReader(bytes.NewReader(out), name)
+	for {
+		l, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return recs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		rec, err := records.Decode(l.Data)
+		if err != nil {
+			t.Log.Debug("not a record", "tool", name, "line", l.No, "err", err)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+}
+
+// output runs one tool with stdin and returns its stdout.
+func (t *Tools) output(ctx context.Context, stdin io.Reader, name string, args ...string) ([]byte, error) {
 	p, err := t.path(name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -65,25 +93,7 @@ func (t *Tools) run(ctx context.Context, stdin io.Reader, name string, args ...s
 		}
 		return nil, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, msg)
 	}
-	// Tools print records, and some also a JSON report (tb-allow's apply
-	// result): only records are taken.
-	var recs []records.Record
-	rd := records.NewReader(&out, name)
-	for {
-		l, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return recs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		rec, err := records.Decode(l.Data)
-		if err != nil {
-			t.Log.Debug("not a record", "tool", name, "line", l.No, "err", err)
-			continue
-		}
-		recs = append(recs, rec)
-	}
+	return out.Bytes(), nil
 }
 
 func ids(recs []records.Record, kind string) []string {
@@ -121,6 +131,24 @@ func (t *Tools) Acquire(ctx context.Context, plan, holder string, fresh bool) (s
 func (t *Tools) Keep(ctx context.Context, lease string) error {
 	_, err := t.run(ctx, nil, "tb-lease", "release", "--keep", lease)
 	return err
+}
+
+// Capabilities is what "tb-lease inspect host H" says the fleet host can
+// lease: the platforms of the images whose files are there, and those of
+// them it runs under KVM (a Worker's Capabilities).
+func (t *Tools) Capabilities(ctx context.Context) (platforms, native []string, err error) {
+	out, err := t.output(ctx, nil, "tb-lease", "inspect", "host", t.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	var r struct {
+		Platforms []string `json:"platforms"`
+		Native    []string `json:"native"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return nil, nil, fmt.Errorf("tb-lease inspect host %s: %w", t.Host, err)
+	}
+	return r.Platforms, r.Native, nil
 }
 
 // Release is "tb-lease release L": the lease's guest is destroyed.

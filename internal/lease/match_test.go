@@ -126,3 +126,33 @@ func TestChooseImageByABIAndEmulator(t *testing.T) {
 		t.Errorf("pinned image whose files are elsewhere: %v", err)
 	}
 }
+
+// TestBootable: what "inspect host" says a host can lease, which a fleet
+// worker advertises: the platforms of the active images whose files are
+// here, and of those the ones the host runs under KVM.
+func TestBootable(t *testing.T) {
+	img := func(platform, arch string) *records.SandboxImage {
+		i := testImage(platform, "")
+		i.Boot.Arch = arch
+		return i
+	}
+	amd64, arm64, gone, retired := img("amd64", "x86_64"), img("arm64", "aarch64"), img("mipsel", "mipsel"), img("s390x", "s390x")
+	gone.Dir = filepath.Join(t.TempDir(), "built-elsewhere")
+	gone.Files = []records.ImageFile{{Name: "disk.qcow2", Size: 1}}
+	retired.Status = records.ImageSuperseded
+	imgs := []*records.SandboxImage{amd64, arm64, gone, retired, img("amd64", "x86_64")}
+	platforms, native := bootable(HostConfig{Name: "h"}, "kvm", imgs)
+	wantNative := []string{}
+	if debArch() == "amd64" {
+		wantNative = []string{"amd64"}
+	}
+	if strings.Join(platforms, ",") != "amd64,arm64" || strings.Join(native, ",") != strings.Join(wantNative, ",") {
+		t.Errorf("a KVM host: platforms %q, native %q", platforms, native)
+	}
+	if _, native := bootable(HostConfig{Name: "h"}, "tcg", imgs); len(native) != 0 {
+		t.Errorf("a TCG host runs %q natively", native)
+	}
+	if _, native := bootable(HostConfig{Name: "h", Arch: "arm64"}, "kvm", imgs); debArch() != "arm64" && len(native) != 0 {
+		t.Errorf("an arm64 host configured here runs %q natively", native)
+	}
+}

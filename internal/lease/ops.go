@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -342,12 +343,21 @@ type HostReport struct {
 	FreeDiskMiB uint64   `json:"free_disk_mib"`
 	Leases      int      `json:"leases"`
 	LeaseIDs    []string `json:"lease_ids,omitempty"`
-	Error       string   `json:"error,omitempty"`
+	// Platforms are those of the active images whose files are on this
+	// machine (what an acquire may boot there); Native those of them the
+	// host runs under KVM.
+	Platforms []string `json:"platforms,omitempty"`
+	Native    []string `json:"native,omitempty"`
+	Error     string   `json:"error,omitempty"`
 }
 
 // InspectHosts reports each configured host.
 func (m *Manager) InspectHosts(ctx context.Context, only string) ([]HostReport, error) {
 	ls, err := m.Leases()
+	if err != nil {
+		return nil, err
+	}
+	imgs, err := image.Images(m.St, "")
 	if err != nil {
 		return nil, err
 	}
@@ -383,12 +393,31 @@ func (m *Manager) InspectHosts(ctx context.Context, only string) ([]HostReport, 
 		if r.Accel == "" || r.Accel == "auto" {
 			r.Accel, r.AccelDetail = m.cachedAccel(h)
 		}
+		r.Platforms, r.Native = bootable(h, r.Accel, imgs)
 		out = append(out, r)
 	}
 	if only != "" && len(out) == 0 {
 		return nil, fault.Usage(fmt.Errorf("host %q is not in the configuration", only))
 	}
 	return out, nil
+}
+
+// bootable are the platforms of the active images whose files are here,
+// and those of them whose guests host h, running its own architecture's
+// guests with accel, runs under KVM (as accel decides for an acquire).
+func bootable(h HostConfig, accel string, imgs []*records.SandboxImage) (platforms, native []string) {
+	for _, img := range imgs {
+		if img.Status != records.ImageActive || slices.Contains(platforms, img.Platform) || notHere(img) != "" {
+			continue
+		}
+		platforms = append(platforms, img.Platform)
+		if accel == string(virt.KVM) && (h.Arch == "" || h.Arch == debArch()) && virt.GuestCanUseKVM(img.Boot.Arch) {
+			native = append(native, img.Platform)
+		}
+	}
+	slices.Sort(platforms)
+	slices.Sort(native)
+	return platforms, native
 }
 
 // cachedAccel reads the probe result cached for this machine (written by
