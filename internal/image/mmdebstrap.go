@@ -80,7 +80,10 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 	args = append(args, s.OS.Release, dir, s.OS.Mirror)
 	fmt.Fprintf(log, "+ mmdebstrap %s\n", strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
-	cmd.Stdout, cmd.Stderr = log, log
+	// One writer for both, so that os/exec writes from one goroutine.
+	tail := &logTail{}
+	out := io.MultiWriter(log, tail)
+	cmd.Stdout, cmd.Stderr = out, out
 	// If tb-build is killed outright, mmdebstrap goes with it; what it
 	// leaves is cleaned up by the next build (removeTree).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -91,9 +94,40 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("mmdebstrap failed (%v); see the build log", err)
+		return fmt.Errorf("mmdebstrap failed (%v): %s; see the build log", err, tail.reason())
 	}
 	return nil
+}
+
+// logTail keeps the end of a tool's output, for a one-line reason when it
+// fails: the build log is a blob a reader may not have at hand.
+type logTail struct{ b []byte }
+
+const logTailMax = 8 << 10
+
+func (t *logTail) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if n := len(t.b); n > logTailMax {
+		t.b = append(t.b[:0], t.b[n-logTailMax:]...)
+	}
+	return len(p), nil
+}
+
+// reason is the last error line apt or mmdebstrap printed ("E: ..."), or
+// else the last line.
+func (t *logTail) reason() string {
+	lines := strings.Split(strings.TrimSpace(string(t.b)), "\n")
+	last := lines[len(lines)-1]
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "E: ") {
+			last = lines[i]
+			break
+		}
+	}
+	if len(last) > 300 {
+		last = last[:300] + "…"
+	}
+	return strings.TrimSpace(last)
 }
 
 // lockCache takes an exclusive flock(2) on the cache directory's lock file,
