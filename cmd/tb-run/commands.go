@@ -350,8 +350,6 @@ func (c *workerCmd) Run(env *cli.Env) error {
 	w := &cycle.Worker{BlobURL: blobURL, R: r, Host: c.Host, Lab: c.Lab, Slots: c.Slots, Heartbeat: c.Heartbeat, DeadAfter: c.DeadAfter,
 		UntilIdle: c.UntilIdle,
 		Ready:     func(ctx context.Context) error { return capture.LabContained(ctx, r.St, c.Lab) },
-		// What tb-lease would boot on this host.
-		Capabilities: r.Leaser.(*cycle.Tools).Capabilities,
 		Ended: func(cy *records.Cycle, err error) {
 			if cy != nil {
 				if perr := printCycle(r.St, env.Stdout, cy); perr != nil {

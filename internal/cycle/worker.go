@@ -56,6 +56,7 @@ type Worker struct {
 	// the worker record; the worker takes a cycle that needs a lease only
 	// if its plan's platform is among them. Without it the worker takes
 	// cycles of any platform, and advertises none.
+	// Without it, the Leaser's, if it is an Inspector.
 	Capabilities func(ctx context.Context) (platforms, native []string, err error)
 
 	rec     *records.Worker
@@ -181,6 +182,9 @@ func (w *Worker) register(ctx context.Context) error {
 			return err
 		}
 	}
+	if in, ok := w.R.Leaser.(Inspector); ok && w.Capabilities == nil {
+		w.Capabilities = in.Capabilities
+	}
 	now := w.R.St.Now()
 	w.rec = &records.Worker{Host: w.Host, PID: os.Getpid(), Lab: w.Lab, Slots: w.Slots, BlobURL: w.BlobURL,
 		Heartbeat: now, DeadAfter: records.Duration(w.deadAfter())}
@@ -195,6 +199,11 @@ func (w *Worker) register(ctx context.Context) error {
 	w.planPlatform = map[string]string{}
 	w.waiting = map[string]bool{}
 	return nil
+}
+
+// Inspector says what the host can lease (Tools: tb-lease inspect host).
+type Inspector interface {
+	Capabilities(ctx context.Context) (platforms, native []string, err error)
 }
 
 // Releaser destroys a lease (Tools: tb-lease release).

@@ -88,6 +88,10 @@ func LoadConfig(path string, required bool) (*Config, error) {
 			dec := json.NewDecoder(strings.NewReader(string(b)))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(c); err != nil {
+				if strings.Contains(err.Error(), `unknown field "uncontained"`) {
+					// An option earlier versions had: say what took its place.
+					err = errors.New(`"uncontained" is no longer accepted: tb-lease places no lease on another machine's libvirtd; run tb-capture net up and tb-run worker on that machine instead (a fleet)`)
+				}
 				return nil, fault.DataErr(fmt.Errorf("%s: %w", path, err))
 			}
 		}

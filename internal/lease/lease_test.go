@@ -77,6 +77,12 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%s: %v, want exit 65", bad, err)
 		}
 	}
+	// The option earlier versions had is refused, saying what replaced it.
+	p := filepath.Join(dir, "old.json")
+	os.WriteFile(p, []byte(`{"hosts":[{"name":"r","uri":"qemu+tcp://198.51.100.7/system","uncontained":true}]}`), 0o644)
+	if _, err := LoadConfig(p, true); fault.Code(err) != fault.ExitDataErr || !strings.Contains(err.Error(), "tb-run worker on that machine") {
+		t.Errorf("uncontained: %v", err)
+	}
 }
 
 func TestFeatures(t *testing.T) {
