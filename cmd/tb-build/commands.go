@@ -33,7 +33,6 @@ func (c *specsCmd) Run(env *cli.Env) error {
 		return err
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
 	for _, id := range ss.IDs() {
 		s, err := ss.Get(id)
 		if err != nil {
@@ -41,7 +40,9 @@ func (c *specsCmd) Run(env *cli.Env) error {
 			continue
 		}
 		if c.Format != "json" {
-			fmt.Fprintf(env.Stdout, "%-30s %-7s %-9s %-12s %s\n", s.ID, s.Version, s.Arch, s.Boot.Mode, s.Source)
+			if _, err := fmt.Fprintf(env.Stdout, "%-30s %-7s %-9s %-12s %s\n", s.ID, s.Version, s.Arch, s.Boot.Mode, s.Source); err != nil {
+				return err
+			}
 			continue
 		}
 		if err := w.Line(records.LineSpecSummary, struct {
@@ -54,7 +55,7 @@ func (c *specsCmd) Run(env *cli.Env) error {
 			return err
 		}
 	}
-	return nil
+	return w.Flush()
 }
 
 type specShowCmd struct {

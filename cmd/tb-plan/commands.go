@@ -92,10 +92,10 @@ func (c *profilesCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return fault.DataErr(err)
 	}
-	enc := json.NewEncoder(env.Stdout)
+	w := records.NewWriter(env.Stdout)
 	for _, n := range ps.Names() {
 		p, _ := ps.Get(n)
-		if err := enc.Encode(struct {
+		if err := w.Line(records.LineProfileSummary, struct {
 			Name        string `json:"name"`
 			Version     string `json:"version"`
 			Source      string `json:"source"`
@@ -104,7 +104,7 @@ func (c *profilesCmd) Run(env *cli.Env) error {
 			return err
 		}
 	}
-	return nil
+	return w.Flush()
 }
 
 type profileShowCmd struct {

@@ -30,6 +30,7 @@ const (
 	LineCaptureStatus   = "capture-status"   // tb-capture status
 	LineCycleReport     = "cycle-report"     // tb-run report --format json
 	LineSpecSummary     = "spec-summary"     // tb-build specs --format json
+	LineProfileSummary  = "profile-summary"  // tb-plan profiles
 	LineFlowConn        = "flow-conn"        // tb-parse flows
 )
 
