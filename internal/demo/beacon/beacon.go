@@ -3,8 +3,9 @@
 // retries when the C2 does not answer, runs a telnet scan, short or, for a
 // soak, repeated over hundreds of addresses) so that the whole loop can be
 // exercised, and it is harmless by construction: it
-// only ever contacts the C2 and the scan targets given as arguments, and it
-// refuses any address outside the documentation ranges and the lab.
+// only ever contacts the C2, the scan targets and the hostile modes'
+// targets (hostile.go) given as arguments, and it refuses any address
+// outside the documentation ranges and the lab.
 package beacon
 
 import (
@@ -83,6 +84,9 @@ type Config struct {
 	// BehaveListen its listener's port.
 	Behave       string
 	BehaveListen int
+	// Hostile is what -hostile makes the beacon do before it beacons (nil:
+	// nothing hostile); with it, -c2 is optional.
+	Hostile *Hostile
 }
 
 // MaxScanParallel bounds the probes in flight: a scanning bot's pace, not
@@ -101,7 +105,7 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 		scan = append(scan, strings.Split(v, ",")...)
 		return nil
 	})
-	fs.StringVar(&c.C2, "c2", "", "C2 host name or address (required)")
+	fs.StringVar(&c.C2, "c2", "", "C2 host name or address (required unless -hostile is given)")
 	fs.IntVar(&c.Port, "port", 80, "C2 HTTP port")
 	fs.StringVar(&c.Path, "path", "/gate", "C2 HTTP path")
 	fs.StringVar(&c.ID, "id", "tb-beacon", "bot identifier sent with each beacon")
@@ -116,12 +120,17 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&c.ScanParallel, "scan-parallel", 1, fmt.Sprintf("probes in flight at once (1-%d)", MaxScanParallel))
 	fs.StringVar(&c.Behave, "behave", "", "first rename the process, run a child, drop a file, write persistence files, read /proc/self/status and delete its own binary, all within this scratch directory (for the behaviour trace's tests)")
 	fs.IntVar(&c.BehaveListen, "behave-listen", 0, "with -behave: also listen on this TCP port (a backdoor, for the tests)")
+	hostile := hostileFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	var err error
+	if c.Hostile, err = hostile(); err != nil {
+		return nil, err
+	}
 	switch {
-	case c.C2 == "":
-		return nil, errors.New("-c2 is required")
+	case c.C2 == "" && c.Hostile == nil:
+		return nil, errors.New("-c2 is required (unless -hostile is given)")
 	case c.Port < 1 || c.Port > 65535 || c.ScanPort < 1 || c.ScanPort > 65535:
 		return nil, errors.New("ports must be 1-65535")
 	case c.Interval <= 0 || c.Jitter < 0 || c.Jitter > 1 || c.Retries < 1 || c.Count < 0:

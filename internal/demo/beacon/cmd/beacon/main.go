@@ -44,6 +44,15 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if cfg.Hostile != nil {
+		// A hostile mode's failure is in the log; the beacon still beacons.
+		if err := b.RunHostile(ctx, cfg.Hostile); err != nil {
+			os.Stderr.WriteString("beacon: " + err.Error() + "\n")
+		}
+		if cfg.C2 == "" {
+			return
+		}
+	}
 	st := b.Run(ctx)
 	if st.Answered == 0 {
 		os.Exit(3)
