@@ -29,6 +29,11 @@ const (
 // ErrBadData marks every error about the content of a capture.
 var ErrBadData = errors.New("bad capture")
 
+// ErrCutShort is a capture that ends inside a packet's record: what a
+// crash or a full disk leaves behind its writer. Every packet before the
+// cut is whole and was returned; it is not an ErrBadData error.
+var ErrCutShort = errors.New("capture cut short")
+
 // Link types the decoder (package pcap) reads; packets of any other link
 // type are still returned, counted, and reported at the end of the capture.
 const (
@@ -201,8 +206,14 @@ func (r *Reader) errf(format string, a ...any) error {
 	return fmt.Errorf("%w: offset %d: %s", ErrBadData, r.off, fmt.Sprintf(format, a...))
 }
 
+// cutf is the end of a capture inside a record, at the record's offset.
+func (r *Reader) cutf(format string, a ...any) error {
+	return fmt.Errorf("%w at offset %d: %s", ErrCutShort, r.off, fmt.Sprintf(format, a...))
+}
+
 // Next fills p with the next packet. It returns io.EOF at a clean end of
-// file and an ErrBadData error for anything malformed or truncated. Packets
+// file, an ErrCutShort error when the file ends inside a record (after the
+// file's header), and an ErrBadData error for anything malformed. Packets
 // of link types the decoder does not read are returned too; at the end of a
 // capture that held any, Next returns a *LinkError instead of io.EOF.
 func (r *Reader) Next(p *Packet) error {
@@ -240,7 +251,7 @@ func (r *Reader) nextPcap(p *Packet) error {
 			return io.EOF
 		}
 		if err == io.EOF {
-			return r.errf("truncated record header after packet %d", r.n)
+			return r.cutf("record header after packet %d", r.n)
 		}
 		return err
 	}
@@ -253,7 +264,7 @@ func (r *Reader) nextPcap(p *Packet) error {
 	b, err := r.br.Peek(16 + int(caplen))
 	if err != nil {
 		if err == io.EOF {
-			return r.errf("packet %d: truncated (%d of %d bytes)", r.n+1, len(b)-16, caplen)
+			return r.cutf("packet %d: %d of %d bytes", r.n+1, len(b)-16, caplen)
 		}
 		return err
 	}
@@ -281,8 +292,11 @@ func (r *Reader) nextNG(p *Packet) error {
 			if len(h) == 0 && err == io.EOF {
 				return io.EOF
 			}
+			if err == io.EOF && r.off == 0 {
+				return r.errf("truncated section header") // the file's own header, as for pcap
+			}
 			if err == io.EOF {
-				return r.errf("truncated block header")
+				return r.cutf("block header after packet %d", r.n)
 			}
 			return err
 		}
@@ -306,7 +320,7 @@ func (r *Reader) nextNG(p *Packet) error {
 			n, err := r.br.Discard(int(blen))
 			r.off += int64(n)
 			if err != nil {
-				return r.errf("truncated block of type %#x", typ)
+				return r.cutf("block of type %#x", typ)
 			}
 			continue
 		}
@@ -316,7 +330,7 @@ func (r *Reader) nextNG(p *Packet) error {
 		b, err := r.br.Peek(int(blen))
 		if err != nil {
 			if err == io.EOF {
-				return r.errf("truncated block of type %#x (%d of %d bytes)", typ, len(b), blen)
+				return r.cutf("block of type %#x: %d of %d bytes", typ, len(b), blen)
 			}
 			return err
 		}

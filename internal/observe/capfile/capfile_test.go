@@ -111,16 +111,29 @@ func TestBadFiles(t *testing.T) {
 	badBlock := append([]byte(nil), ngb...)
 	binary.LittleEndian.PutUint32(badBlock[len(badBlock)-92+4:], 7) // the enhanced packet block (92 bytes) length
 	for name, data := range map[string][]byte{
-		"truncated record":   good[:len(good)-3],
-		"truncated header":   good[:30],
 		"absurd caplen":      huge,
-		"pcapng truncated":   ngb[:len(ngb)-10],
 		"pcapng block len":   badBlock,
 		"pcapng short start": ngb[:6],
 	} {
 		_, err := readAll(t, data)
-		if !errors.Is(err, ErrBadData) {
+		if !errors.Is(err, ErrBadData) || errors.Is(err, ErrCutShort) {
 			t.Errorf("%s: %v, want a bad-data error", name, err)
+		}
+	}
+	// A file that ends inside a record is cut short, not bad: what came
+	// before the cut is returned whole.
+	two := pcapFile(binary.LittleEndian, false, 1, []byte("0123456789"), []byte("abcdefghij"))
+	for name, c := range map[string]struct {
+		data []byte
+		want int
+	}{
+		"inside a packet":        {two[:len(two)-3], 1},
+		"inside a record header": {good[:30], 0},
+		"pcapng inside a block":  {ngb[:len(ngb)-10], 0},
+	} {
+		pkts, err := readAll(t, c.data)
+		if !errors.Is(err, ErrCutShort) || errors.Is(err, ErrBadData) || len(pkts) != c.want {
+			t.Errorf("%s: %d packets, %v; want %d and a cut-short error", name, len(pkts), err, c.want)
 		}
 	}
 	if _, err := NewReader(bytes.NewReader([]byte("hello world, not a capture"))); !errors.Is(err, ErrBadData) {

@@ -85,6 +85,14 @@ type input struct {
 	reason   string // why tb-capture closed the file (stop: the last)
 }
 
+// label names the input in a message: its name, after its stdin line.
+func (in input) label() string {
+	if in.where != "" {
+		return in.where + ": " + in.name
+	}
+	return in.name
+}
+
 // Job is a tb-parse invocation with its inputs read, before the state is
 // opened (if it is needed at all).
 type Job struct {
@@ -138,7 +146,7 @@ func (j *Job) NeedsState() bool {
 // are still processed; the exit code is the first failure's.
 func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	req, inputs, batch := j.req, j.inputs, &j.batch
-	o := &output{ctx: ctx, log: out.Log, st: st, req: req, w: bufio.NewWriterSize(out.Stdout, 256<<10), carries: map[string]*carried{}}
+	o := &output{ctx: ctx, log: out.Log, warnf: out.Warnf, st: st, req: req, w: bufio.NewWriterSize(out.Stdout, 256<<10), carries: map[string]*carried{}}
 	if st != nil && !req.NoStore {
 		o.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
 		if _, err := o.guard.Check(minReserve); err != nil {
@@ -173,11 +181,7 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 			if errors.Is(err, diskspace.ErrLow) {
 				return o.lowSpace(err)
 			}
-			msg := in.name
-			if in.where != "" {
-				msg = in.where + ": " + in.name
-			}
-			err = fmt.Errorf("%s: %w", msg, err)
+			err = fmt.Errorf("%s: %w", in.label(), err)
 			out.Warnf("%v", err)
 			batch.Add(err)
 		}
@@ -456,6 +460,12 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 	if err == io.EOF {
 		return nil
 	}
+	if errors.Is(err, capfile.ErrCutShort) {
+		// What a crash or a full disk leaves: everything before the cut
+		// is whole, and a pipeline under pipefail must not fail for it.
+		o.warnf("%s: %v; the packets before it were parsed", in.label(), err)
+		return nil
+	}
 	// Malformed content and corrupt or truncated compression alike.
 	return fault.DataErr(err)
 }
@@ -535,6 +545,7 @@ type output struct {
 	// ctx is the run's; log its logger.
 	ctx   context.Context
 	log   *slog.Logger
+	warnf func(format string, a ...any) // the sink's: one line on stderr
 	st    *state.Store
 	req   Request
 	w     *bufio.Writer
