@@ -148,7 +148,10 @@ func Reconcile(ctx context.Context, st *state.Store, lab string, dryRun bool) ([
 		})
 		for _, p := range gonePorts {
 			p := p
-			do(Action{Action: "forget-port", Port: p, Reason: "interface gone"}, func() error { return fw.SetPorts(ctx, nil, []string{p}) })
+			do(Action{Action: "forget-port", Port: p, Reason: "interface gone"}, func() error {
+				_, err := fw.UnbindPort(ctx, p)
+				return err
+			})
 		}
 	}
 	return acts, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -218,7 +219,13 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		return nil, err
 	}
 	if rules != nil {
-		if err := netlab.AttachPort(ctx, lab.Config, rec.Iface); err != nil {
+		// The tap is bound to the guest's MAC and address before its rules
+		// apply: they match only what comes in by it.
+		hw, err := net.ParseMAC(mac)
+		if err != nil {
+			return nil, failStart(ctx, st, rec, &InputError{fmt.Errorf("lease %s: no valid MAC (%q) to bind its tap %s to", req.Lease, mac, rec.Iface)})
+		}
+		if err := netlab.AttachPort(ctx, lab.Config, netlab.Port{Name: rec.Iface, MAC: hw, IP: rules.IP}); err != nil {
 			return nil, failStart(ctx, st, rec, err)
 		}
 		if err := fw.ApplyLease(ctx, *rules); err != nil {

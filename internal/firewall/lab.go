@@ -25,8 +25,10 @@ func (f *NFT) baseChains(t *nftables.Table) (pre, fwd, in, post *nftables.Chain)
 	return
 }
 
+// leaseMap dispatches "meta mark . ip saddr" (the guest's port, see
+// BindPort, and its address) to a lease's chain.
 func leaseMap(t *nftables.Table, name string) *nftables.Set {
-	return &nftables.Set{Table: t, Name: name, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	return &nftables.Set{Table: t, Name: name, IsMap: true, KeyType: dispatchKey, DataType: nftables.TypeVerdict, Concatenation: true}
 }
 
 // Up implements Firewall. It runs as one batch: the tables and base chains
@@ -71,7 +73,8 @@ func (f *NFT) Up(ctx context.Context) error {
 	lp := &nftables.Set{Table: t, Name: mapLeasePr}
 	lf := &nftables.Set{Table: t, Name: mapLeaseFw}
 	saddrVmap := func(m *nftables.Set) []expr.Any {
-		return []expr.Any{ipField(12, 1), &expr.Lookup{SourceRegister: 1, SetName: m.Name, DestRegister: 0, IsDestRegSet: true}}
+		return []expr.Any{&expr.Meta{Key: expr.MetaKeyMARK, Register: 8}, ipField(12, 9),
+			&expr.Lookup{SourceRegister: 8, SetName: m.Name, DestRegister: 0, IsDestRegSet: true}}
 	}
 
 	add := func(r *nftables.Rule) { c.AddRule(r) }
@@ -126,76 +129,34 @@ func (f *NFT) Up(ctx context.Context) error {
 	}
 
 	c.AddTable(f.netdev())
-
-	// bridge family: guest to guest is dropped at layer 2. The kernel may
-	// lack bridge-name matching (nft_meta_bridge), so the lab's ports are
-	// listed in a set that AddPorts maintains.
-	bt := c.AddTable(f.bridge())
-	bfwd := &nftables.Chain{Name: "forward", Table: bt, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept0}
-	c.AddChain(bfwd)
-	c.FlushChain(bfwd)
-	if err := c.AddSet(f.portSet(bt), nil); err != nil {
+	if err := f.bridgeUp(c); err != nil {
 		return err
 	}
-	add(rule(bt, bfwd, "guest to guest (in)", ifSet(expr.MetaKeyIIFNAME, setPorts), then(drop())))
-	add(rule(bt, bfwd, "guest to guest (out)", ifSet(expr.MetaKeyOIFNAME, setPorts), then(drop())))
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: programming table %s: %w", cfg.Table, err)
 	}
 	return nil
 }
 
-var accept0 = nftables.ChainPolicyAccept
-
-const setPorts = "lab_ports"
-
-func (f *NFT) portSet(bt *nftables.Table) *nftables.Set {
-	return &nftables.Set{Table: bt, Name: setPorts, KeyType: nftables.TypeIFName}
-}
-
 func ifSet(key expr.MetaKey, set string) []expr.Any {
 	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Lookup{SourceRegister: 1, SetName: set}}
 }
 
-// SetPorts adds and removes bridge ports (guest taps) from the set of
-// ports that may not talk to each other.
-func (f *NFT) SetPorts(ctx context.Context, add, del []string) error {
+// RegisterPorts adds bridge ports to the lab's ports: they may not talk
+// to each other, and the bind chain drops what they send until BindPort
+// binds them.
+func (f *NFT) RegisterPorts(ctx context.Context, ports []string) error {
 	c, done, err := f.conn()
 	if err != nil {
 		return err
 	}
 	defer done()
-	s := f.portSet(f.bridge())
-	cur, err := c.GetSetElements(s)
-	if err != nil {
-		return fmt.Errorf("nftables: reading %s: %w", setPorts, err)
+	var add []nftables.SetElement
+	for _, p := range ports {
+		add = append(add, nftables.SetElement{Key: ifname(p)})
 	}
-	have := map[string]bool{}
-	for _, e := range cur {
-		have[strings.TrimRight(string(e.Key), "\x00")] = true
-	}
-	var a, d []nftables.SetElement
-	for _, p := range add {
-		if !have[p] {
-			a = append(a, nftables.SetElement{Key: ifname(p)})
-			have[p] = true
-		}
-	}
-	for _, p := range del {
-		if have[p] {
-			d = append(d, nftables.SetElement{Key: ifname(p)})
-		}
-	}
-	if len(a) > 0 {
-		if err := c.SetAddElements(s, a); err != nil {
-			return err
-		}
-	}
-	if len(d) > 0 {
-		if err := c.SetDeleteElements(s, d); err != nil {
-			return err
-		}
+	if err := c.SetAddElements(f.portSet(f.bridge()), add); err != nil {
+		return err
 	}
 	return c.Flush()
 }

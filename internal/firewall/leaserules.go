@@ -38,8 +38,8 @@ func (f *NFT) leaseObjs(t *nftables.Table, tag string) *leaseObjs {
 	nd := f.netdev()
 	o.sets[Reflect].Table = nd
 	o.rfl = &nftables.Chain{Name: "rfl_" + tag, Table: nd}
-	o.preMap = &nftables.Set{Table: t, Name: mapLeasePr, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
-	o.fwdMap = &nftables.Set{Table: t, Name: mapLeaseFw, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	o.preMap = leaseMap(t, mapLeasePr)
+	o.fwdMap = leaseMap(t, mapLeaseFw)
 	return o
 }
 
@@ -94,14 +94,17 @@ func (f *NFT) ApplyLease(ctx context.Context, lr LeaseRules) error {
 		return err
 	}
 	for ip, other := range existing {
-		if ip == lr.IP && other != tag {
-			return &InvalidError{Reasons: []string{fmt.Sprintf("lease IP %s is already used by lease %s", ip, other)}}
+		if ip == lr.IP && other.tag != tag {
+			return &InvalidError{Reasons: []string{fmt.Sprintf("lease IP %s is already used by lease %s", ip, other.tag)}}
 		}
+	}
+	mark, err := f.leaseMark(c, lr, portIndex)
+	if err != nil {
+		return err
 	}
 	// Replace: drop whatever this lease had, then build it afresh, all in
 	// the same batch.
 	f.delLease(c, t, o, existing)
-	ip := lr.IP.As4()
 	for _, ch := range []*nftables.Chain{o.pre, o.fwd} {
 		c.AddChain(ch)
 	}
@@ -153,9 +156,9 @@ func (f *NFT) ApplyLease(ctx context.Context, lr LeaseRules) error {
 		}
 		c.AddRule(rule(t, o.fwd, "rate-limit: within the limit", elemLookup(set(RateLimit)), then(accept())))
 	}
-	// Dispatch the lease's source address to its chains.
+	// Dispatch the lease's port and source address to its chains.
 	for m, ch := range map[*nftables.Set]*nftables.Chain{o.preMap: o.pre, o.fwdMap: o.fwd} {
-		if err := c.SetAddElements(m, []nftables.SetElement{{Key: ip[:], VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}); err != nil {
+		if err := c.SetAddElements(m, []nftables.SetElement{{Key: dispatchKeyOf(mark, lr.IP), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}); err != nil {
 			return err
 		}
 	}
@@ -193,34 +196,72 @@ func addElems(c *nftables.Conn, s *nftables.Set, els []nftables.SetElement) erro
 	return nil
 }
 
-// leaseIPs maps lease source addresses to lease tags from the dispatch map.
-func (f *NFT) leaseIPs(c *nftables.Conn, t *nftables.Table) (map[netip.Addr]string, error) {
+// dispatch is a lease's entry in the dispatch maps.
+type dispatch struct {
+	tag string
+	key []byte // mark . address
+}
+
+// leaseIPs maps lease source addresses to their dispatch entries.
+func (f *NFT) leaseIPs(c *nftables.Conn, t *nftables.Table) (map[netip.Addr]dispatch, error) {
 	els, err := c.GetSetElements(leaseMap(t, mapLeasePr))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: reading %s: %w", mapLeasePr, err)
 	}
-	out := map[netip.Addr]string{}
+	out := map[netip.Addr]dispatch{}
 	for _, e := range els {
 		chain := verdictChain(e)
-		if len(e.Key) < 4 || chain == "" {
+		if len(e.Key) < 8 || chain == "" {
 			continue
 		}
-		out[netip.AddrFrom4([4]byte(e.Key[:4]))] = strings.TrimPrefix(chain, "pre_")
+		out[netip.AddrFrom4([4]byte(e.Key[4:8]))] = dispatch{tag: strings.TrimPrefix(chain, "pre_"), key: e.Key[:8]}
 	}
 	return out, nil
 }
 
+// leaseMark is the mark a lease's rules are dispatched on: its port's.
+// A port given must be bound to the lease's address; without one, the
+// port bound to the address is the lease's, and with none bound the rules
+// wait for BindPort (markUnbound).
+func (f *NFT) leaseMark(c *nftables.Conn, lr LeaseRules, portIndex int) (uint32, error) {
+	bound, err := f.bindings(c)
+	if err != nil {
+		return 0, err
+	}
+	if lr.Port != "" {
+		b := bound[lr.Port]
+		if b == nil || b.IP != lr.IP {
+			return 0, &InvalidError{Reasons: []string{fmt.Sprintf("lease port %s is not bound to %s (netlab.AttachPort)", lr.Port, lr.IP)}}
+		}
+		return portMark(portIndex), nil
+	}
+	for _, b := range bound {
+		if b.IP != lr.IP {
+			continue
+		}
+		mark := uint32(markUnbound)
+		err := netns.Do(f.cfg.NetNS, func() error {
+			ifc, err := net.InterfaceByName(b.Name)
+			if err == nil {
+				mark = portMark(ifc.Index)
+			}
+			return nil
+		})
+		return mark, err
+	}
+	return markUnbound, nil
+}
+
 // delLease queues the removal of a lease's objects that exist.
-func (f *NFT) delLease(c *nftables.Conn, t *nftables.Table, o *leaseObjs, ips map[netip.Addr]string) bool {
+func (f *NFT) delLease(c *nftables.Conn, t *nftables.Table, o *leaseObjs, ips map[netip.Addr]dispatch) bool {
 	found := false
-	for ip, tag := range ips {
-		if tag != o.tag {
+	for _, d := range ips {
+		if d.tag != o.tag {
 			continue
 		}
 		found = true
-		a := ip.As4()
 		for _, m := range []*nftables.Set{o.preMap, o.fwdMap} {
-			_ = c.SetDeleteElements(m, []nftables.SetElement{{Key: a[:]}})
+			_ = c.SetDeleteElements(m, []nftables.SetElement{{Key: d.key}})
 		}
 	}
 	chains, _ := c.ListChainsOfTableFamily(nftables.TableFamilyINet)

@@ -79,13 +79,16 @@ func (f *NFT) Status(ctx context.Context) (*Status, error) {
 	if rules, err := c.GetRules(bt, &nftables.Chain{Name: "forward", Table: bt}); err == nil {
 		st.Lab = append(st.Lab, counted(bt, "bridge forward", rules)...)
 	}
+	if rules, err := c.GetRules(bt, &nftables.Chain{Name: chBind, Table: bt}); err == nil {
+		st.Lab = append(st.Lab, counted(bt, "bridge bind", rules)...)
+	}
 	ips, err := f.leaseIPs(c, t)
 	if err != nil {
 		return nil, err
 	}
 	tags := map[string]netip.Addr{}
-	for ip, tag := range ips {
-		tags[tag] = ip
+	for ip, d := range ips {
+		tags[d.tag] = ip
 	}
 	// Chains without a dispatch entry (a crash between batches cannot
 	// leave them, but a hand edit can) are reported too, so reconcile sees them.

@@ -44,7 +44,7 @@ func TestContainment(t *testing.T) {
 	g1 := l.AddGuest("g1", netip.MustParseAddr("10.13.37.10"))
 	g2 := l.AddGuest("g2", netip.MustParseAddr("10.13.37.11"))
 	for _, g := range []*labtest.Guest{g1, g2} {
-		if err := netlab.AttachPort(ctx, cfg, g.Port); err != nil {
+		if err := netlab.AttachPort(ctx, cfg, g.LabPort()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -298,9 +298,10 @@ func Up(ctx context.Context, cfg Config) (*Made, error) {
 	if err := save(m); err != nil {
 		return m, err
 	}
-	// Ports already on the bridge are guests too.
+	// Ports already on the bridge are guests too: registered, they are
+	// kept apart and send nothing until AttachPort binds them.
 	if ports, err := bridgePorts(h, br); err == nil && len(ports) > 0 {
-		if err := fw.SetPorts(ctx, ports, nil); err != nil {
+		if err := fw.RegisterPorts(ctx, ports); err != nil {
 			return m, err
 		}
 	}
@@ -383,41 +384,6 @@ func bridgePorts(h *netlink.Handle, br netlink.Link) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// AttachPort puts a guest's interface (a tap, or a veth in tests) on the
-// bridge, isolated from the other ports, and registers it as a lab port.
-func AttachPort(ctx context.Context, cfg Config, port string) error {
-	cfg.Defaults()
-	h, err := handleAt(cfg.HostNSPath())
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	br, err := h.LinkByName(cfg.Bridge)
-	if err != nil {
-		return fmt.Errorf("bridge %s: %w (tb-capture net up)", cfg.Bridge, err)
-	}
-	l, err := h.LinkByName(port)
-	if err != nil {
-		return fmt.Errorf("interface %s: %w", port, err)
-	}
-	if l.Attrs().MasterIndex != br.Attrs().Index {
-		if err := h.LinkSetMaster(l, br); err != nil {
-			return fmt.Errorf("attaching %s to %s: %w", port, cfg.Bridge, err)
-		}
-	}
-	if err := h.LinkSetIsolated(l, true); err != nil {
-		return fmt.Errorf("isolating %s: %w", port, err)
-	}
-	if err := h.LinkSetUp(l); err != nil {
-		return err
-	}
-	fw, err := cfg.Firewall()
-	if err != nil {
-		return err
-	}
-	return fw.SetPorts(ctx, []string{port}, nil)
 }
 
 // Down removes what Up made, in reverse order, and forgets the lab. Parts

@@ -244,18 +244,9 @@ func (p *prober) remove(ctx context.Context) error {
 		}
 	}
 	if fw, err := p.cfg.Firewall(); err == nil {
-		// A lab whose bridge table is gone has no port set to clean.
-		if have, err := fw.Ports(ctx); err == nil {
-			var del []string
-			for _, port := range have {
-				if port == p.a.Port || port == p.b.Port {
-					del = append(del, port)
-				}
-			}
-			if len(del) > 0 {
-				if err := fw.SetPorts(ctx, nil, del); err != nil {
-					errs = append(errs, fmt.Errorf("forgetting probe ports: %w", err))
-				}
+		for _, port := range ports {
+			if _, err := fw.UnbindPort(ctx, port); err != nil {
+				errs = append(errs, fmt.Errorf("forgetting probe port %s: %w", port, err))
 			}
 		}
 	}
@@ -338,7 +329,7 @@ func (p *prober) addGuest(ctx context.Context, h *netlink.Handle, g *probeGuest,
 	if err := gh.RouteReplace(&netlink.Route{LinkIndex: in.Attrs().Index, Gw: p.cfg.Gateway().AsSlice()}); err != nil {
 		return fmt.Errorf("default route: %w", err)
 	}
-	return AttachPort(ctx, *p.cfg, g.Port)
+	return AttachPort(ctx, *p.cfg, Port{Name: g.Port, MAC: g.MAC, IP: g.IP})
 }
 
 // eth0 is a netlink handle in the probe guest's namespace and its link.

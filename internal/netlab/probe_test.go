@@ -31,7 +31,7 @@ func TestProbe(t *testing.T) {
 	// A guest of a lease: the probes must neither disturb it nor change
 	// the lab's bookkeeping around it.
 	g := l.AddGuest("g1", netip.MustParseAddr("10.13.37.10"))
-	if err := netlab.AttachPort(ctx, cfg, g.Port); err != nil {
+	if err := netlab.AttachPort(ctx, cfg, g.LabPort()); err != nil {
 		t.Fatal(err)
 	}
 	fw, err := cfg.Firewall()

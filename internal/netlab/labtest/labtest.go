@@ -161,6 +161,9 @@ type Guest struct {
 	MAC  net.HardwareAddr
 }
 
+// LabPort is what netlab.AttachPort binds the guest's port to.
+func (g *Guest) LabPort() netlab.Port { return netlab.Port{Name: g.Port, MAC: g.MAC, IP: g.IP} }
+
 // AddGuest makes a guest namespace with a veth whose host end is named
 // like a tap (not yet on the bridge: netlab.AttachPort does that).
 func (l *Lab) AddGuest(name string, ip netip.Addr) *Guest {
