@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +44,9 @@ type service struct {
 func services(cfg *Config) []service {
 	sink := netns.Path(cfg.SinkNS)
 	return []service{
+		// The answerer comes first: the front resolver sends it the
+		// subdomains of forwarded names.
+		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(dnsAnswerer, "53"), argv: dnsAnswerArgs},
 		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs},
 		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: net.JoinHostPort(cfg.Sinkhole().String(), "80"), argv: inetsimArgs},
 		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs},
@@ -50,22 +55,43 @@ func services(cfg *Config) []service {
 
 func pidFile(dir, name string) string { return filepath.Join(dir, name+".pid") }
 
-// AllowNamesFile is dnsmasq's servers-file: one server=/NAME/UPSTREAM line
-// per allow-listed name, re-read on SIGHUP.
+// AllowNamesFile records the names the lab's DNS sinkhole forwards, one
+// server=/NAME/UPSTREAM line per name (UPSTREAM empty when the lab has
+// none), which allowlist.CurrentNames reads back. dnsmasq itself reads the
+// servers-file generated from it (dnsServersFile).
 func AllowNamesFile(dir string) string { return filepath.Join(dir, "dns-allow.conf") }
 
+// dnsServersFile is the front dnsmasq's servers-file, re-read on SIGHUP.
+func dnsServersFile(dir string) string { return filepath.Join(dir, "dns-servers.conf") }
+
+// dnsAnswerer is where, inside the sinkhole namespace, the second dnsmasq
+// answers every name with the sinkhole address. dnsmasq's server=/NAME/
+// forwards NAME and all its subdomains; the servers-file sends the
+// subdomains (server=/*.NAME/) here instead, so only NAME itself reaches
+// the upstream. The front cannot answer them itself: a domain that has a
+// server= line is never answered from --address, and a domain with an empty
+// server= line gets NXDOMAIN rather than the sinkhole's address.
+const dnsAnswerer = "127.0.0.1"
+
+func dnsAnswerArgs(cfg *Config, dir string) ([]string, error) {
+	return []string{"dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll",
+		"--bind-interfaces", "--listen-address=" + dnsAnswerer,
+		"--address=/#/" + cfg.Sinkhole().String(),
+		"--user=root", "--pid-file=" + pidFile(dir, "dns-answer")}, nil
+}
+
 func dnsArgs(cfg *Config, dir string) ([]string, error) {
-	if _, err := os.Stat(AllowNamesFile(dir)); errors.Is(err, os.ErrNotExist) {
-		if err := writeAtomic(AllowNamesFile(dir), nil, 0o644); err != nil {
+	if _, err := os.Stat(dnsServersFile(dir)); errors.Is(err, os.ErrNotExist) {
+		if err := writeAtomic(dnsServersFile(dir), nil, 0o644); err != nil {
 			return nil, err
 		}
 	}
 	return []string{"dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll",
 		"--bind-interfaces", "--listen-address=" + cfg.Sinkhole().String(), "--except-interface=lo",
-		// Every name answers with the sinkhole; allow-listed names are
-		// forwarded by the more specific server= lines of the servers-file.
+		// Every name answers with the sinkhole; forwarded names are sent
+		// upstream by the more specific server= lines of the servers-file.
 		"--address=/#/" + cfg.Sinkhole().String(),
-		"--servers-file=" + AllowNamesFile(dir),
+		"--servers-file=" + dnsServersFile(dir),
 		"--log-queries", "--log-facility=" + filepath.Join(dir, "dns.log"),
 		"--user=root", "--pid-file=" + pidFile(dir, "dns")}, nil
 }
@@ -127,6 +153,11 @@ func dhcpArgs(cfg *Config, dir string) ([]string, error) {
 }
 
 func startServices(ctx context.Context, cfg *Config) error {
+	if cfg.DNS && cfg.Upstream.IsValid() {
+		if err := limitUpstream(cfg); err != nil {
+			return err
+		}
+	}
 	for _, s := range services(cfg) {
 		if !s.enabled {
 			continue
@@ -314,32 +345,73 @@ func serviceStatus(cfg *Config) []ServiceStatus {
 	return out
 }
 
-// SetAllowedNames makes the DNS sinkhole forward these names (and their
-// subdomains) to the upstream resolver, without restarting it.
+// SetAllowedNames makes the DNS sinkhole forward exactly these names to
+// the upstream resolver, without restarting it: a subdomain of a forwarded
+// name is answered by the sinkhole unless it is in the list itself, so a
+// sample cannot tunnel through, or flood other people's name servers with,
+// made-up subdomains. A lab without an upstream resolver records the list
+// and forwards nothing. It never fails on a name: one that is not a valid
+// DNS name is skipped and logged (callers validate; one bad entry must not
+// stop the others).
 func SetAllowedNames(dir string, names []string) error {
 	m, err := Load(dir)
 	if err != nil {
 		return err
 	}
-	if !m.Config.Upstream.IsValid() {
-		return errors.New("the lab has no upstream resolver (--upstream)")
-	}
-	sort.Strings(names)
-	var b bytes.Buffer
+	up := m.Config.Upstream
+	valid := make([]string, 0, len(names))
 	for _, n := range names {
-		n = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(n)), ".")
-		if n == "" || strings.ContainsAny(n, "/# \t") {
-			return fmt.Errorf("invalid name %q", n)
+		c, ok := canonicalName(n)
+		if !ok {
+			// The signature is the allow-list's and carries no logger.
+			slog.Warn("not forwarding an invalid DNS name", "lab", m.Config.Name, "name", n)
+			continue
 		}
-		fmt.Fprintf(&b, "server=/%s/%s\n", n, m.Config.Upstream)
+		valid = append(valid, c)
 	}
-	if err := writeAtomic(AllowNamesFile(dir), b.Bytes(), 0o644); err != nil {
+	sort.Strings(valid)
+	valid = slices.Compact(valid)
+	var record, servers bytes.Buffer
+	for _, n := range valid {
+		if !up.IsValid() {
+			fmt.Fprintf(&record, "server=/%s/\n", n)
+			continue
+		}
+		fmt.Fprintf(&record, "server=/%s/%s\n", n, up)
+		fmt.Fprintf(&servers, "server=/%s/%s\nserver=/*.%s/%s\n", n, up, n, dnsAnswerer)
+	}
+	if err := writeAtomic(dnsServersFile(dir), servers.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := writeAtomic(AllowNamesFile(dir), record.Bytes(), 0o644); err != nil {
 		return err
 	}
 	if pid := runningPID(dir, "dns"); pid > 0 {
 		return syscall.Kill(pid, syscall.SIGHUP)
 	}
 	return nil
+}
+
+// canonicalName is a DNS name in the form the servers-file takes (lower
+// case, no final dot), or false when it is not a host name dnsmasq's
+// syntax can carry: letters, digits, hyphens and underscores in labels of
+// 1 to 63 characters, 253 in all.
+func canonicalName(n string) (string, bool) {
+	n = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(n)), ".")
+	if n == "" || len(n) > 253 {
+		return "", false
+	}
+	for _, label := range strings.Split(n, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return "", false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return "", false
+			}
+		}
+	}
+	return n, true
 }
 
 // SetDHCPHost gives a guest MAC a fixed address (a file in the hosts dir,
