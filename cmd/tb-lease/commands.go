@@ -147,7 +147,7 @@ func (c *listCmd) Run(env *cli.Env) error {
 type releaseCmd struct {
 	common
 	IDs  []string `arg:"" name:"lease" help:"Lease IDs."`
-	Keep bool     `name:"keep" help:"Keep the VM running as an idle lease that the next matching acquire reuses."`
+	Keep bool     `name:"keep" help:"Keep the VM running as an idle lease for the samples it has run (another sample's acquire reverts it first)."`
 }
 
 func (c *releaseCmd) Run(env *cli.Env) error {

@@ -163,7 +163,8 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // Pooler gives a lease back to its host's idle pool, running, so that the
-// next cycle that fits it needs no boot (Tools: tb-lease release --keep).
+// next cycle of its sample needs no boot (Tools: tb-lease release --keep);
+// tb-lease reverts it before another sample's cycle gets it.
 type Pooler interface {
 	Keep(ctx context.Context, lease string) error
 }
@@ -268,7 +269,8 @@ func (w *Worker) finish(ctx context.Context, d driven) {
 	}
 	if p, ok := w.R.Leaser.(Pooler); ok && d.c != nil && records.CycleTerminal(d.c.State) && !d.c.Detach && d.c.Lease != "" {
 		// A detached sample still runs on its lease; any other cycle's
-		// lease is free for the next one.
+		// lease is free for the next one (reverted by tb-lease first if
+		// that one's sample is another).
 		if err := p.Keep(ctx, d.c.Lease); err != nil {
 			w.R.Log.Warn("returning the lease to the pool", "lease", d.c.Lease, "err", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
@@ -46,6 +47,9 @@ type Decision struct {
 	ImageSpec string `json:"image_spec"`
 	Version   string `json:"image_version"`
 	Reuse     string `json:"reuse,omitempty"`
+	// Revert: the reused lease's guest has run another sample, and is
+	// reverted to a clean one first.
+	Revert    bool   `json:"revert,omitempty"`
 	Host      string `json:"host,omitempty"`
 	URI       string `json:"connect_uri,omitempty"`
 	Accel     string `json:"accel,omitempty"`
@@ -130,7 +134,11 @@ func (m *Manager) Decide(ctx context.Context, r Request) (*Decision, error) {
 				if err := m.leaseContained(ctx, l); err != nil {
 					return nil, err
 				}
-				d.Reuse, d.Host, d.URI, d.Accel = l.ID, l.Host, l.ConnectURI, l.Accel
+				serves, err := m.serves(l, r.Plan)
+				if err != nil {
+					return nil, err
+				}
+				d.Reuse, d.Revert, d.Host, d.URI, d.Accel = l.ID, !serves, l.Host, l.ConnectURI, l.Accel
 				return d, nil
 			}
 		}
@@ -186,8 +194,17 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*records.SandboxLease
 	}
 	lv := live(all)
 	if !r.Fresh {
-		if l, err := m.reuse(ctx, &r, img, lv); l != nil || err != nil {
+		l, claimed, err := m.reuse(ctx, &r, img, lv)
+		if err != nil || (l != nil && claimed == nil) {
 			return l, err
+		}
+		if l != nil {
+			// Claimed "creating" under its acquire lock: the revert boots
+			// without holding up other acquires.
+			defer claimed()
+			unlock()
+			locked = false
+			return m.revert(ctx, l, &r)
 		}
 	}
 	if err := m.checkQuota(&r, all); err != nil {
@@ -204,7 +221,7 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*records.SandboxLease
 	if err != nil {
 		return nil, err
 	}
-	l := &records.SandboxLease{State: records.LeaseCreating, Health: records.HealthUnknown, Plan: r.Plan.ID, Holder: r.Holder, Pool: r.Pool,
+	l := &records.SandboxLease{State: records.LeaseCreating, Health: records.HealthUnknown, Plan: r.Plan.ID, Samples: sampleList(r.Plan), Holder: r.Holder, Pool: r.Pool,
 		Host: host.Name, ConnectURI: host.URI, Image: img.ID, ImageSpec: img.Spec, ImageVersion: img.Version,
 		Platform: img.Platform, Features: r.Plan.Image.Features, Accel: string(accel), Bridge: m.Cfg.Bridge,
 		Limits: records.Limits{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, DiskGiB: r.DiskGiB, CPUQuota: r.CPUQuota},
@@ -232,10 +249,14 @@ func (m *Manager) Acquire(ctx context.Context, r Request) (*records.SandboxLease
 	return m.boot(ctx, l, img, r.BootTimeout, false)
 }
 
-// reuse takes an idle lease that matches the request, after checking that
-// its agent answers. The caller holds the alloc lock.
-func (m *Manager) reuse(ctx context.Context, r *Request, img *records.SandboxImage, lv []*records.SandboxLease) (*records.SandboxLease, error) {
+// reuse takes an idle lease that matches the request: first one whose
+// guest serves the plan's sample, after checking that its agent answers;
+// else any, claimed for a revert (dirty, with the function that releases
+// its acquire lock) that the caller runs once it has released the alloc
+// lock, which it holds here.
+func (m *Manager) reuse(ctx context.Context, r *Request, img *records.SandboxImage, lv []*records.SandboxLease) (*records.SandboxLease, func(), error) {
 	now := m.St.Now()
+	var candidates []*records.SandboxLease
 	for _, l := range lv {
 		if l.State != records.LeaseIdle || l.Pool != r.Pool || l.Platform != img.Platform || l.Image != img.ID ||
 			l.Limits.VCPUs < r.VCPUs || l.Limits.MemoryMiB < r.MemoryMiB || l.Limits.DiskGiB < r.DiskGiB ||
@@ -246,6 +267,16 @@ func (m *Manager) reuse(ctx context.Context, r *Request, img *records.SandboxIma
 		// A lab that failed its check since hands out no guest on it.
 		if err := m.leaseContained(ctx, l); err != nil {
 			m.Out.Log.Warn("idle lease not reused: its lab does not vouch for it", "lease", l.ID, "err", err)
+			continue
+		}
+		candidates = append(candidates, l)
+	}
+	for _, l := range candidates {
+		ok, err := m.serves(l, r.Plan)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
 			continue
 		}
 		c, err := m.connFor(l)
@@ -261,15 +292,28 @@ func (m *Manager) reuse(ctx context.Context, r *Request, img *records.SandboxIma
 			continue
 		}
 		exp := now.Add(r.TTL)
-		return m.update(ctx, l.ID, func(x *records.SandboxLease) error {
+		x, err := m.update(ctx, l.ID, func(x *records.SandboxLease) error {
 			if x.State != records.LeaseIdle {
 				return fmt.Errorf("lease %s changed state to %s", x.ID, x.State)
 			}
 			x.State, x.Health, x.Plan, x.Holder = records.LeaseBusy, records.HealthHealthy, r.Plan.ID, r.Holder
+			if s := planSample(r.Plan); !slices.Contains(x.Samples, s) {
+				x.Samples = append(x.Samples, s) // a dropped descendant
+			}
 			x.AcquiredAt, x.ExpiresAt, x.TTL = &now, &exp, records.Duration(r.TTL)
 			x.Acquisitions++
 			return nil
 		})
+		return x, nil, err
 	}
-	return nil, nil
+	for _, l := range candidates {
+		// The guest is rebooted clean whether or not it answers now.
+		x, unlock, err := m.claimForRevert(ctx, l, r)
+		if err != nil {
+			m.Out.Log.Warn("idle lease not claimed for a revert", "lease", l.ID, "err", err)
+			continue
+		}
+		return x, unlock, nil
+	}
+	return nil, nil, nil
 }

@@ -22,7 +22,8 @@ import (
 
 // Release destroys a lease's domain and overlay (keeping the console as a
 // blob and the usage in the record). keep instead returns a busy lease to
-// the idle pool, running, for the next acquire of a matching plan.
+// the idle pool, running, for the next acquire of a matching plan: as it
+// is for the samples its guest has run, reverted for any other.
 func (m *Manager) Release(ctx context.Context, id string, keep bool) (*records.SandboxLease, error) {
 	l, err := m.Get(id)
 	if err != nil {
@@ -287,19 +288,34 @@ func firstLine(s string) string {
 // restart destroys a lease's domain and boots it again, on its own
 // overlay or (fresh) on a new one; the lease keeps its ID, address and MAC.
 func (m *Manager) restart(ctx context.Context, l *records.SandboxLease, img *records.SandboxImage, timeout time.Duration, fresh bool) error {
-	c, err := m.connFor(l)
+	took, err := m.reboot(ctx, l, img, timeout, fresh)
 	if err != nil {
 		return err
 	}
+	_, err = m.update(ctx, l.ID, func(x *records.SandboxLease) error {
+		x.Health, x.BootToAgent = records.HealthHealthy, records.Duration(took)
+		x.Restarts++
+		return nil
+	})
+	return err
+}
+
+// reboot destroys a lease's domain and boots it again until its agent
+// answers, on its own overlay or (fresh) on a new one of its image.
+func (m *Manager) reboot(ctx context.Context, l *records.SandboxLease, img *records.SandboxImage, timeout time.Duration, fresh bool) (time.Duration, error) {
+	c, err := m.connFor(l)
+	if err != nil {
+		return 0, err
+	}
 	if err := c.Destroy(ctx, l.VMName); err != nil {
-		return err
+		return 0, err
 	}
 	if fresh {
 		os.Remove(l.Overlay)
 	}
 	x, err := m.domainXML(l, img)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := os.Stat(l.Overlay); err != nil {
 		args := []string{"create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", filepath.Join(img.Dir, img.Boot.Disk), l.Overlay}
@@ -307,30 +323,24 @@ func (m *Manager) restart(ctx context.Context, l *records.SandboxLease, img *rec
 			args = append(args, fmt.Sprintf("%dG", l.Limits.DiskGiB))
 		}
 		if err := m.mkdirReachable(l.Dir); err != nil {
-			return err
+			return 0, err
 		}
 		if err := qemuImg(ctx, args...); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	start := time.Now()
 	if err := c.CreateXML(ctx, x); err != nil {
-		return err
+		return 0, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	err = virt.NewGuest(c, l.VMName, l.ConsoleLog).WaitAgent(wctx)
 	cancel()
 	if err != nil {
 		c.Destroy(context.WithoutCancel(ctx), l.VMName)
-		return err
+		return 0, err
 	}
-	took := time.Since(start).Round(time.Millisecond)
-	_, err = m.update(ctx, l.ID, func(x *records.SandboxLease) error {
-		x.Health, x.BootToAgent = records.HealthHealthy, records.Duration(took)
-		x.Restarts++
-		return nil
-	})
-	return err
+	return time.Since(start).Round(time.Millisecond), nil
 }
 
 // HostReport is one line of "inspect host".

@@ -47,7 +47,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*records.LeaseSnapsh
 	}
 	start := time.Now()
 	s := &records.LeaseSnapshot{Lease: l.ID, Host: l.Host, Image: l.Image, ImageSpec: l.ImageSpec, ImageVersion: l.ImageVersion,
-		Platform: l.Platform, Accel: l.Accel, Limits: l.Limits,
+		Platform: l.Platform, Accel: l.Accel, Limits: l.Limits, Samples: l.Samples,
 		Source: records.SnapshotNetwork{VMName: l.VMName, MAC: l.MAC, IP: l.IP, Tap: l.Tap, Overlay: l.Overlay, Console: l.ConsoleLog}}
 	records.Init(s, records.KindSnapshot, m.St.Now())
 	s.Dir = m.snapshotDir(s.ID)
@@ -124,7 +124,9 @@ func (m *Manager) getSnapshot(id string) (*records.LeaseSnapshot, error) {
 // checksums are verified first (a damaged snapshot exits 65 and leaves
 // nothing behind), the disk is copied to the new lease's overlay, the
 // saved guest is resumed under the new lease's name, and the agent moves
-// the guest to the new lease's MAC and address.
+// the guest to the new lease's MAC and address. The saved guest has run
+// the source lease's samples: the new lease serves only them (an acquire
+// for another sample reverts it).
 func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.SandboxLease, error) {
 	s, err := m.getSnapshot(id)
 	if err != nil {
@@ -174,7 +176,7 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	l := &records.SandboxLease{State: records.LeaseCreating, Health: records.HealthUnknown, Pool: r.Pool,
 		Host: host.Name, ConnectURI: host.URI, Image: s.Image, ImageSpec: s.ImageSpec, ImageVersion: s.ImageVersion,
 		Platform: s.Platform, Accel: s.Accel, Bridge: m.Cfg.Bridge, Limits: s.Limits, TTL: records.Duration(r.TTL),
-		RestoredFrom: s.ID, PID: os.Getpid()}
+		RestoredFrom: s.ID, Samples: s.Samples, PID: os.Getpid()}
 	if r.Plan != nil {
 		l.Plan = r.Plan.ID
 	}

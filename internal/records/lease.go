@@ -44,6 +44,15 @@ type SandboxLease struct {
 	State  string `json:"state"`
 	Health string `json:"health"`
 	Plan   string `json:"plan,omitempty"`
+	// Samples are the samples (sha256) whose code the guest has run since
+	// it was last clean: the one it was handed to first and those of its
+	// dropped descendants (files it dropped on this lease) it ran after.
+	// An acquire for any other sample reverts the guest first; an empty
+	// list (a lease from before it was kept) is clean for no one.
+	Samples []string `json:"samples,omitempty"`
+	// Reverts are the times the guest was taken back to a clean state to
+	// serve another sample, oldest first (at most MaxReverts kept).
+	Reverts []LeaseRevert `json:"reverts,omitempty"`
 	// Holder is what the lease was acquired for (tb-run: the cycle), until
 	// it is released: whoever acquired it and died before recording it can
 	// find it again (tb-run resume adopts it).
@@ -95,6 +104,30 @@ type SandboxLease struct {
 	Usage *Usage `json:"usage,omitempty"`
 }
 
+// MaxReverts bounds the reverts a lease record keeps.
+const MaxReverts = 32
+
+// LeaseRevert is one revert of a lease's guest: what it served, what it
+// was handed to, how it was made clean and what of the lease was reset.
+type LeaseRevert struct {
+	At time.Time `json:"at"`
+	// From are the samples the guest had run; To the sample it serves now,
+	// for Plan and Holder.
+	From   []string `json:"from,omitempty"`
+	To     string   `json:"to,omitempty"`
+	Plan   string   `json:"plan,omitempty"`
+	Holder string   `json:"holder,omitempty"`
+	// How is "boot": the domain destroyed and booted again on a fresh
+	// overlay of its image.
+	How string `json:"how"`
+	// Revision is the lease chain's revision that revoked the entries the
+	// guest was allowed; Captures are the captures of the lease stopped
+	// (the next cycle starts one with its own plan's rules).
+	Revision string   `json:"revision,omitempty"`
+	Captures []string `json:"captures,omitempty"`
+	Took     Duration `json:"took"`
+}
+
 // Limits are a lease's resources.
 type Limits struct {
 	VCPUs     int `json:"vcpus"`
@@ -117,19 +150,22 @@ type Usage struct {
 // LeaseSnapshot is a saved lease: disk and memory.
 type LeaseSnapshot struct {
 	Meta
-	Lease        string          `json:"lease"`
-	Host         string          `json:"host"`
-	Image        string          `json:"image"`
-	ImageSpec    string          `json:"image_spec"`
-	ImageVersion string          `json:"image_version"`
-	Platform     string          `json:"platform"`
-	Accel        string          `json:"accel"`
-	Limits       Limits          `json:"limits"`
-	Dir          string          `json:"dir"`
-	Files        []SnapshotFile  `json:"files"`
-	SizeBytes    int64           `json:"size_bytes"`
-	Took         Duration        `json:"took"`
-	Source       SnapshotNetwork `json:"source"`
+	Lease        string `json:"lease"`
+	Host         string `json:"host"`
+	Image        string `json:"image"`
+	ImageSpec    string `json:"image_spec"`
+	ImageVersion string `json:"image_version"`
+	Platform     string `json:"platform"`
+	Accel        string `json:"accel"`
+	Limits       Limits `json:"limits"`
+	Dir          string `json:"dir"`
+	// Samples are the source lease's Samples when it was saved: the saved
+	// guest has run them, and a lease restored from it serves only them.
+	Samples   []string        `json:"samples,omitempty"`
+	Files     []SnapshotFile  `json:"files"`
+	SizeBytes int64           `json:"size_bytes"`
+	Took      Duration        `json:"took"`
+	Source    SnapshotNetwork `json:"source"`
 }
 
 // SnapshotFile is one file of a snapshot.

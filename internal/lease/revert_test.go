@@ -1,0 +1,203 @@
+package lease
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// The manager's decisions about which guest serves which sample, over the
+// fake host; TestRevertRealGuest (revert_guest_test.go) performs the attack
+// on a real guest.
+
+const (
+	sampleX = "1111111111111111111111111111111111111111111111111111111111111111"
+	sampleY = "2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+// revertFixture is a manager over a fake host with an image whose files
+// are here, and an idle lease whose guest has run sample X.
+func revertFixture(t *testing.T) (*Manager, *fakeHost, *records.SandboxLease) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Fatal("qemu-img is needed (scripts/deps.sh installs it)")
+	}
+	ctx := context.Background()
+	h := newFakeHost(fakeURI("h"), 4096, 2048)
+	m := fakeManager(t, &Config{Hosts: []HostConfig{{Name: "h", URI: fakeURI("h")}}}, map[string]*fakeHost{"h": h})
+	img := testImage("amd64", "")
+	img.Dir = m.St.Path("images", "test")
+	img.Boot = records.ImageBoot{Arch: "x86_64", Kernel: "vmlinuz", Initrd: "initrd.img", Disk: "disk.qcow2", Emulator: "qemu-system-x86_64"}
+	if err := os.MkdirAll(img.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"vmlinuz", "initrd.img"} {
+		if err := os.WriteFile(filepath.Join(img.Dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := qemuImg(ctx, "create", "-q", "-f", "qcow2", filepath.Join(img.Dir, "disk.qcow2"), "16M"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.St.Create(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	l := storedLease(t, m, h, "h", img.ID, false)
+	if _, err := m.update(ctx, l.ID, func(x *records.SandboxLease) error {
+		x.State, x.Platform, x.Samples, x.TTL = records.LeaseIdle, "amd64", []string{sampleX}, records.Duration(time.Hour)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.mkdirReachable(l.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.Overlay, []byte("the overlay sample X ran on"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The running domain's agent answers; so does a rebooted one's.
+	h.creates, h.answersAfter = 1, 1
+	return m, h, l
+}
+
+// samplePlan is a plan for sample sha (with a stored sample record of that
+// content, dropped on the leases of drops).
+func samplePlan(t *testing.T, m *Manager, sha string, drops ...records.Drop) *records.Plan {
+	t.Helper()
+	s := &records.Sample{SHA256: sha, DroppedBy: drops}
+	records.Init(s, records.KindSample, m.St.Now())
+	if err := m.St.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	p := testPlan("amd64", "")
+	p.Sample, p.SampleSHA256 = s.ID, sha
+	return p
+}
+
+func acquired(t *testing.T, m *Manager, p *records.Plan, holder string) *records.SandboxLease {
+	t.Helper()
+	l, err := m.Acquire(context.Background(), Request{Plan: p, Holder: holder, Accel: "tcg", BootTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestReuseKeepsItsSample: the same sample, and a file it dropped on this
+// lease, get the guest as it is; release --keep keeps it for them.
+func TestReuseKeepsItsSample(t *testing.T) {
+	m, h, idle := revertFixture(t)
+	ctx := context.Background()
+	l := acquired(t, m, samplePlan(t, m, sampleX), "cycle_a")
+	if l.ID != idle.ID || h.creates != 1 || len(h.destroyed) != 0 || len(l.Reverts) != 0 {
+		t.Fatalf("the same sample: lease %s (want %s), %d creates, destroyed %v, reverts %v", l.ID, idle.ID, h.creates, h.destroyed, l.Reverts)
+	}
+	if l, err := m.Release(ctx, l.ID, true); err != nil || l.State != records.LeaseIdle || !slices.Equal(l.Samples, []string{sampleX}) {
+		t.Fatalf("release --keep: %+v %v", l, err)
+	}
+	child := "3333333333333333333333333333333333333333333333333333333333333333"
+	l = acquired(t, m, samplePlan(t, m, child, records.Drop{Cycle: "cycle_a", Lease: idle.ID, Sample: sampleX, Path: "/tmp/x"}), "cycle_b")
+	if l.ID != idle.ID || h.creates != 1 || len(l.Reverts) != 0 || !slices.Equal(l.Samples, []string{sampleX, child}) {
+		t.Fatalf("a file X dropped on the lease: lease %s, %d creates, samples %v, reverts %v", l.ID, h.creates, l.Samples, l.Reverts)
+	}
+}
+
+// TestRevertForAnotherSample: a lease handed to another sample (or to a
+// file its sample dropped elsewhere, or as an old lease that does not say
+// what it ran) is reverted first: its domain destroyed, booted on a fresh
+// overlay, its capture stopped, its allow chain's entries revoked, and the
+// revert recorded.
+func TestRevertForAnotherSample(t *testing.T) {
+	m, h, idle := revertFixture(t)
+	ctx := context.Background()
+	b := &allowlist.Book{St: m.St}
+	ch := allowlist.Chain{Scope: records.ScopeLease, Lease: idle.ID}
+	exp := m.St.Now().Add(24 * time.Hour)
+	entry := &records.AllowEntry{Type: records.AllowEndpoint, Value: "203.0.113.7:443/tcp", Scope: records.ScopeLease, Lease: idle.ID,
+		Status: records.StatusActive, Class: allowlist.ClassC2, Score: 1, Verdict: "forward", ExpiresAt: &exp}
+	unlock, err := b.Lock(ctx, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Write(ctx, allowlist.Commit{Chain: ch, Cause: "promote"}, nil, nil, []*records.AllowEntry{entry}); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	// A capture of the lease whose daemon is gone: stopped all the same.
+	capRec := &records.Capture{Lease: idle.ID, State: capture.StateRunning, Plan: "plan_x"}
+	records.Init(capRec, records.KindCapture, m.St.Now())
+	if err := m.St.Create(ctx, capRec); err != nil {
+		t.Fatal(err)
+	}
+
+	py := samplePlan(t, m, sampleY)
+	l := acquired(t, m, py, "cycle_y")
+	if l.ID != idle.ID || l.State != records.LeaseBusy || l.Holder != "cycle_y" || l.Plan != py.ID || !slices.Equal(l.Samples, []string{sampleY}) {
+		t.Fatalf("after the revert: %+v", l)
+	}
+	if !slices.Contains(h.destroyed, idle.VMName) || h.creates != 2 {
+		t.Errorf("the guest was not rebooted: destroyed %v, %d creates", h.destroyed, h.creates)
+	}
+	if b, err := os.ReadFile(idle.Overlay); err != nil || string(b) == "the overlay sample X ran on" {
+		t.Errorf("the overlay sample X ran on is still there (%v)", err)
+	}
+	if len(l.Reverts) != 1 {
+		t.Fatalf("reverts: %+v", l.Reverts)
+	}
+	rv := l.Reverts[0]
+	if !slices.Equal(rv.From, []string{sampleX}) || rv.To != sampleY || rv.Holder != "cycle_y" || rv.How != "boot" ||
+		rv.Revision == "" || !slices.Equal(rv.Captures, []string{capRec.ID}) {
+		t.Errorf("revert record: %+v", rv)
+	}
+	head, es, err := b.Head(ch)
+	if err != nil || head.ID != rv.Revision || head.Cause != "revert" || len(es) != 1 || es[0].Status != records.StatusRevoked {
+		t.Errorf("the lease chain after the revert: %+v %+v %v", head, es, err)
+	}
+	var c records.Capture
+	if err := m.St.Get(capRec.ID, &c); err != nil || c.State != capture.StateStopped {
+		t.Errorf("the lease's capture is %s (%v)", c.State, err)
+	}
+
+	// A file sample Y dropped on another lease is not Y's on this one.
+	if _, err := m.Release(ctx, l.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	other := "4444444444444444444444444444444444444444444444444444444444444444"
+	l = acquired(t, m, samplePlan(t, m, other, records.Drop{Cycle: "cycle_z", Lease: "lease_elsewhere", Sample: sampleY, Path: "/tmp/y"}), "cycle_o")
+	if len(l.Reverts) != 2 || !slices.Equal(l.Samples, []string{other}) || h.creates != 3 {
+		t.Errorf("a file dropped elsewhere: samples %v, reverts %d, creates %d", l.Samples, len(l.Reverts), h.creates)
+	}
+
+	// A lease that does not say what its guest ran is clean for no one.
+	if _, err := m.Release(ctx, l.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.update(ctx, l.ID, func(x *records.SandboxLease) error { x.Samples = nil; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	l = acquired(t, m, samplePlan(t, m, other), "cycle_p")
+	if len(l.Reverts) != 3 || h.creates != 4 {
+		t.Errorf("a lease without samples: reverts %d, creates %d", len(l.Reverts), h.creates)
+	}
+
+	// The dry run says so.
+	if _, err := m.Release(ctx, l.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.Decide(ctx, Request{Plan: samplePlan(t, m, sampleX), Accel: "tcg"})
+	if err != nil || d.Reuse != l.ID || !d.Revert {
+		t.Errorf("dry run for another sample: %+v %v", d, err)
+	}
+	d, err = m.Decide(ctx, Request{Plan: samplePlan(t, m, other), Accel: "tcg"})
+	if err != nil || d.Reuse != l.ID || d.Revert {
+		t.Errorf("dry run for its sample: %+v %v", d, err)
+	}
+}
