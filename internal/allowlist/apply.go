@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -93,6 +95,11 @@ type Applied struct {
 	// Unchanged is true when the live set already matched.
 	Unchanged bool   `json:"unchanged"`
 	Skipped   string `json:"skipped,omitempty"`
+	// Names are the names the lease's chains enforce. NamesNotEnforced
+	// says why the lab's DNS sinkhole does not forward them when it
+	// cannot (a lab without an upstream resolver): they stay sinkholed.
+	Names            []string `json:"names,omitempty"`
+	NamesNotEnforced string   `json:"names_not_enforced,omitempty"`
 }
 
 // ApplyLease makes a lease's live allow set match its chains in one
@@ -116,21 +123,49 @@ func ApplyLease(ctx context.Context, fw firewall.Firewall, l *Live) (Applied, er
 	return out, fw.ApplyAllowSet(ctx, l.Lease, add, del)
 }
 
-// Names is the lab-wide DNS forward list: the active names of every
-// chain, read from the heads' enforced lists.
-func (b *Book) Names(now time.Time) ([]string, error) {
-	chains, err := b.Chains()
+// LabNames is one lab's DNS forward list: the names enforced now for the
+// leases that have rules in its firewall, leaving out those whose lease
+// record is final (released, failed, expired), with each of those leases'
+// names. Other labs' leases, and a fleet's other hosts, forward nothing
+// here. A name that may not be forwarded (a revision written before names
+// were checked) is left out and passed to warnf: it never fails the list.
+func (b *Book) LabNames(ctx context.Context, fw firewall.Firewall, now time.Time, warnf func(string, ...any)) ([]string, map[string][]string, error) {
+	leases, err := LeasesWithRules(ctx, fw)
+	if err != nil {
+		return nil, nil, err
+	}
+	set := map[string]bool{}
+	byLease := map[string][]string{}
+	for _, lease := range leases {
+		var l records.SandboxLease
+		if err := b.St.Get(lease, &l); err == nil && records.LeaseGone(l.State) {
+			continue
+		}
+		names, err := b.LeaseNames(lease, now, warnf)
+		if err != nil {
+			return nil, nil, fmt.Errorf("lease %s: %w", lease, err)
+		}
+		if len(names) > 0 {
+			byLease[lease] = names
+		}
+		for _, n := range names {
+			set[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set)), byLease, nil
+}
+
+// LeaseNames are the names enforced for one lease now, read from the
+// enforced lists of its chains' heads, each checked by dnsname.
+func (b *Book) LeaseNames(lease string, now time.Time, warnf func(string, ...any)) ([]string, error) {
+	heads, err := b.heads(lease)
 	if err != nil {
 		return nil, err
 	}
 	set := map[string]bool{}
 	t := now.Unix()
-	for _, c := range chains {
-		h, err := b.headRef(c)
-		if err != nil {
-			return nil, err
-		}
-		if h == nil || h.Active == h.Endpoints {
+	for _, h := range heads {
+		if h.Active == h.Endpoints {
 			continue // no names
 		}
 		data, err := b.blob(h.ID, h.Enforce, h.EnforceSHA256)
@@ -140,9 +175,16 @@ func (b *Book) Names(now time.Time) ([]string, error) {
 		for len(data) > 0 {
 			var l []byte
 			l, data = nextLine(data)
-			if typ, value, _, exp, ok := splitEnforced(l); ok && string(typ) == records.AllowDomain && liveAt(exp, t) {
-				set[string(value)] = true
+			typ, value, _, exp, ok := splitEnforced(l)
+			if !ok || string(typ) != records.AllowDomain || !liveAt(exp, t) {
+				continue
 			}
+			n, err := dnsname.Forwardable(string(value))
+			if err != nil {
+				warnf("revision %s: name left out of the DNS forward list: %v", h.ID, err)
+				continue
+			}
+			set[n] = true
 		}
 	}
 	return slices.Sorted(maps.Keys(set)), nil

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -44,8 +45,13 @@ type Dest struct {
 	Score  float64         `json:"score"`
 	Reason string          `json:"reason"`
 	Beacon *records.Beacon `json:"beacon,omitempty"`
-	Names  []string        `json:"names,omitempty"`
-	Conns  int64           `json:"conns"`
+	// Names are the names the sample resolved (through the lab's
+	// resolver) to an endpoint; Claimed those its requests called the
+	// endpoint by (HTTP Host, TLS server name) that it never resolved to
+	// it: evidence about the endpoint, never a DNS forward.
+	Names   []string `json:"names,omitempty"`
+	Claimed []string `json:"claimed,omitempty"`
+	Conns   int64    `json:"conns"`
 	// Observable is the ID of the observable that is the main evidence.
 	Observable string    `json:"observable,omitempty"`
 	LastSeen   time.Time `json:"last_seen"`
@@ -59,6 +65,9 @@ type Dest struct {
 	proto string
 	port  uint16
 	group string // the scanned port or sweep a scan belongs to
+	// invalid is why a resolved name may not be forwarded (its Value is
+	// then the name as dnsname.Display shows it).
+	invalid string
 }
 
 // endpoint accumulates the evidence for one (address, protocol, port).
@@ -71,7 +80,8 @@ type endpoint struct {
 	pkts        int64
 	maxDur      float64
 	starts      []time.Time
-	names       map[string]bool
+	names       map[string]bool // resolved to it
+	claimed     map[string]bool // Host or server name of its requests
 	obs         string
 	first, last time.Time
 	attack      string
@@ -114,12 +124,20 @@ type evidence struct {
 	eps    map[string]*endpoint // by endpointValue
 	byAddr map[netip.Addr][]*endpoint
 	names  map[string]*dnsName // resolved names, lower-case, without the final dot
+	// badNames are resolved names that may not be forwarded, by their
+	// dnsname.Display, with the reason.
+	badNames map[string]badName
 	// netcalls are the behaviour trace's network calls (see tried).
 	netcalls []*records.Observable
 	// scanObs are the scans tb-parse summarised, by "proto/port" (the
 	// distinct destinations of all their observables, one per cycle).
 	scanObs    map[string][]*records.Observable
 	icmpFloods []string
+}
+
+type badName struct {
+	o   *records.Observable
+	why string
 }
 
 // dnsName is one resolved name: its observable, the addresses it resolved
@@ -134,7 +152,7 @@ type dnsName struct {
 // names and any attack on it; per name its resolution.
 func collect(obs []*records.Observable, pol *Policy) *evidence {
 	ev := &evidence{eps: map[string]*endpoint{}, byAddr: map[netip.Addr][]*endpoint{},
-		names: map[string]*dnsName{}, scanObs: map[string][]*records.Observable{}}
+		names: map[string]*dnsName{}, badNames: map[string]badName{}, scanObs: map[string][]*records.Observable{}}
 	var alerts, https, tlss, ipObs []*records.Observable
 	seenFlowIP := map[netip.Addr]bool{}
 	for _, o := range obs {
@@ -188,7 +206,11 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 		case o.Netcall != nil:
 			ev.netcalls = append(ev.netcalls, o)
 		case o.Domain != nil:
-			name := strings.TrimSuffix(strings.ToLower(o.Value), ".")
+			name, err := dnsname.Forwardable(o.Value)
+			if err != nil {
+				ev.badNames[dnsname.Display(o.Value)] = badName{o: o, why: err.Error()}
+				continue
+			}
 			mx := slices.ContainsFunc(o.Domain.QTypes, func(q string) bool { return strings.EqualFold(q, "MX") })
 			ev.names[name] = &dnsName{o: o, addrs: o.Domain.Addrs, mx: mx}
 		case o.HTTP != nil:
@@ -232,7 +254,7 @@ func (ev *evidence) endpoint(a netip.Addr, proto string, port uint16) *endpoint 
 	k := endpointValue(a, proto, port)
 	e := ev.eps[k]
 	if e == nil {
-		e = &endpoint{addr: a, proto: proto, port: port, names: map[string]bool{}}
+		e = &endpoint{addr: a, proto: proto, port: port, names: map[string]bool{}, claimed: map[string]bool{}}
 		ev.eps[k] = e
 		ev.byAddr[a] = append(ev.byAddr[a], e)
 	}
@@ -241,7 +263,9 @@ func (ev *evidence) endpoint(a netip.Addr, proto string, port uint16) *endpoint 
 
 // resolvedNames names endpoints from DNS answers: an address only when no
 // other name shares it (in the lab every sinkholed name resolves to the
-// sinkhole).
+// sinkhole). Only names that may be forwarded are in ev.names, and only
+// the answers tb-parse matched to a query of the same flow are in their
+// addresses.
 func (ev *evidence) resolvedNames() {
 	addrNames := map[netip.Addr][]string{}
 	for name, d := range ev.names {
@@ -294,18 +318,32 @@ func (ev *evidence) requests(https, tlss []*records.Observable, pol *Policy) {
 }
 
 // serverName gives the TCP endpoint server ("ADDR:PORT"), if it was
-// contacted, the name a request called it by (not an address), and
-// returns it.
+// contacted, the name a request called it by, and returns it. The sample
+// writes that name as it likes, so it is only a claim about the endpoint
+// (its class, the policy's name lists) unless the sample also resolved
+// the name to the endpoint's address: then it names the endpoint, which
+// tells apart the names that all resolved to the sinkhole. A name that
+// may not be forwarded (an address, "com", "a/b#c") is no evidence.
 func (ev *evidence) serverName(server, name string) *endpoint {
 	ap, err := netip.ParseAddrPort(server)
 	if err != nil {
 		return nil
 	}
 	e := ev.eps[endpointValue(ap.Addr().Unmap(), "tcp", ap.Port())]
-	if e != nil && name != "" {
-		if _, err := netip.ParseAddr(name); err != nil {
-			e.names[strings.ToLower(name)] = true
-		}
+	if e == nil {
+		return nil
+	}
+	n, err := dnsname.Forwardable(name)
+	if err != nil {
+		return e
+	}
+	if d := ev.names[n]; d != nil && slices.ContainsFunc(d.addrs, func(s string) bool {
+		a, err := netip.ParseAddr(s)
+		return err == nil && a.Unmap() == e.addr
+	}) {
+		e.names[n] = true
+	} else {
+		e.claimed[n] = true
 	}
 	return e
 }
@@ -338,7 +376,7 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 	few := 0
 	for _, e := range list {
 		d := &Dest{Lease: ev.lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
-			LastSeen: e.last, Names: slices.Sorted(maps.Keys(e.names)), addr: e.addr, proto: e.proto, port: e.port}
+			LastSeen: e.last, Names: slices.Sorted(maps.Keys(e.names)), Claimed: e.claimedOnly(), addr: e.addr, proto: e.proto, port: e.port}
 		res[d.Value] = d
 		switch {
 		case pol.isInfraService(e.proto, e.port):
@@ -369,7 +407,7 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 		if d.Class == ClassScan {
 			// A destination on a scanned port stands out from the scan
 			// only with a name and a beacon or a long session.
-			if len(e.names) == 0 || beacon == nil && e.maxDur < pol.LongSession.D().Seconds() || e.established == 0 {
+			if len(e.names)+len(e.claimed) == 0 || beacon == nil && e.maxDur < pol.LongSession.D().Seconds() || e.established == 0 {
 				continue
 			}
 			why = append(why, "stands out from the "+d.group)
@@ -384,9 +422,11 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 	return list, res
 }
 
-// propagate classifies every name, resolved or naming a contacted
-// endpoint, in name order: a name takes the class of the destinations it
-// led to (list, classified as res), the worst of them by classRank.
+// propagate classifies every name the sample resolved, in name order: a
+// name takes the class of the destinations it resolved to (list,
+// classified as res), the worst of them by classRank. A name only claimed
+// by requests is no destination of its own. Resolved names that may not be
+// forwarded come last, each with why not.
 func (ev *evidence) propagate(list []*endpoint, res map[string]*Dest, pol *Policy) []Dest {
 	nameEps := map[string][]*Dest{}
 	for _, e := range list {
@@ -405,7 +445,7 @@ func (ev *evidence) propagate(list []*endpoint, res map[string]*Dest, pol *Polic
 	for _, n := range slices.Sorted(maps.Keys(allNames)) {
 		d := Dest{Lease: ev.lease, Type: records.AllowDomain, Value: n}
 		if dn := ev.names[n]; dn != nil {
-			d.Observable, d.LastSeen, d.Conns = dn.o.ID, dn.o.LastSeen, dn.o.Count
+			d.Observable, d.LastSeen, d.Conns = obsID(dn.o), dn.o.LastSeen, dn.o.Count
 		}
 		led := nameEps[n]
 		sort.Slice(led, func(i, j int) bool {
@@ -435,6 +475,33 @@ func (ev *evidence) propagate(list []*endpoint, res map[string]*Dest, pol *Polic
 		}
 		out = append(out, d)
 	}
+	for _, n := range slices.Sorted(maps.Keys(ev.badNames)) {
+		b := ev.badNames[n]
+		out = append(out, Dest{Lease: ev.lease, Type: records.AllowDomain, Value: n, Class: ClassOther, Observable: obsID(b.o),
+			LastSeen: b.o.LastSeen, Conns: b.o.Count, Reason: "resolved, but " + b.why, invalid: b.why})
+	}
+	return out
+}
+
+// obsID is an observable's ID when it is one: observables on stdin are
+// any JSON.
+func obsID(o *records.Observable) string {
+	if records.CheckID(o.ID) != nil {
+		return ""
+	}
+	return o.ID
+}
+
+// claimedOnly are the names requests called the endpoint by that were not
+// resolved to it.
+func (e *endpoint) claimedOnly() []string {
+	var out []string
+	for n := range e.claimed {
+		if !e.names[n] {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 
@@ -476,8 +543,8 @@ func (e *endpoint) touch(o *records.Observable) {
 	if e.first.IsZero() || !o.FirstSeen.IsZero() && o.FirstSeen.Before(e.first) {
 		e.first = o.FirstSeen
 	}
-	if e.obs == "" || o.ID != "" && o.ID < e.obs {
-		e.obs = o.ID
+	if id := obsID(o); e.obs == "" || id != "" && id < e.obs {
+		e.obs = id
 	}
 }
 
@@ -497,16 +564,19 @@ func classRank(c string) int {
 	return 0
 }
 
+// infraNamed is the least of an endpoint's names when every name it was
+// resolved from or called by is known infrastructure.
 func infraNamed(e *endpoint, pol *Policy) string {
-	if len(e.names) == 0 {
+	all := slices.Concat(slices.Collect(maps.Keys(e.names)), slices.Collect(maps.Keys(e.claimed)))
+	if len(all) == 0 {
 		return ""
 	}
-	for n := range e.names {
+	for _, n := range all {
 		if matchAny(pol.InfraNames, n) == "" {
 			return ""
 		}
 	}
-	return slices.Min(slices.Collect(maps.Keys(e.names)))
+	return slices.Min(all)
 }
 
 // c2Evidence scores one endpoint and says why.
@@ -522,9 +592,13 @@ func c2Evidence(e *endpoint, pol *Policy, fewDests bool, few int) (float64, []st
 		score += wPeriodic
 		why = append(why, fmt.Sprintf("periodic every %s (jitter %.0f%%, %d samples)", b.Interval, b.Jitter*100, b.Samples))
 	}
-	if len(e.names) > 0 {
+	switch {
+	case len(e.names) > 0:
 		score += wNamed
 		why = append(why, "named "+strings.Join(slices.Sorted(maps.Keys(e.names)), ", "))
+	case len(e.claimed) > 0:
+		score += wNamed
+		why = append(why, "called "+strings.Join(slices.Sorted(maps.Keys(e.claimed)), ", ")+" by its requests (never resolved to it)")
 	}
 	if e.maxDur >= pol.LongSession.D().Seconds() {
 		score += wLongLived
@@ -600,8 +674,8 @@ func scanDest(lease, port string, obs []*records.Observable, endpoints int, pol 
 		if o.LastSeen.After(d.LastSeen) {
 			d.LastSeen = o.LastSeen
 		}
-		if d.Observable == "" || o.ID != "" && o.ID < d.Observable {
-			d.Observable = o.ID
+		if id := obsID(o); d.Observable == "" || id != "" && id < d.Observable {
+			d.Observable = id
 		}
 		for _, s := range o.Scan.Sample {
 			if len(d.Sample) < 8 && !slices.Contains(d.Sample, s) {
@@ -730,7 +804,7 @@ func tried(lease string, netcalls []*records.Observable, eps map[string]*endpoin
 		}
 		d := byKey[key]
 		if d == nil {
-			d = &Dest{Lease: lease, Type: records.AllowEndpoint, Value: key, Observable: o.ID, addr: a.Unmap(), proto: proto, port: n.Port}
+			d = &Dest{Lease: lease, Type: records.AllowEndpoint, Value: key, Observable: obsID(o), addr: a.Unmap(), proto: proto, port: n.Port}
 			byKey[key] = d
 		}
 		d.Conns += n.Calls

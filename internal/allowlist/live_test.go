@@ -34,6 +34,16 @@ const wait = 5 * time.Second
 // liveObs are a lease's observables: with c2, a beacon to labtest.C2:8080
 // named c2.example; always a telnet scan that includes labtest.Other.
 func liveObs(lease string, c2 bool) []byte {
+	name := ""
+	if c2 {
+		name = "c2.example"
+	}
+	return namedObs(lease, name)
+}
+
+// namedObs are liveObs with the beacon's name (none: no beacon).
+func namedObs(lease, name string) []byte {
+	c2 := name != ""
 	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	var out bytes.Buffer
 	n := 0
@@ -58,7 +68,7 @@ func liveObs(lease string, c2 bool) []byte {
 		add(flow(dst, 23, "attempted", t0))
 	}
 	if c2 {
-		add(&records.Observable{Type: records.ObsDomain, Value: "c2.example", FirstSeen: t0, LastSeen: t0,
+		add(&records.Observable{Type: records.ObsDomain, Value: name, FirstSeen: t0, LastSeen: t0,
 			Domain: &records.DomainInfo{Queries: 6, Responses: 6, QTypes: []string{"A"}, Addrs: []string{labtest.C2.String()}}})
 		for i := 0; i < 6; i++ {
 			add(flow(labtest.C2, 8080, "established", t0.Add(time.Duration(i)*time.Minute+time.Duration(i%2)*3*time.Second)))
@@ -375,4 +385,152 @@ func resolve(ns, server, name string) (netip.Addr, error) {
 		}
 	})
 	return got, err
+}
+
+// liveLab brings up a lab with DNS (upstream: labtest.Resolver unless
+// noUpstream) and a guest, and applies rules for a lease on it.
+func liveLab(t *testing.T, noUpstream bool) (l *labtest.Lab, cfg netlab.Config, fw *firewall.NFT, g *labtest.Guest, stateDir string) {
+	t.Helper()
+	ctx := context.Background()
+	l = labtest.New(t)
+	stateDir = t.TempDir()
+	cfg = l.Config
+	cfg.DNS = true
+	if noUpstream {
+		cfg.Upstream = netip.Addr{}
+	}
+	cfg.Dir = filepath.Join(stateDir, "capture", "labs", l.ID)
+	t.Cleanup(func() { netlab.Down(ctx, cfg.Dir) })
+	if _, err := netlab.Up(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	g = l.AddGuest("g1", netip.MustParseAddr("10.13.37.10"))
+	if err := netlab.AttachPort(ctx, cfg, g.Port); err != nil {
+		t.Fatal(err)
+	}
+	fw, err := cfg.Firewall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, cfg, fw, g, stateDir
+}
+
+func docPolicy(t *testing.T) allowlist.Policy {
+	t.Helper()
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"documentation": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := allowlist.LoadPolicy(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
+// appliedLines are the applied lines of an apply's output, by lease.
+func appliedLines(t *testing.T, out *bytes.Buffer) map[string]allowlist.Applied {
+	t.Helper()
+	m := map[string]allowlist.Applied{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var a allowlist.Applied
+		if json.Unmarshal([]byte(l), &a) == nil && a.Lease != "" && a.Revisions != nil {
+			m[a.Lease] = a
+		}
+	}
+	return m
+}
+
+// TestLiveForwardListPerLab: the lab's DNS sinkhole forwards the names of
+// the live leases on that lab only. A released lease's name and the name
+// of a lease elsewhere (no rules on this lab: another lab, another host
+// of the fleet) stay sinkholed, as a guest's query shows.
+func TestLiveForwardListPerLab(t *testing.T) {
+	ctx := context.Background()
+	l, cfg, fw, g, stateDir := liveLab(t, false)
+	pol := docPolicy(t)
+	now := time.Now()
+	here, released, elsewhere := records.NewID("lease", now), records.NewID("lease", now.Add(time.Millisecond)),
+		records.NewID("lease", now.Add(2*time.Millisecond))
+	// The released lease's rules are still there (tb-capture stop has not
+	// run yet): its record says it is gone.
+	for lease, ip := range map[string]netip.Addr{here: g.IP, released: netip.MustParseAddr("10.13.37.11")} {
+		if err := fw.ApplyLease(ctx, firewall.LeaseRules{Lease: lease, IP: ip}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, sink, _ := book(t, stateDir)
+	rec := &records.SandboxLease{State: records.LeaseReleased}
+	records.Init(rec, records.KindLease, now)
+	rec.ID = released
+	if err := b.St.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	for lease, name := range map[string]string{released: "gone.example", elsewhere: "far.example", here: "c2.example"} {
+		if err := allowlist.Promote(ctx, b, allowlist.PromoteRequest{Input: allowlist.Input{Stdin: bytes.NewReader(namedObs(lease, name))},
+			Scope: records.ScopeLease, Policy: pol, Lab: l.ID, NoApply: true}, sink); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The upstream knows c2.example only: a forwarded other name would
+	// resolve to nothing, not to the sinkhole.
+	var dnsConn net.PacketConn
+	labtest.In(t, l.Internet, func() (err error) {
+		dnsConn, err = net.ListenPacket("udp", net.JoinHostPort(labtest.Resolver.String(), "53"))
+		return err
+	})
+	t.Cleanup(func() { dnsConn.Close() })
+	go serveDNS(dnsConn, "c2.example.", labtest.C2)
+	b, sink, out := book(t, stateDir)
+	if err := allowlist.Apply(ctx, b, allowlist.ApplyRequest{Lab: l.ID}, sink); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	names, err := allowlist.CurrentNames(cfg.Dir)
+	if err != nil || strings.Join(names, ",") != "c2.example" {
+		t.Fatalf("the lab forwards %v (%v), want only c2.example", names, err)
+	}
+	if a := appliedLines(t, out)[here]; strings.Join(a.Names, ",") != "c2.example" || a.NamesNotEnforced != "" {
+		t.Errorf("applied line of the live lease: %+v", a)
+	}
+	waitResolve(t, g.NS, "c2.example.", labtest.C2)
+	for _, n := range []string{"gone.example.", "far.example."} {
+		waitResolve(t, g.NS, n, cfg.Sinkhole())
+	}
+}
+
+// TestLiveNoUpstream: a lab without an upstream resolver is supported. A
+// promoted name is recorded and reported as not enforceable there; the
+// promote (and the apply in it) succeeds, the endpoint is let through, and
+// the name still resolves to the sinkhole.
+func TestLiveNoUpstream(t *testing.T) {
+	ctx := context.Background()
+	l, cfg, fw, g, stateDir := liveLab(t, true)
+	lease := records.NewID("lease", time.Now())
+	if err := fw.ApplyLease(ctx, firewall.LeaseRules{Lease: lease, IP: g.IP}); err != nil {
+		t.Fatal(err)
+	}
+	b, sink, out := book(t, stateDir)
+	if err := allowlist.Promote(ctx, b, allowlist.PromoteRequest{Input: allowlist.Input{Stdin: bytes.NewReader(liveObs(lease, true))},
+		Scope: records.ScopeLease, Policy: docPolicy(t), Lab: l.ID}, sink); err != nil {
+		t.Fatalf("promote on a lab without an upstream: %v\n%s", err, out)
+	}
+	if r := lastRevision(t, out); r.Active != 2 {
+		t.Fatalf("revision: %+v", r)
+	}
+	a := appliedLines(t, out)[lease]
+	if strings.Join(a.Names, ",") != "c2.example" || !strings.Contains(a.NamesNotEnforced, "no upstream resolver") {
+		t.Fatalf("applied line: %+v\n%s", a, out)
+	}
+	if set, err := fw.AllowSet(ctx, lease); err != nil || len(set) != 1 || set[0].Dst != labtest.C2 {
+		t.Fatalf("live set: %v %v", set, err)
+	}
+	waitResolve(t, g.NS, "c2.example.", cfg.Sinkhole())
+	// "tb-allow apply" says the same and exits 0.
+	b, sink, out = book(t, stateDir)
+	if err := allowlist.Apply(ctx, b, allowlist.ApplyRequest{Lab: l.ID}, sink); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if a := appliedLines(t, out)[lease]; !strings.Contains(a.NamesNotEnforced, "no upstream resolver") {
+		t.Errorf("apply's line: %s", out)
+	}
 }

@@ -107,18 +107,23 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 	return batch.Err()
 }
 
-func labFirewall(st *state.Store, lab string) (*firewall.NFT, string, error) {
+// labFirewall is the firewall of a lab that is up, and its configuration.
+func labFirewall(st *state.Store, lab string) (*firewall.NFT, *netlab.Config, error) {
 	dir := capture.LabDir(st, lab)
 	m, err := netlab.Load(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, dir, fault.Unavailable(fmt.Errorf("lab %q is not up (tb-capture net up)", cmp.Or(lab, "default")))
+			return nil, nil, fault.Unavailable(fmt.Errorf("lab %q is not up (tb-capture net up)", cmp.Or(lab, "default")))
 		}
-		return nil, dir, err
+		return nil, nil, err
 	}
 	fw, err := m.Config.Firewall()
-	return fw, dir, err
+	return fw, &m.Config, err
 }
+
+// noUpstream is why a lab's names are not enforced when it has no
+// upstream resolver.
+const noUpstream = "the lab has no upstream resolver (tb-capture net up --upstream): its DNS sinkhole answers these names itself"
 
 // applyChains applies the leases the chains concern: a lease chain its
 // lease, a sample or global chain every lease with rules.
@@ -157,7 +162,7 @@ type ApplyRequest struct {
 // Apply is "tb-allow apply": every lease's live set and the DNS forward
 // list made to match the active revisions; one applied line per lease.
 func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) error {
-	fw, dir, err := labFirewall(b.St, req.Lab)
+	fw, cfg, err := labFirewall(b.St, req.Lab)
 	if err != nil {
 		return err
 	}
@@ -168,6 +173,13 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) erro
 		}
 	}
 	now := b.St.Now()
+	// A lab without an upstream resolver is a supported configuration:
+	// names promoted there are recorded and reported, never an error.
+	upstream := cfg.Upstream.IsValid()
+	names, byLease, err := b.LabNames(ctx, fw, now, out.Warnf)
+	if err != nil {
+		return err
+	}
 	var batch fault.Batch
 	w := records.NewWriter(out.Stdout)
 	defer w.Flush()
@@ -187,6 +199,11 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) erro
 			batch.Add(err)
 			continue
 		}
+		res.Names = byLease[lease]
+		if !upstream && len(res.Names) > 0 {
+			res.NamesNotEnforced = noUpstream
+			out.Log.Warn("names not enforceable on this lab", "lease", lease, "names", len(res.Names), "why", noUpstream)
+		}
 		if res.Skipped != "" {
 			out.Log.Info("not applied", "lease", lease, "why", res.Skipped)
 		} else if res.Unchanged {
@@ -199,11 +216,10 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) erro
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	names, err := b.Names(now)
-	if err != nil {
-		return err
+	if !upstream {
+		return batch.Err()
 	}
-	changed, err := ApplyNames(dir, names)
+	changed, err := ApplyNames(capture.LabDir(b.St, req.Lab), names)
 	if err != nil {
 		err = fault.Unavailable(fmt.Errorf("DNS forward list: %w", err))
 		out.Warnf("%v", err)

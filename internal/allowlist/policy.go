@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -185,27 +185,9 @@ func parseService(s string) (proto string, port uint16, ok bool) {
 	return strings.ToLower(proto), uint16(n), true
 }
 
-// matchName reports whether a DNS name matches a pattern: "*.example.com"
-// matches example.com's subdomains, "time.*" any name whose first label
-// is time, anything else (with path.Match globs) the name itself.
-func matchName(pattern, name string) bool {
-	pattern, name = strings.ToLower(pattern), strings.ToLower(strings.TrimSuffix(name, "."))
-	if strings.HasPrefix(pattern, "*.") && !strings.ContainsAny(pattern[2:], "*?[") {
-		return strings.HasSuffix(name, pattern[1:])
-	}
-	if strings.HasSuffix(pattern, ".*") && !strings.ContainsAny(pattern[:len(pattern)-2], "*?[") {
-		return strings.HasPrefix(name, pattern[:len(pattern)-1])
-	}
-	if strings.HasPrefix(pattern, "*.") && strings.HasSuffix(pattern, ".*") {
-		return strings.Contains(name, "."+strings.Trim(pattern, "*.")+".")
-	}
-	ok, _ := path.Match(pattern, name)
-	return ok
-}
-
 func matchAny(patterns []string, name string) string {
 	for _, p := range patterns {
-		if matchName(p, name) {
+		if dnsname.Match(p, name) {
 			return p
 		}
 	}

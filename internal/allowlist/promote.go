@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -49,6 +50,13 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 		d := &p.Dests[i]
 		key := d.Type + " " + d.Value
 		e := next[key]
+		if d.invalid != "" {
+			// A resolved name that may not be forwarded: refused, grouped,
+			// whatever its class.
+			refusals.add(&Dest{Type: d.Type, Value: d.Value, Class: "refused", group: "names that may not be forwarded",
+				Reason: "not a forwardable name (letters, digits and hyphens under a registrable domain)"})
+			continue
+		}
 		switch d.Class {
 		case ClassScan, ClassAbuse, ClassInfra:
 			refusals.add(d)
@@ -158,16 +166,24 @@ func refuse(d *Dest, pol *Policy, v Validator, verdict firewall.Verdict) string 
 		if err := v.Check(firewall.Element{Dst: d.addr, Proto: d.proto, Port: d.port, Verdict: verdict}); err != nil {
 			return err.Error()
 		}
+		for _, n := range slices.Concat(d.Names, d.Claimed) {
+			if p := matchAny(pol.NeverAllowNames, n); p != "" {
+				return fmt.Sprintf("%s: never_allow_names: its name %s matches %s", d.addr, n, p)
+			}
+		}
 	case records.AllowDomain:
+		if _, err := dnsname.Forwardable(d.Value); err != nil {
+			return "not a forwardable name: " + err.Error()
+		}
 		if p := matchAny(pol.NeverAllowNames, d.Value); p != "" {
-			return fmt.Sprintf("%s: in never_allow_names (%s)", d.Value, p)
+			return fmt.Sprintf("%s: never_allow_names: matches %s", d.Value, p)
 		}
 	}
 	return ""
 }
 
 func approvalName(d *Dest, pol *Policy) string {
-	names := d.Names
+	names := slices.Concat(d.Names, d.Claimed)
 	if d.Type == records.AllowDomain {
 		names = []string{d.Value}
 	}
