@@ -119,7 +119,7 @@ func TestLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := l.AddGuest("g1", netip.MustParseAddr("10.13.37.10"))
-	if err := netlab.AttachPort(ctx, cfg, g.Port); err != nil {
+	if err := netlab.AttachPort(ctx, cfg, g.LabPort()); err != nil {
 		t.Fatal(err)
 	}
 	fw, err := cfg.Firewall()
@@ -405,7 +405,7 @@ func liveLab(t *testing.T, noUpstream bool) (l *labtest.Lab, cfg netlab.Config, 
 		t.Fatal(err)
 	}
 	g = l.AddGuest("g1", netip.MustParseAddr("10.13.37.10"))
-	if err := netlab.AttachPort(ctx, cfg, g.Port); err != nil {
+	if err := netlab.AttachPort(ctx, cfg, g.LabPort()); err != nil {
 		t.Fatal(err)
 	}
 	fw, err := cfg.Firewall()

@@ -216,9 +216,7 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) erro
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	if !upstream {
-		return batch.Err()
-	}
+	// Without an upstream the lab records the list and forwards nothing.
 	changed, err := ApplyNames(capture.LabDir(b.St, req.Lab), names)
 	if err != nil {
 		err = fault.Unavailable(fmt.Errorf("DNS forward list: %w", err))
