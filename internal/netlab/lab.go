@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/talkbox-sandbox/talkbox/internal/files"
@@ -258,6 +259,9 @@ func Up(ctx context.Context, cfg Config) (*Made, error) {
 	if _, err := sysctl(cfg.HostNSPath(), "net.ipv6.conf."+cfg.Bridge+".disable_ipv6", "1"); err != nil {
 		return m, err
 	}
+	if err := limitFDB(cfg.HostNSPath(), br.Attrs().Index); err != nil {
+		return m, fmt.Errorf("bridge %s: bounding its forwarding database: %w", cfg.Bridge, err)
+	}
 	if err := addrOn(h, br, netip.PrefixFrom(cfg.Gateway(), cfg.LabNet.Bits())); err != nil {
 		return m, err
 	}
@@ -370,6 +374,27 @@ func sinkLink(h *netlink.Handle, cfg *Config, m *Made) error {
 		return fmt.Errorf("sinkhole default route: %w", err)
 	}
 	return nil
+}
+
+// FDBMaxLearned bounds the forwarding entries the bridge learns. Guests'
+// ports learn nothing (AttachPort gives each a static entry); this bounds
+// what a port attached any other way could make the bridge hold.
+const FDBMaxLearned = 256
+
+func limitFDB(nsPath string, index int) error {
+	return netns.Do(nsPath, func() error {
+		req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
+		msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+		msg.Index = int32(index)
+		req.AddData(msg)
+		info := nl.NewRtAttr(unix.IFLA_LINKINFO, nil)
+		info.AddRtAttr(nl.IFLA_INFO_KIND, nl.NonZeroTerminated("bridge"))
+		data := info.AddRtAttr(nl.IFLA_INFO_DATA, nil)
+		data.AddRtAttr(unix.IFLA_BR_FDB_MAX_LEARNED, nl.Uint32Attr(FDBMaxLearned))
+		req.AddData(info)
+		_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+		return err
+	})
 }
 
 func bridgePorts(h *netlink.Handle, br netlink.Link) ([]string, error) {

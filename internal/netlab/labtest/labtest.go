@@ -205,6 +205,8 @@ type Packet struct {
 	DstPort  uint16
 	Payload  []byte
 	IPv6     bool
+	// Frame is the whole Ethernet frame, as it arrived.
+	Frame []byte
 }
 
 func (p Packet) String() string {
@@ -213,18 +215,32 @@ func (p Packet) String() string {
 
 // Sniffer records every IP packet that arrives on one interface.
 type Sniffer struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	pkts []Packet
-	fd   int
-	done chan struct{}
+	// frames records every frame, not only IP packets (SniffFrames).
+	frames bool
+	mu     sync.Mutex
+	cond   *sync.Cond
+	pkts   []Packet
+	fd     int
+	done   chan struct{}
 }
 
 // Sniff starts recording inbound packets on iface in namespace ns.
 func (l *Lab) Sniff(ns, iface string) *Sniffer {
+	l.T.Helper()
+	return l.sniff(ns, iface, false)
+}
+
+// SniffFrames starts recording every inbound frame on iface in namespace
+// ns, ARP and other ethertypes too (Proto "other" unless IP).
+func (l *Lab) SniffFrames(ns, iface string) *Sniffer {
+	l.T.Helper()
+	return l.sniff(ns, iface, true)
+}
+
+func (l *Lab) sniff(ns, iface string, frames bool) *Sniffer {
 	t := l.T
 	t.Helper()
-	s := &Sniffer{done: make(chan struct{})}
+	s := &Sniffer{done: make(chan struct{}), frames: frames}
 	s.cond = sync.NewCond(&s.mu)
 	err := netns.Do(netns.Path(ns), func() error {
 		ifc, err := net.InterfaceByName(iface)
@@ -273,7 +289,7 @@ func (s *Sniffer) run() {
 		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
-		if p, ok := decode(buf[:n]); ok {
+		if p, ok := decode(buf[:n]); ok || s.frames {
 			s.mu.Lock()
 			s.pkts = append(s.pkts, p)
 			s.cond.Broadcast()
@@ -284,7 +300,7 @@ func (s *Sniffer) run() {
 
 func decode(b []byte) (Packet, bool) {
 	pk := gopacket.NewPacket(b, layers.LayerTypeEthernet, gopacket.NoCopy)
-	p := Packet{At: time.Now(), Proto: "other"}
+	p := Packet{At: time.Now(), Proto: "other", Frame: append([]byte(nil), b...)}
 	switch ip := pk.NetworkLayer().(type) {
 	case *layers.IPv4:
 		p.Src, _ = netip.AddrFromSlice(ip.SrcIP.To4())
@@ -356,6 +372,30 @@ func (s *Sniffer) Close() {
 		<-s.done
 		unix.Close(fd)
 	}
+}
+
+// SendFrames writes whole Ethernet frames, unchecked, out of iface in
+// namespace ns: what a guest with root can put on its link.
+func SendFrames(t TB, ns, iface string, frames ...[]byte) {
+	t.Helper()
+	In(t, ns, func() error {
+		ifc, err := net.InterfaceByName(iface)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
+		for _, f := range frames {
+			if err := unix.Sendto(fd, f, 0, to); err != nil {
+				return fmt.Errorf("sending a frame on %s: %w", iface, err)
+			}
+		}
+		return nil
+	})
 }
 
 // In runs fn in a namespace (for dialing from a guest, listening in the
