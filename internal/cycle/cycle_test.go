@@ -660,3 +660,41 @@ func TestTraceReachesTheAnalysis(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileDropNamesDoNotFailTheCycle: the trace names the files the
+// cycle copies out, and the sample writes the trace. Paths of 300 bytes,
+// with a newline and control bytes, gone, or larger than the cycle's drop
+// budget do not fail the cycle: the copyable ones are planned
+// (named on the host by index only), the others are reasons in the
+// analysis.
+func TestHostileDropNamesDoNotFailTheCycle(t *testing.T) {
+	e := setup(t, "out hello")
+	ctx := context.Background()
+	var p records.Plan
+	if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	long := "/var/tmp/" + strings.Repeat("f", 291) // one name longer than a host's file name may be
+	odd := "/var/tmp/a\nb\x01c\x7f"
+	big := "/var/tmp/big"
+	e.g.files[long] = []byte("long\n")
+	e.g.files[odd] = []byte("odd\n")
+	e.g.files[big] = make([]byte, maxDroppedSize+1)
+	e.post.traceDropped = []string{long, odd, "/var/tmp/gone", big}
+	c := e.run(t, Request{})
+	if c.State != records.CycleCompleted {
+		t.Fatalf("cycle %s", c.State)
+	}
+	if len(long) != 300 || !slices.Equal(e.post.dropped, []string{long + "=long\n", odd + "=odd\n"}) {
+		t.Fatalf("planned %q", e.post.dropped)
+	}
+	var a records.RunAnalysis
+	if err := e.st.Get(c.Analysis, &a); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"/var/tmp/gone": gone`, `"/var/tmp/big": larger than`} {
+		if !slices.ContainsFunc(a.Reasons, func(r string) bool { return strings.HasPrefix(r, "dropped file not copied out: "+want) }) {
+			t.Errorf("reasons %q lack %s", a.Reasons, want)
+		}
+	}
+}

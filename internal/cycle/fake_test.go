@@ -109,6 +109,11 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result
 	switch {
 	case argv[0] == "/bin/mkdir":
 		return &guestagent.Result{}, nil
+	case argv[0] == "/usr/bin/test" && argv[1] == "-f":
+		if _, ok := f.files[argv[2]]; ok {
+			return &guestagent.Result{}, nil
+		}
+		return &guestagent.Result{ExitCode: 1}, nil
 	case argv[0] == "/usr/bin/sha256sum":
 		b, ok := f.files[argv[1]]
 		if !ok {
@@ -256,6 +261,9 @@ type fakePost struct {
 	rev                      *records.AllowRevision
 	parsed                   []string // every artifact given to Parse
 	dropped                  []string // "PATH=CONTENT" of every file given to PlanDropped
+	// traceDropped, when set, are the dropped paths the parsed trace
+	// names (by default fakeDropped and a file gone from the guest).
+	traceDropped []string
 }
 
 func (p *fakePost) EnsureCapture(ctx context.Context, lease string) (string, error) {
@@ -320,8 +328,12 @@ func (p *fakePost) Parse(ctx context.Context, artifacts []string) (int, error) {
 		}
 		// What tb-parse makes of a trace: the fake guest's sample drops
 		// fakeDropped and writes a crontab.
+		dropped := p.traceDropped
+		if dropped == nil {
+			dropped = []string{fakeDropped, "/var/tmp/gone"}
+		}
 		for _, o := range []records.Observable{
-			{Type: records.ObsTrace, Value: "strace", Trace: &records.TraceInfo{Format: "strace", Dropped: []string{fakeDropped, "/var/tmp/gone"}}},
+			{Type: records.ObsTrace, Value: "strace", Trace: &records.TraceInfo{Format: "strace", Dropped: dropped}},
 			{Type: records.ObsProcess, Value: "101 /var/tmp/sample", Process: &records.ProcessInfo{PID: 101, Exe: "/var/tmp/sample", Names: []string{"kworker/u:tb"},
 				Exit: &records.ProcExit{Code: 0}}},
 			{Type: records.ObsProcess, Value: "102 /var/tmp/sample", Process: &records.ProcessInfo{PID: 102, PPID: 101, Exe: "/var/tmp/sample"}},

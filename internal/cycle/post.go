@@ -68,11 +68,17 @@ func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, er
 	}
 	if slices.Contains(c.Post, StepDrops) && !done(StepDrops) {
 		start := time.Now()
-		ids, err := r.drops(ctx, c)
+		ids, skipped, err := r.drops(ctx, c)
 		if err != nil {
 			return c, fmt.Errorf("planning dropped files: %w", err)
 		}
-		if c, err = r.timed(ctx, c, StepDrops, start, func(n *records.Cycle) error { n.DroppedSamples = ids; return nil }); err != nil {
+		if c, err = r.timed(ctx, c, StepDrops, start, func(n *records.Cycle) error {
+			n.DroppedSamples = ids
+			if skipped != "" {
+				n.Artifacts = append(n.Artifacts, skipped)
+			}
+			return nil
+		}); err != nil {
 			return c, err
 		}
 	}
@@ -136,13 +142,22 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		slices.SortFunc(b.Processes, func(x, y records.ProcessNode) int { return cmp.Compare(x.PID, y.PID) })
 		b.DroppedSamples = c.DroppedSamples
 	}
-	logs, err := state.FindBy(st, records.KindArtifact, records.KeyCycle, c.ID, func(art *records.Artifact) bool {
-		return art.Type == flowlog.ArtifactType
+	arts, err := state.FindBy(st, records.KindArtifact, records.KeyCycle, c.ID, func(art *records.Artifact) bool {
+		return art.Type == flowlog.ArtifactType || art.Type == ArtifactDropsSkipped
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, art := range logs {
+	var warnings []string
+	for _, art := range arts {
+		if art.Type == ArtifactDropsSkipped {
+			// []any once read back as JSON.
+			skipped, _ := art.Metadata["skipped"].([]any)
+			for _, s := range skipped {
+				warnings = append(warnings, fmt.Sprint("dropped file not copied out: ", s))
+			}
+			continue
+		}
 		a.Connections += art.Conns
 		a.FlowLogs = append(a.FlowLogs, art.ID)
 	}
@@ -247,6 +262,7 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	if classes["scan"] {
 		a.Reasons = append(a.Reasons, "scan traffic refused")
 	}
+	a.Reasons = append(a.Reasons, warnings...)
 	if a.Classification == nil {
 		a.Classification = []string{}
 	}
