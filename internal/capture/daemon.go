@@ -3,14 +3,11 @@ package capture
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -49,13 +46,6 @@ type reply struct {
 	// gave up waiting for (the kernel handed nothing over for a second).
 	Unwritten uint64 `json:"unwritten,omitempty"`
 	Error     string `json:"error,omitempty"`
-}
-
-// ControlAddr is the abstract unix socket of a capture's daemon, unique
-// per state directory.
-func ControlAddr(st *state.Store, captureID string) string {
-	h := sha256.Sum256([]byte(st.Root()))
-	return "@talkbox-capture/" + hex.EncodeToString(h[:6]) + "/" + captureID
 }
 
 // Daemon is one running capture: the packet source feeding the rotating
@@ -113,9 +103,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if err := d.w.Open(); err != nil {
 		return d.fail(ctx, err)
 	}
-	ln, err := net.Listen("unix", ControlAddr(d.St, d.ID))
+	ln, err := listenControl(d.St, d.ID)
 	if err != nil {
-		return d.fail(ctx, fmt.Errorf("control socket: %w", err))
+		return d.fail(ctx, err)
 	}
 	defer ln.Close()
 
@@ -132,17 +122,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 
 	capErr := make(chan error, 1)
 	go func() { capErr <- d.Source.Run(ctx, d.packet) }()
-	reqs := make(chan net.Conn)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				close(reqs)
-				return
-			}
-			reqs <- c
-		}
-	}()
+	reqs := make(chan control)
+	acceptErr := make(chan error, 1)
+	go d.accept(ctx, ln, reqs, acceptErr)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -153,11 +135,10 @@ func (d *Daemon) Serve(ctx context.Context) error {
 				err = nil
 			}
 			return d.end(ctx, err)
-		case c, ok := <-reqs:
-			if !ok {
-				return errors.New("control socket closed")
-			}
-			if stop := d.handle(ctx, c, cancel, capErr); stop {
+		case err := <-acceptErr:
+			return fmt.Errorf("control socket: %w", err)
+		case r := <-reqs:
+			if stop := d.handle(ctx, r, cancel, capErr); stop {
 				return nil
 			}
 		case <-tick.C:
@@ -187,10 +168,14 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			_, err := d.finish(bg, "stop", false)
 			d.stopSensors(bg)
 			d.collectSensors(bg)
-			return errors.Join(err, d.update(bg, func(c *records.Capture) {
+			rerr := d.removeRules(bg)
+			return errors.Join(err, rerr, d.update(bg, func(c *records.Capture) {
 				c.State = StateStopped
 				now := d.St.Now()
 				c.StoppedAt = &now
+				if c.Rules != nil && rerr == nil {
+					c.Rules.Applied = false
+				}
 			}))
 		}
 	}
@@ -217,8 +202,8 @@ func (d *Daemon) packet(ts time.Time, data []byte, origLen int) error {
 
 // end finishes a capture whose source stopped by itself (err nil when it
 // was told to stop): the last file is closed and registered, the sensors
-// stopped and collected, and the capture marked stopped, or failed on an
-// error. On low space it stores a capture.low-space event and returns the
+// stopped and collected, the lease's rules removed (removeRules), and the
+// capture marked stopped, or failed on an error. On low space it stores a capture.low-space event and returns the
 // *diskspace.LowError, so that the daemon exits 75.
 func (d *Daemon) end(ctx context.Context, err error) error {
 	bg := context.WithoutCancel(ctx)
@@ -244,15 +229,34 @@ func (d *Daemon) end(ctx context.Context, err error) error {
 		d.Log.Error("capture stopped: low on disk space", "capture", d.ID, "err", low)
 		ferr = errors.Join(ferr, d.event(bg, "capture.low-space", msg))
 	}
+	rerr := d.removeRules(bg)
 	uerr := d.update(bg, func(c *records.Capture) {
 		c.State, c.Error = state, msg
 		now := d.St.Now()
 		c.StoppedAt = &now
+		if c.Rules != nil && rerr == nil {
+			c.Rules.Applied = false
+		}
 	})
 	if low != nil {
-		return errors.Join(fmt.Errorf("capture %s: %w", d.ID, low), ferr, uerr)
+		return errors.Join(fmt.Errorf("capture %s: %w", d.ID, low), ferr, rerr, uerr)
 	}
-	return errors.Join(ferr, uerr)
+	return errors.Join(ferr, rerr, uerr)
+}
+
+// removeRules removes the lease's rules of a capture that ends without a
+// stop request (low space, an error, a signal): nothing records the guest's
+// traffic any more, so what its plan allowed goes too and the guest keeps
+// only the sinkhole, as after "tb-capture stop".
+func (d *Daemon) removeRules(ctx context.Context) error {
+	d.mu.Lock()
+	rec := d.rec
+	d.mu.Unlock()
+	if err := removeRules(ctx, d.St, &rec); err != nil {
+		d.Log.Error("capture ended but its lease's rules stay", "capture", d.ID, "lease", rec.Lease, "err", err)
+		return fmt.Errorf("removing the rules of %s: %w", rec.Lease, err)
+	}
+	return nil
 }
 
 // event stores an event about this capture, for its cycle ("tb-run watch"
@@ -388,20 +392,14 @@ func (d *Daemon) kickPrune() {
 	}
 }
 
-// handle answers one control request; it reports whether the daemon is done.
-func (d *Daemon) handle(ctx context.Context, c net.Conn, cancel context.CancelFunc, capErr chan error) bool {
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Minute))
-	var req request
-	line, err := bufio.NewReader(c).ReadBytes('\n')
-	if err == nil {
-		err = json.Unmarshal(line, &req)
-	}
+// handle answers one control request, read and checked by serveConn; it
+// reports whether the daemon is done.
+func (d *Daemon) handle(ctx context.Context, r control, cancel context.CancelFunc, capErr chan error) bool {
+	defer r.conn.Close()
 	var rep reply
+	var err error
 	stop := false
-	switch {
-	case err != nil:
-		rep.Error = "bad request: " + err.Error()
+	switch req := r.req; {
 	case req.Op == "status":
 	case req.Op == "rotate":
 		if req.Cycle != "" {
@@ -442,8 +440,7 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn, cancel context.CancelFu
 	d.mu.Lock()
 	rep.Packets, rep.Drops, rep.Unwritten = d.pktsTotal, d.rec.Drops+d.drops, d.unwritten
 	d.mu.Unlock()
-	b, _ := json.Marshal(rep)
-	c.Write(append(b, '\n'))
+	writeReply(r.conn, rep)
 	return stop
 }
 
@@ -779,10 +776,9 @@ func contentType(p string) string {
 
 // Call sends one request to a capture's daemon and returns its reply.
 func Call(ctx context.Context, st *state.Store, captureID string, op, cycle string) (*reply, error) {
-	var dl net.Dialer
-	c, err := dl.DialContext(ctx, "unix", ControlAddr(st, captureID))
+	c, err := dialControl(ctx, st, captureID)
 	if err != nil {
-		return nil, fmt.Errorf("capture %s is not running: %w", captureID, errNotRunning)
+		return nil, fmt.Errorf("capture %s is not running: %w (%w)", captureID, errNotRunning, err)
 	}
 	defer c.Close()
 	b, _ := json.Marshal(request{Op: op, Cycle: cycle})
@@ -792,7 +788,7 @@ func Call(ctx context.Context, st *state.Store, captureID string, op, cycle stri
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	line, err := bufio.NewReader(c).ReadBytes('\n')
+	line, err := bufio.NewReader(io.LimitReader(c, maxReply)).ReadBytes('\n')
 	if err != nil {
 		return nil, fmt.Errorf("capture %s: no answer: %w", captureID, err)
 	}

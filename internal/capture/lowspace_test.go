@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,8 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -38,6 +41,12 @@ const minFree = 4 << 20
 
 func newLowFS(t *testing.T, l *link, size string) *lowFS {
 	t.Helper()
+	return newLowFSOn(t, l.tap, netns.Path(l.host), size)
+}
+
+// newLowFSOn is newLowFS capturing iface in the namespace at nsPath.
+func newLowFSOn(t *testing.T, iface, nsPath, size string) *lowFS {
+	t.Helper()
 	root := t.TempDir()
 	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size="+size); err != nil {
 		t.Fatal(err)
@@ -48,7 +57,7 @@ func newLowFS(t *testing.T, l *link, size string) *lowFS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &records.Capture{Iface: l.tap, NetNS: netns.Path(l.host), Snaplen: 65535, State: capture.StateStarting,
+	rec := &records.Capture{Iface: iface, NetNS: nsPath, Snaplen: 65535, State: capture.StateStarting,
 		Cycle: records.NewID("cycle", time.Now()), Clock: capture.ClockNow(), Filter: "udp dst port 9", MinFree: minFree}
 	records.Init(rec, records.KindCapture, st.Now())
 	rec.Spool = filepath.Join(root, "capture", "spool", rec.ID)
@@ -218,5 +227,55 @@ func TestLowSpaceFromAnotherWriter(t *testing.T) {
 		var a records.Artifact
 		f.st.Get(rec.Artifacts[0], &a)
 		t.Fatalf("an idle capture registered %+v", a)
+	}
+}
+
+// TestLowSpaceRemovesLeaseRules: a lease's capture that stops for low space
+// takes the lease's rules (here an allowed C2) with it, so that the guest,
+// no longer recorded, keeps only the sinkhole.
+func TestLowSpaceRemovesLeaseRules(t *testing.T) {
+	ctx := context.Background()
+	l := labtest.New(t)
+	g := l.AddGuest("g", netip.MustParseAddr("10.13.37.10"))
+	h := l.Handle(l.Config.HostNS)
+	if port, err := h.LinkByName(g.Port); err != nil || h.LinkSetUp(port) != nil {
+		t.Fatalf("port %s: %v", g.Port, err)
+	}
+	f := newLowFSOn(t, g.Port, l.HostNS(), "16m")
+	cfg := l.Config
+	cfg.Dir = capture.LabDir(f.st, l.ID)
+	t.Cleanup(func() { netlab.Down(ctx, cfg.Dir) })
+	if _, err := netlab.Up(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	fw, err := cfg.Firewall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := records.NewID("lease", time.Now())
+	allowed := firewall.Element{Dst: labtest.C2, Proto: "tcp", Port: 8080, Verdict: firewall.Forward}
+	if err := fw.ApplyLease(ctx, firewall.LeaseRules{Lease: lease, IP: g.IP, Elements: []firewall.Element{allowed}}); err != nil {
+		t.Fatal(err)
+	}
+	var c records.Capture
+	if err := f.st.Update(ctx, f.rec.ID, &c, func(bool) error {
+		c.Lease, c.Lab, c.IP = lease, l.ID, g.IP.String()
+		c.Rules = &records.RuleSummary{Table: cfg.Table, Mode: "allowlist", Applied: true}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if set, err := fw.AllowSet(ctx, lease); err != nil || len(set) != 1 {
+		t.Fatalf("allow set before: %v %v", set, err)
+	}
+
+	f.run(t)
+	f.fillTo(t, "filler", minFree-1<<20)
+	rec := f.stopped(t, false)
+	if set, err := fw.AllowSet(ctx, lease); !errors.Is(err, firewall.ErrNoLease) {
+		t.Fatalf("the stopped capture's lease keeps its rules: %v %v", set, err)
+	}
+	if rec.Rules == nil || rec.Rules.Applied {
+		t.Fatalf("capture record's rules: %+v", rec.Rules)
 	}
 }
