@@ -20,6 +20,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/blobshare"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/version"
@@ -79,6 +80,10 @@ func (e *Env) OpenState(opts ...state.Option) (*state.Store, error) {
 	if e.G.Blobs != "" {
 		opts = append(opts, state.WithSharedBlobs(e.G.Blobs))
 	}
+	// Blobs (a guest's stdout, trace, pcaps) keep the room a capture keeps
+	// by default, so that a cycle's output cannot fill the disk its
+	// records still need; first, so that a command's own replaces it.
+	opts = append([]state.Option{state.WithMinFree(diskspace.DefaultThreshold())}, opts...)
 	s, err := state.Open(e.Ctx, e.StateDir(), opts...)
 	if err != nil {
 		if fault.Code(err) != fault.ExitFailure {

@@ -32,6 +32,9 @@ func (s *dirStore) PutBlobBytes(ctx context.Context, sha string, data []byte) (B
 	if err := ctx.Err(); err != nil {
 		return Blob{}, err
 	}
+	if _, err := s.blobGuard(sha, int64(len(data))); err != nil {
+		return Blob{}, err
+	}
 	if err := s.ensureDir(filepath.Dir(final)); err != nil {
 		return Blob{}, err
 	}

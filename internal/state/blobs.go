@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 )
 
 // Blob names stored content by its digest.
@@ -111,12 +113,28 @@ func (s *dirStore) putBlob(ctx context.Context, want string, r io.Reader) (Blob,
 	if err := ctx.Err(); err != nil {
 		return Blob{}, err
 	}
+	name := want
+	if name == "" {
+		name = "being stored"
+	}
+	g, err := s.blobGuard(name, knownSize(r))
+	if err != nil {
+		return Blob{}, err
+	}
 	w, err := s.CreateBlob()
 	if err != nil {
 		return Blob{}, err
 	}
 	defer w.Abort()
-	if _, err := io.Copy(w, r); err != nil {
+	var dst io.Writer = w
+	if g != nil {
+		dst = guardedWriter{w: w, g: g}
+	}
+	if _, err := io.Copy(dst, r); err != nil {
+		if g != nil && want == "" && errors.Is(err, diskspace.ErrLow) {
+			// Name the content by what was read of it.
+			err = fmt.Errorf("%w (the first %d bytes have sha256 %s)", err, w.n, w.Sum())
+		}
 		return Blob{}, err
 	}
 	if sum := hex.EncodeToString(w.h.Sum(nil)); want != "" && sum != want {

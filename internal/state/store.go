@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -66,6 +67,8 @@ type dirStore struct {
 	blobRoot   string
 	durability Durability
 	now        func() time.Time
+	// minFree is what blob writes leave free (WithMinFree).
+	minFree diskspace.Threshold
 
 	// crashAt, when set (by tests only), is called at each step of the
 	// write protocol with the step's name (the crash* constants), so that a
