@@ -32,10 +32,11 @@ func TestDHCP(t *testing.T) {
 	for _, a := range addrs {
 		h.AddrDel(in, &a)
 	}
-	if err := netlab.AttachPort(ctx, cfg, g.Port); err != nil {
+	want := netip.MustParseAddr("10.13.37.42")
+	// Bound to the address DHCP will give it: until then it asks from 0.0.0.0.
+	if err := netlab.AttachPort(ctx, cfg, netlab.Port{Name: g.Port, MAC: g.MAC, IP: want}); err != nil {
 		t.Fatal(err)
 	}
-	want := netip.MustParseAddr("10.13.37.42")
 	if err := netlab.SetDHCPHost(cfg.Dir, "lease_TEST", g.MAC.String(), want); err != nil {
 		t.Fatal(err)
 	}
