@@ -534,3 +534,73 @@ func TestLiveNoUpstream(t *testing.T) {
 		t.Errorf("apply's line: %s", out)
 	}
 }
+
+// beaconObs are six connections a minute apart from the guest to each
+// destination, as tb-parse writes them.
+func beaconObs(lease string, dsts ...netip.AddrPort) []byte {
+	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	var out bytes.Buffer
+	n := 0
+	for _, d := range dsts {
+		for i := 0; i < 6; i++ {
+			n++
+			at := t0.Add(time.Duration(i) * time.Minute)
+			o := &records.Observable{Type: records.ObsFlow, Value: fmt.Sprintf("tcp 10.13.37.10:%d>%s", 40000+n, d),
+				FirstSeen: at, LastSeen: at.Add(time.Second), Count: 1,
+				Flow: &records.FlowInfo{Proto: "tcp", OrigH: "10.13.37.10", OrigP: uint16(40000 + n), RespH: d.Addr().String(),
+					RespP: d.Port(), Outcome: "established", Duration: 1, Starts: []time.Time{at}}}
+			o.Kind, o.ID, o.V, o.Lease = records.KindObservable, fmt.Sprintf("observable_01JD0000000000000000000%03d", n), 1, lease
+			o.CreatedAt, o.UpdatedAt = t0, t0
+			b, _ := records.Marshal(o)
+			out.Write(append(b, '\n'))
+		}
+	}
+	return out.Bytes()
+}
+
+// TestLivePromotionCannotBeAimed: tb-allow promote on a real lab refuses
+// the lab's gateway on the host's uplink, its upstream resolver and a
+// fleet worker's blob server however strong the evidence, saying which
+// built-in rule refused each; only the C2 reaches the lease's live set.
+func TestLivePromotionCannotBeAimed(t *testing.T) {
+	ctx := context.Background()
+	l, _, fw, g, stateDir := liveLab(t, false)
+	lease := records.NewID("lease", time.Now())
+	if err := fw.ApplyLease(ctx, firewall.LeaseRules{Lease: lease, IP: g.IP}); err != nil {
+		t.Fatal(err)
+	}
+	b, sink, out := book(t, stateDir)
+	blobs := netip.MustParseAddrPort("198.51.100.61:8080")
+	w := &records.Worker{Host: "other", BlobURL: "http://" + blobs.String(), Slots: 1, Heartbeat: time.Now(), DeadAfter: records.Duration(time.Hour)}
+	records.Init(w, records.KindWorker, time.Now())
+	if err := b.St.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	aimed := map[netip.AddrPort]string{
+		netip.AddrPortFrom(labtest.UplinkNet, 443): "(built-in)",
+		netip.AddrPortFrom(labtest.Resolver, 443):  "the lab's upstream resolver",
+		blobs: "a fleet worker's blob server",
+	}
+	dsts := []netip.AddrPort{netip.AddrPortFrom(labtest.C2, 8080)}
+	for d := range aimed {
+		dsts = append(dsts, d)
+	}
+	if err := allowlist.Promote(ctx, b, allowlist.PromoteRequest{Input: allowlist.Input{Stdin: bytes.NewReader(beaconObs(lease, dsts...))},
+		Scope: records.ScopeLease, Policy: docPolicy(t), Lab: l.ID}, sink); err != nil {
+		t.Fatalf("promote: %v\n%s", err, out)
+	}
+	r := lastRevision(t, out)
+	why := map[string]string{}
+	for _, f := range r.Refusals {
+		why[f.Target] = f.Reason
+	}
+	for d, rule := range aimed {
+		if got := why[d.String()+"/tcp"]; !strings.Contains(got, "never_allow: ") || !strings.Contains(got, rule) || !strings.HasSuffix(got, "(built-in)") {
+			t.Errorf("%s: refused %q, want the built-in rule %q", d, got, rule)
+		}
+	}
+	set, err := fw.AllowSet(ctx, lease)
+	if err != nil || len(set) != 1 || set[0].Dst != labtest.C2 || set[0].Port != 8080 {
+		t.Fatalf("live set: %v %v", set, err)
+	}
+}

@@ -59,6 +59,10 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 		return nil
 	}
 	v := labValidator(b.St, req.Lab, &pol)
+	guard, err := LoadGuard(ctx, b.St, req.Lab)
+	if err != nil {
+		return fault.Unavailable(fmt.Errorf("the built-in never-allow list: %w", err))
+	}
 	w := records.NewWriter(out.Stdout)
 	defer w.Flush()
 	var touched []Chain
@@ -70,7 +74,7 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 			batch.Add(err)
 			continue
 		}
-		p := Promotion{Chain: c, Cycle: req.Cycle, Dests: Classify(groups[lease], &pol), Policy: &pol, Validator: v, Now: b.St.Now()}
+		p := Promotion{Chain: c, Cycle: req.Cycle, Dests: Classify(groups[lease], &pol), Policy: &pol, Validator: v, Guard: guard, Now: b.St.Now()}
 		if req.DryRun {
 			_, cur, err := b.Head(c)
 			if err != nil {

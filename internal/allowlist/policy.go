@@ -80,6 +80,9 @@ type Policy struct {
 	// active names. The best-scored win.
 	MaxPerLease int `json:"max_per_lease"`
 	MaxNames    int `json:"max_names"`
+	// MaxPerCycle caps the entries one promotion (one cycle's evidence)
+	// activates, endpoints and names together.
+	MaxPerCycle int `json:"max_per_cycle"`
 
 	neverAllow []netip.Prefix
 }
@@ -117,6 +120,7 @@ func DefaultPolicy() Policy {
 			"*.cloudfront.net", "*.googleapis.com", "drive.google.com", "*.dropboxusercontent.com", "*.onion"},
 		MaxPerLease: 32,
 		MaxNames:    16,
+		MaxPerCycle: 4,
 	}
 }
 

@@ -30,7 +30,10 @@ type Promotion struct {
 	Dests     []Dest
 	Policy    *Policy
 	Validator Validator
-	Now       time.Time
+	// Guard is the built-in never-allow list (LoadGuard); nil: only its
+	// entries that hold everywhere (builtinGuard).
+	Guard *Guard
+	Now   time.Time
 }
 
 // Next computes the chain's next content from its current entries and the
@@ -45,6 +48,11 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 	var refusals refusalSet
 	expires := p.Now.Add(pol.TTL.D()).UTC().Truncate(time.Second)
 	verdict := firewall.Verdict(pol.Verdict)
+	guard := p.Guard
+	if guard == nil {
+		g := builtinGuard()
+		guard = &g
+	}
 	newlyActive := map[string]bool{}
 	for i := range p.Dests {
 		d := &p.Dests[i]
@@ -73,7 +81,7 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 		if d.Score < pol.CandidateScore {
 			continue
 		}
-		if why := refuse(d, pol, p.Validator, verdict); why != "" {
+		if why := refuse(d, pol, guard, p.Validator, verdict); why != "" {
 			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: "refused", Reason: why})
 			if e != nil && live(e.Status) {
 				e.Status, e.Reason = records.StatusRevoked, "refused: "+why
@@ -131,6 +139,7 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 	sortEntries(out)
 	refusals.list = append(refusals.list, capActive(out, newlyActive, records.AllowEndpoint, pol.MaxPerLease, "max_per_lease")...)
 	refusals.list = append(refusals.list, capActive(out, newlyActive, records.AllowDomain, pol.MaxNames, "max_names")...)
+	refusals.list = append(refusals.list, capCycle(out, newlyActive, pol.MaxPerCycle)...)
 	return out, refusals.sorted()
 }
 
@@ -156,15 +165,19 @@ func rank(s string) int {
 	return 0
 }
 
-// refuse is why a C2 destination may not be allowed at all.
-func refuse(d *Dest, pol *Policy, v Validator, verdict firewall.Verdict) string {
+// refuse is why a C2 destination may not be allowed at all, naming the
+// rule: the built-in never-allow list first, whatever the policy says.
+func refuse(d *Dest, pol *Policy, g *Guard, v Validator, verdict firewall.Verdict) string {
 	switch d.Type {
 	case records.AllowEndpoint:
-		if pf := pol.neverAllowed(d.addr); pf != "" {
-			return fmt.Sprintf("%s: in never_allow %s", d.addr, pf)
+		if why := g.refuse(d.addr, slices.Concat(d.Names, d.Claimed)); why != "" {
+			return why
 		}
 		if err := v.Check(firewall.Element{Dst: d.addr, Proto: d.proto, Port: d.port, Verdict: verdict}); err != nil {
-			return err.Error()
+			return "validator: " + err.Error()
+		}
+		if pf := pol.neverAllowed(d.addr); pf != "" {
+			return fmt.Sprintf("%s: never_allow: in %s (policy)", d.addr, pf)
 		}
 		for _, n := range slices.Concat(d.Names, d.Claimed) {
 			if p := matchAny(pol.NeverAllowNames, n); p != "" {
@@ -174,6 +187,9 @@ func refuse(d *Dest, pol *Policy, v Validator, verdict firewall.Verdict) string 
 	case records.AllowDomain:
 		if _, err := dnsname.Forwardable(d.Value); err != nil {
 			return "not a forwardable name: " + err.Error()
+		}
+		if why := g.refuse(netip.Addr{}, []string{d.Value}); why != "" {
+			return why
 		}
 		if p := matchAny(pol.NeverAllowNames, d.Value); p != "" {
 			return fmt.Sprintf("%s: never_allow_names: matches %s", d.Value, p)
@@ -225,6 +241,31 @@ func capActive(es []*records.AllowEntry, newly map[string]bool, typ string, max 
 		}
 		e.Status = records.StatusCandidate
 		out = append(out, records.Refusal{Target: e.Value, Class: "cap", Reason: fmt.Sprintf("%s (%d) reached; kept as a candidate", name, max)})
+	}
+	return out
+}
+
+// capCycle keeps at most max entries activated by one promotion, of any
+// type (the best scores win; the rest stay candidates), so that no one
+// cycle's evidence opens many destinations at once.
+func capCycle(es []*records.AllowEntry, newly map[string]bool, max int) []records.Refusal {
+	if max <= 0 {
+		return nil
+	}
+	var fresh []*records.AllowEntry
+	for _, e := range es {
+		if newly[EntryKey(e)] && e.Status == records.StatusActive {
+			fresh = append(fresh, e)
+		}
+	}
+	if len(fresh) <= max {
+		return nil
+	}
+	sort.SliceStable(fresh, func(i, j int) bool { return fresh[i].Score > fresh[j].Score })
+	var out []records.Refusal
+	for _, e := range fresh[max:] {
+		e.Status = records.StatusCandidate
+		out = append(out, records.Refusal{Target: e.Value, Class: "cap", Reason: fmt.Sprintf("max_per_cycle (%d) reached; kept as a candidate", max)})
 	}
 	return out
 }
