@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 func TestScripts(t *testing.T) {
 	cmds := clitest.Cmds()
 	cmds["mkpcap"] = mkpcap
+	cmds["mkbotpcap"] = mkbotpcap
 	cmds["putblob"] = putblob
 	cmds["cut"] = cut
 	cmds["expand"] = expand
@@ -113,6 +114,43 @@ func mkpcap(ts *testscript.TestScript, neg bool, args []string) {
 		data = z.Bytes()
 	}
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), data, 0o644))
+}
+
+// mkbotpcap PATH: writes a capture of bot command channels, each on an
+// unusual port with its bytes split into small segments: a Mirai session
+// (hello, ID, keep-alives, a SYN flood order) and its scanner's credential
+// report, a Gafgyt session (registration, PING/PONG, a UDP flood order),
+// an IRC session (NICK, USER, JOIN with a key, PING/PONG, an order in a
+// channel message), HTTP polling every 30 s; and, as no channel, an
+// ordinary HTTP exchange and a TLS handshake on 443.
+func mkbotpcap(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: mkbotpcap PATH")
+	}
+	var buf bytes.Buffer
+	g, err := pcapgen.New(&buf, pcapgen.Options{})
+	ts.Check(err)
+	at := func(p uint16) netip.AddrPort { return netip.AddrPortFrom(c2, p) }
+	bot := func(p uint16) netip.AddrPort { return netip.AddrPortFrom(lab, p) }
+	g.MiraiSession(bot(40001), at(48101), "lab.mips", 3, pcapgen.MiraiOrder(30, 3, []netip.Prefix{netip.PrefixFrom(other, 32)},
+		[]pcapgen.MiraiOption{{Key: 7, Value: "80"}}), 3)
+	c := g.Dial(bot(40002), at(48102), 1, 1)
+	c.MSS = 5
+	c.Send(pcapgen.MiraiReport(netip.MustParseAddrPort("192.0.2.44:23"), "root", "xc3511"))
+	c.Close()
+	g.GafgytSession(bot(40003), at(666), "MIPSEL", 2, []string{"!* UDP 198.51.100.9 80 60 32 1024 10"}, 4)
+	g.IRCSession(bot(40004), at(4444), "x86|lab", "#b0ts", "s3cret", 3, []string{"!udp 198.51.100.9 53 120"}, 7)
+	g.HTTPPolls(lab, at(8080), "c2.example", "/gate.php", 5, 30e9)
+	c = g.Dial(bot(40005), netip.AddrPortFrom(other, 80), 1, 1)
+	c.Send(pcapgen.HTTPGet("www.example", "/", "Mozilla/5.0"))
+	c.Reply(pcapgen.HTTPResponse(200, "OK", []byte("hello")))
+	c.Close()
+	c = g.Dial(bot(40006), netip.AddrPortFrom(other, 443), 1, 1)
+	c.Send(pcapgen.ClientHelloRecord(pcapgen.Hello{Version: 0x0303, Ciphers: []uint16{0x1301}, Order: []uint16{0}, SNI: "www.example"}))
+	c.Reply(pcapgen.ServerHelloRecord(0x0303, 0x1301))
+	c.Close()
+	ts.Check(g.Flush())
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), buf.Bytes(), 0o644))
 }
 
 // putblob FILE VAR: stores FILE in the state's blob store and sets $VAR to

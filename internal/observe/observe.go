@@ -178,6 +178,7 @@ func Merge(dst, src *records.Observable) {
 	mergeICMP(&dst.ICMP, src.ICMP)
 	mergeFile(&dst.File, src.File)
 	mergeBehaviour(dst, src)
+	mergeC2(dst, src)
 	if s := src.Notice; s != nil {
 		if dst.Notice == nil {
 			dst.Notice = &records.NoticeInfo{Note: s.Note}

@@ -152,7 +152,7 @@ func sizeOf(o *records.Observable) int {
 	if a := o.Alert; a != nil {
 		n += len(a.Signature) + len(a.Category) + strs(a.Src) + strs(a.Dst)
 	}
-	return n + sizeOfBehaviour(o)
+	return n + sizeOfBehaviour(o) + sizeOfC2(o)
 }
 
 func strs(ss []string) int {
@@ -201,12 +201,12 @@ var typeOrder = map[string]int{
 	records.ObsDomain: 0, records.ObsIP: 1, records.ObsEndpoint: 2, records.ObsScan: 3, records.ObsHTTP: 4, records.ObsTLS: 5,
 	records.ObsICMP: 6, records.ObsFile: 7, records.ObsNotice: 8, records.ObsAlert: 9,
 	records.ObsTrace: 10, records.ObsProcess: 11, records.ObsPath: 12, records.ObsNetcall: 13, records.ObsPersistence: 14,
-	records.ObsEvasion: 15,
+	records.ObsEvasion: 15, records.ObsC2Channel: 16, records.ObsC2Command: 17,
 }
 
 // Flush emits everything held, by type (domain, ip, endpoint, scan, http,
 // tls, icmp, file, notice, alert, trace, process, path, netcall,
-// persistence, evasion), then first sighting, then value; it returns the
+// persistence, evasion, c2-channel, c2-command), then first sighting, then value; it returns the
 // first error emit returned.
 func (s *Set) Flush() error {
 	all := make([]*records.Observable, 0, len(s.m))

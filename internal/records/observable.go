@@ -24,18 +24,24 @@ const KindObservable = "observable"
 //	icmp    "orig_h>resp_h type/code" ("10.13.37.5>198.51.100.1 8/0")
 //	file    the file's sha256 (md5, sha1 or sensor file id when that is all there is)
 //	notice  Zeek notice name, alert Suricata signature text
+//	c2-channel "protocol resp_h:resp_p" of a bot's command channel ("mirai 203.0.113.7:23"),
+//	        "http METHOD http://host/path" for HTTP polling (the query left out)
+//	c2-command "family order" as the C2 sent it: Mirai's decoded ("mirai syn 198.51.100.9/32 30s dport=80"),
+//	        a text order's line ("gafgyt !* UDP 198.51.100.9 80 60"), an IRC message's text ("irc !udp 198.51.100.9")
 const (
-	ObsDomain   = "domain"
-	ObsIP       = "ip"
-	ObsEndpoint = "endpoint"
-	ObsScan     = "scan"
-	ObsFlow     = "flow"
-	ObsHTTP     = "http"
-	ObsTLS      = "tls"
-	ObsICMP     = "icmp"
-	ObsFile     = "file"
-	ObsNotice   = "notice"
-	ObsAlert    = "alert"
+	ObsDomain    = "domain"
+	ObsIP        = "ip"
+	ObsEndpoint  = "endpoint"
+	ObsScan      = "scan"
+	ObsFlow      = "flow"
+	ObsHTTP      = "http"
+	ObsTLS       = "tls"
+	ObsICMP      = "icmp"
+	ObsFile      = "file"
+	ObsNotice    = "notice"
+	ObsAlert     = "alert"
+	ObsC2Channel = "c2-channel"
+	ObsC2Command = "c2-command"
 )
 
 // Observable is one thing the sensors saw, deduplicated by (lease, type,
@@ -71,6 +77,9 @@ type Observable struct {
 	File     *FileInfo     `json:"file,omitempty"`
 	Notice   *NoticeInfo   `json:"notice,omitempty"`
 	Alert    *AlertInfo    `json:"alert,omitempty"`
+
+	C2Channel *C2ChannelInfo `json:"c2_channel,omitempty"`
+	C2Command *C2CommandInfo `json:"c2_command,omitempty"`
 
 	Process     *ProcessInfo   `json:"process,omitempty"`
 	Path        *PathInfo      `json:"path,omitempty"`
@@ -278,6 +287,52 @@ type AlertInfo struct {
 	Severity    int      `json:"severity,omitempty"`
 	Src         []string `json:"src,omitempty"`
 	Dst         []string `json:"dst,omitempty"`
+}
+
+// C2ChannelInfo is a bot's command channel as recognised from the bytes of
+// its connections. Everything in it is what a sample sent, as sent.
+type C2ChannelInfo struct {
+	// Family is the guess of the bot family (mirai, gafgyt, irc-bot,
+	// http-poll); Protocol the channel's protocol (mirai, mirai-report,
+	// gafgyt, irc, http).
+	Family   string `json:"family"`
+	Protocol string `json:"protocol"`
+	// Server is the C2's endpoint, resp_h:resp_p unless the bytes showed
+	// the originator to be the C2.
+	Server  string   `json:"server"`
+	Clients []string `json:"clients,omitempty"`
+	// Identities are what the bot announced: Mirai's ID, IRC's NICK and
+	// USER, a Gafgyt registration line.
+	Identities []string `json:"identities,omitempty"`
+	// Channels are the IRC channels joined, with their key ("#c key").
+	Channels []string `json:"channels,omitempty"`
+	// KeepAlives counts keep-alive messages (Mirai's two zero bytes, PING);
+	// KeepAlivePeriod is their mean interval in seconds, or for HTTP
+	// polling the requests'.
+	KeepAlives      int64   `json:"keepalives"`
+	KeepAlivePeriod float64 `json:"keepalive_period"`
+	// Commands counts the orders decoded on the channel (c2-command).
+	Commands int64 `json:"commands"`
+	// Reports are a Mirai scanner's credential reports: "addr:port user:password".
+	Reports []string `json:"reports,omitempty"`
+}
+
+// C2CommandInfo is one order a C2 sent, decoded.
+type C2CommandInfo struct {
+	Family   string `json:"family"`
+	Protocol string `json:"protocol"`
+	// Vector is the attack or command named (syn, udpplain, UDP, !udp, …).
+	Vector  string   `json:"vector"`
+	Targets []string `json:"targets,omitempty"` // addresses, prefixes or names
+	Ports   []string `json:"ports,omitempty"`
+	// Duration is the attack's duration in seconds, as ordered.
+	Duration int64 `json:"duration,omitempty"`
+	// Options are the order's other settings, "key=value".
+	Options []string `json:"options,omitempty"`
+	// Raw is the order as sent: the text line, or Mirai's bytes in hex.
+	Raw     string   `json:"raw"`
+	Servers []string `json:"servers,omitempty"`
+	Clients []string `json:"clients,omitempty"`
 }
 
 // AppendJSON appends the JSON encoding of o to b: the same bytes Marshal
@@ -507,6 +562,37 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.int("severity", int64(a.Severity), true)
 		e.strs("src", a.Src)
 		e.strs("dst", a.Dst)
+		e.close()
+	}
+	if c := o.C2Channel; c != nil {
+		e.key("c2_channel")
+		e.open()
+		e.str("family", c.Family, false)
+		e.str("protocol", c.Protocol, false)
+		e.str("server", c.Server, false)
+		e.strs("clients", c.Clients)
+		e.strs("identities", c.Identities)
+		e.strs("channels", c.Channels)
+		e.int("keepalives", c.KeepAlives, false)
+		e.key("keepalive_period")
+		e.b = appendFloat(e.b, c.KeepAlivePeriod)
+		e.int("commands", c.Commands, false)
+		e.strs("reports", c.Reports)
+		e.close()
+	}
+	if c := o.C2Command; c != nil {
+		e.key("c2_command")
+		e.open()
+		e.str("family", c.Family, false)
+		e.str("protocol", c.Protocol, false)
+		e.str("vector", c.Vector, false)
+		e.strs("targets", c.Targets)
+		e.strs("ports", c.Ports)
+		e.int("duration", c.Duration, true)
+		e.strs("options", c.Options)
+		e.str("raw", c.Raw, false)
+		e.strs("servers", c.Servers)
+		e.strs("clients", c.Clients)
 		e.close()
 	}
 	e.behaviour(o)

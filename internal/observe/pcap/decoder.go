@@ -50,6 +50,9 @@ type Stats struct {
 	// HeadsRefused counts stream directions not read because MaxHeads
 	// buffers were in use.
 	HeadsRefused int64
+	// BotsRefused counts connections that might have carried a bot's
+	// channel, not read because MaxBotConvs recognisers were in use.
+	BotsRefused int64
 }
 
 // Decoder is the per-file packet engine. It is not safe for concurrent use.
@@ -94,6 +97,12 @@ type Decoder struct {
 	ch        tlsfp.ClientHello
 	sh        tlsfp.ServerHello
 	conn      observe.Conn
+	bots      int // bot-channel recognisers in use
+	freeBots  []*botConv
+	botFlow   *flow // the connection a recogniser is being fed
+	botTS     int64 // and the packet's time and number
+	botN      int64
+	polls     map[uint64]*poll
 
 	Stats
 }
@@ -105,6 +114,7 @@ func New(cfg Config) *Decoder {
 	}
 	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(), ports: make(map[uint32]string),
 		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
+		polls:   make(map[uint64]*poll),
 		decoded: make([]gopacket.LayerType, 0, 16)}
 	d.frags.m = make(map[fragKey]*fragBuf)
 	d.dnsMsg.Names = &d.dnsNames
@@ -546,6 +556,7 @@ func (d *Decoder) finishAll() {
 			f = next
 		}
 	}
+	d.emitPolls()
 }
 
 func tcpFlags(t *layers.TCP) uint8 {
@@ -609,12 +620,17 @@ func (d *Decoder) tcpPacket(k *pkt) {
 	if len(payload) > plen {
 		payload = payload[:plen]
 	}
-	if len(payload) > 0 && flags&flagRST == 0 && f.app != appNone {
+	if len(payload) > 0 && flags&flagRST == 0 {
 		seq := t.Seq
 		if flags&flagSYN != 0 {
 			seq++
 		}
-		d.stream(f, fwd == f.origIsA, seq, payload, k)
+		if f.app != appNone {
+			d.stream(f, fwd == f.origIsA, seq, payload, k)
+		}
+		if !f.botOff {
+			d.botSegment(f, fwd == f.origIsA, seq, payload, k)
+		}
 	}
 	d.touch(f, ts)
 }

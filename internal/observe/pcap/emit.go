@@ -38,6 +38,7 @@ func (d *Decoder) finish(f *flow) {
 	if !f.carried || f.ep[0].pkts+f.ep[1].pkts > 0 {
 		d.emitFlow(f)
 	}
+	d.emitBot(f)
 	d.release(&f.half[0])
 	d.release(&f.half[1])
 	*f = flow{}
@@ -103,8 +104,10 @@ func (d *Decoder) emitHTTP(f *flow, r *httpReq) {
 	v6 := f.key.v6
 	server := d.hostPort(f.respAddr(), v6, f.respPort())
 	host := cmp.Or(r.req.Host, server)
-	o, _ := d.cfg.Origin.NewHTTP(HTTPValue(r.req.Method, host, r.req.URI), tsTime(r.ts), r.n, 0,
-		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, d.addrString(f.origAddr(), v6))
+	value, client := HTTPValue(r.req.Method, host, r.req.URI), d.addrString(f.origAddr(), v6)
+	d.pollRequest(r, value, server, client)
+	o, _ := d.cfg.Origin.NewHTTP(value, tsTime(r.ts), r.n, 0,
+		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, client)
 	d.cfg.Sink.Add(o)
 }
 

@@ -85,6 +85,8 @@ type flow struct {
 	prev, next         *flow
 	half               [2]half
 	pend               *pending
+	bot                *botConv // the bot-channel recogniser, while it reads
+	botOff             bool     // no channel recognised here: not read
 	dnsQ               [4]dnsQuery
 	dnsN               uint8
 	dnsSeen            bool
@@ -143,6 +145,11 @@ func (f *flow) flip() {
 	f.origIsA = !f.origIsA
 	f.ep[0], f.ep[1] = f.ep[1], f.ep[0]
 	f.half[0], f.half[1] = f.half[1], f.half[0]
+	if f.bot != nil {
+		f.bot.Swap()
+		f.bot.next[0], f.bot.next[1] = f.bot.next[1], f.bot.next[0]
+		f.bot.started[0], f.bot.started[1] = f.bot.started[1], f.bot.started[0]
+	}
 	for i, c := range f.hist[:f.histN] {
 		switch {
 		case c >= 'A' && c <= 'Z':

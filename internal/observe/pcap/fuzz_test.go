@@ -25,6 +25,15 @@ func seedCaptures(t testing.TB) [][]byte {
 			g.ICMPEcho(client, netip.MustParseAddr("192.0.2.1"), false, 1, 1, nil)
 		}))
 	}
+	// The bot channels, each split into small segments.
+	out = append(out, capture(t, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		g.MiraiSession(ap(client, 40001), ap(server, 23), "x", 2, miraiSYN(), 3)
+		g.GafgytSession(ap(client, 40002), ap(server, 666), "X", 1, []string{"!* UDP 192.0.2.9 80 5"}, 4)
+		g.IRCSession(ap(client, 40003), ap(server, 4444), "n", "#c", "k", 1, []string{"!udp 192.0.2.9"}, 5)
+		c := g.Dial(ap(client, 40004), ap(server, 48101), 1, 1)
+		c.Send(pcapgen.MiraiReport(ap(netip.MustParseAddr("192.0.2.44"), 23), "root", "x"))
+		c.Close()
+	}))
 	return out
 }
 
