@@ -63,7 +63,7 @@ var SpoofVariants = []string{"ip", "mac", "ip+mac"}
 
 // Bounds that keep every mode small.
 const (
-	spoofRepeats    = 20
+	spoofRepeats    = 100                   // five seconds: long enough to overlap the neighbour's beacons
 	spoofGap        = 50 * time.Millisecond // 20 frames a second per variant
 	arpRepeats      = 10
 	arpGap          = 100 * time.Millisecond
@@ -605,9 +605,13 @@ func (b *Beacon) hostileSpray(ctx context.Context, h *Hostile) error {
 	})
 	b.Logf("hostile spray to=%s ports=1-%d open=%d", h.Spray, h.SprayPorts, open)
 	resolver := netip.AddrPortFrom(h.Gateway, 53).String()
+	// The names are drawn here: Rand is not safe for the parallel askers.
+	names := make([]string, h.DNSBurst)
+	for i := range names {
+		names[i] = fmt.Sprintf("%08x.%s", b.Rand.Uint32(), h.DNSDomain)
+	}
 	paced(ctx, h.DNSBurst, func(i int) {
-		name := fmt.Sprintf("%08x.%s", b.Rand.Uint32(), h.DNSDomain)
-		if b.dnsAsk(ctx, resolver, uint16(i), name) {
+		if b.dnsAsk(ctx, resolver, uint16(i), names[i]) {
 			mu.Lock()
 			answered++
 			mu.Unlock()
