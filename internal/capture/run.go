@@ -297,6 +297,11 @@ func leaseRules(st *state.Store, lease string, rec *records.Capture, lab *netlab
 	if err != nil {
 		return nil, nil, &InputError{fmt.Errorf("plan %s: %w", rec.Plan, err)}
 	}
+	// A plan without a rate gets the default: a rate-limit verdict is never
+	// unlimited.
+	if rate.Value == 0 {
+		rate = firewall.DefaultRate
+	}
 	lr := &firewall.LeaseRules{Lease: lease, IP: ip, Port: rec.Iface, Rate: rate, AllowSMTP: pol.AllowSMTP}
 	return lr, &records.RuleSummary{Table: lab.Config.Table, Mode: pol.Mode, RateLimit: rate.String(),
 		AllowSMTP: pol.AllowSMTP, Applied: true}, nil

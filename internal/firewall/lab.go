@@ -96,6 +96,9 @@ func (f *NFT) Up(ctx context.Context) error {
 	// forward (filter): replies, sinkholed traffic, lease rules; the rest of
 	// the lab's traffic is dropped. Other interfaces are left alone.
 	add(rule(t, fwd, "replies to guests", oif(br), established(), then(accept())))
+	if err := f.guestLimitRules(c, t, fwd); err != nil {
+		return err
+	}
 	add(rule(t, fwd, "lease rules", iif(br), ipv4(), saddrVmap(lf)))
 	add(rule(t, fwd, "guest to sinkhole", iif(br), oif(cfg.SinkIface), ipv4(), daddrIs(cfg.Sinkhole), then(accept())))
 	add(rule(t, fwd, "guest ipv6", iif(br), nfproto(unix.NFPROTO_IPV6), then(drop())))

@@ -142,18 +142,21 @@ func (f *NFT) ApplyLease(ctx context.Context, lr LeaseRules) error {
 				then(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 					&expr.Lookup{SourceRegister: 1, SetName: setSMTP}), then(drop())))
 		}
+		f.budgetRules(c, t, o.fwd)
 		c.AddRule(rule(t, o.fwd, "forward", elemLookup(set(Forward)), then(accept())))
-		if lr.Rate.Value > 0 {
-			// One token bucket per destination: a meter keyed like the set.
-			meter := &nftables.Set{Table: t, Name: "rlm_" + tag, KeyType: elemType, Concatenation: true,
-				Dynamic: true, HasTimeout: true, Timeout: time.Minute, Size: f.cfg.MaxElements}
-			if err := c.AddSet(meter, nil); err != nil {
-				return err
-			}
-			c.AddRule(rule(t, o.fwd, "rate-limit: over the limit", elemLookup(set(RateLimit)),
-				then(&expr.Dynset{SrcRegKey: 8, SetName: meter.Name, Operation: unix.NFT_DYNSET_OP_UPDATE,
-					Timeout: time.Minute, Exprs: []expr.Any{limitOver(lr.Rate)}}), then(drop())))
+		rate := lr.Rate
+		if rate.Value == 0 {
+			rate = DefaultRate
 		}
+		// One token bucket per destination: a meter keyed like the set.
+		meter := &nftables.Set{Table: t, Name: "rlm_" + tag, KeyType: elemType, Concatenation: true,
+			Dynamic: true, HasTimeout: true, Timeout: time.Minute, Size: f.cfg.MaxElements}
+		if err := c.AddSet(meter, nil); err != nil {
+			return err
+		}
+		c.AddRule(rule(t, o.fwd, "rate-limit: over the limit", elemLookup(set(RateLimit)),
+			then(&expr.Dynset{SrcRegKey: 8, SetName: meter.Name, Operation: unix.NFT_DYNSET_OP_UPDATE,
+				Timeout: time.Minute, Exprs: []expr.Any{limitOver(rate)}}), then(drop())))
 		c.AddRule(rule(t, o.fwd, "rate-limit: within the limit", elemLookup(set(RateLimit)), then(accept())))
 	}
 	// Dispatch the lease's port and source address to its chains.

@@ -46,6 +46,8 @@ type Config struct {
 	// MaxElements caps each of a lease's verdict sets (default 65536); the
 	// kernel refuses a batch that would overflow one, and nothing changes.
 	MaxElements uint32 `json:"max_elements,omitempty"`
+	// Limits bound each guest's load (DefaultLimits where zero).
+	Limits Limits `json:"limits,omitzero"`
 }
 
 // LeaseRules is what one lease gets.
@@ -53,7 +55,9 @@ type LeaseRules struct {
 	Lease string     `json:"lease"`
 	IP    netip.Addr `json:"ip"`
 	// Port is the guest's tap on the bridge; reflect needs it.
-	Port      string    `json:"port,omitempty"`
+	Port string `json:"port,omitempty"`
+	// Rate limits each rate-limit endpoint (DefaultRate when zero: a
+	// rate-limit verdict is never unlimited).
 	Rate      Rate      `json:"rate"`
 	AllowSMTP bool      `json:"allow_smtp"`
 	Elements  []Element `json:"elements,omitempty"`
@@ -101,6 +105,7 @@ func New(cfg Config) (*NFT, error) {
 	if cfg.MaxElements == 0 {
 		cfg.MaxElements = 65536
 	}
+	cfg.Limits.defaults()
 	return &NFT{cfg: cfg}, nil
 }
 

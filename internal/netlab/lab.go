@@ -55,6 +55,8 @@ type Config struct {
 	INetSimServices []string `json:"inetsim_services,omitempty"`
 	// Dir holds the lab's generated configs, pid files and logs.
 	Dir string `json:"dir"`
+	// Limits bound each guest's load (firewall.DefaultLimits where zero).
+	Limits firewall.Limits `json:"limits,omitzero"`
 }
 
 // Defaults fills unset fields.
@@ -136,7 +138,7 @@ func (c *Config) Firewall() (*firewall.NFT, error) {
 	return firewall.New(firewall.Config{
 		Table: c.Table, NetNS: c.HostNSPath(), Bridge: c.Bridge, LabNet: c.LabNet, Gateway: c.Gateway(),
 		SinkIface: c.SinkVeth, SinkNet: c.SinkNet, Sinkhole: c.Sinkhole(), Uplink: c.Uplink, Upstream: c.Upstream,
-		SMTPPorts: c.SMTPPorts, DHCP: c.DHCP, Documentation: c.Documentation,
+		SMTPPorts: c.SMTPPorts, DHCP: c.DHCP, Documentation: c.Documentation, Limits: c.Limits,
 	})
 }
 

@@ -252,6 +252,10 @@ func (l *Lab) sniff(ns, iface string, frames bool) *Sniffer {
 			return err
 		}
 		s.fd = fd
+		// A flood must not overflow the sniffer: it counts what arrived.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
+			return err
+		}
 		tv := unix.Timeval{Usec: 100000}
 		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 			return err
