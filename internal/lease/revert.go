@@ -70,10 +70,10 @@ func (m *Manager) serves(l *records.SandboxLease, p *records.Plan) (bool, error)
 // revert makes a claimed lease's guest clean for r's sample. The caller
 // holds the lease's acquire lock and has written it "creating" (so that a
 // tb-lease that dies here leaves it for reap to fail, and no one adopts
-// the old guest): the domain is destroyed, the lease's captures are
-// stopped (their rules, compiled from the old plan, go with them), the
-// entries of its allow chain are revoked, and the guest boots again on a
-// fresh overlay of its image. On failure the lease is failed.
+// the old guest): the lease's captures are stopped (their rules, compiled
+// from the old plan, go with them), the domain is destroyed, the entries
+// of its allow chain are revoked, and the guest boots again on a fresh
+// overlay of its image. On failure the lease is failed.
 func (m *Manager) revert(ctx context.Context, l *records.SandboxLease, r *Request) (*records.SandboxLease, error) {
 	start := time.Now()
 	fail := func(err error) (*records.SandboxLease, error) {
@@ -84,13 +84,14 @@ func (m *Manager) revert(ctx context.Context, l *records.SandboxLease, r *Reques
 	if err != nil {
 		return fail(err)
 	}
-	// The old guest stops first: nothing it left runs while the rest is
-	// reset.
-	if err := c.Destroy(ctx, l.VMName); err != nil {
+	rv := records.LeaseRevert{From: l.Samples, To: planSample(r.Plan), Plan: r.Plan.ID, Holder: r.Holder, How: "boot"}
+	// The captures stop while their tap exists: a daemon that outlives its
+	// interface ends without removing the rules.
+	if rv.Captures, err = m.stopCaptures(ctx, l.ID); err != nil {
 		return fail(err)
 	}
-	rv := records.LeaseRevert{From: l.Samples, To: planSample(r.Plan), Plan: r.Plan.ID, Holder: r.Holder, How: "boot"}
-	if rv.Captures, err = m.stopCaptures(ctx, l.ID); err != nil {
+	// Then the old guest: nothing it left runs while the rest is reset.
+	if err := c.Destroy(ctx, l.VMName); err != nil {
 		return fail(err)
 	}
 	if rv.Revision, err = m.closeAllowChain(ctx, l.ID, rv.To); err != nil {
@@ -130,11 +131,12 @@ func sampleList(p *records.Plan) []string {
 	return nil
 }
 
-// stopCaptures stops the lease's running captures, which removes the
-// lease's rules from the lab's firewall.
+// stopCaptures stops the lease's captures that run or whose rules are
+// still applied (a daemon that died), which removes the lease's rules from
+// the lab's firewall.
 func (m *Manager) stopCaptures(ctx context.Context, lease string) ([]string, error) {
 	cs, err := state.FindBy(m.St, records.KindCapture, records.KeyLease, lease, func(c *records.Capture) bool {
-		return c.State == capture.StateRunning || c.State == capture.StateStarting
+		return c.State == capture.StateRunning || c.State == capture.StateStarting || (c.Rules != nil && c.Rules.Applied)
 	})
 	if err != nil {
 		return nil, err

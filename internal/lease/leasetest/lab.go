@@ -9,10 +9,12 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/netns"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
@@ -25,6 +27,39 @@ type Lab struct {
 	LabNet netip.Prefix
 	SinkNS string
 	dir    string
+	// uplinkNS holds the far end of UpDocumentationLab's uplink.
+	uplinkNS string
+}
+
+// upUplink makes the uplink a veth whose peer is alone, down, in a
+// network namespace of its own: what is forwarded goes nowhere.
+func (l *Lab) upUplink(name, ns string) error {
+	if err := netns.Create(ns); err != nil {
+		return err
+	}
+	l.uplinkNS = ns
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: name + "p"}); err != nil {
+		return err
+	}
+	peer, err := netlink.LinkByName(name + "p")
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(netns.Path(ns))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := netlink.LinkSetNsFd(peer, int(f.Fd())); err != nil {
+		return err
+	}
+	up, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(up)
 }
 
 // netLock serialises the choice of free networks between test processes.
@@ -36,6 +71,20 @@ const netLock = "/run/talkbox-leasetest-net.lock"
 // directory and checks its containment, as tb-capture net up does. Down
 // takes it down.
 func UpLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Prefix, opts ...state.Option) (*Lab, error) {
+	return upLab(ctx, stateDir, hostNS, bridge, labNet, false, opts...)
+}
+
+// UpDocumentationLab is UpLab in this namespace, on new names, whose
+// firewall accepts a lease's allowed destinations (tb-allow's forward
+// elements) in the documentation ranges that stand in for the internet
+// (tb-capture net up --documentation): its uplink is a dummy interface,
+// which discards whatever would be forwarded, so nothing leaves the
+// machine.
+func UpDocumentationLab(ctx context.Context, stateDir string, opts ...state.Option) (*Lab, error) {
+	return upLab(ctx, stateDir, "", "", netip.Prefix{}, true, opts...)
+}
+
+func upLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Prefix, documentation bool, opts ...state.Option) (*Lab, error) {
 	var b [4]byte
 	rand.Read(b[:])
 	tag := hex.EncodeToString(b[:])[:8]
@@ -66,6 +115,13 @@ func UpLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Pr
 		SinkVeth: "tbltk" + tag, SinkNet: sinkNet, Table: "talkboxlt" + tag}
 	cfg.Defaults()
 	l := &Lab{Name: cfg.Name, Bridge: bridge, LabNet: labNet, SinkNS: cfg.SinkNS, dir: capture.LabDir(st, cfg.Name)}
+	if documentation {
+		cfg.Documentation, cfg.Uplink = true, "tbltu"+tag
+		if err := l.upUplink(cfg.Uplink, "tbltn"+tag); err != nil {
+			l.Down()
+			return nil, fmt.Errorf("uplink %s: %w", cfg.Uplink, err)
+		}
+	}
 	rep, err := capture.UpLab(ctx, st, cfg)
 	if err == nil {
 		err = rep.Err()
@@ -78,7 +134,13 @@ func UpLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Pr
 }
 
 // Down takes the lab down.
-func (l *Lab) Down() { netlab.Down(context.Background(), l.dir) }
+func (l *Lab) Down() {
+	netlab.Down(context.Background(), l.dir)
+	if l.uplinkNS != "" {
+		// The veth goes with its peer's namespace.
+		netns.Delete(l.uplinkNS)
+	}
+}
 
 // freeNets finds a lab and a sinkhole network no interface of this
 // namespace is on (10.215.K.0/24 and 10.216.K.0/24), under netLock.
