@@ -14,6 +14,8 @@ pkgs=(
   qemu-system-mips qemu-system-ppc qemu-system-misc qemu-user-static binfmt-support strace
   debootstrap mmdebstrap arch-test e2fsprogs
   nftables iproute2 tcpdump tshark inetsim dnsmasq-base busybox-static
+  # multilog caps the sinkhole's dnsmasq logs (internal/netlab).
+  daemontools
   # The lease report's browser test (internal/leasereport) renders in headless Chromium.
   chromium
   # The PostgreSQL state backend's tests start throw-away clusters from it (internal/state/pgtest).

@@ -47,7 +47,7 @@ func TestDHCP(t *testing.T) {
 		return err
 	})
 	if err != nil || !strings.Contains(string(out), "lease of "+want.String()+" obtained") {
-		log, _ := os.ReadFile(filepath.Join(cfg.Dir, "dhcp.log"))
+		log, _ := os.ReadFile(filepath.Join(netlab.LogDir(&cfg, "dhcp"), "current"))
 		t.Fatalf("udhcpc: %v: %s\ndnsmasq: %s", err, out, log)
 	}
 }

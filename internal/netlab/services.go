@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -39,6 +40,9 @@ type service struct {
 	// ready is an address that accepts connections once the service is up.
 	ready string
 	argv  func(cfg *Config, dir string) ([]string, error)
+	// log, when set, is the directory where multilog keeps the service's
+	// stderr, capped.
+	log string
 }
 
 func services(cfg *Config) []service {
@@ -47,9 +51,9 @@ func services(cfg *Config) []service {
 		// The answerer comes first: the front resolver sends it the
 		// subdomains of forwarded names.
 		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(dnsAnswerer, "53"), argv: dnsAnswerArgs},
-		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs},
+		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs, log: LogDir(cfg, "dns")},
 		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: net.JoinHostPort(cfg.Sinkhole().String(), "80"), argv: inetsimArgs},
-		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs},
+		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs, log: LogDir(cfg, "dhcp")},
 	}
 }
 
@@ -77,6 +81,8 @@ func dnsAnswerArgs(cfg *Config, dir string) ([]string, error) {
 	return []string{"dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll",
 		"--bind-interfaces", "--listen-address=" + dnsAnswerer,
 		"--address=/#/" + cfg.Sinkhole().String(),
+		// The front logs every query, with where it went.
+		"--log-facility=/dev/null",
 		"--user=root", "--pid-file=" + pidFile(dir, "dns-answer")}, nil
 }
 
@@ -92,7 +98,10 @@ func dnsArgs(cfg *Config, dir string) ([]string, error) {
 		// upstream by the more specific server= lines of the servers-file.
 		"--address=/#/" + cfg.Sinkhole().String(),
 		"--servers-file=" + dnsServersFile(dir),
-		"--log-queries", "--log-facility=" + filepath.Join(dir, "dns.log"),
+		// In the foreground, logging to stderr, which start sends through
+		// multilog; queued (and, when multilog falls behind, dropped)
+		// rather than waited for, so a flood of queries cannot stall it.
+		"--keep-in-foreground", "--log-queries", "--log-facility=-", "--log-async=25",
 		"--user=root", "--pid-file=" + pidFile(dir, "dns")}, nil
 }
 
@@ -114,12 +123,14 @@ func inetsimArgs(cfg *Config, dir string) ([]string, error) {
 		return nil, err
 	}
 	// INetSim's services drop to the inetsim user and reopen the logs, so
-	// the logs cannot live in the (private) state directory.
-	logs := inetsimLogs(cfg)
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return nil, err
+	// the logs cannot live in the (private) state directory: they go to a
+	// capped tmpfs that only that user (and root) may write.
+	inetsimUser, err := user.Lookup("inetsim")
+	if err != nil {
+		return nil, &MissingError{Program: "inetsim"}
 	}
-	if err := os.Chmod(logs, 0o777); err != nil {
+	logs := LogDir(cfg, "inetsim")
+	if err := mountCappedLogs(logs, INetSimLogSize, inetsimUser); err != nil {
 		return nil, err
 	}
 	return []string{"inetsim", "--config=" + conf, "--log-dir=" + logs, "--report-dir=" + logs,
@@ -128,8 +139,6 @@ func inetsimArgs(cfg *Config, dir string) ([]string, error) {
 
 // RunDir is where a lab keeps files other users must reach.
 func RunDir(cfg *Config) string { return filepath.Join("/run/talkbox", cfg.Name) }
-
-func inetsimLogs(cfg *Config) string { return filepath.Join(RunDir(cfg), "inetsim") }
 
 // DHCPHostsDir holds one file per lease (MAC,IP), picked up by dnsmasq
 // without a restart.
@@ -148,7 +157,7 @@ func dhcpArgs(cfg *Config, dir string) ([]string, error) {
 		"--dhcp-option=option:dns-server," + cfg.Gateway().String(),
 		"--dhcp-option=option:router," + cfg.Gateway().String(),
 		"--dhcp-leasefile=" + filepath.Join(dir, "dhcp.leases"),
-		"--log-dhcp", "--log-facility=" + filepath.Join(dir, "dhcp.log"),
+		"--keep-in-foreground", "--log-dhcp", "--log-facility=-", "--log-async=25",
 		"--user=root", "--pid-file=" + pidFile(dir, "dhcp")}, nil
 }
 
@@ -194,12 +203,24 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 	defer logf.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	var logw *os.File
+	var logged <-chan struct{}
+	if s.log != "" {
+		if logw, logged, err = cappedLog(s.log, logf); err != nil {
+			return err
+		}
+		cmd.Stderr = logw
+	}
 	cmd.Dir = dir
 	// INetSim shares state through SysV shared memory under a fixed key:
 	// each service gets its own IPC namespace, so labs never collide.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWIPC}
 	os.Remove(pidFile(dir, s.name))
 	err = netns.Do(s.ns, cmd.Start)
+	if logw != nil {
+		// The service holds its own end now: multilog ends when it does.
+		logw.Close()
+	}
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", s.name, err)
 	}
@@ -218,15 +239,15 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		// dnsmasq daemonizes: its first process exits once the daemon is up.
+		// dnsmasq daemonizes unless kept in the foreground: its first
+		// process exits once the daemon is up.
 		select {
 		case err := <-exited:
 			if argv[0] == "dnsmasq" && err == nil {
 				exited = nil
 				continue
 			}
-			out, _ := os.ReadFile(filepath.Join(dir, s.name+".out"))
-			return fmt.Errorf("%s exited at start (%v): %s", s.name, err, lastLine(out))
+			return fmt.Errorf("%s exited at start (%v): %s", s.name, err, startOutput(s, dir, logged))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -238,10 +259,32 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(filepath.Join(dir, s.name+".out"))
-			return fmt.Errorf("%s did not come up within 30s: %s", s.name, lastLine(out))
+			return fmt.Errorf("%s did not come up within 30s: %s", s.name, startOutput(s, dir, nil))
 		}
 	}
+}
+
+// startOutput is the last line a service wrote, for the error of a failed
+// start. A service that logs through multilog (logged) has exited: its
+// last line is in the log once multilog has ended, which it does at once.
+func startOutput(s service, dir string, logged <-chan struct{}) string {
+	if s.log == "" {
+		out, _ := os.ReadFile(filepath.Join(dir, s.name+".out"))
+		return lastLine(out)
+	}
+	if logged != nil {
+		select {
+		case <-logged:
+		case <-time.After(time.Second):
+		}
+	}
+	out, _ := os.ReadFile(filepath.Join(s.log, "current"))
+	line := lastLine(out)
+	// multilog's TAI64N stamp says nothing the error needs.
+	if stamp, rest, ok := strings.Cut(line, " "); ok && strings.HasPrefix(stamp, "@") {
+		line = rest
+	}
+	return line
 }
 
 func lastLine(b []byte) string {
@@ -331,6 +374,7 @@ func stopServices(cfg *Config) {
 		os.Remove(pidFile(cfg.Dir, s.name))
 		os.Remove(pidFile(cfg.Dir, s.name) + ".start")
 	}
+	unmountCappedLogs(LogDir(cfg, "inetsim"))
 }
 
 func serviceStatus(cfg *Config) []ServiceStatus {
@@ -361,10 +405,10 @@ func SetAllowedNames(dir string, names []string) error {
 	up := m.Config.Upstream
 	valid := make([]string, 0, len(names))
 	for _, n := range names {
-		c, ok := canonicalName(n)
-		if !ok {
+		c, err := DNSName(n)
+		if err != nil {
 			// The signature is the allow-list's and carries no logger.
-			slog.Warn("not forwarding an invalid DNS name", "lab", m.Config.Name, "name", n)
+			slog.Warn("not forwarding a name", "lab", m.Config.Name, "err", err)
 			continue
 		}
 		valid = append(valid, c)
@@ -392,26 +436,31 @@ func SetAllowedNames(dir string, names []string) error {
 	return nil
 }
 
-// canonicalName is a DNS name in the form the servers-file takes (lower
-// case, no final dot), or false when it is not a host name dnsmasq's
-// syntax can carry: letters, digits, hyphens and underscores in labels of
-// 1 to 63 characters, 253 in all.
-func canonicalName(n string) (string, bool) {
-	n = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(n)), ".")
-	if n == "" || len(n) > 253 {
-		return "", false
+// DNSName is a name as the DNS sinkhole forwards it (lower case, without
+// the final dot), or an error saying why it is not one: names are letters,
+// digits, hyphens and underscores in labels of 1 to 63 characters, 253 in
+// all. Commands check their input with it; SetAllowedNames skips what it
+// refuses.
+func DNSName(n string) (string, error) {
+	c := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(n)), ".")
+	bad := func(why string) (string, error) { return "", fmt.Errorf("invalid name %q: %s", n, why) }
+	if c == "" || len(c) > 253 {
+		return bad("a DNS name has 1 to 253 characters")
 	}
-	for _, label := range strings.Split(n, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return "", false
+	for _, label := range strings.Split(c, ".") {
+		if label == "" || len(label) > 63 {
+			return bad("a label has 1 to 63 characters")
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return bad("a label neither starts nor ends with a hyphen")
 		}
 		for _, r := range label {
 			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return "", false
+				return bad("only letters, digits, hyphens and underscores")
 			}
 		}
 	}
-	return n, true
+	return c, nil
 }
 
 // SetDHCPHost gives a guest MAC a fixed address (a file in the hosts dir,
