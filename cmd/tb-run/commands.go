@@ -317,8 +317,9 @@ type workerCmd struct {
 	Heartbeat time.Duration `name:"heartbeat" default:"5s" help:"How often the worker says it is alive."`
 	DeadAfter time.Duration `name:"dead-after" default:"30s" help:"How long a host's workers may be silent before its cycles are replaced on other hosts."`
 	UntilIdle bool          `name:"until-idle" help:"Exit once nothing is left to drive (default: run until SIGTERM)."`
-	Serve     string        `name:"serve-blobs" placeholder:"ADDR" help:"Serve this host's blobs to the fleet's other hosts on ADDR (host:port on the fleet's private network), and fetch from theirs what this host lacks."`
+	Serve     string        `name:"serve-blobs" placeholder:"ADDR" help:"Serve this host's blobs to the fleet's other hosts on ADDR (host:port on the fleet's private network; each request needs the fleet's token, kept in its database), and fetch from theirs what this host lacks."`
 	Advertise string        `name:"advertise" placeholder:"URL" help:"The URL other hosts reach --serve-blobs at (default http://ADDR)."`
+	ServeAny  bool          `name:"serve-blobs-any" help:"Let --serve-blobs listen on every address of the host (:PORT, 0.0.0.0, ::): refused otherwise."`
 }
 
 // Run drives the fleet's cycles that fit this host and prints each as it
@@ -329,6 +330,11 @@ func (c *workerCmd) Run(env *cli.Env) error {
 	}
 	if c.DeadAfter < 2*c.Heartbeat {
 		return fault.Usage(fmt.Errorf("--dead-after %s must be at least twice --heartbeat %s", c.DeadAfter, c.Heartbeat))
+	}
+	if c.Serve != "" {
+		if err := blobshare.CheckAddr(c.Serve, c.ServeAny); err != nil {
+			return err
+		}
 	}
 	r, done, err := c.hostRunner(env, c.Host)
 	if err != nil {
