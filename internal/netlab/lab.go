@@ -285,11 +285,7 @@ func Up(ctx context.Context, cfg Config) (*Made, error) {
 		return m, err
 	}
 
-	old, err := sysctl(cfg.HostNSPath(), "net.ipv4.ip_forward", "1")
-	if err != nil {
-		return m, err
-	}
-	if err := rememberForwarding(cfg.HostNSPath(), old); err != nil {
+	if err := forwardOn(&cfg); err != nil {
 		return m, err
 	}
 
@@ -460,7 +456,7 @@ func Down(ctx context.Context, dir string) error {
 		}
 	}
 	if !otherLabUp(&cfg) {
-		if err := restoreForwarding(cfg.HostNSPath()); err != nil {
+		if err := restoreForwarding(&cfg); err != nil {
 			return err
 		}
 	}
@@ -468,20 +464,56 @@ func Down(ctx context.Context, dir string) error {
 	return os.RemoveAll(dir)
 }
 
-// forwardingFile keeps, per network namespace, the IPv4 forwarding setting
-// the first lab found there, so that the last lab to go down restores it
-// whichever lab that is. /run is cleared at boot, as the setting is.
-func forwardingFile(ns string) (string, error) {
+// forwardingKeys are the sysctls that let the lab route: IPv4 forwarding
+// on the lab's own interfaces only (a packet is forwarded if the interface
+// it came in by forwards), never host-wide, so the host routes nothing
+// else because a lab is up.
+func forwardingKeys(cfg *Config) []string {
+	keys := []string{ifForwarding(cfg.Bridge), ifForwarding(cfg.SinkVeth)}
+	if cfg.Uplink != "" {
+		keys = append(keys, ifForwarding(cfg.Uplink))
+	}
+	return keys
+}
+
+func ifForwarding(name string) string { return "net.ipv4.conf." + name + ".forwarding" }
+
+// legacyForwarding is what labs before per-interface forwarding turned on;
+// the last lab down still restores it as they found it.
+const legacyForwarding = "net.ipv4.ip_forward"
+
+func forwardOn(cfg *Config) error {
+	for _, key := range forwardingKeys(cfg) {
+		old, err := sysctl(cfg.HostNSPath(), key, "1")
+		if errors.Is(err, os.ErrNotExist) && cfg.Uplink != "" && key == ifForwarding(cfg.Uplink) {
+			// An uplink that is not there yet forwards nothing; nothing
+			// can be allowed out by it either (the firewall checks it).
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := rememberSysctl(cfg.HostNSPath(), key, old); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sysctlFile keeps, per network namespace and setting, what the first lab
+// found there, so that the last lab to go down restores it whichever lab
+// that is. /run is cleared at boot, as the settings are.
+func sysctlFile(ns, key string) (string, error) {
 	ns = cmp.Or(ns, "/proc/self/ns/net")
 	var st unix.Stat_t
 	if err := unix.Stat(ns, &st); err != nil {
 		return "", fmt.Errorf("network namespace %s: %w", ns, err)
 	}
-	return filepath.Join("/run/talkbox", fmt.Sprintf("ip_forward.%d-%d", st.Dev, st.Ino)), nil
+	return filepath.Join("/run/talkbox", fmt.Sprintf("%s.%d-%d", strings.TrimPrefix(key, "net.ipv4."), st.Dev, st.Ino)), nil
 }
 
-func rememberForwarding(ns, old string) error {
-	p, err := forwardingFile(ns)
+func rememberSysctl(ns, key, old string) error {
+	p, err := sysctlFile(ns, key)
 	if err != nil {
 		return err
 	}
@@ -494,24 +526,31 @@ func rememberForwarding(ns, old string) error {
 	return os.WriteFile(p, []byte(old+"\n"), 0o644)
 }
 
-func restoreForwarding(ns string) error {
-	p, err := forwardingFile(ns)
-	if err != nil {
-		return err
-	}
-	b, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if v := strings.TrimSpace(string(b)); v == "0" || v == "1" {
-		if _, err := sysctl(ns, "net.ipv4.ip_forward", v); err != nil {
+// restoreForwarding puts back what the lab's forwarding settings were
+// before the first lab; an interface already gone has nothing to restore.
+func restoreForwarding(cfg *Config) error {
+	for _, key := range append(forwardingKeys(cfg), legacyForwarding) {
+		p, err := sysctlFile(cfg.HostNSPath(), key)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if v := strings.TrimSpace(string(b)); v == "0" || v == "1" {
+			if _, err := sysctl(cfg.HostNSPath(), key, v); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+		if err := os.Remove(p); err != nil {
 			return err
 		}
 	}
-	return os.Remove(p)
+	return nil
 }
 
 // otherLabUp reports whether another lab shares this namespace; forwarding
