@@ -152,7 +152,9 @@ type prober struct {
 // Probe checks, with real packets from throw-away guests attached to the
 // lab bridge as a lease's guest is, that the lab up in cfg contains: a
 // public address lands on the sinkhole, DNS to any resolver is answered by
-// the sinkhole, the host, IPv6 and the other guests are out of reach. The
+// the sinkhole, the host, IPv6 and the other guests are out of reach, and
+// a guest's frames with the other's address or MAC, or ARP claiming the
+// gateway or the other, are dropped at the bridge. The
 // guests get the lab's default containment (no lease rules: what a
 // sinkhole-mode lease gets) and addresses from the block below the lease
 // pool. They are removed afterwards, failed or not, and nothing of them
@@ -514,7 +516,10 @@ func (p *prober) run(ctx context.Context) (*ProbeReport, error) {
 			rep.Probes[i] = fn(ctx)
 		}()
 	}
+	var hostile []ProbeResult
+	wg.Go(func() { hostile = p.hostile(ctx) })
 	wg.Wait()
+	rep.Probes = append(rep.Probes, hostile...)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -135,6 +135,11 @@ func TestProbe(t *testing.T) {
 		flushChain(t, l.HostNS(), cfg.Table, "input")
 		want(t, "host-dropped", "ipv6-dropped")
 	})
+	t.Run("no binding at the bridge", func(t *testing.T) {
+		defer restore(t)
+		flushFamilyChain(t, l.HostNS(), cfg.Table, nftables.TableFamilyBridge, "bind")
+		want(t, "spoofed-address-dropped", "spoofed-mac-dropped", "arp-gateway-claim-dropped", "arp-neighbour-claim-dropped")
+	})
 	t.Run("restored", func(t *testing.T) { want(t) })
 
 	t.Run("a crashed check's guests are removed", func(t *testing.T) {
@@ -158,6 +163,12 @@ func TestProbe(t *testing.T) {
 // flushChain removes every rule of one of the lab's inet chains.
 func flushChain(t *testing.T, ns, table, chain string) {
 	t.Helper()
+	flushFamilyChain(t, ns, table, nftables.TableFamilyINet, chain)
+}
+
+// flushFamilyChain removes every rule of one of the lab's chains.
+func flushFamilyChain(t *testing.T, ns, table string, family nftables.TableFamily, chain string) {
+	t.Helper()
 	f, err := os.Open(ns)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +178,7 @@ func flushChain(t *testing.T, ns, table, chain string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.FlushChain(&nftables.Chain{Name: chain, Table: &nftables.Table{Name: table, Family: nftables.TableFamilyINet}})
+	c.FlushChain(&nftables.Chain{Name: chain, Table: &nftables.Table{Name: table, Family: family}})
 	if err := c.Flush(); err != nil {
 		t.Fatalf("flushing %s %s: %v", table, chain, err)
 	}
