@@ -149,8 +149,8 @@ func Reconcile(ctx context.Context, st *state.Store, lab string, dryRun bool) ([
 		for _, p := range gonePorts {
 			p := p
 			do(Action{Action: "forget-port", Port: p, Reason: "interface gone"}, func() error {
-				_, err := fw.UnbindPort(ctx, p)
-				return err
+				// Its binding and the host's static neighbour entry go too.
+				return netlab.DetachPort(ctx, m.Config, p)
 			})
 		}
 	}
