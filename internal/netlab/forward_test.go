@@ -13,8 +13,9 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 )
 
-// Two labs in one namespace: taking the first down must not turn IPv4
-// forwarding off under the second; the last one down restores it.
+// Two labs in one namespace share its uplink: taking the first down must
+// not turn forwarding on the uplink off under the second; the last one
+// down restores it as found.
 func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 	ctx := context.Background()
 	l := labtest.New(t)
@@ -23,27 +24,29 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 	b.Name, b.Bridge, b.SinkNS, b.SinkVeth, b.Table = a.Name+"b", a.Bridge+"b", a.SinkNS+"b", a.SinkVeth+"b", a.Table+"b"
 	b.LabNet, b.SinkNet = netip.MustParsePrefix("10.13.39.0/24"), netip.MustParsePrefix("10.13.40.0/24")
 	b.Dir = filepath.Join(t.TempDir(), "lab-b")
+	key := "/proc/sys/net/ipv4/conf/" + a.Uplink + "/forwarding"
 	forwarding := func() string {
 		var v []byte
 		if err := netns.Do(l.HostNS(), func() error {
 			var err error
-			v, err = os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+			v, err = os.ReadFile(key)
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
 		return strings.TrimSpace(string(v))
 	}
-	// A new namespace inherits IPv4 forwarding from the host's (while a
-	// lab runs there, on): start from off, as a host without labs would.
+	// A new interface inherits forwarding from the namespace's default,
+	// which a namespace inherits from the host's: start from off, as a
+	// host without labs would.
 	if err := netns.Do(l.HostNS(), func() error {
-		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o644)
+		return os.WriteFile(key, []byte("0\n"), 0o644)
 	}); err != nil {
 		t.Fatal(err)
 	}
 	before := forwarding()
 	if before != "0" {
-		t.Fatalf("forwarding did not turn off in the test's namespace: %s", before)
+		t.Fatalf("forwarding on the uplink did not turn off in the test's namespace: %s", before)
 	}
 	for _, c := range []netlab.Config{a, b} {
 		c := c
@@ -56,12 +59,12 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := forwarding(); got != "1" {
-		t.Fatalf("after the first lab went down, forwarding = %s: the second lab is broken", got)
+		t.Fatalf("after the first lab went down, the uplink's forwarding = %s: the second lab is broken", got)
 	}
 	if err := netlab.Down(ctx, b.Dir); err != nil {
 		t.Fatal(err)
 	}
 	if got := forwarding(); got != before {
-		t.Fatalf("after the last lab went down, forwarding = %s, want %s as found", got, before)
+		t.Fatalf("after the last lab went down, the uplink's forwarding = %s, want %s as found", got, before)
 	}
 }
