@@ -78,9 +78,10 @@ func (t *Tools) output(ctx context.Context, stdin io.Reader, name string, args .
 	// The records this process wrote must be on disk for the tool to
 	// read them: the page cache is shared, so they are.
 	cmd := exec.CommandContext(ctx, p, append(t.St.Flags(), args...)...)
+	cmd.Env = append(os.Environ(), t.St.Environ()...)
 	if t.Host != "" {
 		// tb-lease names its default host after the fleet host.
-		cmd.Env = append(os.Environ(), "TB_HOST="+t.Host)
+		cmd.Env = append(cmd.Env, "TB_HOST="+t.Host)
 	}
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer

@@ -120,16 +120,28 @@ func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
 func (s *Store) Shared() string { return s.shared }
 
 // Flags are the global flags that make another tb-* program open this same
-// store (tools that run each other pass them on).
+// store, with Environ (tools that run each other pass both on). The
+// database's URL, which may hold its password, is not among them: every
+// user of the host can read a process's command line.
 func (s *Store) Flags() []string {
 	f := []string{"--state", s.Root()}
 	if s.shared != "" {
-		f = []string{"--state", s.shared, "--local", s.Root()}
+		f = []string{"--local", s.Root()}
 	}
 	if s.blobRoot != s.root {
 		f = append(f, "--blobs", s.blobRoot)
 	}
 	return f
+}
+
+// Environ is what another tb-* program's environment needs, besides Flags,
+// to open this same store: the shared database's URL as TB_STATE, which
+// only the process's own user (and root) can read.
+func (s *Store) Environ() []string {
+	if s.shared == "" {
+		return nil
+	}
+	return []string{"TB_STATE=" + s.shared}
 }
 
 // Close releases what the store holds open (the journal, the database's

@@ -104,7 +104,7 @@ CREATE TABLE IF NOT EXISTS talkbox_locks (name text PRIMARY KEY);
 const pgNotifyChannel = "talkbox_journal"
 
 func openShared(ctx context.Context, url string, dir *dirStore, lockTimeout time.Duration) (*pgStore, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(withTLSDefault(url))
 	if err != nil {
 		return nil, fault.Usage(fmt.Errorf("state %s: %w", redactURL(url), err))
 	}
