@@ -340,7 +340,7 @@ func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision,
 			e.Revision = rev.ID
 			e.UpdatedAt = now
 		}
-		if e.Status == records.StatusActive {
+		if enforced(e.Status) {
 			rev.Active++
 		}
 	}

@@ -64,7 +64,12 @@ type Dest struct {
 	addr  netip.Addr
 	proto string
 	port  uint16
-	group string // the scanned port or sweep a scan belongs to
+	// answers are the cycles of each observable in which the endpoint's
+	// responder sent payload; offlineAnswer is such an observable of an
+	// offline capture (no lease, no cycle: a live run, no sinkhole).
+	answers       [][]string
+	offlineAnswer bool
+	group         string // the scanned port or sweep a scan belongs to
 	// invalid is why a resolved name may not be forwarded (its Value is
 	// then the name as dnsname.Display shows it).
 	invalid string
@@ -85,6 +90,27 @@ type endpoint struct {
 	obs         string
 	first, last time.Time
 	attack      string
+	// answers and offlineAnswer are Dest's.
+	answers       [][]string
+	offlineAnswer bool
+}
+
+// answered records an observable in which the endpoint's responder sent
+// payload.
+func (e *endpoint) answered(o *records.Observable) {
+	var cycles []string
+	for _, c := range append([]string{o.Cycle}, o.Cycles...) {
+		if c != "" && !slices.Contains(cycles, c) {
+			cycles = append(cycles, c)
+		}
+	}
+	if len(cycles) == 0 && o.Lease == "" {
+		e.offlineAnswer = true
+		return
+	}
+	if len(cycles) > 0 {
+		e.answers = append(e.answers, cycles)
+	}
 }
 
 func (e *endpoint) key() string { return endpointValue(e.addr, e.proto, e.port) }
@@ -180,6 +206,9 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 			e.pkts += f.OrigPkts
 			e.maxDur = math.Max(e.maxDur, f.Duration/float64(n))
 			e.starts = append(e.starts, starts...)
+			if f.RespBytes > 0 {
+				e.answered(o)
+			}
 			e.touch(o)
 		case o.Endpoint != nil:
 			p := o.Endpoint
@@ -195,6 +224,9 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 			e.pkts += p.OrigPkts
 			e.maxDur = math.Max(e.maxDur, p.MaxDuration)
 			e.starts = append(e.starts, p.Starts...)
+			if p.RespBytes > 0 {
+				e.answered(o)
+			}
 			e.touch(o)
 		case o.Scan != nil:
 			if o.Scan.Addr == "" && (o.Scan.Proto == "tcp" || o.Scan.Proto == "udp") {
@@ -376,7 +408,8 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 	few := 0
 	for _, e := range list {
 		d := &Dest{Lease: ev.lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
-			LastSeen: e.last, Names: slices.Sorted(maps.Keys(e.names)), Claimed: e.claimedOnly(), addr: e.addr, proto: e.proto, port: e.port}
+			LastSeen: e.last, Names: slices.Sorted(maps.Keys(e.names)), Claimed: e.claimedOnly(), addr: e.addr, proto: e.proto, port: e.port,
+			answers: e.answers, offlineAnswer: e.offlineAnswer}
 		res[d.Value] = d
 		switch {
 		case pol.isInfraService(e.proto, e.port):

@@ -247,10 +247,15 @@ func TestClassifyCapture(t *testing.T) {
 	p := Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Dests: ds, Policy: &pol,
 		Validator: pubValidator(), Now: pcapgen.Start.Add(time.Hour)}
 	next, refusals := Next(p, nil)
+	// The endpoint is on probation (enforced): all the capture shows of it
+	// is what the sample sent.
 	active := map[string]bool{}
 	for _, e := range next {
-		if e.Status == records.StatusActive {
+		if enforced(e.Status) {
 			active[EntryKey(e)] = true
+		}
+		if e.Type == records.AllowEndpoint && e.Status == records.StatusActive {
+			t.Errorf("%s is active on the sample's side of the evidence alone", e.Value)
 		}
 	}
 	want := map[string]bool{"endpoint 45.155.205.17:80/tcp": true, "domain " + c2Name: true}
@@ -365,12 +370,12 @@ func TestClassifyRules(t *testing.T) {
 		status[EntryKey(e)] = e.Status
 	}
 	for k, want := range map[string]string{
-		"endpoint 91.92.240.11:8443/tcp":   records.StatusActive,
+		"endpoint 91.92.240.11:8443/tcp":   records.StatusProbation,
 		"domain relay.tk-sync.org":         records.StatusActive,
 		"domain raw.githubusercontent.com": records.StatusPending,
 		"endpoint 185.199.108.133:443/tcp": records.StatusPending,
 		"endpoint 37.120.10.5:6667/tcp":    records.StatusCandidate,
-		"endpoint 194.87.1.2:23/tcp":       records.StatusActive,
+		"endpoint 194.87.1.2:23/tcp":       records.StatusProbation,
 		"endpoint 31.13.71.36:80/tcp":      "",
 		"endpoint 103.77.5.9:80/tcp":       "",
 		"endpoint 150.10.3.4:22/tcp":       "",
@@ -390,7 +395,7 @@ func TestClassifyRules(t *testing.T) {
 	next, refusals = Next(p, nil)
 	n := 0
 	for _, e := range next {
-		if e.Type == records.AllowEndpoint && e.Status == records.StatusActive {
+		if e.Type == records.AllowEndpoint && enforced(e.Status) {
 			n++
 		}
 	}
@@ -438,7 +443,7 @@ func TestValidatorRefusals(t *testing.T) {
 	v.Documentation = true
 	p.Validator = v
 	next, _ = Next(p, nil)
-	if len(next) != 1 || next[0].Value != "203.0.113.7:443/tcp" || next[0].Status != records.StatusActive {
+	if len(next) != 1 || next[0].Value != "203.0.113.7:443/tcp" || next[0].Status != records.StatusProbation {
 		t.Errorf("with documentation ranges allowed: %v", next)
 	}
 }

@@ -21,16 +21,20 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
-// encodeEnforced is the compact list of a content's active entries, in key
+// encodeEnforced is the compact list of a content's enforced entries
+// (active, or on probation: rate-limited whatever the entry says), in key
 // order, that apply reads instead of the whole content.
 func encodeEnforced(es []*records.AllowEntry) []byte {
 	var b bytes.Buffer
 	b.Grow(64 * len(es))
 	for _, e := range es {
-		if e.Status != records.StatusActive {
+		if !enforced(e.Status) {
 			continue
 		}
 		v := cmp.Or(e.Verdict, "-")
+		if e.Status == records.StatusProbation {
+			v = string(firewall.RateLimit)
+		}
 		var exp int64
 		if e.ExpiresAt != nil {
 			exp = e.ExpiresAt.Unix()

@@ -70,7 +70,7 @@ func TestPromotionCannotBeAimed(t *testing.T) {
 	next, refusals := Next(p, nil)
 	var active []string
 	for _, e := range next {
-		if e.Status == records.StatusActive {
+		if enforced(e.Status) {
 			active = append(active, e.Value)
 		}
 	}
@@ -121,7 +121,7 @@ func TestMaxPerCycle(t *testing.T) {
 			capped++
 		}
 	}
-	if n[records.StatusActive] != 4 || n[records.StatusCandidate] != 3 || capped != 3 {
+	if n[records.StatusProbation] != 4 || n[records.StatusCandidate] != 3 || capped != 3 {
 		t.Errorf("statuses %v, %d capped: %+v", n, capped, refusals)
 	}
 }

@@ -1,6 +1,7 @@
 package allowlist
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,33 @@ type Promotion struct {
 	// Guard is the built-in never-allow list (LoadGuard); nil: only its
 	// entries that hold everywhere (builtinGuard).
 	Guard *Guard
-	Now   time.Time
+	// InForce are, by cycle, the keys of the entries the lease's chain
+	// enforced while the cycle ran (Book.InForce): the cycles in which an
+	// answer came from the real far side and not from the sinkhole. Nil:
+	// Book.Promote reads them from the cycle records.
+	InForce map[string]map[string]bool
+	Now     time.Time
+}
+
+// confirmed reports whether the far side of an endpoint answered for
+// real: payload from the responder in an offline capture of a live run,
+// or in an observable all of whose cycles ran with the endpoint let
+// through.
+func (p *Promotion) confirmed(d *Dest) bool {
+	if d.offlineAnswer {
+		return true
+	}
+	key := d.Type + " " + d.Value
+	for _, cycles := range d.answers {
+		all := len(cycles) > 0
+		for _, c := range cycles {
+			all = all && p.InForce[c][key]
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // Next computes the chain's next content from its current entries and the
@@ -54,6 +81,10 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 		guard = &g
 	}
 	newlyActive := map[string]bool{}
+	byKey := map[string]*Dest{}
+	for i := range p.Dests {
+		byKey[p.Dests[i].Type+" "+p.Dests[i].Value] = &p.Dests[i]
+	}
 	for i := range p.Dests {
 		d := &p.Dests[i]
 		key := d.Type + " " + d.Value
@@ -91,8 +122,11 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 		status := records.StatusCandidate
 		if d.Score >= pol.PromoteScore {
 			status = records.StatusActive
-			if n := approvalName(d, pol); n != "" {
+			switch {
+			case approvalName(d, pol) != "":
 				status = records.StatusPending
+			case d.Type == records.AllowEndpoint && !p.confirmed(d):
+				status = records.StatusProbation
 			}
 		}
 		if e == nil {
@@ -102,18 +136,29 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 			e.ExpiresAt = &expires
 			if d.Type == records.AllowEndpoint {
 				e.Verdict = string(verdict)
+				if status == records.StatusProbation {
+					e.Verdict = string(firewall.RateLimit)
+					e.Reason = "on probation, its far side not yet seen answering: " + e.Reason
+				}
 			}
 			next[key] = e
-			if status == records.StatusActive {
+			if enforced(status) {
 				newlyActive[key] = true
 			}
 			continue
 		}
 		switch e.Status {
 		case records.StatusRevoked, records.StatusRejected:
+			// Revoked after a probation whose far side never answered, or
+			// by the operator: the same evidence does not bring it back.
 			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: e.Status,
-				Reason: fmt.Sprintf("%s by the operator (entry %s)", e.Status, e.ID)})
+				Reason: fmt.Sprintf("%s (entry %s): %s", e.Status, e.ID, cmp.Or(e.Note, e.Reason))})
 			continue
+		case records.StatusProbation:
+			// Decided below, from the cycle it was let through in.
+			if status == records.StatusActive {
+				status = records.StatusProbation
+			}
 		}
 		fresh := d.LastSeen.After(e.LastSeen)
 		if e.Status == records.StatusExpired && !fresh {
@@ -125,11 +170,19 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 			e.ExpiresAt = &expires
 		}
 		if rank(status) > rank(e.Status) || e.Status == records.StatusExpired {
-			if status == records.StatusActive && e.Status != records.StatusActive {
+			if enforced(status) && !enforced(e.Status) {
 				newlyActive[key] = true
 			}
 			e.Status = status
 			e.ExpiresAt = &expires
+			if status == records.StatusProbation {
+				e.Verdict = string(firewall.RateLimit)
+			}
+		}
+	}
+	for key, e := range next {
+		if e.Status == records.StatusProbation {
+			probation(e, byKey[key], &p, verdict, expires)
 		}
 	}
 	out := make([]*records.AllowEntry, 0, len(next))
@@ -143,6 +196,24 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 	return out, refusals.sorted()
 }
 
+// probation decides an entry on probation: active once its far side
+// answered while it was let through; revoked, for the lease, when the
+// cycle being promoted ran with it let through and the far side sent
+// nothing (or the sample never contacted it); else it stays on probation.
+func probation(e *records.AllowEntry, d *Dest, p *Promotion, verdict firewall.Verdict, expires time.Time) {
+	switch {
+	case d != nil && p.confirmed(d):
+		e.Status, e.Verdict, e.ExpiresAt = records.StatusActive, string(verdict), &expires
+		e.Reason = "confirmed: its far side answered while it was let through; " + d.Reason
+	case p.Cycle != "" && p.InForce[p.Cycle][EntryKey(e)]:
+		e.Status = records.StatusRevoked
+		e.Reason = fmt.Sprintf("probation failed: its far side sent nothing while it was let through in %s", p.Cycle)
+	}
+}
+
+// enforced statuses are those whose entries are in the live set.
+func enforced(s string) bool { return s == records.StatusActive || s == records.StatusProbation }
+
 func fill(e *records.AllowEntry, d *Dest) {
 	e.Class, e.Score, e.Reason, e.Beacon, e.Names = d.Class, d.Score, d.Reason, d.Beacon, d.Names
 	e.Observable, e.LastSeen = d.Observable, d.LastSeen
@@ -150,7 +221,7 @@ func fill(e *records.AllowEntry, d *Dest) {
 
 // live statuses are those a promotion may still change.
 func live(s string) bool {
-	return s == records.StatusActive || s == records.StatusPending || s == records.StatusCandidate
+	return enforced(s) || s == records.StatusPending || s == records.StatusCandidate
 }
 
 func rank(s string) int {
@@ -159,8 +230,10 @@ func rank(s string) int {
 		return 1
 	case records.StatusPending:
 		return 2
-	case records.StatusActive:
+	case records.StatusProbation:
 		return 3
+	case records.StatusActive:
+		return 4
 	}
 	return 0
 }
@@ -219,7 +292,7 @@ func capActive(es []*records.AllowEntry, newly map[string]bool, typ string, max 
 	}
 	var active []*records.AllowEntry
 	for _, e := range es {
-		if e.Type == typ && e.Status == records.StatusActive {
+		if e.Type == typ && enforced(e.Status) {
 			active = append(active, e)
 		}
 	}
@@ -254,7 +327,7 @@ func capCycle(es []*records.AllowEntry, newly map[string]bool, max int) []record
 	}
 	var fresh []*records.AllowEntry
 	for _, e := range es {
-		if newly[EntryKey(e)] && e.Status == records.StatusActive {
+		if newly[EntryKey(e)] && enforced(e.Status) {
 			fresh = append(fresh, e)
 		}
 	}
@@ -338,6 +411,11 @@ func (b *Book) Promote(ctx context.Context, p Promotion) (*records.AllowRevision
 	if err != nil {
 		return nil, false, err
 	}
+	if p.InForce == nil {
+		if p.InForce, err = b.InForce(destCycles(p)); err != nil {
+			return nil, false, err
+		}
+	}
 	next, refusals := Next(p, cur)
 	return b.Write(ctx, Commit{Chain: p.Chain, Cycle: p.Cycle, Cause: "promote", Refusals: refusals}, head, cur, next)
 }
@@ -404,7 +482,7 @@ func Expired(now time.Time) func(es []*records.AllowEntry) error {
 
 // Enforced reports whether an entry belongs in the live set now.
 func Enforced(e *records.AllowEntry, now time.Time) bool {
-	return e.Status == records.StatusActive && (e.ExpiresAt == nil || e.ExpiresAt.After(now))
+	return enforced(e.Status) && (e.ExpiresAt == nil || e.ExpiresAt.After(now))
 }
 
 // ParseEndpoint reads an endpoint entry's value, "IP:PORT/PROTO".

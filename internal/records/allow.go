@@ -23,10 +23,15 @@ const (
 	ScopeGlobal = "global"
 )
 
-// Allow-list entry statuses. Only active entries are enforced.
+// Allow-list entry statuses. Active entries and those on probation are
+// enforced: an endpoint whose evidence is only what the sample sent (in a
+// sinkholed cycle the sinkhole answers) is let through rate-limited for
+// one cycle on probation, and becomes active only if its far side then
+// answered.
 const (
 	StatusCandidate = "candidate"
 	StatusPending   = "pending-approval"
+	StatusProbation = "probation"
 	StatusActive    = "active"
 	StatusRevoked   = "revoked"
 	StatusRejected  = "rejected"
@@ -109,12 +114,13 @@ type AllowRevision struct {
 	// line is both). The promote path sends it to the firewall without
 	// reading either list. EnforceDeltaSHA256 is its digest; revisions
 	// written before it existed have neither.
-	EnforceDelta       string    `json:"enforce_delta,omitempty"`
-	EnforceDeltaSHA256 string    `json:"enforce_delta_sha256,omitempty"`
-	Entries            int       `json:"entries"`
-	Active             int       `json:"active"`
-	Changes            Changeset `json:"changeset"`
-	Refusals           []Refusal `json:"refusals,omitempty"`
+	EnforceDelta       string `json:"enforce_delta,omitempty"`
+	EnforceDeltaSHA256 string `json:"enforce_delta_sha256,omitempty"`
+	Entries            int    `json:"entries"`
+	// Active counts the enforced entries: active and on probation.
+	Active   int       `json:"active"`
+	Changes  Changeset `json:"changeset"`
+	Refusals []Refusal `json:"refusals,omitempty"`
 	// Hash is the sha256 of this revision's own canonical encoding.
 	Hash string `json:"hash"`
 }
