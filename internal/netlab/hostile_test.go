@@ -181,6 +181,29 @@ func TestHostileGuest(t *testing.T) {
 	sink.Wait(t, "the attacker's own datagram at the sinkhole", wait, func(p labtest.Packet) bool { return string(p.Payload) == "tb-marker" })
 	atBridge.Wait(t, "the attacker's own datagram at the bridge", wait, func(p labtest.Packet) bool { return string(p.Payload) == "tb-marker" })
 
+	// A port on the bridge that was never attached (a tap plugged in
+	// behind tb-lease's back) is not bound, so the bridge does not check
+	// it; its frames carry no port's mark, and the victim's address alone
+	// does not select the victim's rules: what it sends as the victim
+	// lands on the sinkhole, not on the victim's endpoint.
+	rogue := l.AddGuest("r", netip.MustParseAddr("10.13.37.12"))
+	rogueLink, err := host.LinkByName(rogue.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.LinkSetMaster(rogueLink, br); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.LinkSetUp(rogueLink); err != nil {
+		t.Fatal(err)
+	}
+	waitUp(t, l, cfg.HostNS, rogue.Port)
+	waitUp(t, l, rogue.NS, "eth0")
+	labtest.SendFrames(t, rogue.NS, "eth0", udpFrame(t, rogue.MAC, brMAC, victim.IP, labtest.C2, c2Port, []byte("tb-rogue-as-victim")),
+		udpFrame(t, rogue.MAC, brMAC, rogue.IP, labtest.C2, c2Port, []byte("tb-rogue-marker")))
+	sink.Wait(t, "the unattached port's own datagram at the sinkhole", wait, func(p labtest.Packet) bool { return string(p.Payload) == "tb-rogue-marker" })
+	nonces["an unattached port as the neighbour"] = []byte("tb-rogue-as-victim")
+
 	// The victim talks to the host and is answered; the answers go to it.
 	var echo net.PacketConn
 	labtest.In(t, cfg.HostNSPath(), func() (err error) {
@@ -207,6 +230,9 @@ func TestHostileGuest(t *testing.T) {
 
 	for name, n := range nonces {
 		for where, s := range map[string]*labtest.Sniffer{"the bridge": atBridge, "the neighbour": atVictim, "the internet": inet, "the sinkhole": sink} {
+			if name == "an unattached port as the neighbour" && where != "the internet" {
+				continue // it passes the bridge, to the sinkhole
+			}
 			if got := s.Seen(func(p labtest.Packet) bool { return bytes.Contains(p.Frame, n) }); len(got) > 0 {
 				t.Errorf("%s: %d frames reached %s", name, len(got), where)
 			}
@@ -301,4 +327,30 @@ func fdbMaxLearned(t *testing.T, ns string, index int) uint32 {
 		return nil
 	})
 	return got
+}
+
+// waitUp waits until a link can send (see netlab's probe guests: a link
+// just brought up drops what it is given until it is activated).
+func waitUp(t *testing.T, l *labtest.Lab, ns, name string) {
+	t.Helper()
+	h := l.Handle(ns)
+	deadline := time.Now().Add(wait)
+	for {
+		link, err := h.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, _ := h.QdiscList(link)
+		active := link.Attrs().OperState == netlink.OperUp && len(qs) > 0
+		for _, q := range qs {
+			active = active && q.Type() != "noop"
+		}
+		if active {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not up within %s", name, wait)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the link; see netlab.waitCanSend for the event-driven wait
+	}
 }

@@ -261,6 +261,12 @@ func Up(ctx context.Context, cfg Config) (*Made, error) {
 	if _, err := sysctl(cfg.HostNSPath(), "net.ipv6.conf."+cfg.Bridge+".disable_ipv6", "1"); err != nil {
 		return m, err
 	}
+	// A bridge whose MAC was never set takes the lowest of its ports'
+	// MACs, and a change flushes every neighbour entry on it, the static
+	// ones AttachPort makes included: set, it stays.
+	if err := h.LinkSetHardwareAddr(br, br.Attrs().HardwareAddr); err != nil {
+		return m, fmt.Errorf("bridge %s: fixing its MAC: %w", cfg.Bridge, err)
+	}
 	if err := limitFDB(cfg.HostNSPath(), br.Attrs().Index); err != nil {
 		return m, fmt.Errorf("bridge %s: bounding its forwarding database: %w", cfg.Bridge, err)
 	}
