@@ -43,6 +43,10 @@ type service struct {
 	// log, when set, is the directory where multilog keeps the service's
 	// stderr, capped.
 	log string
+	// confined services run in a mount namespace of their own where only
+	// these directories are writable (startConfined).
+	confined bool
+	writable []string
 }
 
 func services(cfg *Config) []service {
@@ -50,10 +54,15 @@ func services(cfg *Config) []service {
 	return []service{
 		// The answerer comes first: the front resolver sends it the
 		// subdomains of forwarded names.
-		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(dnsAnswerer, "53"), argv: dnsAnswerArgs},
-		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs, log: LogDir(cfg, "dns")},
+		// dnsmasq writes its pid file (as root, before it drops to its
+		// user) into the lab's directory.
+		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(dnsAnswerer, "53"), argv: dnsAnswerArgs,
+			confined: true, writable: []string{cfg.Dir}},
+		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs,
+			log: LogDir(cfg, "dns"), confined: true, writable: []string{cfg.Dir}},
 		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: net.JoinHostPort(cfg.Sinkhole().String(), "80"), argv: inetsimArgs},
-		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs, log: LogDir(cfg, "dhcp")},
+		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs,
+			log: LogDir(cfg, "dhcp"), confined: true, writable: []string{cfg.Dir, dhcpRunDir(cfg)}},
 	}
 }
 
@@ -62,11 +71,48 @@ func pidFile(dir, name string) string { return filepath.Join(dir, name+".pid") }
 // AllowNamesFile records the names the lab's DNS sinkhole forwards, one
 // server=/NAME/UPSTREAM line per name (UPSTREAM empty when the lab has
 // none), which allowlist.CurrentNames reads back. dnsmasq itself reads the
-// servers-file generated from it (dnsServersFile).
+// servers-file made from it (dnsServersFile).
 func AllowNamesFile(dir string) string { return filepath.Join(dir, "dns-allow.conf") }
 
-// dnsServersFile is the front dnsmasq's servers-file, re-read on SIGHUP.
-func dnsServersFile(dir string) string { return filepath.Join(dir, "dns-servers.conf") }
+// dnsServersFile is the front dnsmasq's servers-file, re-read on SIGHUP
+// after it has dropped to its user: in the run directory, which that user
+// can reach, unlike the lab's directory.
+func dnsServersFile(cfg *Config) string { return filepath.Join(RunDir(cfg), "dns", "servers.conf") }
+
+// writeServersFile sends each name to the upstream and its subdomains to
+// the answerer; without an upstream, nothing is forwarded.
+func writeServersFile(cfg *Config, names []string) error {
+	var b bytes.Buffer
+	if cfg.Upstream.IsValid() {
+		for _, n := range names {
+			fmt.Fprintf(&b, "server=/%s/%s\nserver=/*.%s/%s\n", n, cfg.Upstream, n, dnsAnswerer)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(dnsServersFile(cfg)), 0o755); err != nil {
+		return err
+	}
+	return writeAtomic(dnsServersFile(cfg), b.Bytes(), 0o644)
+}
+
+// allowedNames reads back the record SetAllowedNames wrote.
+func allowedNames(dir string) ([]string, error) {
+	b, err := os.ReadFile(AllowNamesFile(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "server=/"); ok {
+			if n, _, ok := strings.Cut(rest, "/"); ok {
+				names = append(names, n)
+			}
+		}
+	}
+	return names, nil
+}
 
 // dnsAnswerer is where, inside the sinkhole namespace, the second dnsmasq
 // answers every name with the sinkhole address. dnsmasq's server=/NAME/
@@ -78,31 +124,43 @@ func dnsServersFile(dir string) string { return filepath.Join(dir, "dns-servers.
 const dnsAnswerer = "127.0.0.1"
 
 func dnsAnswerArgs(cfg *Config, dir string) ([]string, error) {
+	u, err := dnsmasqUser()
+	if err != nil {
+		return nil, err
+	}
 	return []string{"dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll",
 		"--bind-interfaces", "--listen-address=" + dnsAnswerer,
 		"--address=/#/" + cfg.Sinkhole().String(),
 		// The front logs every query, with where it went.
 		"--log-facility=/dev/null",
-		"--user=root", "--pid-file=" + pidFile(dir, "dns-answer")}, nil
+		"--user=" + u.Username, "--group=" + u.Group, "--pid-file=" + pidFile(dir, "dns-answer")}, nil
 }
 
 func dnsArgs(cfg *Config, dir string) ([]string, error) {
-	if _, err := os.Stat(dnsServersFile(dir)); errors.Is(err, os.ErrNotExist) {
-		if err := writeAtomic(dnsServersFile(dir), nil, 0o644); err != nil {
-			return nil, err
-		}
+	u, err := dnsmasqUser()
+	if err != nil {
+		return nil, err
+	}
+	// The run directory does not outlive a reboot; the record in the
+	// lab's directory does.
+	names, err := allowedNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeServersFile(cfg, names); err != nil {
+		return nil, err
 	}
 	return []string{"dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll",
 		"--bind-interfaces", "--listen-address=" + cfg.Sinkhole().String(), "--except-interface=lo",
 		// Every name answers with the sinkhole; forwarded names are sent
 		// upstream by the more specific server= lines of the servers-file.
 		"--address=/#/" + cfg.Sinkhole().String(),
-		"--servers-file=" + dnsServersFile(dir),
+		"--servers-file=" + dnsServersFile(cfg),
 		// In the foreground, logging to stderr, which start sends through
 		// multilog; queued (and, when multilog falls behind, dropped)
 		// rather than waited for, so a flood of queries cannot stall it.
 		"--keep-in-foreground", "--log-queries", "--log-facility=-", "--log-async=25",
-		"--user=root", "--pid-file=" + pidFile(dir, "dns")}, nil
+		"--user=" + u.Username, "--group=" + u.Group, "--pid-file=" + pidFile(dir, "dns")}, nil
 }
 
 func inetsimArgs(cfg *Config, dir string) ([]string, error) {
@@ -140,25 +198,31 @@ func inetsimArgs(cfg *Config, dir string) ([]string, error) {
 // RunDir is where a lab keeps files other users must reach.
 func RunDir(cfg *Config) string { return filepath.Join("/run/talkbox", cfg.Name) }
 
-// DHCPHostsDir holds one file per lease (MAC,IP), picked up by dnsmasq
-// without a restart.
-func DHCPHostsDir(dir string) string { return filepath.Join(dir, "dhcp-hosts") }
+// dhcpRunDir holds the DHCP server's leases and its hosts directory, one
+// file per lease (MAC,IP), which dnsmasq reads on change, as its user.
+func dhcpRunDir(cfg *Config) string { return filepath.Join(RunDir(cfg), "dhcp") }
+
+func dhcpHostsDir(cfg *Config) string { return filepath.Join(dhcpRunDir(cfg), "hosts") }
 
 func dhcpArgs(cfg *Config, dir string) ([]string, error) {
-	if err := os.MkdirAll(DHCPHostsDir(dir), 0o755); err != nil {
+	u, err := dnsmasqUser()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dhcpHostsDir(cfg), 0o755); err != nil {
 		return nil, err
 	}
 	first := cfg.Gateway().Next()
 	return []string{"dnsmasq", "--conf-file=/dev/null", "--port=0", "--no-resolv", "--no-hosts",
 		"--bind-interfaces", "--interface=" + cfg.Bridge, "--except-interface=lo",
 		fmt.Sprintf("--dhcp-range=%s,static,%s", first, net.IP(net.CIDRMask(cfg.LabNet.Bits(), 32)).String()),
-		"--dhcp-hostsdir=" + DHCPHostsDir(dir),
+		"--dhcp-hostsdir=" + dhcpHostsDir(cfg),
 		// Guests resolve through the gateway, whose DNS is DNATed to the sinkhole.
 		"--dhcp-option=option:dns-server," + cfg.Gateway().String(),
 		"--dhcp-option=option:router," + cfg.Gateway().String(),
-		"--dhcp-leasefile=" + filepath.Join(dir, "dhcp.leases"),
+		"--dhcp-leasefile=" + filepath.Join(dhcpRunDir(cfg), "dhcp.leases"),
 		"--keep-in-foreground", "--log-dhcp", "--log-facility=-", "--log-async=25",
-		"--user=root", "--pid-file=" + pidFile(dir, "dhcp")}, nil
+		"--user=" + u.Username, "--group=" + u.Group, "--pid-file=" + pidFile(dir, "dhcp")}, nil
 }
 
 func startServices(ctx context.Context, cfg *Config) error {
@@ -206,7 +270,12 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 	var logw *os.File
 	var logged <-chan struct{}
 	if s.log != "" {
-		if logw, logged, err = cappedLog(s.log, logf); err != nil {
+		// Only dnsmasq logs through multilog: as dnsmasq's user.
+		u, err := dnsmasqUser()
+		if err != nil {
+			return err
+		}
+		if logw, logged, err = cappedLog(s.log, logf, u); err != nil {
 			return err
 		}
 		cmd.Stderr = logw
@@ -216,7 +285,11 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 	// each service gets its own IPC namespace, so labs never collide.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWIPC}
 	os.Remove(pidFile(dir, s.name))
-	err = netns.Do(s.ns, cmd.Start)
+	if s.confined {
+		err = startConfined(cmd, s.ns, s.writable)
+	} else {
+		err = netns.Do(s.ns, cmd.Start)
+	}
 	if logw != nil {
 		// The service holds its own end now: multilog ends when it does.
 		logw.Close()
@@ -415,16 +488,15 @@ func SetAllowedNames(dir string, names []string) error {
 	}
 	sort.Strings(valid)
 	valid = slices.Compact(valid)
-	var record, servers bytes.Buffer
+	var record bytes.Buffer
 	for _, n := range valid {
-		if !up.IsValid() {
+		if up.IsValid() {
+			fmt.Fprintf(&record, "server=/%s/%s\n", n, up)
+		} else {
 			fmt.Fprintf(&record, "server=/%s/\n", n)
-			continue
 		}
-		fmt.Fprintf(&record, "server=/%s/%s\n", n, up)
-		fmt.Fprintf(&servers, "server=/%s/%s\nserver=/*.%s/%s\n", n, up, n, dnsAnswerer)
 	}
-	if err := writeAtomic(dnsServersFile(dir), servers.Bytes(), 0o644); err != nil {
+	if err := writeServersFile(&m.Config, valid); err != nil {
 		return err
 	}
 	if err := writeAtomic(AllowNamesFile(dir), record.Bytes(), 0o644); err != nil {
@@ -464,14 +536,25 @@ func DNSName(n string) (string, error) {
 }
 
 // SetDHCPHost gives a guest MAC a fixed address (a file in the hosts dir,
-// read by dnsmasq on change); ip invalid removes it.
+// read by dnsmasq on change); ip invalid removes it, which for a lab that
+// is not up is done already.
 func SetDHCPHost(dir, lease, mac string, ip netip.Addr) error {
-	p := filepath.Join(DHCPHostsDir(dir), lease)
+	m, err := Load(dir)
+	if errors.Is(err, os.ErrNotExist) && !ip.IsValid() {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dhcpHostsDir(&m.Config), lease)
 	if !ip.IsValid() {
 		err := os.Remove(p)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
 	return writeAtomic(p, []byte(fmt.Sprintf("%s,%s\n", mac, ip)), 0o644)

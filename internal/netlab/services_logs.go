@@ -48,9 +48,21 @@ func makeLogDir(dir string) error {
 // dir, with a TAI64N stamp on each line. It ends by itself once every
 // writer has closed the pipe (the service and its children have exited),
 // after writing what they wrote; done is closed then. What multilog itself
-// says goes to errs.
-func cappedLog(dir string, errs io.Writer) (w *os.File, done <-chan struct{}, err error) {
+// says goes to errs. It runs as owner, who owns dir: it parses what guests
+// made the service log.
+func cappedLog(dir string, errs io.Writer, owner *serviceUser) (w *os.File, done <-chan struct{}, err error) {
 	if err := makeLogDir(dir); err != nil {
+		return nil, nil, err
+	}
+	uid, err := strconv.ParseUint(owner.Uid, 10, 32)
+	if err != nil {
+		return nil, nil, fmt.Errorf("user %s: uid %q: %w", owner.Username, owner.Uid, err)
+	}
+	gid, err := strconv.ParseUint(owner.Gid, 10, 32)
+	if err != nil {
+		return nil, nil, fmt.Errorf("user %s: gid %q: %w", owner.Username, owner.Gid, err)
+	}
+	if err := os.Chown(dir, int(uid), int(gid)); err != nil {
 		return nil, nil, err
 	}
 	if _, err := exec.LookPath("multilog"); err != nil {
@@ -65,7 +77,8 @@ func cappedLog(dir string, errs io.Writer) (w *os.File, done <-chan struct{}, er
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, errs, errs
 	// Its own session, apart from the service's process group: stopping
 	// the service leaves it to write the service's last lines.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true,
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}}
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return nil, nil, fmt.Errorf("starting multilog for %s: %w", dir, err)
