@@ -122,7 +122,8 @@ func mkpcap(ts *testscript.TestScript, neg bool, args []string) {
 // report, a Gafgyt session (registration, PING/PONG, a UDP flood order),
 // an IRC session (NICK, USER, JOIN with a key, PING/PONG, an order in a
 // channel message), HTTP polling every 30 s; and, as no channel, an
-// ordinary HTTP exchange and a TLS handshake on 443.
+// ordinary HTTP exchange and a TLS handshake on 443; then the SYN flood
+// the Mirai order asked for.
 func mkbotpcap(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
 		ts.Fatalf("usage: mkbotpcap PATH")
@@ -149,6 +150,11 @@ func mkbotpcap(ts *testscript.TestScript, neg bool, args []string) {
 	c.Send(pcapgen.ClientHelloRecord(pcapgen.Hello{Version: 0x0303, Ciphers: []uint16{0x1301}, Order: []uint16{0}, SNI: "www.example"}))
 	c.Reply(pcapgen.ServerHelloRecord(0x0303, 0x1301))
 	c.Close()
+	// The order carried out: a second of SYNs to the target's port 80.
+	g.T = g.T.Add(10e9)
+	for i := 0; i < 1000; i++ {
+		g.TCP(bot(uint16(20000+i)), netip.AddrPortFrom(other, 80), uint32(i), 0, pcapgen.SYN, nil)
+	}
 	ts.Check(g.Flush())
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), buf.Bytes(), 0o644))
 }

@@ -6,9 +6,10 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// mergeC2 folds the bot-channel types' context objects (see
+// mergeC2 folds the bot-channel and attack types' context objects (see
 // internal/observe/botproto) into dst.
 func mergeC2(dst, src *records.Observable) {
+	mergeAttack(dst, src)
 	if s := src.C2Channel; s != nil {
 		if dst.C2Channel == nil {
 			dst.C2Channel = &records.C2ChannelInfo{Family: s.Family, Protocol: s.Protocol, Server: s.Server}
@@ -40,8 +41,44 @@ func mergeC2(dst, src *records.Observable) {
 	}
 }
 
+// mergeAttack adds up two sightings of one flood: the rates are
+// recomputed over the united span (dst's times already united by Merge).
+func mergeAttack(dst, src *records.Observable) {
+	s := src.Attack
+	if s == nil {
+		return
+	}
+	if dst.Attack == nil {
+		c := *s
+		c.Ports, c.Sources, c.Reflectors = slices.Clone(s.Ports), slices.Clone(s.Sources), slices.Clone(s.Reflectors)
+		dst.Attack = &c
+		return
+	}
+	d := dst.Attack
+	d.Packets += s.Packets
+	d.Bytes += s.Bytes
+	d.PortCount = max(d.PortCount, s.PortCount)
+	d.SourceCount = max(d.SourceCount, s.SourceCount)
+	d.Spoofed = d.Spoofed || s.Spoofed
+	d.Ports = union(d.Ports, s.Ports, MaxList)
+	d.Sources = union(d.Sources, s.Sources, MaxList)
+	d.Reflectors = union(d.Reflectors, s.Reflectors, MaxList)
+	if span := dst.LastSeen.Sub(dst.FirstSeen).Seconds(); span > 0 {
+		d.PPS = Rate(d.Packets, span)
+		d.BPS = Rate(d.Bytes, span)
+	}
+}
+
+// Rate is n per second over span seconds, to two decimals.
+func Rate(n int64, span float64) float64 {
+	return float64(int64(float64(n)/span*100+0.5)) / 100
+}
+
 func sizeOfC2(o *records.Observable) int {
 	n := 0
+	if a := o.Attack; a != nil {
+		n += 192 + len(a.Vector) + len(a.Target) + strs(a.Ports) + strs(a.Sources) + strs(a.Reflectors)
+	}
 	if c := o.C2Channel; c != nil {
 		n += 128 + len(c.Family) + len(c.Protocol) + len(c.Server) + strs(c.Clients) + strs(c.Identities) + strs(c.Channels) + strs(c.Reports)
 	}

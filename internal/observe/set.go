@@ -202,12 +202,13 @@ var typeOrder = map[string]int{
 	records.ObsICMP: 6, records.ObsFile: 7, records.ObsNotice: 8, records.ObsAlert: 9,
 	records.ObsTrace: 10, records.ObsProcess: 11, records.ObsPath: 12, records.ObsNetcall: 13, records.ObsPersistence: 14,
 	records.ObsEvasion: 15, records.ObsC2Channel: 16, records.ObsC2Command: 17,
+	records.ObsAttack: 18,
 }
 
 // Flush emits everything held, by type (domain, ip, endpoint, scan, http,
 // tls, icmp, file, notice, alert, trace, process, path, netcall,
-// persistence, evasion, c2-channel, c2-command), then first sighting, then value; it returns the
-// first error emit returned.
+// persistence, evasion, c2-channel, c2-command, attack), then first
+// sighting, then value; it returns the first error emit returned.
 func (s *Set) Flush() error {
 	all := make([]*records.Observable, 0, len(s.m))
 	for _, e := range s.m {

@@ -28,6 +28,8 @@ const KindObservable = "observable"
 //	        "http METHOD http://host/path" for HTTP polling (the query left out)
 //	c2-command "family order" as the C2 sent it: Mirai's decoded ("mirai syn 198.51.100.9/32 30s dport=80"),
 //	        a text order's line ("gafgyt !* UDP 198.51.100.9 80 60"), an IRC message's text ("irc !udp 198.51.100.9")
+//	attack  "vector target", the target as its address ("syn 198.51.100.9"); for reflection, the victim the
+//	        requests claim to come from ("amp-ssdp 198.51.100.9")
 const (
 	ObsDomain    = "domain"
 	ObsIP        = "ip"
@@ -42,6 +44,7 @@ const (
 	ObsAlert     = "alert"
 	ObsC2Channel = "c2-channel"
 	ObsC2Command = "c2-command"
+	ObsAttack    = "attack"
 )
 
 // Observable is one thing the sensors saw, deduplicated by (lease, type,
@@ -80,6 +83,7 @@ type Observable struct {
 
 	C2Channel *C2ChannelInfo `json:"c2_channel,omitempty"`
 	C2Command *C2CommandInfo `json:"c2_command,omitempty"`
+	Attack    *AttackInfo    `json:"attack,omitempty"`
 
 	Process     *ProcessInfo   `json:"process,omitempty"`
 	Path        *PathInfo      `json:"path,omitempty"`
@@ -333,6 +337,33 @@ type C2CommandInfo struct {
 	Raw     string   `json:"raw"`
 	Servers []string `json:"servers,omitempty"`
 	Clients []string `json:"clients,omitempty"`
+}
+
+// AttackInfo is a flood the lab sent, classified from its packets whether
+// or not its order was seen.
+type AttackInfo struct {
+	// Vector is syn, ack, udp (random payload), udpplain (constant
+	// payload), vse, gre, icmp, http, or amp-PROTO for requests shaped to
+	// draw an amplified answer (amp-ntp, amp-ssdp, amp-memcached, …).
+	Vector string `json:"vector"`
+	Target string `json:"target"`
+	// Ports are the first destination ports (of the reflectors for amp-*);
+	// PortCount estimates how many there were.
+	Ports     []string `json:"ports,omitempty"`
+	PortCount int64    `json:"port_count"`
+	Packets   int64    `json:"packets"`
+	Bytes     int64    `json:"bytes"` // IP bytes
+	// PPS and BPS are packets and bytes per second between first and last
+	// seen.
+	PPS float64 `json:"pps"`
+	BPS float64 `json:"bps"`
+	// Spoofed says the packets came from more than one source address
+	// (for amp-*: were sent in the target's name); Sources are the first.
+	Spoofed     bool     `json:"spoofed,omitempty"`
+	Sources     []string `json:"sources,omitempty"`
+	SourceCount int64    `json:"source_count"`
+	// Reflectors are the first servers amp-* requests went to.
+	Reflectors []string `json:"reflectors,omitempty"`
 }
 
 // AppendJSON appends the JSON encoding of o to b: the same bytes Marshal
@@ -593,6 +624,28 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.str("raw", c.Raw, false)
 		e.strs("servers", c.Servers)
 		e.strs("clients", c.Clients)
+		e.close()
+	}
+	if a := o.Attack; a != nil {
+		e.key("attack")
+		e.open()
+		e.str("vector", a.Vector, false)
+		e.str("target", a.Target, false)
+		e.strs("ports", a.Ports)
+		e.int("port_count", a.PortCount, false)
+		e.int("packets", a.Packets, false)
+		e.int("bytes", a.Bytes, false)
+		e.key("pps")
+		e.b = appendFloat(e.b, a.PPS)
+		e.key("bps")
+		e.b = appendFloat(e.b, a.BPS)
+		if a.Spoofed {
+			e.key("spoofed")
+			e.b = append(e.b, "true"...)
+		}
+		e.strs("sources", a.Sources)
+		e.int("source_count", a.SourceCount, false)
+		e.strs("reflectors", a.Reflectors)
 		e.close()
 	}
 	e.behaviour(o)

@@ -53,6 +53,9 @@ type Stats struct {
 	// BotsRefused counts connections that might have carried a bot's
 	// channel, not read because MaxBotConvs recognisers were in use.
 	BotsRefused int64
+	// FloodsRefused counts packets of would-be floods not followed
+	// because maxFloods were.
+	FloodsRefused int64
 }
 
 // Decoder is the per-file packet engine. It is not safe for concurrent use.
@@ -103,6 +106,8 @@ type Decoder struct {
 	botTS     int64 // and the packet's time and number
 	botN      int64
 	polls     map[uint64]*poll
+	floods    map[uint64]*flood
+	hot       [hotSlots]hotSlot
 
 	Stats
 }
@@ -114,7 +119,7 @@ func New(cfg Config) *Decoder {
 	}
 	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(), ports: make(map[uint32]string),
 		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
-		polls:   make(map[uint64]*poll),
+		polls: make(map[uint64]*poll), floods: make(map[uint64]*flood),
 		decoded: make([]gopacket.LayerType, 0, 16)}
 	d.frags.m = make(map[fragKey]*fragBuf)
 	d.dnsMsg.Names = &d.dnsNames
@@ -557,6 +562,7 @@ func (d *Decoder) finishAll() {
 		}
 	}
 	d.emitPolls()
+	d.emitFloods()
 }
 
 func tcpFlags(t *layers.TCP) uint8 {
@@ -616,6 +622,20 @@ func (d *Decoder) tcpPacket(k *pkt) {
 	ep.ipBytes += int64(k.ipLen)
 	f.tcpSegment(isOrig, flags, t.Seq, t.Ack, plen, ts)
 	f.tcpHistory(fwd == f.origIsA, flags, plen)
+	if d.encap == 0 {
+		peer := &f.ep[1]
+		if fwd != f.origIsA {
+			peer = &f.ep[0]
+		}
+		switch flags & (flagSYN | flagACK | flagRST | flagFIN) {
+		case flagSYN:
+			d.floodPacket(vecSYN, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n)
+		case flagACK:
+			if peer.pkts == 0 {
+				d.floodPacket(vecACK, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n)
+			}
+		}
+	}
 	payload := t.Payload
 	if len(payload) > plen {
 		payload = payload[:plen]
@@ -654,6 +674,19 @@ func (d *Decoder) udpPacket(k *pkt) {
 	ep.udpBytes += int64(ulen)
 	if ulen > 0 {
 		f.history(isOrig, 'D')
+	}
+	peer := &f.ep[1]
+	if !isOrig {
+		peer = &f.ep[0]
+	}
+	if peer.pkts == 0 && d.encap == 0 && !isDNSPort(sp) && !isDNSPort(dp) {
+		// A datagram to a peer that never answered may be a flood's.
+		vec := udpVector(dp, u.Payload[:min(ulen, len(u.Payload))])
+		if reflection(vec) {
+			d.floodPacket(vec, k.src, k.dst, k.v6, dp, k.ipLen, k.ts, k.n)
+		} else {
+			d.floodPacket(vec, k.dst, k.src, k.v6, dp, k.ipLen, k.ts, k.n)
+		}
 	}
 	if isDNSPort(sp) || isDNSPort(dp) {
 		payload := u.Payload
@@ -716,6 +749,9 @@ func (d *Decoder) icmpPacket(k *pkt, typ, code uint8, v6 bool) {
 	if f.ep[0].pkts == 0 && f.ep[1].pkts == 0 {
 		f.icmpType, f.icmpCode = typ, code
 	}
+	if d.encap == 0 && (typ == 8 && !v6 || typ == 128 && v6) {
+		d.floodPacket(vecICMP, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n)
+	}
 	ep := &f.ep[1]
 	if isOrig {
 		ep = &f.ep[0]
@@ -732,6 +768,9 @@ func (d *Decoder) otherPacket(k *pkt) {
 	ep := &f.ep[1]
 	if isOrig {
 		ep = &f.ep[0]
+	}
+	if k.proto == 47 && d.encap == 0 {
+		d.floodPacket(vecGRE, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n)
 	}
 	// Zeek counts no payload bytes for protocols it does not analyse;
 	// only their IP bytes.

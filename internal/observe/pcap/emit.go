@@ -106,6 +106,7 @@ func (d *Decoder) emitHTTP(f *flow, r *httpReq) {
 	host := cmp.Or(r.req.Host, server)
 	value, client := HTTPValue(r.req.Method, host, r.req.URI), d.addrString(f.origAddr(), v6)
 	d.pollRequest(r, value, server, client)
+	d.floodPacket(vecHTTP, f.respAddr(), f.origAddr(), v6, f.respPort(), 0, r.ts, r.n)
 	o, _ := d.cfg.Origin.NewHTTP(value, tsTime(r.ts), r.n, 0,
 		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, client)
 	d.cfg.Sink.Add(o)
