@@ -86,8 +86,10 @@ func AttachPort(ctx context.Context, cfg Config, p Port) error {
 	if err := h.LinkSetFlood(l, false); err != nil {
 		return fmt.Errorf("turning off flooding to %s: %w", p.Name, err)
 	}
-	// The guest's MAC is at this port only.
-	if err := h.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, Flags: netlink.NTF_MASTER,
+	// The guest's MAC is at this port only: static, so it never ages out,
+	// and sticky, so a frame with that source MAC on another port (one
+	// that learns) does not move it there.
+	if err := h.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_BRIDGE, Flags: netlink.NTF_MASTER | netlink.NTF_STICKY,
 		State: netlink.NUD_NOARP, HardwareAddr: p.MAC}); err != nil {
 		return fmt.Errorf("forwarding entry for %s on %s: %w", p.MAC, p.Name, err)
 	}
