@@ -14,7 +14,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
 
@@ -192,9 +196,34 @@ func Run(t Tool, cli any, args []string) int {
 		return fault.ExitOK
 	}
 	if !fault.Reported(err) {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", tool, err)
+		fmt.Fprintf(os.Stderr, "%s: %s\n", tool, printable(err.Error()))
 	}
 	return fault.Code(err)
+}
+
+// printable escapes what a terminal would act on in an error that quotes
+// what a sample wrote (a file name, a guest's answer): control bytes and
+// bytes that are not UTF-8 as \xNN, other unprintable runes (a
+// bidirectional override) Go-quoted. Newlines stay: errors.Join makes them.
+func printable(msg string) string {
+	if strings.IndexFunc(msg, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }) < 0 && utf8.ValidString(msg) {
+		return msg
+	}
+	var b strings.Builder
+	for len(msg) > 0 {
+		r, n := utf8.DecodeRuneInString(msg)
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, "\\x%02x", msg[0])
+		case r == '\n' || unicode.IsPrint(r):
+			b.WriteString(msg[:n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		msg = msg[n:]
+	}
+	return b.String()
 }
 
 type exitPanic struct{}

@@ -2,12 +2,15 @@ package cycle
 
 import (
 	"fmt"
-	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"io"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -93,9 +96,20 @@ func Summarise(st *state.Store, id string) (*Summary, error) {
 	return r, nil
 }
 
-// Text writes the summary for a person.
+// Text writes the summary for a person. Most of what it shows came from
+// the sample (its output, the names it looked up, its processes' paths):
+// every string is printed through Printable, so that none can move the
+// cursor, colour, retitle or clear the terminal, or end a line and forge
+// the ones after it.
 func (r *Summary) Text(w io.Writer) {
-	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p := func(format string, a ...any) {
+		for i, v := range a {
+			if s, ok := v.(string); ok {
+				a[i] = Printable(s)
+			}
+		}
+		fmt.Fprintf(w, format+"\n", a...)
+	}
 	took := ""
 	if r.Took != nil {
 		took = " in " + r.Took.String()
@@ -196,6 +210,37 @@ func lastN(s string, n int) []string {
 		lines = lines[len(lines)-n:]
 	}
 	return lines
+}
+
+// Printable is s with what a terminal would act on escaped: a control
+// byte or a byte that is not UTF-8 as \xNN, a rune that is not printable
+// (a bidirectional override, a zero-width joiner) as \uNNNN. Printable
+// text, in any script, is left as it is.
+func Printable(s string) string {
+	clean := true
+	for _, c := range s {
+		if c == utf8.RuneError || !unicode.IsPrint(c) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		c, n := utf8.DecodeRuneInString(s)
+		switch {
+		case c == utf8.RuneError && n <= 1, c < utf8.RuneSelf && !unicode.IsPrint(c):
+			fmt.Fprintf(&b, "\\x%02x", s[0])
+		case !unicode.IsPrint(c):
+			fmt.Fprintf(&b, "\\u%04x", c)
+		default:
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 func orNone(s string) string {
