@@ -317,6 +317,7 @@ func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision,
 			records.Init(e, records.KindAllow, now)
 		}
 	}
+	storable(entries, c.Refusals)
 	cs := Diff(prev, entries)
 	if head != nil && Empty(cs) {
 		return head, false, nil

@@ -40,6 +40,9 @@ func Export(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 		return rw.Flush()
 	case "plain":
 		for _, e := range es {
+			if invalidValue(e) != "" {
+				continue
+			}
 			if _, err := fmt.Fprintln(w, e.Value); err != nil {
 				return err
 			}
@@ -84,6 +87,9 @@ func exportZeek(w io.Writer, es []*records.AllowEntry) error {
 	fmt.Fprintln(w, "#fields\tindicator\tindicator_type\tmeta.source\tmeta.desc\tmeta.url")
 	seen := map[string]bool{}
 	for _, e := range es {
+		if invalidValue(e) != "" {
+			continue
+		}
 		ind, typ := e.Value, "Intel::DOMAIN"
 		if e.Type == records.AllowEndpoint {
 			a, _, _, err := ParseEndpoint(e.Value)
@@ -96,7 +102,7 @@ func exportZeek(w io.Writer, es []*records.AllowEntry) error {
 			continue
 		}
 		seen[ind] = true
-		if _, err := fmt.Fprintf(w, "%s\t%s\ttalkbox\t%s\t%s\n", ind, typ, zeekField(e.Class+": "+e.Reason), e.ID); err != nil {
+		if _, err := fmt.Fprintf(w, "%s\t%s\ttalkbox\t%s\t%s\n", ind, typ, zeekField(e.Class+": "+e.Reason), zeekField(entryID(e))); err != nil {
 			return err
 		}
 	}
@@ -104,18 +110,30 @@ func exportZeek(w io.Writer, es []*records.AllowEntry) error {
 }
 
 func zeekField(s string) string {
-	s = strings.NewReplacer("\t", " ", "\n", " ").Replace(s)
+	s = oneField(s, "", "")
 	if s == "" {
 		return "-"
 	}
 	return s
 }
 
+// entryID is an entry's ID when it is one ("" otherwise: a content blob
+// is any JSON).
+func entryID(e *records.AllowEntry) string {
+	if records.CheckID(e.ID) != nil {
+		return ""
+	}
+	return e.ID
+}
+
 // exportSuricata writes one alert rule per endpoint and per name.
 func exportSuricata(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 	sid := o.SIDBase
 	for _, e := range es {
-		msg := strings.NewReplacer(`"`, "'", ";", ",", `\`, "/").Replace(fmt.Sprintf("Talkbox %s %s", e.Class, e.Value))
+		if invalidValue(e) != "" || entryID(e) == "" {
+			continue
+		}
+		msg := oneField(strings.NewReplacer(`"`, "'", ";", ",", `\`, "/").Replace(fmt.Sprintf("Talkbox %s %s", e.Class, e.Value)), "", "")
 		var rule string
 		switch e.Type {
 		case records.AllowEndpoint:
@@ -127,7 +145,7 @@ func exportSuricata(w io.Writer, es []*records.AllowEntry, o ExportOptions) erro
 				proto, a, port, msg, e.ID, sid)
 		case records.AllowDomain:
 			rule = fmt.Sprintf(`alert dns $HOME_NET any -> any any (msg:"%s"; dns.query; content:"%s"; nocase; endswith; metadata:talkbox_entry %s; sid:%d; rev:1;)`,
-				msg, strings.ReplaceAll(e.Value, `"`, ""), e.ID, sid)
+				msg, e.Value, e.ID, sid)
 		default:
 			continue
 		}
@@ -168,6 +186,9 @@ func exportSTIX(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 	var objs []indicator
 	var ids []string
 	for _, e := range es {
+		if invalidValue(e) != "" {
+			continue
+		}
 		var pattern string
 		switch e.Type {
 		case records.AllowEndpoint:
@@ -182,7 +203,7 @@ func exportSTIX(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 			pattern = fmt.Sprintf("[network-traffic:dst_ref.type = '%s' AND network-traffic:dst_ref.value = '%s' AND network-traffic:dst_port = %d AND network-traffic:protocols[*] = '%s']",
 				typ, a, port, proto)
 		case records.AllowDomain:
-			pattern = fmt.Sprintf("[domain-name:value = '%s']", strings.ReplaceAll(e.Value, "'", ""))
+			pattern = fmt.Sprintf("[domain-name:value = '%s']", e.Value)
 		default:
 			continue
 		}

@@ -1,11 +1,15 @@
 package allowlist
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -139,3 +143,124 @@ func TestHostileNamesNeverFailAWrite(t *testing.T) {
 		t.Errorf("forward list %v, %v", names, err)
 	}
 }
+
+// hostileEntries are entries as a revision written before values were
+// checked, or a hand-edited content blob, may hold: values and reasons
+// that break lines, quotes and encodings.
+func hostileEntries(expires time.Time) []*records.AllowEntry {
+	var out []*records.AllowEntry
+	for i, v := range []string{"x y", "a\nb.example.com", "bad\xff.example.com", `q"x.example.com`, "semi;colon.example.com", "com"} {
+		e := &records.AllowEntry{Type: records.AllowDomain, Value: v, Scope: records.ScopeLease, Lease: testLease,
+			Status: records.StatusActive, Class: ClassC2, Reason: "reason\twith\ttabs\nand a newline \xfe", ExpiresAt: &expires}
+		records.Init(e, records.KindAllow, pcapgen.Start.Add(time.Duration(i)*time.Millisecond))
+		out = append(out, e)
+	}
+	e := &records.AllowEntry{Type: records.AllowEndpoint, Value: "1.2.3.4:80/tcp\nadd rule", Scope: records.ScopeLease,
+		Lease: testLease, Status: records.StatusActive, Class: ClassC2, Verdict: "rate-limit", ExpiresAt: &expires}
+	records.Init(e, records.KindAllow, pcapgen.Start)
+	return append(out, e)
+}
+
+// TestHostileValuesNeverFailAWriteOrAnExport: hostile Host and server
+// names, resolved names, request URIs and flood addresses go through
+// promote into a revision that verifies and applies; hostile values in old
+// content are taken out of the enforced set when written again; and no
+// export lets a value out of its field or its line.
+func TestHostileValuesNeverFailAWriteOrAnExport(t *testing.T) {
+	ctx := context.Background()
+	pol := DefaultPolicy()
+	pol.compile()
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	c := Chain{Scope: records.ScopeLease, Lease: testLease}
+	obs := hostileObs()
+	for i, n := range hostileNames {
+		addr := "45.155.205." + strconv.Itoa(10+i)
+		obs = append(obs, obsDomain(n, pcapgen.Start, addr))
+		obs = append(obs, beaconTo(addr, 80, n)...)
+	}
+	obs = append(obs, &records.Observable{Type: records.ObsHTTP, Value: "x", Lease: testLease, FirstSeen: pcapgen.Start,
+		LastSeen: pcapgen.Start, HTTP: &records.HTTPInfo{Method: "GET", Host: "x y", URI: "/cgi-bin/\"\n;\xff\u2028", Servers: []string{"45.155.205.17:80"}}},
+		&records.Observable{Type: records.ObsICMP, Value: "x", Lease: testLease, FirstSeen: pcapgen.Start, LastSeen: pcapgen.Start,
+			ICMP: &records.ICMPInfo{RespH: "1.2.3.4\n\xff\"", Packets: pol.FloodPackets}})
+	if _, _, err := b.Promote(ctx, Promotion{Chain: c, Dests: Classify(obs, &pol), Policy: &pol, Validator: pubValidator(), Now: now}); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	// Old content with hostile values, written again (as a rollback does).
+	head, cur, err := b.Head(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := b.Lock(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := append(append([]*records.AllowEntry(nil), cur...), hostileEntries(now.Add(time.Hour))...)
+	_, _, err = b.Write(ctx, Commit{Chain: c, Cause: "rollback", Refusals: []records.Refusal{{Target: "t\xff\n", Reason: "r\xfe", Examples: []string{"e\xfd"}}}},
+		head, cur, next)
+	unlock()
+	if err != nil {
+		t.Fatalf("writing old hostile content: %v", err)
+	}
+	if _, err := b.Verify(c); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if _, err := b.Desired(testLease, now); err != nil {
+		t.Fatalf("the enforced list: %v", err)
+	}
+	_, entries, err := b.Head(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if enforced(e.Status) && invalidValue(e) != "" {
+			t.Errorf("enforced entry with value %q", e.Value)
+		}
+	}
+	// Every export, of the stored entries and of the raw hostile ones.
+	all := append(entries, hostileEntries(now.Add(time.Hour))...)
+	for _, f := range Formats {
+		var out bytes.Buffer
+		if err := Export(&out, all, ExportOptions{Format: f, Table: "talkbox", Set: "allow", SIDBase: 9700001, Now: now}); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if !utf8.Valid(out.Bytes()) {
+			t.Errorf("%s: output is not UTF-8", f)
+		}
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		for i, l := range lines {
+			if strings.ContainsAny(l, "\r\x00\u2028") {
+				t.Errorf("%s line %d holds a control character: %q", f, i+1, l)
+			}
+			switch f {
+			case "plain":
+				if e := (records.AllowEntry{Type: records.AllowDomain, Value: l}); invalidValue(&e) != "" {
+					if _, _, _, err := ParseEndpoint(l); err != nil {
+						t.Errorf("plain line %q is neither a name nor an endpoint", l)
+					}
+				}
+			case "zeek":
+				if n := len(strings.Split(l, "\t")); i > 0 && n != 5 {
+					t.Errorf("zeek line %d has %d fields: %q", i+1, n, l)
+				}
+			case "suricata":
+				if !suricataRule.MatchString(l) {
+					t.Errorf("suricata line %d: %q", i+1, l)
+				}
+			case "nft":
+				if i > 0 && !nftLine.MatchString(l) {
+					t.Errorf("nft line %d: %q", i+1, l)
+				}
+			case "stix", "json":
+				if !json.Valid([]byte(l)) {
+					t.Errorf("%s line %d is not JSON: %q", f, i+1, l)
+				}
+			}
+		}
+	}
+}
+
+var (
+	suricataRule = regexp.MustCompile(`^alert (tcp|udp|dns) \$HOME_NET any -> \S+ \S+ \(msg:"[^";\\]*"; (flow:to_server|dns\.query; content:"[a-z0-9.-]+"; nocase; endswith); metadata:talkbox_entry allow_[0-9A-Z]{26}; sid:[0-9]+; rev:1;\)$`)
+	nftLine      = regexp.MustCompile(`^add element inet talkbox allow \{ [0-9.]+ \. (tcp|udp) \. [0-9]+(, [0-9.]+ \. (tcp|udp) \. [0-9]+)* \}$`)
+)
