@@ -36,7 +36,7 @@ func (c common) manager(env *cli.Env, fn func(m *lease.Manager) error) error {
 		return err
 	}
 	m := lease.New(st, cfg, env.Sink())
-	m.Labs = capture.Labs{St: st}
+	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
 	defer m.Close()
 	return fn(m)
 }

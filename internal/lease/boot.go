@@ -105,7 +105,7 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 	}
 	start := time.Now()
 	log.Info("starting the guest", "phase", "start", "host", l.Host)
-	if err := c.CreateXML(ctx, x); err != nil {
+	if err := m.run(ctx, c, l, func() error { return c.CreatePaused(ctx, x) }); err != nil {
 		return fail(err)
 	}
 	now := m.St.Now()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -45,12 +46,15 @@ const CrashEnv = "TB_LEASE_CRASH_AFTER"
 type Host interface {
 	virt.Hypervisor
 	URI() string
-	CreateXML(ctx context.Context, domXML string) error
+	// CreatePaused and RestorePaused start a domain whose guest runs only
+	// at Resume: its tap is bound first (Manager.run).
+	CreatePaused(ctx context.Context, domXML string) error
+	RestorePaused(ctx context.Context, path, domXML string) error
+	Resume(ctx context.Context, name string) error
 	Domains(ctx context.Context) ([]virt.DomainStatus, error)
 	DomainStatusOf(name string) (virt.DomainStatus, bool, error)
 	Host(ctx context.Context) (virt.HostStatus, error)
 	SaveDomain(ctx context.Context, name, path string) error
-	RestoreDomain(ctx context.Context, path, domXML string) error
 	SavedXML(path string) (string, error)
 	DumpMemory(ctx context.Context, name, path string) error
 }
@@ -73,9 +77,13 @@ type Manager struct {
 
 // Labs tells whether guests attached to bridge, in network namespace
 // hostNS, are contained: the bridge is a Talkbox lab's, on labNet, up and
-// passing its containment check (capture.BridgeContained).
+// passing its containment check (capture.Labs); and binds a guest's tap
+// to its MAC and IPv4 at that lab's bridge, or forgets the binding
+// (HostLabs).
 type Labs interface {
 	Contained(ctx context.Context, hostNS, bridge string, labNet netip.Prefix) error
+	Attach(ctx context.Context, hostNS, bridge string, labNet netip.Prefix, p netlab.Port) error
+	Detach(ctx context.Context, hostNS, bridge, port string) error
 }
 
 // leaseContained is contained for the host a lease is on.
@@ -314,6 +322,11 @@ func (m *Manager) teardown(ctx context.Context, l *records.SandboxLease) (cpu ti
 		}
 	} else {
 		return 0, "", cerr
+	}
+	// The binding of its address goes with the tap, so that a later lease
+	// may have the address (tb-capture reconcile forgets one left here).
+	if err := m.detach(ctx, l); err != nil {
+		m.Out.Log.Warn("forgetting the binding of a gone lease's tap", "lease", l.ID, "tap", l.Tap, "err", err)
 	}
 	if f, ferr := os.Open(l.ConsoleLog); ferr == nil {
 		if b, berr := m.St.PutBlob(ctx, f); berr == nil {

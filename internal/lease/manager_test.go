@@ -17,6 +17,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -31,7 +32,7 @@ type fakeHost struct {
 	status  virt.HostStatus
 	domains map[string]virt.DomainStatus
 	// answers says whether a domain's agent answers: by name, the number
-	// of CreateXML calls after which it does (0: never).
+	// of CreatePaused calls after which it does (0: never).
 	answersAfter int
 	creates      int
 	destroyed    []string
@@ -48,13 +49,25 @@ func (h *fakeHost) Start(context.Context, virt.DomainConfig) error {
 func (h *fakeHost) EnsureNetwork(context.Context, virt.NetworkConfig) error { return nil }
 func (h *fakeHost) Close() error                                            { return nil }
 
-func (h *fakeHost) CreateXML(ctx context.Context, x string) error {
+func (h *fakeHost) CreatePaused(ctx context.Context, x string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	name := between(x, "<name>", "</name>")
 	desc := between(x, "<description>", "</description>")
 	h.creates++
-	h.domains[name] = virt.DomainStatus{Name: name, Active: true, State: "running", Description: desc}
+	h.domains[name] = virt.DomainStatus{Name: name, Active: true, State: "paused", Description: desc}
+	return nil
+}
+
+func (h *fakeHost) Resume(ctx context.Context, name string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d, ok := h.domains[name]
+	if !ok || d.State != "paused" {
+		return fmt.Errorf("fake: %s is not paused", name)
+	}
+	d.State = "running"
+	h.domains[name] = d
 	return nil
 }
 
@@ -97,7 +110,7 @@ func (h *fakeHost) DomainStatusOf(name string) (virt.DomainStatus, bool, error) 
 
 func (h *fakeHost) Host(ctx context.Context) (virt.HostStatus, error) { return h.status, nil }
 func (h *fakeHost) SaveDomain(context.Context, string, string) error  { return errors.ErrUnsupported }
-func (h *fakeHost) RestoreDomain(context.Context, string, string) error {
+func (h *fakeHost) RestorePaused(context.Context, string, string) error {
 	return errors.ErrUnsupported
 }
 func (h *fakeHost) SavedXML(string) (string, error)                  { return "", errors.ErrUnsupported }
@@ -114,16 +127,44 @@ func between(s, a, b string) string {
 func fakeURI(name string) string { return "qemu+unix:///system?socket=/run/fake-libvirt/" + name }
 
 // fakeLabs vouches for every bridge, or for none (err); it records what
-// it was asked. The real one (capture.Labs) is tested with real labs in
-// the tb-lease scripts.
+// it was asked, and the ports it bound. The real one (HostLabs) is tested
+// with real labs in the tb-lease scripts and TestRevertRealGuest.
 type fakeLabs struct {
 	err   error
 	asked []string
+	// host, when set, is asked whether the port's domain is still paused
+	// when it is bound.
+	host     *fakeHost
+	attached []string
+	unbound  []string
 }
 
 func (f *fakeLabs) Contained(ctx context.Context, hostNS, bridge string, labNet netip.Prefix) error {
 	f.asked = append(f.asked, hostNS+"/"+bridge+"/"+labNet.String())
 	return f.err
+}
+
+func (f *fakeLabs) Attach(ctx context.Context, hostNS, bridge string, labNet netip.Prefix, p netlab.Port) error {
+	if err := f.Contained(ctx, hostNS, bridge, labNet); err != nil {
+		return err
+	}
+	state := ""
+	if f.host != nil {
+		f.host.mu.Lock()
+		defer f.host.mu.Unlock()
+		for _, d := range f.host.domains {
+			if strings.HasSuffix(d.Name, p.Name[2:]) {
+				state = " " + d.State
+			}
+		}
+	}
+	f.attached = append(f.attached, p.Name+" "+p.MAC.String()+" "+p.IP.String()+state)
+	return nil
+}
+
+func (f *fakeLabs) Detach(ctx context.Context, hostNS, bridge, port string) error {
+	f.unbound = append(f.unbound, port)
+	return nil
 }
 
 // fakeManager is a Manager over a fresh state and the fake hosts, by

@@ -330,7 +330,7 @@ func (m *Manager) reboot(ctx context.Context, l *records.SandboxLease, img *reco
 		}
 	}
 	start := time.Now()
-	if err := c.CreateXML(ctx, x); err != nil {
+	if err := m.run(ctx, c, l, func() error { return c.CreatePaused(ctx, x) }); err != nil {
 		return 0, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)

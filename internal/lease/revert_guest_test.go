@@ -95,7 +95,7 @@ func TestRevertRealGuest(t *testing.T) {
 	}
 	var stderr strings.Builder
 	m := lease.New(st, cfg, cmdout.New("tb-lease", io.Discard, &stderr, nil))
-	m.Labs = capture.Labs{St: st}
+	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
 	t.Cleanup(m.Close)
 	fw, err := capture.LabFirewall(st, lab.Name)
 	if err != nil {

@@ -52,7 +52,7 @@ func revertFixture(t *testing.T) (*Manager, *fakeHost, *records.SandboxLease) {
 	}
 	l := storedLease(t, m, h, "h", img.ID, false)
 	if _, err := m.update(ctx, l.ID, func(x *records.SandboxLease) error {
-		x.State, x.Platform, x.Samples, x.TTL = records.LeaseIdle, "amd64", []string{sampleX}, records.Duration(time.Hour)
+		x.State, x.Platform, x.Samples, x.TTL, x.Tap = records.LeaseIdle, "amd64", []string{sampleX}, records.Duration(time.Hour), tapName(x.ID)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -138,8 +138,17 @@ func TestRevertForAnotherSample(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	labs := m.Labs.(*fakeLabs)
+	labs.host = h
 	py := samplePlan(t, m, sampleY)
 	l := acquired(t, m, py, "cycle_y")
+	// The rebooted guest ran only once its tap was bound.
+	if want := l.Tap + " " + l.MAC + " " + l.IP + " paused"; !slices.Equal(labs.attached, []string{want}) {
+		t.Errorf("ports bound: %q, want %q", labs.attached, want)
+	}
+	if d, _, _ := h.DomainStatusOf(l.VMName); d.State != "running" {
+		t.Errorf("the rebooted guest is %s", d.State)
+	}
 	if l.ID != idle.ID || l.State != records.LeaseBusy || l.Holder != "cycle_y" || l.Plan != py.ID || !slices.Equal(l.Samples, []string{sampleY}) {
 		t.Fatalf("after the revert: %+v", l)
 	}
@@ -199,5 +208,10 @@ func TestRevertForAnotherSample(t *testing.T) {
 	d, err = m.Decide(ctx, Request{Plan: samplePlan(t, m, other), Accel: "tcg"})
 	if err != nil || d.Reuse != l.ID || d.Revert {
 		t.Errorf("dry run for its sample: %+v %v", d, err)
+	}
+	// Released, its tap's binding goes, so that its address can be another
+	// lease's.
+	if _, err := m.Release(ctx, l.ID, false); err != nil || !slices.Equal(labs.unbound, []string{l.Tap}) {
+		t.Errorf("release: unbound %v, %v", labs.unbound, err)
 	}
 }

@@ -66,7 +66,8 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*records.LeaseSnapsh
 	}
 	copyErr := files.Copy(l.Overlay, filepath.Join(s.Dir, diskFile))
 	// The lease comes back whatever happened to the copy.
-	if err := c.RestoreDomain(context.WithoutCancel(ctx), mem, ""); err != nil {
+	rctx := context.WithoutCancel(ctx)
+	if err := m.run(rctx, c, l, func() error { return c.RestorePaused(rctx, mem, "") }); err != nil {
 		m.finish(ctx, l.ID, records.LeaseFailed, "could not resume after snapshot: "+err.Error())
 		return nil, fmt.Errorf("lease %s did not resume after its snapshot (now failed): %w", l.ID, err)
 	}
@@ -231,7 +232,9 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	if err := rewriteSaveImage(filepath.Join(s.Dir, memoryFile), own, newXML); err != nil {
 		return fail(err)
 	}
-	if err := c.RestoreDomain(ctx, own, ""); err != nil {
+	// Resumed once its tap is bound: until readdress the guest still has
+	// the saved guest's MAC and address, whose frames the binding drops.
+	if err := m.run(ctx, c, l, func() error { return c.RestorePaused(ctx, own, "") }); err != nil {
 		return fail(err)
 	}
 	os.Remove(own)

@@ -15,16 +15,34 @@ import (
 // URI is the connection's libvirt URI.
 func (l *Libvirt) URI() string { return l.uri }
 
-// CreateXML boots a transient domain from a complete domain XML.
-func (l *Libvirt) CreateXML(ctx context.Context, domXML string) error {
+// CreatePaused creates a transient domain from a complete domain XML with
+// its vCPUs paused: its devices (the tap) exist, and the guest has not run
+// an instruction, until Resume.
+func (l *Libvirt) CreatePaused(ctx context.Context, domXML string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	d, err := l.conn.DomainCreateXML(domXML, libvirt.DOMAIN_NONE)
+	d, err := l.conn.DomainCreateXML(domXML, libvirt.DOMAIN_START_PAUSED)
 	if err != nil {
 		return fmt.Errorf("starting guest: %s", message(err))
 	}
 	d.Free()
+	return nil
+}
+
+// Resume runs a paused domain's vCPUs.
+func (l *Libvirt) Resume(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d, err := l.conn.LookupDomainByName(name)
+	if err != nil {
+		return fmt.Errorf("looking up guest %s: %s", name, message(err))
+	}
+	defer d.Free()
+	if err := d.Resume(); err != nil {
+		return fmt.Errorf("resuming guest %s: %s", name, message(err))
+	}
 	return nil
 }
 
@@ -139,14 +157,14 @@ func (l *Libvirt) DumpMemory(ctx context.Context, name, path string) error {
 	return nil
 }
 
-// RestoreDomain starts a domain from a saved state, running, with domXML
-// (when not empty) replacing the saved definition: a new name, disk or MAC
-// for a copy of the saved guest.
-func (l *Libvirt) RestoreDomain(ctx context.Context, path, domXML string) error {
+// RestorePaused starts a domain from a saved state, paused until Resume,
+// with domXML (when not empty) replacing the saved definition: a new name,
+// disk or MAC for a copy of the saved guest.
+func (l *Libvirt) RestorePaused(ctx context.Context, path, domXML string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := l.conn.DomainRestoreFlags(path, domXML, libvirt.DOMAIN_SAVE_RUNNING); err != nil {
+	if err := l.conn.DomainRestoreFlags(path, domXML, libvirt.DOMAIN_SAVE_PAUSED); err != nil {
 		return fmt.Errorf("restoring %s: %s", path, message(err))
 	}
 	return nil
