@@ -2,6 +2,7 @@ package cycle
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -389,7 +391,7 @@ func TestDetachedSampleIsObservedAcrossCycles(t *testing.T) {
 		t.Fatalf("second window's output = %q (from %d)", got, c2.StdoutFrom)
 	}
 	// Once the sample is gone, the next detached cycle starts it again.
-	e.g.Run(context.Background(), killArgv(c1.GuestPID)...)
+	e.g.Run(context.Background(), killArgv(c1.GuestPID, 0)...)
 	c3 := e.run(t, Request{Detach: &yes, Window: &w})
 	if c3.Attached != "" || e.g.spawns != 2 {
 		t.Fatalf("third cycle = %+v", c3)
@@ -696,5 +698,58 @@ func TestHostileDropNamesDoNotFailTheCycle(t *testing.T) {
 		if !slices.ContainsFunc(a.Reasons, func(r string) bool { return strings.HasPrefix(r, "dropped file not copied out: "+want) }) {
 			t.Errorf("reasons %q lack %s", a.Reasons, want)
 		}
+	}
+}
+
+// TestTamperedTraceIsEvidence: a sample that kills its tracer (the trace
+// stops, the launcher writes no end record) or forges a trace line (of a
+// process no traced one started) leaves a "trace tampered" evasion
+// observable that escalates the analysis; a clean trace leaves none.
+func TestTamperedTraceIsEvidence(t *testing.T) {
+	for _, tc := range []struct {
+		tamper string
+		seen   string
+	}{
+		{"", ""},
+		{"kill", "the launcher wrote no end record"},
+		{"forge", "lines of processes no traced process started: 4242"},
+	} {
+		t.Run(cmp.Or(tc.tamper, "clean"), func(t *testing.T) {
+			e := setup(t, "out hello")
+			ctx := context.Background()
+			var p records.Plan
+			if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; p.Network.Promote = false; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			e.g.tamper = tc.tamper
+			e.post.traceDropped = []string{}
+			c := e.run(t, Request{})
+			if c.State != records.CycleCompleted {
+				t.Fatalf("cycle %s %s", c.State, c.Error)
+			}
+			obs, err := state.FindBy(e.st, records.KindObservable, records.KeyCycle, c.ID, func(o *records.Observable) bool {
+				return o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a records.RunAnalysis
+			if err := e.st.Get(c.Analysis, &a); err != nil {
+				t.Fatal(err)
+			}
+			if tc.tamper == "" {
+				if len(obs) != 0 {
+					t.Fatalf("a clean trace seen as tampered: %q", obs[0].Evasion.Paths)
+				}
+				return
+			}
+			if len(obs) != 1 || obs[0].Value != "trace tampered" || !slices.ContainsFunc(obs[0].Evasion.Paths, func(s string) bool { return strings.HasPrefix(s, tc.seen) }) {
+				t.Fatalf("tamper observables %+v", obs)
+			}
+			if a.Recommendation != records.RecommendEscalate || !strings.Contains(strings.Join(a.Reasons, ";"), "the behaviour trace was tampered with: ") ||
+				!slices.Contains(a.Behaviour.Evasion, "trace tampered") {
+				t.Fatalf("analysis %s %q, behaviour %+v", a.Recommendation, a.Reasons, a.Behaviour)
+			}
+		})
 	}
 }

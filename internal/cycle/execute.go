@@ -47,16 +47,19 @@ func (r *Runner) alive(ctx context.Context, g Guest, pid int) (bool, error) {
 // agent that does not answer before the cycle fails.
 const agentGrace = 2 * time.Minute
 
-func guestFiles(c *records.Cycle) (pidfile, stdout, stderr, trace string) {
-	return c.GuestOut + ".pid", c.GuestOut + ".stdout", c.GuestOut + ".stderr", c.GuestOut + ".trace"
+func guestFiles(c *records.Cycle) (pidfile, stdout, stderr string) {
+	return c.GuestOut + ".pid", c.GuestOut + ".stdout", c.GuestOut + ".stderr"
 }
 
 // execute starts the sample (once) or attaches to it, watches it until it
 // exits, times out, its window ends or the cycle is cancelled, and stores
 // its output and an execution record.
 func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
-	pidfile, outPath, errPath, tracePath := guestFiles(c)
-	var err error
+	pidfile, outPath, errPath := guestFiles(c)
+	tracePath, err := r.tracePath(c)
+	if err != nil {
+		return c, err
+	}
 	observeFrom := r.St.Now()
 	if c.Attached == "" && c.GuestPID == 0 {
 		if c.Launch {
@@ -79,8 +82,12 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 				return c, err
 			}
 			argv := append([]string{c.GuestPath}, c.Args...)
+			key, err := r.endKey(c)
+			if err != nil {
+				return c, err
+			}
 			launchStart := time.Now()
-			pid, err := g.Spawn(ctx, launchArgv(c.Workdir, pidfile, outPath, errPath, traceSpec(c.Tracer, tracePath), argv), guestEnv(c.Env))
+			pid, err := g.Spawn(ctx, launchArgv(c.Workdir, pidfile, outPath, errPath, traceSpec(c.Tracer, tracePath), argv), guestEnv(c.Env), []byte(key+"\n"))
 			if err != nil {
 				return c, fmt.Errorf("starting the sample: %w", err)
 			}
@@ -101,7 +108,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 		}
 		deadline = runStart.Add(c.Timeout.D())
 	}
-	spool := newSpool(r, c)
+	spool := newSpool(r, c, tracePath)
 	defer spool.close()
 	wait := 5 * time.Millisecond
 	lastStream := time.Now()
@@ -145,7 +152,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 				ex.Running = true
 				break
 			}
-			if err := r.kill(ctx, g, c.GuestPID); err != nil {
+			if err := r.kill(ctx, g, c.GuestPID, spared(c.Tracer)); err != nil {
 				return c, err
 			}
 			ex.TimedOut, ex.Killed = true, true
@@ -164,7 +171,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 			}
 			if cur.Cancel {
 				cancelled = true
-				if err := r.kill(ctx, g, c.GuestPID); err != nil {
+				if err := r.kill(ctx, g, c.GuestPID, spared(c.Tracer)); err != nil {
 					return c, err
 				}
 				ex.Killed = true
@@ -188,6 +195,11 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 	arts, err := spool.store(ctx, ex)
 	if err != nil {
 		return c, err
+	}
+	if c.Tracer != "" {
+		if err := r.checkTrace(ctx, c, g, ex, spool.stream(ArtifactTrace)); err != nil {
+			return c, fmt.Errorf("checking the trace: %w", err)
+		}
 	}
 	records.Init(ex, records.KindExecution, end)
 	if err := r.St.Create(ctx, ex); err != nil {
@@ -243,8 +255,8 @@ func execSummary(ex *records.ExecutionSnapshot) string {
 	return "exited"
 }
 
-func (r *Runner) kill(ctx context.Context, g Guest, pid int) error {
-	res, err := g.Run(ctx, killArgv(pid)...)
+func (r *Runner) kill(ctx context.Context, g Guest, pid, spare int) error {
+	res, err := g.Run(ctx, killArgv(pid, spare)...)
 	if err != nil {
 		return fmt.Errorf("killing the sample (guest pid %d): %w", pid, err)
 	}

@@ -44,6 +44,10 @@ type fakeGuest struct {
 	// silent is how many more Status calls the agent leaves unanswered
 	// (Run fails too while it is silent), as a busy TCG guest's does.
 	silent int
+	// tamper is what a traced sample does to its trace: "kill" its
+	// tracer (the trace stops, no end record), "forge" a line of a
+	// process no traced one started.
+	tamper string
 }
 
 type fakeProc struct {
@@ -54,6 +58,8 @@ type fakeProc struct {
 	killed  bool
 	out     string // stdout path
 	reaped  bool
+	trace   string // the strace trace's path, if traced
+	key     string // the end key the launcher read
 }
 
 func newFakeGuest() *fakeGuest {
@@ -137,9 +143,10 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result
 		f.files[argv[4]] = all
 		return &guestagent.Result{}, nil
 	case strings.Contains(strings.Join(argv, " "), "kill -KILL"):
-		pid, _ := strconv.Atoi(argv[len(argv)-1])
+		pid, _ := strconv.Atoi(argv[4])
 		if p, ok := f.procs[pid]; ok && p.running {
 			p.running, p.killed, p.signal = false, true, 9
+			f.ended(pid, p)
 		}
 		return &guestagent.Result{}, nil
 	case strings.Contains(strings.Join(argv, " "), "/proc/$1"):
@@ -153,7 +160,7 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result
 }
 
 // Spawn runs the launcher: the pidfile, then the sample's program.
-func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) {
+func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string, stdin []byte) (int, error) {
 	f.mu.Lock()
 	if len(argv) < 10 || argv[0] != "/bin/bash" || argv[2] != launcher {
 		f.mu.Unlock()
@@ -163,13 +170,19 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) 
 	f.nextPID++
 	f.spawns++
 	pid := f.nextPID
-	p := &fakeProc{argv: argv[9:], out: out}
+	p := &fakeProc{argv: argv[9:], out: out, key: strings.TrimSuffix(string(stdin), "\n")}
 	f.procs[pid] = p
 	f.files[pidfile] = []byte(strconv.Itoa(pid) + "\n")
 	f.files[out], f.files[errp] = nil, nil
 	if path, ok := strings.CutPrefix(trace, TracerStrace+":"); ok {
-		f.files[path] = fmt.Appendf(nil, "%d 1795500967.108906 execve(%q, [%q], 0x7ffc9fab1ca8 /* 3 vars */) = 0\n", pid, sample, sample)
+		p.trace = path
+		f.files[path+".pid"] = []byte(strconv.Itoa(pid+1000) + "\n")
+		// The sample runs as the tracer's child: its pid is the next.
+		f.files[path] = fmt.Appendf(nil, "%d 1795500967.108906 execve(%q, [%q], 0x7ffc9fab1ca8 /* 3 vars */) = 0\n", pid+1, sample, sample)
 		f.files[fakeDropped] = []byte("#!/bin/sh\nexit 0\n")
+		if f.tamper == "forge" {
+			f.files[path] = append(f.files[path], "4242 1795500967.2 openat(AT_FDCWD, \"/etc/forged\", O_WRONLY|O_CREAT, 0644) = 3\n"...)
+		}
 	}
 	if path, ok := strings.CutPrefix(trace, TracerQEMU+":"); ok {
 		// QEMU_LOG_FILENAME=path.%d: one log per emulated process.
@@ -201,6 +214,7 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) 
 			time.AfterFunc(d, func() {
 				f.mu.Lock()
 				p.running = false
+				f.ended(pid, p)
 				f.mu.Unlock()
 			})
 		case "noexec":
@@ -208,12 +222,31 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string) (int, error) 
 			p.code = 126
 		}
 	}
+	if !p.running {
+		f.ended(pid, p)
+	}
 	hook := f.onSpawn
 	f.mu.Unlock()
 	if hook != nil {
 		hook(pid)
 	}
 	return pid, nil
+}
+
+// ended is what strace and the launcher write when a traced sample ends:
+// its exit line, then the end record (a sample that killed its tracer
+// leaves neither).
+func (f *fakeGuest) ended(pid int, p *fakeProc) {
+	if p.trace == "" || f.tamper == "kill" {
+		return
+	}
+	status := p.code
+	exit := fmt.Sprintf("exited with %d", p.code)
+	if p.signal != 0 {
+		status, exit = 128+p.signal, "killed by SIGKILL"
+	}
+	f.files[p.trace] = fmt.Appendf(f.files[p.trace], "%d 1795500967.3 +++ %s +++\n", pid+1, exit)
+	f.files[p.trace+".end"] = []byte(fmt.Sprintf("%d %s\n", status, endDigest(p.key, strconv.Itoa(status))))
 }
 
 func (f *fakeGuest) Status(ctx context.Context, pid int) (Proc, error) {

@@ -27,7 +27,9 @@ type Guest interface {
 	ReadFileAt(ctx context.Context, path string, off int64, max int) ([]byte, error)
 	// Run runs a short helper command and waits for it.
 	Run(ctx context.Context, argv ...string) (*guestagent.Result, error)
-	Spawn(ctx context.Context, argv, env []string) (int, error)
+	// Spawn starts a program and does not wait; stdin, when not nil, is
+	// what it reads on its standard input.
+	Spawn(ctx context.Context, argv, env []string, stdin []byte) (int, error)
 	Status(ctx context.Context, pid int) (Proc, error)
 	Close() error
 }
@@ -77,33 +79,44 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// launcher is the bash script that starts the sample. It sends its own
-// errors to the sample's stderr file, records its PID (which the sample
+// launcher is the bash script that starts the sample. It reads the
+// cycle's end key on its standard input (trace.go), sends its own errors
+// to the sample's stderr file, records its PID (which an untraced sample
 // keeps through exec) before anything else, so that a resumed cycle can
 // tell whether the sample was started, then runs the sample in its working
 // directory (created if missing). Only builtins run before the sample
-// (mkdir only for a new working directory): every fork costs tens of
-// milliseconds under TCG. bash, unlike dash, reports a binary it cannot run
-// ("Exec format error", status 126) instead of running it as a script.
-// A traced sample runs with strace at nice 10: on a one-vCPU TCG guest a
-// traced Go bot otherwise left the guest agent unanswered for minutes.
-const launcher = `exec 2>"$4" </dev/null || exit 125
+// (mkdir only for a new working or trace directory): every fork costs tens
+// of milliseconds under TCG. bash, unlike dash, reports a binary it cannot
+// run ("Exec format error", status 126) instead of running it as a script.
+// A traced sample runs with strace at nice 10 (on a one-vCPU TCG guest a
+// traced Go bot otherwise left the guest agent unanswered for minutes), as
+// a child the launcher waits for: once it has, the launcher writes the
+// trace's end record and exits with the sample's status.
+const launcher = `IFS= read -r k
+exec 2>"$4" </dev/null || exit 125
 echo $$ > "$2" || exit 125
 [ -d "$1" ] || mkdir -p "$1" || exit 125
 cd "$1" || exit 125
 [ -x "$6" ] || chmod 0755 "$6" || exit 125
-o=$3 t=$5
+o=$3 m=${5%%:*} t=${5#*:}
 shift 5
-case $t in
-strace:*)
+[ -n "$m" ] || exec "$@" >"$o"
+[ -d "${t%/*}" ] || mkdir -m 0700 "${t%/*}" || exit 125
+case $m in
+strace)
   if command -v strace >/dev/null; then
-    exec nice -n 10 strace ` + behave.StraceOptions + ` -o "${t#strace:}" -- "$@" >"$o"
-  fi
-  echo "# tb-run: strace not found in the guest; the sample runs untraced" >"${t#strace:}" ;;
-qemu:*)
-  export QEMU_LOG=strace QEMU_LOG_FILENAME="${t#qemu:}.%d" ;;
+    ( echo $BASHPID >"$t.pid"; exec nice -n 10 strace ` + behave.StraceOptions + ` -o "$t" -- "$@" >"$o" )
+  else
+    echo "# tb-run: strace not found in the guest; the sample runs untraced" >"$t"
+    "$@" >"$o"
+  fi ;;
+qemu)
+  QEMU_LOG=strace QEMU_LOG_FILENAME="$t.%d" "$@" >"$o" ;;
 esac
-exec "$@" >"$o"`
+x=$?
+set -- $(printf '%s %s' "$k" "$x" | sha256sum)
+echo "$x $1" >"$t.end"
+exit $x`
 
 // Tracers (records.Cycle.Tracer).
 const (
@@ -150,18 +163,38 @@ true`, "tb-run", path}
 
 // killArgv kills a sample and all its descendants: each process is
 // stopped before its children are listed (so it cannot fork more or react
-// to their death), then all are killed.
-func killArgv(pid int) []string {
-	return []string{"/bin/sh", "-c", `pids=$1 all=
+// to their death), then all are killed. The first spare levels of the tree
+// from pid are spared: the launcher of a traced sample and its tracer,
+// which writes each kill into the trace, then ends, so that the launcher
+// writes the end record.
+func killArgv(pid, spare int) []string {
+	return []string{"/bin/sh", "-c", `pids=$1 spare=$2 all=
 while [ -n "$pids" ]; do
   next=
   for p in $pids; do
-    kill -STOP "$p" 2>/dev/null && all="$all $p" && next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
+    if [ "$spare" -gt 0 ]; then
+      next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
+    else
+      kill -STOP "$p" 2>/dev/null && all="$all $p" && next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
+    fi
   done
-  pids=$next
+  spare=$((spare - 1)) pids=$next
 done
 [ -n "$all" ] && kill -KILL $all 2>/dev/null
-true`, "tb-run", fmt.Sprint(pid)}
+true`, "tb-run", fmt.Sprint(pid), fmt.Sprint(spare)}
+}
+
+// spared is how many levels of the process tree from the launcher a kill
+// spares (killArgv): the launcher when it waits for the sample, and the
+// tracer too when it is strace.
+func spared(tracer string) int {
+	switch tracer {
+	case TracerStrace:
+		return 2
+	case TracerQEMU:
+		return 1
+	}
+	return 0
 }
 
 // findLaunchArgv prints the PID of a cycle's launcher: from its pidfile,

@@ -25,6 +25,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -203,7 +204,7 @@ func TestRealGuest(t *testing.T) {
 		if alive, _ := r.alive(ctx, g, c1.GuestPID); !alive {
 			t.Fatal("the detached sample died")
 		}
-		if err := r.kill(ctx, g, c1.GuestPID); err != nil {
+		if err := r.kill(ctx, g, c1.GuestPID, 0); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -235,6 +236,49 @@ func TestRealGuest(t *testing.T) {
 		} {
 			if !strings.Contains(trace, want) {
 				t.Errorf("trace lacks %s:\n%s", want, trace)
+			}
+		}
+	})
+
+	t.Run("tampered trace", func(t *testing.T) {
+		// The beacon under strace kills its tracer or forges trace lines
+		// into the tracer's output; each leaves a "trace tampered"
+		// evasion, which escalates the analysis, and a clean run of the
+		// same binary leaves none.
+		for _, arch := range []string{"amd64"} {
+			bin := filepath.Join(t.TempDir(), "beacon")
+			cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../demo/beacon/cmd/beacon")
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+arch)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("building the beacon: %v\n%s", err, out)
+			}
+			sample, err := os.ReadFile(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := plan(sample, func(p *records.Plan) { p.Instrument = "pcap+trace" })
+			for _, args := range [][]string{{"-behave-child"}, {"-tamper", "kill"}, {"-tamper", "forge"}} {
+				c := run(Request{Plan: p, Args: args})
+				tampered, err := state.FindBy(st, records.KindObservable, records.KeyCycle, c.ID, func(o *records.Observable) bool {
+					return o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ex := execOf(c)
+				a := get(t, st, c.Analysis, &records.RunAnalysis{})
+				t.Logf("%s %v: %s after %s, stdout %q", arch, args, c.State, ex.Duration.D(), ex.StdoutTail)
+				if args[0] == "-behave-child" {
+					if len(tampered) != 0 || c.State != records.CycleCompleted {
+						t.Errorf("%s clean run: %s, seen as tampered: %+v", arch, c.State, tampered)
+					}
+					continue
+				}
+				if len(tampered) != 1 || c.State != records.CycleCompleted || a.Recommendation != records.RecommendEscalate {
+					t.Errorf("%s %v: %s, %d tamper observables, analysis %s %q", arch, args, c.State, len(tampered), a.Recommendation, a.Reasons)
+					continue
+				}
+				t.Logf("%s %v: seen %q", arch, args, tampered[0].Evasion.Paths)
 			}
 		}
 	})
@@ -326,8 +370,8 @@ type cancelAfterSpawn struct {
 	cancel func()
 }
 
-func (c *cancelAfterSpawn) Spawn(ctx context.Context, argv, env []string) (int, error) {
-	pid, err := c.Guest.Spawn(ctx, argv, env)
+func (c *cancelAfterSpawn) Spawn(ctx context.Context, argv, env []string, stdin []byte) (int, error) {
+	pid, err := c.Guest.Spawn(ctx, argv, env, stdin)
 	c.cancel()
 	return pid, err
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -123,8 +124,12 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	if err != nil {
 		return nil, err
 	}
+	var tampered []string
 	for _, o := range seen {
 		a.Observables[o.Type]++
+		if o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered {
+			tampered = append(tampered, o.Evasion.Paths...)
+		}
 		switch o.Type {
 		case records.ObsDomain:
 			a.Domains = append(a.Domains, o.Value)
@@ -235,6 +240,10 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	case wrongArch:
 		a.Recommendation = records.RecommendReplan
 		a.Reasons = append(a.Reasons, "the guest could not execute the sample (Exec format error): the architecture guess is wrong; plan again with another --platform")
+	case len(tampered) > 0:
+		// What the trace shows may be the sample's forgery: a person looks.
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, "the behaviour trace was tampered with: "+strings.Join(tampered, "; "))
 	case crashed:
 		a.Recommendation = records.RecommendEscalate
 		a.Reasons = append(a.Reasons, fmt.Sprintf("the sample died with status %d", *ex.ExitCode))

@@ -46,10 +46,11 @@ type stream struct {
 	held      []byte        // the trace: its last line while unfinished (see store)
 	tail      []byte        // stdout and stderr: the last lines
 	truncated bool          // max reached
+	sha       string        // the stored blob's
 }
 
-func newSpool(r *Runner, c *records.Cycle) *spool {
-	_, out, errp, trace := guestFiles(c)
+func newSpool(r *Runner, c *records.Cycle, trace string) *spool {
+	_, out, errp := guestFiles(c)
 	s := &spool{r: r, c: c, streams: []*stream{
 		{typ: ArtifactStdout, path: out, from: c.StdoutFrom, max: r.maxOutput()},
 		{typ: ArtifactStderr, path: errp, from: c.StderrFrom, max: r.maxOutput()},
@@ -184,6 +185,7 @@ func (s *spool) store(ctx context.Context, ex *records.ExecutionSnapshot) ([]str
 		if err != nil {
 			return nil, err
 		}
+		st.sha = b.SHA256
 		a := &records.Artifact{Cycle: s.c.ID, Lease: s.c.Lease, Type: st.typ, URI: b.URI(), SHA256: b.SHA256, Size: b.Size,
 			ContentType: "text/plain", ParserStatus: "none", Metadata: map[string]any{"offset": st.from}}
 		switch st.typ {

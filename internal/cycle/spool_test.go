@@ -25,7 +25,7 @@ func TestDetachedTraceIsCutBetweenLines(t *testing.T) {
 		e.g.mu.Lock()
 		defer e.g.mu.Unlock()
 		for name := range e.g.files {
-			if strings.HasSuffix(name, ".trace") {
+			if strings.HasSuffix(name, "/t") { // the trace (tracePath)
 				e.g.files[name] = append(e.g.files[name], s...)
 			}
 		}

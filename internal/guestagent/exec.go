@@ -46,15 +46,19 @@ func (s *execStatus) proc() Proc {
 	return Proc{Exited: s.Exited, ExitCode: s.ExitCode, Signal: s.Signal}
 }
 
-// exec starts argv; env, when not nil, is its whole environment ("K=V").
-// capture keeps its output for guest-exec-status.
-func (c *Client) exec(ctx context.Context, argv, env []string, capture bool) (int, error) {
+// exec starts argv; env, when not nil, is its whole environment ("K=V");
+// stdin, when not nil, is what it reads on its standard input. capture
+// keeps its output for guest-exec-status.
+func (c *Client) exec(ctx context.Context, argv, env []string, stdin []byte, capture bool) (int, error) {
 	if len(argv) == 0 {
 		return 0, errors.New("guest-exec: empty command")
 	}
 	args := map[string]any{"path": argv[0], "arg": argv[1:], "capture-output": capture}
 	if env != nil {
 		args["env"] = env
+	}
+	if stdin != nil {
+		args["input-data"] = base64.StdEncoding.EncodeToString(stdin)
 	}
 	var started struct {
 		PID int `json:"pid"`
@@ -77,10 +81,12 @@ func (c *Client) status(ctx context.Context, pid int) (*execStatus, error) {
 }
 
 // Spawn starts a program without waiting for it or keeping its output;
-// env, when not nil, is its whole environment ("K=V"). It returns the
-// guest's PID for Status.
-func (c *Client) Spawn(ctx context.Context, argv, env []string) (int, error) {
-	return c.exec(ctx, argv, env, false)
+// env, when not nil, is its whole environment ("K=V"); stdin, when not
+// nil, is what it reads on its standard input (a secret given so is in no
+// command line, environment or file of the guest). It returns the guest's
+// PID for Status.
+func (c *Client) Spawn(ctx context.Context, argv, env []string, stdin []byte) (int, error) {
+	return c.exec(ctx, argv, env, stdin, false)
 }
 
 // Status asks once about a process started with Spawn. The agent forgets a
@@ -102,7 +108,7 @@ func (c *Client) Status(ctx context.Context, pid int) (Proc, error) {
 // agent round trip): helper commands take 50–200 ms under TCG, and a fixed
 // 100 ms poll would add up to 100 ms to each.
 func (c *Client) Run(ctx context.Context, argv ...string) (*Result, error) {
-	pid, err := c.exec(ctx, argv, nil, true)
+	pid, err := c.exec(ctx, argv, nil, nil, true)
 	if err != nil {
 		return nil, err
 	}

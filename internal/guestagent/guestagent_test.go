@@ -44,6 +44,7 @@ type handle struct {
 type proc struct {
 	argv, env []string
 	capture   bool
+	input     string // input-data, base64
 	polls     int
 	code, sig int
 	out, err  string
@@ -149,6 +150,7 @@ func (f *fakeAgent) AgentCommand(ctx context.Context, domain, cmd string) (strin
 			}
 		}
 		p.capture, _ = a["capture-output"].(bool)
+		p.input, _ = a["input-data"].(string)
 		prog := a["path"].(string)
 		switch prog {
 		case "/bin/slow": // exits 3 after some polls, with output
@@ -401,12 +403,12 @@ func TestSpawnAndStatus(t *testing.T) {
 	ctx := testCtx(t)
 	f := newFakeAgent()
 	c := New(f, "g")
-	pid, err := c.Spawn(ctx, []string{"/bin/killed", "a b"}, []string{"PATH=/bin", "FOO=bar"})
+	pid, err := c.Spawn(ctx, []string{"/bin/killed", "a b"}, []string{"PATH=/bin", "FOO=bar"}, []byte("key\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := f.procs[pid]
-	if p.capture || strings.Join(p.argv, "|") != "a b" || strings.Join(p.env, "|") != "PATH=/bin|FOO=bar" {
+	if p.capture || strings.Join(p.argv, "|") != "a b" || strings.Join(p.env, "|") != "PATH=/bin|FOO=bar" || p.input != "a2V5Cg==" {
 		t.Fatalf("spawned %+v", p)
 	}
 	st, err := c.Status(ctx, pid)
@@ -424,7 +426,7 @@ func TestSpawnAndStatus(t *testing.T) {
 		t.Fatal("Code of an exit")
 	}
 	f.reply = func(execute string, args map[string]any) (string, bool) { return `{"return":{}}`, true }
-	if _, err := c.Spawn(ctx, []string{"/bin/x"}, nil); err == nil {
+	if _, err := c.Spawn(ctx, []string{"/bin/x"}, nil, nil); err == nil {
 		t.Fatal("a reply without a pid was taken")
 	}
 }

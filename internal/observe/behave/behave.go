@@ -84,6 +84,8 @@ type Options struct {
 	Exe string
 	Cwd string
 	UID *int64
+	// Tracer, when set, has the trace checked for tampering (tamper.go).
+	Tracer *Tracer
 }
 
 // Dropped is a file the trace wrote and left: the cycle copies it out.

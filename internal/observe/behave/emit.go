@@ -60,6 +60,9 @@ func (t *trace) finish(sink observe.Sink) {
 		out = append(out, o)
 	}
 	out = append(out, t.netcalls()...)
+	if t.opts.Tracer != nil {
+		t.tamperEnd()
+	}
 	out = append(out, t.techniques()...)
 
 	o := t.origin.New(records.ObsTrace, t.format, t.first, 0, 1)

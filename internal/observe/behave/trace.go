@@ -466,6 +466,9 @@ func (p *proc) id() string { return strconv.Itoa(p.pid) }
 
 // dispatch handles the calls the observables are made of.
 func (e *ev) dispatch() {
+	if e.t.opts.Tracer != nil {
+		e.tamper()
+	}
 	switch e.name {
 	case "execve", "execveat":
 		e.execve()

@@ -18,7 +18,21 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == "-behave-child" {
 		return // the child process of -behave: it only exists
 	}
-	cfg, err := beacon.Parse(os.Args[1:], os.Stderr)
+	args, tamper, err := beacon.TamperArg(os.Args[1:])
+	if err == nil && tamper != "" {
+		// Before anything else, as a sample hiding what it does next.
+		if err := beacon.Tamper(tamper, os.Stdout); err != nil {
+			os.Stderr.WriteString("beacon: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		if len(args) == 0 {
+			return
+		}
+	}
+	var cfg *beacon.Config
+	if err == nil {
+		cfg, err = beacon.Parse(args, os.Stderr)
+	}
 	if err != nil {
 		os.Stderr.WriteString("beacon: " + err.Error() + "\n")
 		os.Exit(2)

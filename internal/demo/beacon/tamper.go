@@ -1,0 +1,143 @@
+package beacon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// TamperModes are what -tamper MODE does to the beacon's own behaviour
+// trace, as a sample with root in its guest could (for the tests that the
+// trace then says it was tampered with): kill its tracer (strace, or under
+// qemu-user, where the tracer is the emulator itself, the launcher that
+// waits for it), or forge trace lines into the tracer's output, found
+// through /proc, and onto its own stdout.
+var TamperModes = []string{"kill", "forge"}
+
+// TamperArg takes "-tamper MODE" (or -tamper=MODE) out of args.
+func TamperArg(args []string) (rest []string, mode string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-tamper" || a == "--tamper":
+			if i+1 == len(args) {
+				return nil, "", errors.New("-tamper needs a mode: " + strings.Join(TamperModes, ", "))
+			}
+			mode = args[i+1]
+			i++
+		case strings.HasPrefix(a, "-tamper=") || strings.HasPrefix(a, "--tamper="):
+			_, mode, _ = strings.Cut(a, "=")
+		default:
+			rest = append(rest, a)
+			continue
+		}
+		if mode != "kill" && mode != "forge" {
+			return nil, "", fmt.Errorf("-tamper %q: the modes are %s", mode, strings.Join(TamperModes, ", "))
+		}
+	}
+	return rest, mode, nil
+}
+
+// Tamper does what -tamper mode says, logging one line to out.
+func Tamper(mode string, out io.Writer) error {
+	tracer := tracerPID()
+	switch mode {
+	case "kill":
+		target := tracer
+		if target == 0 {
+			target = os.Getppid()
+		}
+		fmt.Fprintf(out, "tamper kill=%d\n", target)
+		return syscall.Kill(target, syscall.SIGKILL)
+	case "forge":
+		return forge(tracer, out)
+	}
+	return fmt.Errorf("-tamper %q: unknown mode", mode)
+}
+
+// tracerPID is the process tracing this one (0: none).
+func tracerPID() int {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
+			pid, _ := strconv.Atoi(strings.TrimSpace(v))
+			return pid
+		}
+	}
+	return 0
+}
+
+// forge writes lines in the trace's format — a process that never ran
+// writing /etc/tb-forged and exiting — onto stdout and into every file
+// the tracer (under qemu-user, the beacon itself) holds open for writing
+// other than the beacon's own stdout and stderr.
+func forge(tracer int, out io.Writer) error {
+	now := float64(time.Now().UnixMicro()) / 1e6
+	lines := fmt.Sprintf("4242 %.6f openat(AT_FDCWD, \"/etc/tb-forged\", O_WRONLY|O_CREAT|O_TRUNC, 0644) = 3 <0.000010>\n4242 %.6f +++ exited with 0 +++\n", now, now)
+	holder := "self"
+	if tracer == 0 {
+		lines = "4242 openat(AT_FDCWD,\"/etc/tb-forged\",O_WRONLY|O_CREAT|O_TRUNC,0644) = 3\n4242 exit_group(0)\n"
+	} else {
+		holder = strconv.Itoa(tracer)
+	}
+	io.WriteString(out, lines)
+	own := map[string]bool{}
+	for _, fd := range []string{"0", "1", "2"} {
+		if l, err := os.Readlink("/proc/self/fd/" + fd); err == nil {
+			own[l] = true
+		}
+	}
+	dir := "/proc/" + holder + "/fd/"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	wrote := 0
+	for _, e := range entries {
+		link, err := os.Readlink(dir + e.Name())
+		if err != nil || !strings.HasPrefix(link, "/") || strings.HasPrefix(link, "/dev/") || strings.HasPrefix(link, "/proc/") || own[link] {
+			continue
+		}
+		if fi, err := os.Stat(link); err != nil || !fi.Mode().IsRegular() || !openForWriting("/proc/"+holder+"/fdinfo/"+e.Name()) {
+			continue
+		}
+		f, err := os.OpenFile(dir+e.Name(), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(f, lines)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "tamper forged=%s\n", link)
+		wrote++
+	}
+	if wrote == 0 {
+		return errors.New("tamper: found no trace to forge lines into")
+	}
+	return nil
+}
+
+// openForWriting reads a descriptor's flags (octal) from its fdinfo.
+func openForWriting(fdinfo string) bool {
+	b, err := os.ReadFile(fdinfo)
+	if err != nil {
+		return false
+	}
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(l, []byte("flags:")); ok {
+			flags, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 8, 64)
+			return err == nil && flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0
+		}
+	}
+	return false
+}

@@ -1,0 +1,63 @@
+package behave
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// tamperedTrace is a sample (500) whose child (501) reaches for its tracer
+// (pid 499; the launcher is 498): it reads the link of the tracer's
+// trace descriptor, opens it to append, and kills the tracer, which
+// therefore writes neither the child's exit nor its own lines any more;
+// then pid 777, which no traced process started, "writes" a forged line.
+const tamperedTrace = `500 1795500000.000001 execve("/tmp/bot", ["/tmp/bot"], 0x7ffd4e0c7f30 /* 10 vars */) = 0 <0.000200>
+500 1795500000.000100 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f0000000a10) = 501 <0.000100>
+501 1795500000.000200 readlinkat(AT_FDCWD, "/proc/499/fd/3", "/var/lib/0123456789abcdef/t", 4096) = 27 <0.000020>
+501 1795500000.000300 openat(AT_FDCWD, "/proc/499/fd/3", O_WRONLY|O_APPEND) = 4 <0.000020>
+501 1795500000.000350 openat(AT_FDCWD, "/proc/499/status", O_RDONLY) = 5 <0.000020>
+501 1795500000.000400 kill(499, SIGKILL) = 0 <0.000020>
+500 1795500000.000500 exit_group(0) = ?
+500 1795500000.000600 +++ exited with 0 +++
+777 1795500000.000700 openat(AT_FDCWD, "/etc/forged", O_WRONLY|O_CREAT|O_TRUNC, 0644) = 3 <0.000020>
+`
+
+// TestTamperedTrace: with what tb-run knows of the tracer, the trace's
+// reaches for it, the processes left running when it ended and the lines
+// of a process no traced one started are one "trace tampered" evasion.
+func TestTamperedTrace(t *testing.T) {
+	tr := &Tracer{PIDs: []int{498, 499}, Dir: "/var/lib/0123456789abcdef", Ended: true, Findings: []string{"the end record is not the launcher's"}}
+	sink, _ := parse(t, tamperedTrace, Options{Tracer: tr})
+	o := sink.Get(t, records.ObsEvasion, "trace tampered")
+	if o.Evasion.Technique != TechTraceTampered {
+		t.Fatalf("technique %q", o.Evasion.Technique)
+	}
+	want := []string{
+		"pid 501 readlinkat /proc/499/fd/3 (line 3)",
+		"pid 501 openat /proc/499/fd/3 (line 4)",
+		"pid 501 kill(499, SIGKILL) (line 6)",
+		"the end record is not the launcher's",
+		"the tracer ended before these traced processes did: 501 777",
+		"lines of processes no traced process started: 777",
+	}
+	if !slices.Equal(o.Evasion.Paths, want) {
+		t.Fatalf("seen\n%s\nwant\n%s", strings.Join(o.Evasion.Paths, "\n"), strings.Join(want, "\n"))
+	}
+	// Without what tb-run knows (tb-parse), no such observable.
+	sink, _ = parse(t, tamperedTrace, Options{})
+	if values(sink, records.ObsEvasion) != nil && slices.Contains(values(sink, records.ObsEvasion), "trace tampered") {
+		t.Fatal("tampering seen without the tracer's details")
+	}
+}
+
+// TestCleanTraceNotTampered: a real trace (python3 and its children, every
+// exit written) whose tracer ended is not tampered with.
+func TestCleanTraceNotTampered(t *testing.T) {
+	sink, _ := parseFile(t, "testdata/python.strace", Options{Tracer: &Tracer{PIDs: []int{2, 3}, Dir: "/var/lib/0123456789abcdef", Ended: true}})
+	if slices.Contains(values(sink, records.ObsEvasion), "trace tampered") {
+		o := sink.Get(t, records.ObsEvasion, "trace tampered")
+		t.Fatalf("clean trace seen as tampered: %q", o.Evasion.Paths)
+	}
+}
