@@ -7,7 +7,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +27,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -34,6 +38,13 @@ func TestMain(m *testing.M) {
 // (namespaces, bridge, tables with unique names) from the mklab command.
 func TestScripts(t *testing.T) {
 	labtest.Require(t)
+	// Started by the first script that asks for a fleet's database (mkpg).
+	var pg *pgtest.Cluster
+	var pgOnce sync.Once
+	mkpg := func(ts *testscript.TestScript, neg bool, args []string) {
+		pgOnce.Do(func() { pg = pgtest.Start(t, pgtest.WithoutFsync()) })
+		mkpgIn(ts, pg.NewDatabase(t))
+	}
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {
@@ -57,6 +68,8 @@ func TestScripts(t *testing.T) {
 			"mounttmpfs": mounttmpfs,
 			"fillto":     fillto,
 			"waitstate":  waitstate,
+			"mkpg":       mkpg,
+			"daemonproc": daemonproc,
 		},
 	})
 }
@@ -262,6 +275,56 @@ func waitstate(ts *testscript.TestScript, neg bool, args []string) {
 func nsexists(ts *testscript.TestScript, neg bool, args []string) {
 	if netns.Exists(args[0]) == neg {
 		ts.Fatalf("namespace %s exists: %v", args[0], !neg)
+	}
+}
+
+// mkpgIn sets $PGURL to the URL of a new database of the fleet, with a
+// password in it (the test cluster trusts its socket, so any will do), and
+// TB_LOCAL to the host's directory; TB_STATE is emptied, so that a tool
+// knows the database from its --state only. The captures a failed script
+// leaves running are stopped.
+func mkpgIn(ts *testscript.TestScript, url string) {
+	url = strings.Replace(url, "postgres://postgres@", "postgres://postgres:hunter2@", 1)
+	ts.Setenv("PGURL", url)
+	ts.Setenv("TB_LOCAL", ts.MkAbs("state"))
+	ts.Setenv("TB_STATE", "")
+	ts.Defer(func() {
+		st, err := state.Open(context.Background(), ts.MkAbs("state"), state.WithShared(url))
+		if err != nil {
+			return
+		}
+		defer st.Close()
+		running, _ := state.Find(st, records.KindCapture, func(c *records.Capture) bool { return c.State == capture.StateRunning })
+		for _, c := range running {
+			capture.Stop(context.Background(), st, c)
+		}
+	})
+}
+
+// daemonproc: the running capture's daemon has the database URL in its
+// environment (TB_STATE) and nothing of it on its command line, which any
+// user of the host reads in /proc.
+func daemonproc(ts *testscript.TestScript, neg bool, args []string) {
+	url := ts.Getenv("PGURL")
+	st, err := state.Open(context.Background(), ts.MkAbs("state"), state.WithShared(url))
+	ts.Check(err)
+	defer st.Close()
+	running, err := state.Find(st, records.KindCapture, func(c *records.Capture) bool { return c.State == capture.StateRunning })
+	if err != nil || len(running) != 1 || running[0].PID == 0 {
+		ts.Fatalf("running captures: %v %v", running, err)
+	}
+	pid := strconv.Itoa(running[0].PID)
+	cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	ts.Check(err)
+	environ, err := os.ReadFile("/proc/" + pid + "/environ")
+	ts.Check(err)
+	args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	ts.Logf("daemon %s: %q", pid, args)
+	if strings.Contains(string(cmdline), "hunter2") || strings.Contains(string(cmdline), "postgres") || !slices.Contains(args, "daemon") {
+		ts.Fatalf("the daemon's command line holds the database URL: %q", args)
+	}
+	if !slices.Contains(strings.Split(string(environ), "\x00"), "TB_STATE="+url) {
+		ts.Fatalf("the daemon's environment lacks TB_STATE=%s", url)
 	}
 }
 
