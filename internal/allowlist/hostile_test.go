@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -264,3 +267,94 @@ var (
 	suricataRule = regexp.MustCompile(`^alert (tcp|udp|dns) \$HOME_NET any -> \S+ \S+ \(msg:"[^";\\]*"; (flow:to_server|dns\.query; content:"[a-z0-9.-]+"; nocase; endswith); metadata:talkbox_entry allow_[0-9A-Z]{26}; sid:[0-9]+; rev:1;\)$`)
 	nftLine      = regexp.MustCompile(`^add element inet talkbox allow \{ [0-9.]+ \. (tcp|udp) \. [0-9]+(, [0-9.]+ \. (tcp|udp) \. [0-9]+)* \}$`)
 )
+
+// TestHostileRequestsThroughTheParser: the packets a sample sends, decoded
+// by tb-parse: HTTP requests whose Host is a top-level domain, a value
+// with a space, a slash and a hash, quotes, a semicolon and bytes that are
+// not UTF-8, and ClientHellos with such server names, each six times a
+// minute apart to its own public address and answered. No name becomes a
+// DNS forward; the revision verifies; every export stays well-formed.
+func TestHostileRequestsThroughTheParser(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hostile.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := pcapgen.New(f, pcapgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"com", "gov", "a/b#c", "x y", `q"uote.example.com`, "semi;colon.example.com", "bad\xff\xfe.example.com"}
+	sport := uint16(40000)
+	for i, h := range hosts {
+		web := netip.AddrFrom4([4]byte{198, 51, 100, byte(20 + i)})
+		tls := netip.AddrFrom4([4]byte{198, 51, 100, byte(40 + i)})
+		for n := 0; n < 6; n++ {
+			g.T = pcapgen.Start.Add(time.Duration(n)*time.Minute + time.Duration(i)*time.Second)
+			sport++
+			c := g.Dial(netip.AddrPortFrom(guest, sport), netip.AddrPortFrom(web, 80), uint32(1000*n), uint32(5000*n))
+			c.Send(pcapgen.HTTPGet(h, "/gate", "tb-beacon"))
+			c.Reply(pcapgen.HTTPResponse(200, "OK", []byte("ok")))
+			c.Close()
+			sport++
+			c = g.Dial(netip.AddrPortFrom(guest, sport), netip.AddrPortFrom(tls, 443), uint32(1000*n), uint32(5000*n))
+			c.Send(pcapgen.ClientHelloRecord(pcapgen.Hello{Version: 0x0303, Ciphers: []uint16{0x1301}, SNI: h}))
+			c.Reply(pcapgen.ServerHelloRecord(0x0303, 0x1301))
+			c.Close()
+		}
+	}
+	if err := g.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	obs := parseCapture(t, path)
+	seen := 0
+	for _, o := range obs {
+		if o.HTTP != nil || o.TLS != nil {
+			seen++
+		}
+	}
+	if seen == 0 {
+		t.Fatal("tb-parse saw no request")
+	}
+	pol := DefaultPolicy()
+	pol.Documentation, pol.MaxPerCycle = true, 0
+	pol.compile()
+	v := pubValidator()
+	v.Documentation = true
+	now := pcapgen.Start.Add(time.Hour)
+	b := testBook(t, &now)
+	c := Chain{Scope: records.ScopeLease, Lease: testLease}
+	rev, _, err := b.Promote(context.Background(), Promotion{Chain: c, Dests: Classify(obs, &pol), Policy: &pol, Validator: v, Now: now})
+	if err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	if _, err := b.Verify(c); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	_, entries, err := b.Head(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoints := 0
+	for _, e := range entries {
+		switch e.Type {
+		case records.AllowDomain:
+			t.Errorf("a name only seen in requests became a DNS forward: %q", e.Value)
+		case records.AllowEndpoint:
+			endpoints++
+		}
+	}
+	if endpoints == 0 || rev.Entries != endpoints {
+		t.Errorf("%d endpoint entries of %d: the beacons themselves are evidence", endpoints, rev.Entries)
+	}
+	for _, format := range Formats {
+		var out bytes.Buffer
+		if err := Export(&out, entries, ExportOptions{Format: format, Table: "talkbox", Set: "allow", SIDBase: 1, Now: now}); err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		if !utf8.Valid(out.Bytes()) || strings.ContainsAny(out.String(), "\r\x00\xff") {
+			t.Errorf("%s export: %q", format, out.String())
+		}
+	}
+}
