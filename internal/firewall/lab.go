@@ -96,6 +96,15 @@ func (f *NFT) Up(ctx context.Context) error {
 	// forward (filter): replies, sinkholed traffic, lease rules; the rest of
 	// the lab's traffic is dropped. Other interfaces are left alone.
 	add(rule(t, fwd, "replies to guests", oif(br), established(), then(accept())))
+	// Only what came in by a bound port (see BindPort) is a guest's: a
+	// port on the bridge that was never attached has no lease, no limits
+	// keyed to it and no business beyond the bridge.
+	add(rule(t, fwd, "guest not from a bound port", iif(br),
+		then(&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, ^uint32(markMask)), Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, markBase)}),
+		then(drop())))
 	if err := f.guestLimitRules(c, t, fwd); err != nil {
 		return err
 	}
