@@ -18,6 +18,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 type labFlag struct {
@@ -451,6 +452,18 @@ type daemonCmd struct {
 func (c *daemonCmd) Run(env *cli.Env) error {
 	st, err := env.OpenState()
 	if err != nil {
+		return err
+	}
+	// The blobs the daemon stores (its pcaps, its sensors' files) keep
+	// the capture's own free-space threshold, which it watches, rather
+	// than the tools' default.
+	var rec records.Capture
+	if err := st.Get(c.Capture, &rec); err != nil {
+		return capture.Fault(err)
+	}
+	st.Close()
+	min := diskspace.Threshold{Bytes: rec.MinFree, Percent: rec.MinFreePercent}
+	if st, err = env.OpenState(state.WithMinFree(min)); err != nil {
 		return err
 	}
 	return capture.Fault(capture.RunDaemon(env.Ctx, st, env.Log, c.Capture))
