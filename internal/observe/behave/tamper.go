@@ -53,6 +53,16 @@ func (e *ev) tamper() {
 		if pid, err := strconv.Atoi(strings.TrimSpace(e.arg(i))); err == nil && slices.Contains(tr.PIDs, pid) {
 			what = e.name + "(" + strings.Join(e.c.args, ", ") + ")"
 		}
+	case "open", "openat", "openat2":
+		// Under QEMU the log is a file of the emulated process itself:
+		// writing to one of its own descriptors through /proc reaches it.
+		if p, flags, fd, ok := e.ownFD(); ok && e.t.qemu && fd > 2 {
+			if write, _, _ := writeFlags(flags); write {
+				what = e.name + " " + p + " for writing"
+				break
+			}
+		}
+		fallthrough
 	default:
 		for i := range e.c.args {
 			s, ok := unquote(e.arg(i), e.t.qemu)
@@ -68,6 +78,29 @@ func (e *ev) tamper() {
 	if what != "" {
 		e.t.tampered(fmt.Sprintf("pid %d %s (line %d)", e.pid, what, e.line), e.p)
 	}
+}
+
+// ownFD is the descriptor an open's path names through the process's own
+// /proc/self/fd (or thread-self, or its pid's), with the open's flags.
+func (e *ev) ownFD() (p, flags string, fd int, ok bool) {
+	switch e.name {
+	case "open":
+		p, flags = e.str(0), e.arg(1)
+	case "openat2":
+		p, flags = e.str(1), field(e.arg(2), "flags=")
+	default:
+		p, flags = e.str(1), e.arg(2)
+	}
+	rest, found := strings.CutPrefix(p, "/proc/")
+	if !found {
+		return "", "", 0, false
+	}
+	who, num, _ := strings.Cut(rest, "/fd/")
+	if who != "self" && who != "thread-self" && who != strconv.Itoa(e.pid) && who != e.p.id() {
+		return "", "", 0, false
+	}
+	fd, err := strconv.Atoi(num)
+	return p, flags, fd, err == nil
 }
 
 // reaches reports whether p is in the trace's directory or in the /proc

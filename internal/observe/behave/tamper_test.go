@@ -61,3 +61,21 @@ func TestCleanTraceNotTampered(t *testing.T) {
 		t.Fatalf("clean trace seen as tampered: %q", o.Evasion.Paths)
 	}
 }
+
+// TestTamperedQEMULog: under QEMU the log is the emulated process's own
+// file, so its writing to one of its own descriptors (beyond 0-2) through
+// /proc is tampering; reading one, or writing stdout so, is not.
+func TestTamperedQEMULog(t *testing.T) {
+	log := `300 openat(AT_FDCWD,"/proc/self/fd/1",O_WRONLY|O_APPEND) = 4
+300 openat(AT_FDCWD,"/proc/self/fd/5",O_RDONLY) = 4
+300 openat(AT_FDCWD,"/proc/self/fd/5",O_WRONLY|O_APPEND) = 4
+300 openat(AT_FDCWD,"/proc/300/fd/6",O_RDWR) = 4
+300 exit_group(0)
+`
+	sink, _ := parse(t, log, Options{Format: FormatQEMU, Tracer: &Tracer{PIDs: []int{298}, Dir: "/var/lib/0123456789abcdef", Ended: true}})
+	o := sink.Get(t, records.ObsEvasion, "trace tampered")
+	want := []string{"pid 300 openat /proc/self/fd/5 for writing (line 3)", "pid 300 openat /proc/300/fd/6 for writing (line 4)"}
+	if !slices.Equal(o.Evasion.Paths, want) {
+		t.Fatalf("seen %q", o.Evasion.Paths)
+	}
+}
