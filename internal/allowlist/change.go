@@ -75,10 +75,14 @@ func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, o
 						continue
 					}
 					found[t] = true
+					onProbation := e.Status == records.StatusProbation
 					if err := changeOne(e, op, req.Note, &expires); err != nil {
 						err = fault.DataErr(fmt.Errorf("%s (%s): %w", e.ID, e.Value, err))
 						out.Warnf("%v", err)
 						batch.Add(err)
+					} else if onProbation && op == "approve" && e.Type == records.AllowEndpoint {
+						// The operator vouches for it: the policy's verdict.
+						e.Verdict = pol.Verdict
 					}
 				}
 			}
@@ -118,8 +122,8 @@ func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, o
 func changeOne(e *records.AllowEntry, op, note string, expires *time.Time) error {
 	switch op {
 	case "approve":
-		if e.Status != records.StatusPending && e.Status != records.StatusCandidate {
-			return fmt.Errorf("is %s, not pending-approval or candidate", e.Status)
+		if e.Status != records.StatusPending && e.Status != records.StatusCandidate && e.Status != records.StatusProbation {
+			return fmt.Errorf("is %s, not pending-approval, candidate or probation", e.Status)
 		}
 		e.Status, e.ExpiresAt = records.StatusActive, expires
 	case "reject":

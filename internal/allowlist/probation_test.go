@@ -172,6 +172,15 @@ func TestProbation(t *testing.T) {
 	if _, err := b.Verify(Chain{Scope: records.ScopeLease, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
+	// The operator may vouch for an endpoint on probation.
+	lease, _ = sinkholed()
+	if err := ChangeEntries(ctx, b, "approve", ChangeRequest{Selector: Selector{Lease: lease, Scope: records.ScopeLease},
+		Targets: []string{probed + ":443/tcp"}, Policy: pol, NoApply: true}, sink); err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if v := verdictNow(lease); v != firewall.Forward {
+		t.Errorf("approved off probation: the live set has %q, want the policy's forward", v)
+	}
 	if stderr.Len() > 0 {
 		os.Stderr.Write(stderr.Bytes())
 	}
