@@ -58,6 +58,7 @@ func mergeAttack(dst, src *records.Observable) {
 	d.Packets += s.Packets
 	d.Bytes += s.Bytes
 	d.PortCount = max(d.PortCount, s.PortCount)
+	d.Names = max(d.Names, s.Names)
 	d.SourceCount = max(d.SourceCount, s.SourceCount)
 	d.Spoofed = d.Spoofed || s.Spoofed
 	d.Ports = union(d.Ports, s.Ports, MaxList)

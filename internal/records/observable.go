@@ -343,10 +343,13 @@ type C2CommandInfo struct {
 // or not its order was seen.
 type AttackInfo struct {
 	// Vector is syn, ack, udp (random payload), udpplain (constant
-	// payload), vse, gre, icmp, http, or amp-PROTO for requests shaped to
-	// draw an amplified answer (amp-ntp, amp-ssdp, amp-memcached, …).
+	// payload), vse, gre, icmp, http, dns (queries for random names under
+	// one domain, the target), or amp-PROTO for requests shaped to draw an
+	// amplified answer (amp-ntp, amp-ssdp, amp-memcached, …).
 	Vector string `json:"vector"`
 	Target string `json:"target"`
+	// Names estimates the distinct names a dns flood asked.
+	Names int64 `json:"names,omitempty"`
 	// Ports are the first destination ports (of the reflectors for amp-*);
 	// PortCount estimates how many there were.
 	Ports     []string `json:"ports,omitempty"`
@@ -362,7 +365,8 @@ type AttackInfo struct {
 	Spoofed     bool     `json:"spoofed,omitempty"`
 	Sources     []string `json:"sources,omitempty"`
 	SourceCount int64    `json:"source_count"`
-	// Reflectors are the first servers amp-* requests went to.
+	// Reflectors are the first servers amp-* requests (or dns queries)
+	// went to.
 	Reflectors []string `json:"reflectors,omitempty"`
 }
 
@@ -631,6 +635,7 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.open()
 		e.str("vector", a.Vector, false)
 		e.str("target", a.Target, false)
+		e.int("names", a.Names, true)
 		e.strs("ports", a.Ports)
 		e.int("port_count", a.PortCount, false)
 		e.int("packets", a.Packets, false)

@@ -16,7 +16,7 @@ func TestC2ObservableJSONMatchesEncodingJSON(t *testing.T) {
 		o := randObservable(r)
 		switch r.Intn(3) {
 		case 0:
-			o.Attack = &AttackInfo{Vector: randString(r), Target: randString(r), Ports: randStrings(r), PortCount: r.Int63n(9),
+			o.Attack = &AttackInfo{Vector: randString(r), Target: randString(r), Names: r.Int63n(3), Ports: randStrings(r), PortCount: r.Int63n(9),
 				Packets: r.Int63n(9), Bytes: r.Int63n(9), PPS: secs[r.Intn(len(secs))], BPS: secs[r.Intn(len(secs))],
 				Spoofed: r.Intn(2) == 0, Sources: randStrings(r), SourceCount: r.Int63n(9), Reflectors: randStrings(r)}
 		case 1:

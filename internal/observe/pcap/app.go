@@ -751,6 +751,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 	}
 	switch {
 	case !m.Response && fromOrig && q0.open:
+		d.floodQuery(NormName(m.Questions[0].Name), f.respAddr(), f.key.v6, k.ipLen, k.ts, k.n)
 		f.dnsQ[f.dnsN%uint8(len(f.dnsQ))] = q0
 		f.dnsN++
 	case m.Response && !fromOrig && q0.open:

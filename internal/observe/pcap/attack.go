@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -23,6 +24,7 @@ const (
 	vecGRE  // GRE packets
 	vecICMP // echo requests
 	vecHTTP // HTTP requests
+	vecDNS  // queries for random names under one domain
 	vecAmpNTP
 	vecAmpSSDP
 	vecAmpMemcached
@@ -32,7 +34,7 @@ const (
 	nVectors
 )
 
-var vectorNames = [nVectors]string{"", "syn", "ack", "udp", "udpplain", "vse", "gre", "icmp", "http", "amp-ntp", "amp-ssdp",
+var vectorNames = [nVectors]string{"", "syn", "ack", "udp", "udpplain", "vse", "gre", "icmp", "http", "dns", "amp-ntp", "amp-ssdp",
 	"amp-memcached", "amp-chargen", "amp-cldap", "amp-snmp"}
 
 func reflection(vec uint8) bool { return vec >= vecAmpNTP }
@@ -79,6 +81,7 @@ type hotSlot struct {
 // flood is the packets of one vector to one target.
 type flood struct {
 	key         floodKey
+	name        string // the domain, for vecDNS
 	first, last int64
 	n           int64 // the first packet's number
 	pkts, bytes int64
@@ -95,33 +98,68 @@ type flood struct {
 // claims to come from and src the reflector) to port.
 func (d *Decoder) floodPacket(vec uint8, target, src addr, v6 bool, port uint16, ipLen int, ts, n int64) {
 	key := floodKey{target: target, v6: v6, vec: vec}
-	h := maphash.Comparable(d.seed, key)
+	f := d.floodEntry(maphash.Comparable(d.seed, key), ipLen, ts, n)
+	if f == nil {
+		return
+	}
+	f.key = key
+	f.see(uint64(port)*0x9e3779b97f4a7c15, port, src)
+}
+
+// floodQuery counts a DNS query the lab sent towards a random-subdomain
+// flood ("water torture") of the queried name's parent domain: many
+// queries, most for a name not asked before, through any resolver.
+func (d *Decoder) floodQuery(name string, resolver addr, v6 bool, ipLen int, ts, n int64) {
+	label, parent, ok := strings.Cut(name, ".")
+	if !ok || !strings.Contains(parent, ".") {
+		return
+	}
+	f := d.floodEntry(maphash.String(d.seed, parent)^vecDNS, ipLen, ts, n)
+	if f == nil {
+		return
+	}
+	if f.name == "" {
+		f.key, f.name = floodKey{v6: v6, vec: vecDNS}, parent
+	}
+	f.see(maphash.String(d.seed, label), 0, resolver)
+}
+
+// floodEntry finds the flood whose key hashes to h and counts a packet of
+// it, or counts the packet in the filter while the key has had fewer than
+// hotPkts (nil then). A flood made here has no key yet.
+func (d *Decoder) floodEntry(h uint64, ipLen int, ts, n int64) *flood {
 	f := d.floods[h]
 	if f == nil {
 		s := &d.hot[h%hotSlots]
 		if s.key != h || ts-s.first > hotWindow {
 			*s = hotSlot{key: h, n: 1, first: ts, bytes: int64(ipLen), pkt: n}
-			return
+			return nil
 		}
 		if s.n++; s.n < hotPkts {
 			s.bytes += int64(ipLen)
-			return
+			return nil
 		}
 		if len(d.floods) >= maxFloods && !d.sweepFloods() {
 			d.FloodsRefused++
-			return
+			return nil
 		}
-		f = &flood{key: key, first: s.first, n: s.pkt, pkts: int64(s.n) - 1, bytes: s.bytes}
+		f = &flood{first: s.first, n: s.pkt, pkts: int64(s.n) - 1, bytes: s.bytes}
 		d.floods[h] = f
 		*s = hotSlot{}
 	}
 	f.pkts++
 	f.bytes += int64(ipLen)
 	f.last = max(f.last, ts)
-	ph := uint64(port) * 0x9e3779b97f4a7c15 >> 55 // 9 bits
+	return f
+}
+
+// see records a packet's destination port (for DNS, its name's first
+// label) by its hash x, and its source.
+func (f *flood) see(x uint64, port uint16, src addr) {
+	ph := x >> 55 // 9 bits
 	if f.portSeen[ph/64]&(1<<(ph%64)) == 0 {
 		f.portSeen[ph/64] |= 1 << (ph % 64)
-		if int(f.nports) < floodList {
+		if int(f.nports) < floodList && f.key.vec != vecDNS {
 			f.ports[f.nports] = port
 			f.nports++
 		}
@@ -182,6 +220,9 @@ func (f *flood) attack(vec uint8) bool {
 	switch vec {
 	case vecSYN, vecACK, vecUDP, vecUDPPlain:
 		return f.pkts >= floodRepeat*count(f.portSeen[:], f.nports)
+	case vecDNS:
+		// Mostly new names: a resolver's cache cannot answer them.
+		return 2*count(f.portSeen[:], 0) >= min(f.pkts, portBits)
 	}
 	return true
 }
@@ -196,6 +237,9 @@ func (d *Decoder) emitFloods() {
 			continue
 		}
 		target := d.addrString(key.target, key.v6)
+		if key.vec == vecDNS {
+			target = f.name
+		}
 		name := vectorNames[key.vec]
 		o := d.cfg.Origin.New(records.ObsAttack, name+" "+target, tsTime(f.first), f.n, 0)
 		o.LastSeen = tsTime(f.last)
@@ -209,9 +253,13 @@ func (d *Decoder) emitFloods() {
 		for _, s := range f.srcs[:f.nsrcs] {
 			srcs = append(srcs, d.addrString(s, key.v6))
 		}
-		if reflection(key.vec) {
+		switch {
+		case key.vec == vecDNS:
+			a.Names, a.PortCount = a.PortCount, 0
 			a.Reflectors = srcs
-		} else {
+		case reflection(key.vec):
+			a.Reflectors = srcs
+		default:
 			a.Sources = srcs
 			a.SourceCount = count(f.srcSeen[:], f.nsrcs)
 			a.Spoofed = a.SourceCount > 1

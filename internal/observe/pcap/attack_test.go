@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"net/netip"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -165,3 +166,26 @@ func (c *collect) Add(o *records.Observable) {
 }
 
 func (c *collect) Conn(*observe.Conn) {}
+
+// Queries for random names under one domain, through the lab's resolver,
+// are Mirai's "dns" flood of that domain; the same name asked as often is
+// not.
+func TestDNSWaterTorture(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	res := run(t, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		for i := 0; i < 1000; i++ {
+			label := strconv.FormatUint(r.Uint64(), 36)
+			g.UDP(ap(client, uint16(30000+i)), ap(dnssrv, 53), pcapgen.DNSQuery(uint16(i), label+".victim.example", layers.DNSTypeA))
+		}
+		for i := 0; i < 1000; i++ {
+			g.UDP(ap(client, uint16(31000+i)), ap(dnssrv, 53), pcapgen.DNSQuery(uint16(i), "www.busy.example", layers.DNSTypeA))
+		}
+	})
+	a := attackOf(t, res, "dns victim.example")
+	if a.Packets != 1000 || a.Names < 900 || a.Names > 1100 || !slices.Equal(a.Reflectors, []string{dnssrv.String()}) {
+		t.Fatalf("%+v", a)
+	}
+	if n := res.count(records.ObsAttack); n != 1 {
+		t.Fatalf("%d attacks", n)
+	}
+}
