@@ -43,10 +43,10 @@ type service struct {
 	// log, when set, is the directory where multilog keeps the service's
 	// stderr, capped.
 	log string
-	// confined services run in a mount namespace of their own where only
-	// these directories are writable (startConfined).
+	// confined services run in a mount namespace of their own
+	// (startConfined).
 	confined bool
-	writable []string
+	confine  confinement
 }
 
 func services(cfg *Config) []service {
@@ -57,12 +57,17 @@ func services(cfg *Config) []service {
 		// dnsmasq writes its pid file (as root, before it drops to its
 		// user) into the lab's directory.
 		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(dnsAnswerer, "53"), argv: dnsAnswerArgs,
-			confined: true, writable: []string{cfg.Dir}},
+			confined: true, confine: confinement{writable: []string{cfg.Dir}}},
 		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs,
-			log: LogDir(cfg, "dns"), confined: true, writable: []string{cfg.Dir}},
-		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: net.JoinHostPort(cfg.Sinkhole().String(), "80"), argv: inetsimArgs},
+			log: LogDir(cfg, "dns"), confined: true, confine: confinement{writable: []string{cfg.Dir}}},
+		// INetSim stores what guests upload (HTTP POST bodies, mail, FTP
+		// and TFTP uploads) and its POP3 and FTP sessions in its data
+		// directory: each lab's INetSim gets its own capped copy.
+		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: net.JoinHostPort(cfg.Sinkhole().String(), "80"), argv: inetsimArgs,
+			confined: true, confine: confinement{writable: []string{cfg.Dir, LogDir(cfg, "inetsim")},
+				private: inetsimData, privateSize: INetSimDataSize}},
 		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs,
-			log: LogDir(cfg, "dhcp"), confined: true, writable: []string{cfg.Dir, dhcpRunDir(cfg)}},
+			log: LogDir(cfg, "dhcp"), confined: true, confine: confinement{writable: []string{cfg.Dir, dhcpRunDir(cfg)}}},
 	}
 }
 
@@ -192,7 +197,7 @@ func inetsimArgs(cfg *Config, dir string) ([]string, error) {
 		return nil, err
 	}
 	return []string{"inetsim", "--config=" + conf, "--log-dir=" + logs, "--report-dir=" + logs,
-		"--data-dir=/var/lib/inetsim", "--pidfile=" + pidFile(dir, "inetsim"), "--session=" + cfg.Name}, nil
+		"--data-dir=" + inetsimData, "--pidfile=" + pidFile(dir, "inetsim"), "--session=" + cfg.Name}, nil
 }
 
 // RunDir is where a lab keeps files other users must reach.
@@ -286,7 +291,7 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWIPC}
 	os.Remove(pidFile(dir, s.name))
 	if s.confined {
-		err = startConfined(cmd, s.ns, s.writable)
+		err = startConfined(cmd, s.ns, s.confine)
 	} else {
 		err = netns.Do(s.ns, cmd.Start)
 	}

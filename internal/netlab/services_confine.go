@@ -3,9 +3,12 @@ package netlab
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -35,14 +38,25 @@ func dnsmasqUser() (*serviceUser, error) {
 	return &serviceUser{User: u, Group: g.Name}, nil
 }
 
+// confinement is the view of the filesystem a confined service gets.
+type confinement struct {
+	// writable directories of the host's stay writable (by whoever
+	// their modes allow).
+	writable []string
+	// private, when set, is a directory the service writes into: it
+	// gets its own copy of it, on a tmpfs of privateSize bytes, which
+	// goes with it.
+	private     string
+	privateSize int
+}
+
 // startConfined starts cmd in the network namespace at netnsPath and in a
 // mount namespace of its own, where the host's filesystem is read-only,
 // /tmp is an empty tmpfs of its own, /root and /home are empty, and only
-// the writable directories can be written (by whoever their modes allow).
-// A service that an attacker takes over finds no scratch space shared with
-// the host and can change no file outside its own directories, whatever
-// user it runs as.
-func startConfined(cmd *exec.Cmd, netnsPath string, writable []string) error {
+// what c names can be written. A service that an attacker takes over finds
+// no scratch space shared with the host and can change no file outside its
+// own directories, whatever user it runs as.
+func startConfined(cmd *exec.Cmd, netnsPath string, c confinement) error {
 	errc := make(chan error, 1)
 	go func() {
 		// The thread gets the mount namespace, and the process forked
@@ -50,7 +64,7 @@ func startConfined(cmd *exec.Cmd, netnsPath string, writable []string) error {
 		// ends it with this goroutine instead of running other code in
 		// the confined view.
 		runtime.LockOSThread()
-		if err := confineThread(writable); err != nil {
+		if err := confineThread(c); err != nil {
 			errc <- err
 			return
 		}
@@ -59,7 +73,7 @@ func startConfined(cmd *exec.Cmd, netnsPath string, writable []string) error {
 	return <-errc
 }
 
-func confineThread(writable []string) error {
+func confineThread(c confinement) error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("mount namespace: %w", err)
 	}
@@ -70,8 +84,8 @@ func confineThread(writable []string) error {
 	// Writable copies of the service's directories, taken before /tmp is
 	// covered (a lab's directory may be under it) and before the rest
 	// turns read-only.
-	trees := make([]int, len(writable))
-	for i, dir := range writable {
+	trees := make([]int, len(c.writable))
+	for i, dir := range c.writable {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.O_CLOEXEC)
 		if err != nil {
 			return fmt.Errorf("copy of %s: %w", dir, err)
@@ -90,7 +104,12 @@ func confineThread(writable []string) error {
 			return fmt.Errorf("private %s: %w", dir, err)
 		}
 	}
-	for i, dir := range writable {
+	if c.private != "" {
+		if err := privateCopy(c.private, c.privateSize); err != nil {
+			return err
+		}
+	}
+	for i, dir := range c.writable {
 		// A directory under /tmp is gone from the new, empty /tmp: made
 		// again (private, as test directories are) where its copy goes.
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -101,4 +120,81 @@ func confineThread(writable []string) error {
 		}
 	}
 	return nil
+}
+
+// privateCopy covers dir with a tmpfs of size bytes holding a copy of what
+// dir held (modes and owners kept), so that what the service writes there
+// stays in this namespace, within size.
+func privateCopy(dir string, size int) error {
+	src, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.O_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("copy of %s: %w", dir, err)
+	}
+	defer unix.Close(src)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return err
+	}
+	// A bounded number of files too: each costs memory beyond its bytes.
+	opts := fmt.Sprintf("size=%d,nr_inodes=4096,mode=%o,uid=%d,gid=%d", size, st.Mode&0o7777, st.Uid, st.Gid)
+	if err := unix.Mount("talkbox-private", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("private %s: %w", dir, err)
+	}
+	// The detached copy is reached through its descriptor: dir itself is
+	// covered now.
+	from := fmt.Sprintf("/proc/self/fd/%d/", src) // the slash follows the link
+	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		to := filepath.Join(dir, rel)
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			err = os.Mkdir(to, 0o700)
+		case d.Type().IsRegular():
+			err = copyFile(path, to)
+		case d.Type()&fs.ModeSymlink != 0:
+			var target string
+			if target, err = os.Readlink(path); err == nil {
+				err = os.Symlink(target, to)
+			}
+		default:
+			return nil // no devices, sockets or pipes in a data directory
+		}
+		if err != nil {
+			return err
+		}
+		if err := unix.Lchown(to, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		return unix.Chmod(to, st.Mode&0o7777)
+	})
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying %s: %w", to, err)
+	}
+	return out.Close()
 }

@@ -52,14 +52,14 @@ func mountOptions(t *testing.T, pid int, path string) string {
 
 // TestSinkholeServicesConfined: the dnsmasq instances every guest reaches
 // (the DNS sinkhole and its answerer, DHCP on the bridge) and the multilog
-// reading their logs run as an unprivileged user, in a mount namespace
-// where the host's filesystem is read-only and /tmp is their own; INetSim's
-// log directory is not world-writable.
+// reading their logs run as an unprivileged user; they and INetSim run in
+// a mount namespace where the host's filesystem is read-only and /tmp is
+// their own; INetSim's log directory is not world-writable.
 func TestSinkholeServicesConfined(t *testing.T) {
 	ctx := context.Background()
 	l := labtest.New(t)
 	cfg := l.Config
-	cfg.DNS, cfg.DHCP, cfg.INetSim, cfg.INetSimServices = true, true, true, []string{"http"}
+	cfg.DNS, cfg.DHCP, cfg.INetSim = true, true, true
 	t.Cleanup(func() { netlab.Down(ctx, cfg.Dir) })
 	// What the host has in /tmp, a confined service must not see.
 	marker, err := os.CreateTemp("", "talkbox-host-tmp-")
@@ -93,12 +93,14 @@ func TestSinkholeServicesConfined(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"dns", "dns-answer", "dhcp", "multilog dns", "multilog dhcp"} {
+	for _, name := range []string{"dns", "dns-answer", "dhcp", "multilog dns", "multilog dhcp", "inetsim"} {
 		pid := pids[name]
 		if pid == 0 {
 			t.Fatalf("%s is not running (services: %+v)", name, st.Services)
 		}
-		if uids := procUIDs(t, pid); slices.Contains(uids, "0") {
+		// INetSim's main process stays root; each of its services drops
+		// to the inetsim user.
+		if uids := procUIDs(t, pid); name != "inetsim" && slices.Contains(uids, "0") {
 			t.Errorf("%s (pid %d) runs with uid 0 (real, effective, saved, fs: %v)", name, pid, uids)
 		}
 		if strings.HasPrefix(name, "multilog") {
@@ -109,6 +111,17 @@ func TestSinkholeServicesConfined(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "root", marker.Name())); err == nil {
 			t.Errorf("%s (pid %d) sees the host's %s: its /tmp is not its own", name, pid, marker.Name())
+		}
+	}
+
+	// Every INetSim service starts in its confinement.
+	out, err := os.ReadFile(filepath.Join(cfg.Dir, "inetsim.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "failed") {
+			t.Errorf("INetSim: %s", line)
 		}
 	}
 

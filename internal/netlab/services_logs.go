@@ -26,7 +26,15 @@ const (
 	// INetSim opens its logs by name for every line and cannot be told to
 	// rotate; once the directory is full, further lines are lost.
 	INetSimLogSize = 8 << 20
+	// INetSimDataSize caps what a lab's INetSim stores of what guests send
+	// it (its own copy of the data directory, a tmpfs of that size that
+	// goes when INetSim stops).
+	INetSimDataSize = 16 << 20
 )
+
+// inetsimData is INetSim's data directory (Debian's): the pages and files
+// it serves, and where it stores uploads.
+const inetsimData = "/var/lib/inetsim"
 
 // LogDir is where a sinkhole service (dns, dhcp, inetsim) logs: for
 // dnsmasq, multilog's current file and the rotated ones.

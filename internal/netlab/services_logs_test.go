@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,71 @@ func TestSinkholeLogsCapped(t *testing.T) {
 			t.Fatalf("INetSim stopped answering once its logs were full: %v", err)
 		}
 	})
+
+	t.Run("inetsim keeps uploads in its own capped copy", func(t *testing.T) {
+		hostPosts, _ := os.ReadDir("/var/lib/inetsim/http/postdata")
+		st, err := netlab.Inspect(ctx, cfg.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := 0
+		for _, s := range st.Services {
+			if s.Name == "inetsim" {
+				pid = s.PID
+			}
+		}
+		data := filepath.Join("/proc", strconv.Itoa(pid), "root", "var/lib/inetsim")
+		body := make([]byte, 1<<20)
+		for i := 0; i*len(body) < 2*netlab.INetSimDataSize; i++ {
+			body[0] = byte(i) // each a file of its own (INetSim names them by digest)
+			if err := inetsimPost(t, cfg.HostNS, sinkhole, body); err != nil {
+				t.Fatalf("INetSim did not answer upload %d: %v", i, err)
+			}
+		}
+		var fs unix.Statfs_t
+		if err := unix.Statfs(data, &fs); err != nil {
+			t.Fatal(err)
+		}
+		size, used := int64(fs.Blocks)*fs.Bsize, int64(fs.Blocks-fs.Bfree)*fs.Bsize
+		t.Logf("INetSim's data: %d of %d bytes used", used, size)
+		if size > netlab.INetSimDataSize {
+			t.Fatalf("INetSim's data directory holds up to %d bytes, over its cap of %d", size, netlab.INetSimDataSize)
+		}
+		if used < netlab.INetSimDataSize/2 {
+			t.Fatalf("INetSim's data holds %d bytes after uploads of twice its cap: the uploads were not stored", used)
+		}
+		if after, _ := os.ReadDir("/var/lib/inetsim/http/postdata"); len(after) != len(hostPosts) {
+			t.Fatalf("the host's /var/lib/inetsim/http/postdata went from %d to %d files", len(hostPosts), len(after))
+		}
+		if err := inetsimGet(t, cfg.HostNS, sinkhole, "after the uploads"); err != nil {
+			t.Fatalf("INetSim stopped answering once its data was full: %v", err)
+		}
+	})
+}
+
+// inetsimPost uploads body to INetSim's HTTP and reads the answer, which
+// comes once it has stored it.
+func inetsimPost(t *testing.T, ns string, sinkhole netip.Addr, body []byte) error {
+	t.Helper()
+	var c net.Conn
+	labtest.In(t, ns, func() (err error) {
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(sinkhole.String(), "80"), wait)
+		return err
+	})
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(wait))
+	if _, err := fmt.Fprintf(c, "POST /upload HTTP/1.0\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", len(body)); err != nil {
+		return err
+	}
+	if _, err := c.Write(body); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
 }
 
 // inetsimGet asks INetSim's HTTP for a page with a header line of pad and
