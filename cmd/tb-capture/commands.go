@@ -14,6 +14,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
@@ -150,11 +151,18 @@ func (c *netStatusCmd) Run(env *cli.Env) error {
 
 type netDNSAllowCmd struct {
 	labFlag
-	Names []string `arg:"" optional:"" help:"Names (and their subdomains) forwarded to the upstream resolver; none clears the list."`
+	Names []string `arg:"" optional:"" help:"Names forwarded to the upstream resolver, each exactly (its subdomains stay sinkholed); none clears the list."`
 }
 
-// Run replaces the names the DNS sinkhole forwards upstream.
+// Run replaces the names the DNS sinkhole forwards upstream. A name that
+// may not be forwarded (not a DNS name, or a public suffix such as "com"
+// whose forward would let every name under it through) is refused.
 func (c *netDNSAllowCmd) Run(env *cli.Env) error {
+	for _, n := range c.Names {
+		if _, err := dnsname.Forwardable(n); err != nil {
+			return fault.DataErr(fmt.Errorf("invalid name %w", err))
+		}
+	}
 	st, err := env.OpenState()
 	if err != nil {
 		return err

@@ -106,7 +106,8 @@ func mklab(ts *testscript.TestScript, neg bool, args []string) {
 // labKey holds the script's lab in its testscript values.
 type labKey struct{}
 
-// mkguest NAME IP: a guest namespace whose port is $NAME_PORT.
+// mkguest NAME IP: a guest namespace whose port is $NAME_PORT and whose
+// interface's MAC (what the lab binds its port to) is $NAME_MAC.
 func mkguest(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 2 {
 		ts.Fatalf("usage: mkguest NAME IP")
@@ -116,6 +117,7 @@ func mkguest(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv(args[0]+"_PORT", g.Port)
 	ts.Setenv(args[0]+"_NS", g.NS)
 	ts.Setenv(args[0]+"_IP", args[1])
+	ts.Setenv(args[0]+"_MAC", g.MAC.String())
 }
 
 // mkplan VAR MODE [RATE [SMTP]]: a plan record; its ID goes in $VAR.
@@ -139,7 +141,7 @@ func mklease(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: mklease VAR GUEST [PLAN]")
 	}
 	g := args[1]
-	l := &capture.Lease{Tap: ts.Getenv(g + "_PORT"), IP: ts.Getenv(g + "_IP"), MAC: "52:54:00:00:00:01",
+	l := &capture.Lease{Tap: ts.Getenv(g + "_PORT"), IP: ts.Getenv(g + "_IP"), MAC: ts.Getenv(g + "_MAC"),
 		VMName: "tb-" + g, State: "active"}
 	if len(args) > 2 {
 		l.Plan = args[2]

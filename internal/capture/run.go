@@ -328,6 +328,9 @@ func spawn(ctx context.Context, st *state.Store, rec *records.Capture, argv []st
 	}
 	defer logf.Close()
 	cmd := exec.Command(argv[0], append(append(argv[1:], st.Flags()...), "daemon", rec.ID)...)
+	// A fleet's database URL goes in the environment: a command line is
+	// readable by every user of the host.
+	cmd.Env = append(os.Environ(), st.Environ()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -79,14 +79,10 @@ func (e *Env) OpenState(opts ...state.Option) (*state.Store, error) {
 			// First, so that a command's own fetcher replaces it.
 			opts = append([]state.Option{state.WithBlobFetcher(blobshare.FromWorkers(blobshare.NewClient(), ""))}, opts...)
 		}
-		opts = append(opts, state.WithShared(e.G.State))
 		// The programs this one starts (a capture's daemon, the tools
-		// tb-run drives) open the database through the environment they
-		// inherit, never through a command line that any user can read
-		// (state.Store.Flags leaves the URL out).
-		if err := os.Setenv("TB_STATE", e.G.State); err != nil {
-			return nil, err
-		}
+		// tb-run drives) get the URL from state.Store.Environ, never on a
+		// command line that any user can read (Store.Flags leaves it out).
+		opts = append(opts, state.WithShared(e.G.State))
 	}
 	if e.G.Blobs != "" {
 		opts = append(opts, state.WithSharedBlobs(e.G.Blobs))
