@@ -43,10 +43,10 @@ type service struct {
 	// log, when set, is the directory where multilog keeps the service's
 	// stderr, capped.
 	log string
-	// confined services run in a mount namespace of their own
-	// (startConfined).
-	confined bool
-	confine  confinement
+	// confine is its view of the filesystem (startConfined). Every
+	// service writes its pid file (as root, before it drops to its user)
+	// into the lab's directory.
+	confine confinement
 }
 
 func services(cfg *Config) []service {
@@ -54,20 +54,18 @@ func services(cfg *Config) []service {
 	return []service{
 		// The answerer comes first: the front resolver sends it the
 		// subdomains of forwarded names.
-		// dnsmasq writes its pid file (as root, before it drops to its
-		// user) into the lab's directory.
 		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(dnsAnswerer, "53"), argv: dnsAnswerArgs,
-			confined: true, confine: confinement{writable: []string{cfg.Dir}}},
+			confine: confinement{writable: []string{cfg.Dir}}},
 		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs,
-			log: LogDir(cfg, "dns"), confined: true, confine: confinement{writable: []string{cfg.Dir}}},
+			log: LogDir(cfg, "dns"), confine: confinement{writable: []string{cfg.Dir}}},
 		// INetSim stores what guests upload (HTTP POST bodies, mail, FTP
 		// and TFTP uploads) and its POP3 and FTP sessions in its data
 		// directory: each lab's INetSim gets its own capped copy.
 		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: net.JoinHostPort(cfg.Sinkhole().String(), "80"), argv: inetsimArgs,
-			confined: true, confine: confinement{writable: []string{cfg.Dir, LogDir(cfg, "inetsim")},
+			confine: confinement{writable: []string{cfg.Dir, LogDir(cfg, "inetsim")},
 				private: inetsimData, privateSize: INetSimDataSize}},
 		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs,
-			log: LogDir(cfg, "dhcp"), confined: true, confine: confinement{writable: []string{cfg.Dir, dhcpRunDir(cfg)}}},
+			log: LogDir(cfg, "dhcp"), confine: confinement{writable: []string{cfg.Dir, dhcpRunDir(cfg)}}},
 	}
 }
 
@@ -290,11 +288,7 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 	// each service gets its own IPC namespace, so labs never collide.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWIPC}
 	os.Remove(pidFile(dir, s.name))
-	if s.confined {
-		err = startConfined(cmd, s.ns, s.confine)
-	} else {
-		err = netns.Do(s.ns, cmd.Start)
-	}
+	err = startConfined(cmd, s.ns, s.confine)
 	if logw != nil {
 		// The service holds its own end now: multilog ends when it does.
 		logw.Close()

@@ -53,9 +53,11 @@ type confinement struct {
 // startConfined starts cmd in the network namespace at netnsPath and in a
 // mount namespace of its own, where the host's filesystem is read-only,
 // /tmp is an empty tmpfs of its own, /root and /home are empty, and only
-// what c names can be written. A service that an attacker takes over finds
-// no scratch space shared with the host and can change no file outside its
-// own directories, whatever user it runs as.
+// what c names can be written. A service that an attacker takes over,
+// running as its unprivileged user, finds no scratch space shared with the
+// host and can write nothing outside its own directories. (Root could undo
+// the mounts: dnsmasq drops to its user once its sockets are bound, and
+// INetSim's services to theirs, though its main process stays root.)
 func startConfined(cmd *exec.Cmd, netnsPath string, c confinement) error {
 	errc := make(chan error, 1)
 	go func() {
