@@ -224,7 +224,14 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 			e.pkts += p.OrigPkts
 			e.maxDur = math.Max(e.maxDur, p.MaxDuration)
 			e.starts = append(e.starts, p.Starts...)
-			if p.RespBytes > 0 {
+			switch {
+			case len(p.AnsweredIn) > 0:
+				// Merged across cycles: each cycle that had an answer
+				// counts alone, whatever the others were.
+				for _, c := range p.AnsweredIn {
+					e.answers = append(e.answers, []string{c})
+				}
+			case p.RespBytes > 0:
 				e.answered(o)
 			}
 			e.touch(o)

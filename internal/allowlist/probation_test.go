@@ -163,6 +163,22 @@ func TestProbation(t *testing.T) {
 		t.Errorf("a merged observable confirmed the endpoint: %+v", e)
 	}
 
+	// What tb-parse --merge writes: one endpoint observable over both
+	// cycles, saying in which of them the responder sent payload. An
+	// answer in the cycle that let it through confirms; one only in the
+	// sinkholed cycle does not.
+	for _, answeredIn := range []int{2, 1} {
+		lease, r1 = sinkholed()
+		c1, c2 = r1.Cycle, cycle(lease, r1.ID)
+		ep := obsEndpoint(probed, 443, 12, pcapgen.Start, pcapgen.Start.Add(11*time.Minute))
+		ep.Cycle, ep.Cycles = c2, []string{c1, c2}
+		ep.Endpoint.RespBytes, ep.Endpoint.AnsweredIn = 800, []string{[]string{c1, c2}[answeredIn-1]}
+		_, e := promote(lease, c2, []*records.Observable{ep})
+		if confirmed := e.Status == records.StatusActive; confirmed != (answeredIn == 2) {
+			t.Errorf("merged endpoint answered in cycle %d of 2: %+v", answeredIn, e)
+		}
+	}
+
 	// An offline capture of a live run (no lease, no cycle) in which the
 	// far side answered: active at once.
 	lease = records.NewID("lease", now)

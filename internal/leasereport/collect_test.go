@@ -100,11 +100,17 @@ func TestCollectLease(t *testing.T) {
 	for _, e := range r.Events {
 		events[e.Action+" "+e.Key] = e
 	}
+	// Both C2s go on probation after the first cycle (everything it saw of
+	// them was the sample's side); the C2 answered in the second, while
+	// let through, and is promoted; the fallback, not heard from while on
+	// probation, is revoked; the paste site, approved and not fetched
+	// again, expires.
 	for _, want := range []string{
-		"promoted domain c2.example", "promoted endpoint 198.51.100.18:80/tcp", "promoted endpoint 198.51.100.77:8080/tcp",
+		"promoted domain c2.example", "probation endpoint 198.51.100.18:80/tcp", "probation endpoint 198.51.100.77:8080/tcp",
+		"promoted endpoint 198.51.100.18:80/tcp", "revoked endpoint 198.51.100.77:8080/tcp",
 		"pending-approval domain drop.pastebin.com", "pending-approval endpoint 203.0.113.50:443/tcp",
 		"approved endpoint 203.0.113.50:443/tcp", "refused udp/53", "refused scan of tcp/23", "refused scan of tcp/2323",
-		"expired endpoint 198.51.100.77:8080/tcp",
+		"expired endpoint 203.0.113.50:443/tcp",
 	} {
 		if _, ok := events[want]; !ok {
 			t.Errorf("no event %q", want)
@@ -123,7 +129,13 @@ func TestCollectLease(t *testing.T) {
 	if e := events["refused scan of tcp/23"]; e.Repeats != 1 || e.LastRevision != r.Revisions[2].ID || e.Class != "scan" || len(e.Examples) == 0 {
 		t.Errorf("refused scan: %+v", e)
 	}
-	if e := events["expired endpoint 198.51.100.77:8080/tcp"]; e.Why != "its time was up at 2026-11-20T12:20:50Z" {
+	if e := events["promoted endpoint 198.51.100.18:80/tcp"]; e.From != records.StatusProbation || e.Revision != r.Revisions[2].ID {
+		t.Errorf("promoted off probation: %+v", e)
+	}
+	if e := events["revoked endpoint 198.51.100.77:8080/tcp"]; !strings.Contains(e.Why, "probation") || e.Revision != r.Revisions[2].ID {
+		t.Errorf("revoked on probation: %+v", e)
+	}
+	if e := events["expired endpoint 203.0.113.50:443/tcp"]; e.Why != "its time was up at 2026-11-20T12:29:30Z" {
 		t.Errorf("expired: %+v", e)
 	}
 

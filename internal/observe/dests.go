@@ -472,6 +472,9 @@ func (t *Dests) out(e *endpointStat) {
 	o.Endpoint = &records.EndpointInfo{Proto: k.proto, Addr: addr, Port: k.port, Conns: e.conns, Established: e.established,
 		ConnStates: e.states, Services: e.services, OrigPkts: e.origPkts, OrigBytes: e.origBytes, RespPkts: e.respPkts,
 		RespBytes: e.respBytes, MaxDuration: float64(e.maxDur) / 1e9, Clients: e.clients, Starts: starts}
+	if e.respBytes > 0 && t.cycle != "" {
+		o.Endpoint.AnsweredIn = []string{t.cycle}
+	}
 	t.emit(o)
 	ip := origin.New(records.ObsIP, addr, first, e.prov.Packet, e.prov.Line)
 	ip.LastSeen, ip.Count = last, e.conns

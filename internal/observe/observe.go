@@ -267,6 +267,7 @@ func mergeEndpoint(dp **records.EndpointInfo, s *records.EndpointInfo) {
 	d.Clients = union(d.Clients, s.Clients, MaxList)
 	d.Starts = mergeTimes(d.Starts, s.Starts)
 	d.Domains = union(d.Domains, s.Domains, MaxList)
+	d.AnsweredIn = unionTail(d.AnsweredIn, s.AnsweredIn, MaxCycles)
 }
 
 // mergeScan unites two sightings of one cycle's scan: counts add up, and

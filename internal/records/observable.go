@@ -170,6 +170,10 @@ type EndpointInfo struct {
 	Starts []time.Time `json:"starts,omitempty"`
 	// Domains are names whose DNS answers carried the address.
 	Domains []string `json:"domains,omitempty"`
+	// AnsweredIn are the cycles in which the responder sent payload (the
+	// most recent, bounded): an observable merged across cycles keeps
+	// which of them had an answer, which tb-allow's probation needs.
+	AnsweredIn []string `json:"answered_in,omitempty"`
 }
 
 // ScanInfo is a cycle's scan: connections to many addresses on one port

@@ -161,11 +161,12 @@ var (
 // everything is sinkholed: the bot checks in with its C2 every minute,
 // falls back to a second C2 by address every two minutes, fetches from a
 // paste site every five, scans telnet and resolves a name that is HTML. The
-// promote after it activates both C2s, leaves the paste site pending
-// approval and refuses the scan and DNS; the operator approves the paste
-// site; the second cycle reaches the C2 (the fallback is not used
-// anymore), scans tcp/23 and tcp/2323; after it the fallback's entry
-// expires.
+// promote after it puts both C2s on probation, leaves the paste site
+// pending approval and refuses the scan and DNS; the operator approves the
+// paste site; the second cycle reaches the C2 (the fallback and the paste
+// site are not used anymore), scans tcp/23 and tcp/2323; the promote after
+// it makes the C2 active (it answered while let through) and revokes the
+// fallback (it did not); then the paste site's entry expires.
 func TwoCycles() Spec {
 	return Spec{
 		Start:  time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC),
@@ -173,7 +174,7 @@ func TwoCycles() Spec {
 		Beacons: []Beacon{
 			{Name: C2Name, Addr: C2, Period: time.Minute, Jitter: 0.1},
 			{Addr: Fallback, Period: 2 * time.Minute, Jitter: 0.05, From: 1, To: 1},
-			{Name: DropName, Addr: Drop, TLS: true, Period: 5 * time.Minute, Jitter: 0.2},
+			{Name: DropName, Addr: Drop, TLS: true, Period: 5 * time.Minute, Jitter: 0.2, From: 1, To: 1},
 		},
 		Scans: []Scan{
 			{Port: 23, Rate: 1, Offset: 20 * time.Minute, Duration: 8 * time.Minute},
@@ -394,8 +395,25 @@ func (b *builder) cycle(i int, prev string) (string, error) {
 		return "", err
 	}
 	b.clk.Set(end.Add(20 * time.Second))
+	// The cycle's record is stored below, after the promote; what tb-run
+	// would have recorded as in force while it ran is the head it began
+	// under, which is what lets a C2 on probation be confirmed.
+	inForce := map[string]map[string]bool{c.ID: nil}
+	if head != nil {
+		_, es, err := b.book.Revision(head.ID)
+		if err != nil {
+			return "", err
+		}
+		keys := map[string]bool{}
+		for _, e := range es {
+			if allowlist.Enforced(e, start) {
+				keys[allowlist.EntryKey(e)] = true
+			}
+		}
+		inForce[c.ID] = keys
+	}
 	rev, created, err := b.book.Promote(b.ctx, allowlist.Promotion{Chain: b.chain, Cycle: c.ID, Dests: allowlist.Classify(obs, &b.pol),
-		Policy: &b.pol, Validator: b.validator, Now: b.clk.Now()})
+		Policy: &b.pol, Validator: b.validator, InForce: inForce, Now: b.clk.Now()})
 	if err != nil {
 		return "", err
 	}
