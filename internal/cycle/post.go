@@ -185,7 +185,9 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 			for _, ch := range append(rv.Changes.Added, rv.Changes.Changed...) {
 				switch {
 				case ch.To == ch.From:
-				case ch.To == records.StatusActive:
+				case ch.To == records.StatusProbation,
+					// Confirmed off probation: it was let through already.
+					ch.To == records.StatusActive && ch.From != records.StatusProbation:
 					a.Promoted = append(a.Promoted, ch.Key)
 				case ch.To == records.StatusPending:
 					pending = append(pending, ch.Key)
