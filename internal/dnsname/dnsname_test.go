@@ -30,6 +30,8 @@ func TestForwardable(t *testing.T) {
 		"\xff\xfe.com":                    "letters, digits and hyphens",
 		"under_score.com":                 "letters, digits and hyphens",
 		"-lead.com":                       "hyphen",
+		"*.example.com":                   "letters, digits and hyphens",
+		"x.example.com#":                  "letters, digits and hyphens",
 		"a..com":                          "empty",
 		"":                                "empty",
 		"198.51.100.7":                    "all-numeric",

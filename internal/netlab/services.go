@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 )
 
@@ -477,7 +478,7 @@ func SetAllowedNames(dir string, names []string) error {
 	up := m.Config.Upstream
 	valid := make([]string, 0, len(names))
 	for _, n := range names {
-		c, err := DNSName(n)
+		c, err := dnsname.Forwardable(n)
 		if err != nil {
 			// The signature is the allow-list's and carries no logger.
 			slog.Warn("not forwarding a name", "lab", m.Config.Name, "err", err)
@@ -505,33 +506,6 @@ func SetAllowedNames(dir string, names []string) error {
 		return syscall.Kill(pid, syscall.SIGHUP)
 	}
 	return nil
-}
-
-// DNSName is a name as the DNS sinkhole forwards it (lower case, without
-// the final dot), or an error saying why it is not one: names are letters,
-// digits, hyphens and underscores in labels of 1 to 63 characters, 253 in
-// all. Commands check their input with it; SetAllowedNames skips what it
-// refuses.
-func DNSName(n string) (string, error) {
-	c := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(n)), ".")
-	bad := func(why string) (string, error) { return "", fmt.Errorf("invalid name %q: %s", n, why) }
-	if c == "" || len(c) > 253 {
-		return bad("a DNS name has 1 to 253 characters")
-	}
-	for _, label := range strings.Split(c, ".") {
-		if label == "" || len(label) > 63 {
-			return bad("a label has 1 to 63 characters")
-		}
-		if label[0] == '-' || label[len(label)-1] == '-' {
-			return bad("a label neither starts nor ends with a hyphen")
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return bad("only letters, digits, hyphens and underscores")
-			}
-		}
-	}
-	return c, nil
 }
 
 // SetDHCPHost gives a guest MAC a fixed address (a file in the hosts dir,
