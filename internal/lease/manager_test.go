@@ -36,6 +36,9 @@ type fakeHost struct {
 	answersAfter int
 	creates      int
 	destroyed    []string
+	// saves and restores count SaveDomain and RestorePaused calls.
+	saves, restores int
+	unsaveable      bool
 }
 
 func newFakeHost(uri string, memMiB, freeMiB uint64) *fakeHost {
@@ -109,10 +112,36 @@ func (h *fakeHost) DomainStatusOf(name string) (virt.DomainStatus, bool, error) 
 }
 
 func (h *fakeHost) Host(ctx context.Context) (virt.HostStatus, error) { return h.status, nil }
-func (h *fakeHost) SaveDomain(context.Context, string, string) error  { return errors.ErrUnsupported }
-func (h *fakeHost) RestorePaused(context.Context, string, string) error {
-	return errors.ErrUnsupported
+
+// SaveDomain stops the domain and writes its name and description to
+// path; unsaveable makes it refuse, as a machine whose devices do not
+// migrate.
+func (h *fakeHost) SaveDomain(ctx context.Context, name, path string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d, ok := h.domains[name]
+	if h.unsaveable || !ok {
+		return errors.ErrUnsupported
+	}
+	delete(h.domains, name)
+	h.saves++
+	return os.WriteFile(path, []byte(name+"\n"+d.Description), 0o600)
 }
+
+// RestorePaused starts, paused, the domain a SaveDomain file names.
+func (h *fakeHost) RestorePaused(ctx context.Context, path, domXML string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	name, desc, _ := strings.Cut(string(b), "\n")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.restores++
+	h.domains[name] = virt.DomainStatus{Name: name, Active: true, State: "paused", Description: desc}
+	return nil
+}
+
 func (h *fakeHost) SavedXML(string) (string, error)                  { return "", errors.ErrUnsupported }
 func (h *fakeHost) DumpMemory(context.Context, string, string) error { return errors.ErrUnsupported }
 

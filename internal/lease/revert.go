@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
 
 // A guest serves one sample. Whatever a sample ran with root in its guest
@@ -72,8 +75,8 @@ func (m *Manager) serves(l *records.SandboxLease, p *records.Plan) (bool, error)
 // tb-lease that dies here leaves it for reap to fail, and no one adopts
 // the old guest): the lease's captures are stopped (their rules, compiled
 // from the old plan, go with them), the domain is destroyed, the entries
-// of its allow chain are revoked, and the guest boots again on a fresh
-// overlay of its image. On failure the lease is failed.
+// of its allow chain are revoked, and the guest comes back clean (clean).
+// On failure the lease is failed.
 func (m *Manager) revert(ctx context.Context, l *records.SandboxLease, r *Request) (*records.SandboxLease, error) {
 	start := time.Now()
 	fail := func(err error) (*records.SandboxLease, error) {
@@ -97,14 +100,11 @@ func (m *Manager) revert(ctx context.Context, l *records.SandboxLease, r *Reques
 	if rv.Revision, err = m.closeAllowChain(ctx, l.ID, rv.To); err != nil {
 		return fail(err)
 	}
-	img, err := image.Resolve(m.St, l.Image)
+	how, took, err := m.clean(ctx, c, l, r.BootTimeout)
 	if err != nil {
 		return fail(err)
 	}
-	took, err := m.reboot(ctx, l, img, r.BootTimeout, true)
-	if err != nil {
-		return fail(err)
-	}
+	rv.How = how
 	rv.Took = records.Duration(time.Since(start).Round(time.Millisecond))
 	now := m.St.Now()
 	rv.At = now
@@ -121,6 +121,84 @@ func (m *Manager) revert(ctx context.Context, l *records.SandboxLease, r *Reques
 		}
 		return nil
 	})
+}
+
+// goldenPaths are where a lease keeps its clean state: its guest saved
+// right after a fresh boot, before any sample ran (memory, disk).
+func goldenPaths(l *records.SandboxLease) (mem, disk string) {
+	return filepath.Join(l.Dir, "golden", memoryFile), filepath.Join(l.Dir, "golden", diskFile)
+}
+
+// clean brings a lease's destroyed guest back clean: restored from its
+// clean state when it has one ("snapshot": no boot), else booted on a
+// fresh overlay of its image ("boot") and then saved as its clean state
+// for the next revert. A guest that cannot be saved (the machine's
+// devices do not migrate) reverts by booting each time.
+func (m *Manager) clean(ctx context.Context, c Host, l *records.SandboxLease, timeout time.Duration) (string, time.Duration, error) {
+	mem, disk := goldenPaths(l)
+	if _, err := os.Stat(mem); err == nil {
+		start := time.Now()
+		err := files.Copy(disk, l.Overlay)
+		if err == nil {
+			err = m.resumeSaved(ctx, c, l, mem, timeout)
+		}
+		if err == nil {
+			return "snapshot", time.Since(start).Round(time.Millisecond), nil
+		}
+		m.Out.Log.Warn("restoring the lease's clean state failed; booting it instead", "lease", l.ID, "err", err)
+		os.RemoveAll(filepath.Dir(mem))
+		if err := c.Destroy(ctx, l.VMName); err != nil {
+			return "", 0, err
+		}
+	}
+	img, err := image.Resolve(m.St, l.Image)
+	if err != nil {
+		return "", 0, err
+	}
+	took, err := m.reboot(ctx, l, img, timeout, true)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := m.saveClean(ctx, c, l, mem, disk, timeout); err != nil {
+		m.Out.Log.Info("the lease's clean state is not kept: its reverts boot", "lease", l.ID, "err", err)
+		os.RemoveAll(filepath.Dir(mem))
+		// A save that failed may have left the guest stopped.
+		if s, ok, _ := c.DomainStatusOf(l.VMName); !ok || s.State != "running" {
+			took, err = m.reboot(ctx, l, img, timeout, true)
+		}
+	}
+	return "boot", took, err
+}
+
+// saveClean saves the freshly booted guest as the lease's clean state and
+// resumes it from there.
+func (m *Manager) saveClean(ctx context.Context, c Host, l *records.SandboxLease, mem, disk string, timeout time.Duration) error {
+	if err := m.mkdirReachable(filepath.Dir(mem)); err != nil {
+		return err
+	}
+	if err := c.SaveDomain(ctx, l.VMName, mem); err != nil {
+		return err
+	}
+	if err := files.Copy(l.Overlay, disk); err != nil {
+		return err
+	}
+	return m.resumeSaved(ctx, c, l, mem, timeout)
+}
+
+// resumeSaved restores the lease's guest from its own save file, its tap
+// bound before it runs, and waits for its agent. The saved definition is
+// the lease's own: name, overlay, tap, MAC and address are unchanged.
+func (m *Manager) resumeSaved(ctx context.Context, c Host, l *records.SandboxLease, mem string, timeout time.Duration) error {
+	if err := m.run(ctx, c, l, func() error { return c.RestorePaused(ctx, mem, "") }); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := virt.NewGuest(c, l.VMName, l.ConsoleLog).WaitAgent(wctx); err != nil {
+		c.Destroy(context.WithoutCancel(ctx), l.VMName)
+		return err
+	}
+	return nil
 }
 
 // sampleList is a fresh guest's Samples for a plan.

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -62,7 +63,9 @@ const behaveDir = "/var/tmp/talkbox/behave"
 // the pool (release --keep, as a fleet worker does) and is handed to
 // sample Y. Y's guest has neither X's file nor X's process, X's allowed
 // destination is not in the lease's live set, and the capture Y's cycle
-// gets is one started with Y's plan's rules.
+// gets is one started with Y's plan's rules. That first revert boots; the
+// next, to sample Z, restores the clean state saved after that boot, and
+// Z's guest has neither Y's file nor Y's process.
 func TestRevertRealGuest(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the real-guest test needs root (bridges, nftables, VMs); run it with make test")
@@ -103,8 +106,8 @@ func TestRevertRealGuest(t *testing.T) {
 	}
 	bin := buildBeacon(t)
 
-	// Sample X's plan forwards SMTP and is rate limited; Y's does neither.
-	px := storePlan(t, st, "aaaa", records.NetPolicy{Mode: "allowlist", AllowSMTP: true, RateLimit: "64kbytes/second"})
+	// Sample X's plan forwards SMTP at its own rate; Y's does neither.
+	px := storePlan(t, st, "aaaa", records.NetPolicy{Mode: "allowlist", AllowSMTP: true, RateLimit: "24kbytes/second"})
 	py := storePlan(t, st, "bbbb", records.NetPolicy{Mode: "allowlist"})
 	lx, err := m.Acquire(ctx, lease.Request{Plan: px, Holder: "cycle_x"})
 	if err != nil {
@@ -188,13 +191,58 @@ func TestRevertRealGuest(t *testing.T) {
 	if _, _, err := capture.Stop(ctx, st, capY); err != nil {
 		t.Error(err)
 	}
-	if _, err := m.Release(ctx, ly.ID, false); err != nil {
+
+	// Y leaves a file on disk and a process; sample Z's guest comes from
+	// the clean state the first revert saved, without a boot, and has
+	// neither.
+	guestSh(t, m, ly.ID, "echo "+yContent+" > /var/tmp/y-marker && sync && (setsid sleep "+ySleep+" >/dev/null 2>&1 </dev/null &)")
+	if b, err := os.ReadFile(ly.Overlay); err != nil || !bytes.Contains(b, []byte(yContent)) {
+		t.Fatalf("Y's file is not on its disk (%v)", err)
+	}
+	if out := guestSh(t, m, ly.ID, commandLines); !strings.Contains(out, "sleep "+ySleep) {
+		t.Fatalf("Y's process is not running in its guest: %q", out)
+	}
+	if _, err := m.Release(ctx, ly.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	pz := storePlan(t, st, "dddd", records.NetPolicy{Mode: "sinkhole"})
+	lz, err := m.Acquire(ctx, lease.Request{Plan: pz, Holder: "cycle_z"})
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	if lz.ID != lx.ID || len(lz.Reverts) != 2 || lz.Reverts[0].How != "boot" || lz.Reverts[1].How != "snapshot" {
+		t.Fatalf("Z's lease %s, reverts %+v", lz.ID, lz.Reverts)
+	}
+	if out := guestSh(t, m, lz.ID, "if [ -e /var/tmp/y-marker ]; then echo present; else echo absent; fi"); strings.TrimSpace(out) != "absent" {
+		t.Error("Y's file is in Z's guest")
+	}
+	// The restored memory would not show it from a disk that kept it: the
+	// disk itself must not hold it.
+	if b, err := os.ReadFile(lz.Overlay); err != nil || bytes.Contains(b, []byte(yContent)) {
+		t.Errorf("Y's file is on Z's disk (%v)", err)
+	}
+	if out := guestSh(t, m, lz.ID, commandLines); strings.Contains(out, "sleep "+ySleep) {
+		t.Errorf("Y's process runs in Z's guest: %q", out)
+	}
+	if out := guestSh(t, m, lz.ID, xProcesses); runsX(out) {
+		t.Errorf("X's process runs in Z's guest: %q", out)
+	}
+	if _, err := m.Release(ctx, lz.ID, false); err != nil {
 		t.Error(err)
 	}
 }
 
 // xProcesses lists the guest's process names.
 const xProcesses = "cat /proc/[0-9]*/comm 2>/dev/null; true"
+
+// commandLines lists the guest's processes' command lines, one a line.
+const commandLines = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null; true"
+
+// yContent is what Y writes to its file.
+const yContent = "talkbox-revert-test-y-was-here"
+
+// ySleep is the argument of Y's process, which no other process has.
+const ySleep = "123457"
 
 // runsX tells whether X's process is among the names: its binary's, or
 // the kernel thread's it renames itself to.

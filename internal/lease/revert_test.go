@@ -142,9 +142,13 @@ func TestRevertForAnotherSample(t *testing.T) {
 	labs.host = h
 	py := samplePlan(t, m, sampleY)
 	l := acquired(t, m, py, "cycle_y")
-	// The rebooted guest ran only once its tap was bound.
-	if want := l.Tap + " " + l.MAC + " " + l.IP + " paused"; !slices.Equal(labs.attached, []string{want}) {
-		t.Errorf("ports bound: %q, want %q", labs.attached, want)
+	// The rebooted guest ran only once its tap was bound, and so did its
+	// resume from the clean state saved right after that boot.
+	if want := l.Tap + " " + l.MAC + " " + l.IP + " paused"; !slices.Equal(labs.attached, []string{want, want}) {
+		t.Errorf("ports bound: %q, want %q twice", labs.attached, want)
+	}
+	if h.saves != 1 || h.restores != 1 {
+		t.Errorf("the clean state: %d saves, %d restores", h.saves, h.restores)
 	}
 	if d, _, _ := h.DomainStatusOf(l.VMName); d.State != "running" {
 		t.Errorf("the rebooted guest is %s", d.State)
@@ -175,14 +179,24 @@ func TestRevertForAnotherSample(t *testing.T) {
 		t.Errorf("the lease's capture is %s (%v)", c.State, err)
 	}
 
-	// A file sample Y dropped on another lease is not Y's on this one.
+	// A file sample Y dropped on another lease is not Y's on this one; the
+	// lease now has a clean state, which replaces the guest without a boot.
 	if _, err := m.Release(ctx, l.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.Overlay, []byte("the overlay sample Y ran on"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	other := "4444444444444444444444444444444444444444444444444444444444444444"
 	l = acquired(t, m, samplePlan(t, m, other, records.Drop{Cycle: "cycle_z", Lease: "lease_elsewhere", Sample: sampleY, Path: "/tmp/y"}), "cycle_o")
-	if len(l.Reverts) != 2 || !slices.Equal(l.Samples, []string{other}) || h.creates != 3 {
-		t.Errorf("a file dropped elsewhere: samples %v, reverts %d, creates %d", l.Samples, len(l.Reverts), h.creates)
+	if len(l.Reverts) != 2 || l.Reverts[1].How != "snapshot" || !slices.Equal(l.Samples, []string{other}) || h.creates != 2 || h.restores != 2 {
+		t.Errorf("a file dropped elsewhere: samples %v, reverts %+v, creates %d, restores %d", l.Samples, l.Reverts, h.creates, h.restores)
+	}
+	_, disk := goldenPaths(l)
+	if b, err := os.ReadFile(l.Overlay); err != nil || string(b) == "the overlay sample Y ran on" {
+		t.Errorf("the overlay sample Y ran on is still there (%v)", err)
+	} else if g, _ := os.ReadFile(disk); string(g) != string(b) {
+		t.Error("the overlay is not the clean state's disk")
 	}
 
 	// A lease that does not say what its guest ran is clean for no one.
@@ -193,8 +207,8 @@ func TestRevertForAnotherSample(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = acquired(t, m, samplePlan(t, m, other), "cycle_p")
-	if len(l.Reverts) != 3 || h.creates != 4 {
-		t.Errorf("a lease without samples: reverts %d, creates %d", len(l.Reverts), h.creates)
+	if len(l.Reverts) != 3 || h.restores != 3 {
+		t.Errorf("a lease without samples: reverts %d, restores %d", len(l.Reverts), h.restores)
 	}
 
 	// The dry run says so.
@@ -214,4 +228,30 @@ func TestRevertForAnotherSample(t *testing.T) {
 	if _, err := m.Release(ctx, l.ID, false); err != nil || !slices.Equal(labs.unbound, []string{l.Tap}) {
 		t.Errorf("release: unbound %v, %v", labs.unbound, err)
 	}
+}
+
+// TestRevertBootsWithoutCleanState: a guest that cannot be saved is
+// booted again at each revert.
+func TestRevertBootsWithoutCleanState(t *testing.T) {
+	m, h, idle := revertFixture(t)
+	h.unsaveable = true
+	l := acquired(t, m, samplePlan(t, m, sampleY), "cycle_y")
+	if _, err := m.Release(context.Background(), l.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	l = acquired(t, m, samplePlan(t, m, sampleX), "cycle_x")
+	if l.ID != idle.ID || len(l.Reverts) != 2 || l.Reverts[0].How != "boot" || l.Reverts[1].How != "boot" || h.creates != 3 {
+		t.Errorf("reverts %+v, creates %d", l.Reverts, h.creates)
+	}
+	if mem, _ := goldenPaths(l); fileExists(mem) {
+		t.Errorf("a clean state was kept: %s", mem)
+	}
+	if d, _, _ := h.DomainStatusOf(l.VMName); d.State != "running" {
+		t.Errorf("the guest is %s", d.State)
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -117,8 +117,11 @@ type LeaseRevert struct {
 	To     string   `json:"to,omitempty"`
 	Plan   string   `json:"plan,omitempty"`
 	Holder string   `json:"holder,omitempty"`
-	// How is "boot": the domain destroyed and booted again on a fresh
-	// overlay of its image.
+	// How is "snapshot": restored from the lease's clean state (its guest
+	// saved right after a fresh boot, before any sample ran), or "boot":
+	// booted again on a fresh overlay of its image (the first revert,
+	// which then saves that clean state, or a machine that cannot be
+	// saved).
 	How string `json:"how"`
 	// Revision is the lease chain's revision that revoked the entries the
 	// guest was allowed; Captures are the captures of the lease stopped
