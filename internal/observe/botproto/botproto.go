@@ -42,6 +42,16 @@ var familyNames = [...]string{None: "", Mirai: "mirai", MiraiReport: "mirai", Ga
 
 func (p Protocol) String() string { return protocolNames[p] }
 
+// ByName is the protocol a name (String) names, None for any other.
+func ByName(name string) Protocol {
+	for i, n := range protocolNames {
+		if n == name && name != "" {
+			return Protocol(i)
+		}
+	}
+	return None
+}
+
 // Family is the bot family the protocol suggests.
 func (p Protocol) Family() string { return familyNames[p] }
 
@@ -173,6 +183,28 @@ func (c *Conv) Reset(k Kind, dir int) {
 	*c = Conv{kind: k, botDir: -1}
 	if k == KindBinary {
 		c.botDir = int8(dir)
+	}
+}
+
+// Decided is the protocol a connection was recognised as so far (None
+// if not yet, or no more) and the bot's side, for a connection that goes
+// on in the next capture of its stream (Resume).
+func (c *Conv) Decided() (Protocol, int) {
+	if c.failed || c.proto == MiraiReport {
+		return None, 0
+	}
+	return c.proto, max(int(c.botDir), 0)
+}
+
+// Resume readies c for a connection recognised as p in the previous
+// capture of its stream, read again from a message boundary: its
+// identities were reported there; its keep-alives and orders here are
+// this capture's.
+func (c *Conv) Resume(p Protocol, botDir int) {
+	*c = Conv{proto: p, botDir: int8(botDir), kind: KindText}
+	if p == Mirai {
+		c.kind = KindBinary
+		c.side[botDir].stage = stageKeepAlive
 	}
 }
 

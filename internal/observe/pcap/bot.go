@@ -37,6 +37,17 @@ func (d *Decoder) botSegment(f *flow, isOrig bool, seq uint32, data []byte, k *p
 		dir = 1
 	}
 	c := f.bot
+	if c == nil && f.resumeBot != botproto.None {
+		// A channel carried from the previous capture reads on.
+		if c = d.newBot(); c == nil {
+			d.BotsRefused++
+			f.botOff = true
+			return
+		}
+		c.Resume(f.resumeBot, int(f.resumeBotDir))
+		c.ts, c.n = k.ts, k.n
+		f.bot = c
+	}
 	if c == nil {
 		kind := botproto.KindNone
 		if seq == f.ep[dir].start+1 && f.key.pa != 53 && f.key.pb != 53 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/observetest"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -255,4 +256,51 @@ func period(ch *records.C2ChannelInfo) float64 {
 	p := ch.KeepAlivePeriod
 	ch.KeepAlivePeriod = 0
 	return float64(int64(p))
+}
+
+// A day-long IRC session whose capture is rotated every hour registers in
+// the first file only: the next file still reports the channel, with its
+// keep-alives, from the connection the first handed on.
+func TestChannelAcrossRotatedCaptures(t *testing.T) {
+	c2 := ap(server, 4444)
+	data := capture(t, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		g.IRCSession(ap(client, 40005), c2, "x86|lab", "#b0ts", "k", 6, []string{"!udp 198.51.100.9 53 120"}, 1460)
+	})
+	rd, err := capfile.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts []capfile.Packet
+	for {
+		var p capfile.Packet
+		if rd.Next(&p) != nil {
+			break
+		}
+		p.Data = bytes.Clone(p.Data)
+		pkts = append(pkts, p)
+	}
+	// The first file ends after the third PING and its PONG.
+	cut := len(pkts) / 2
+	first, second := observetest.New(origin()), observetest.New(origin())
+	d := New(Config{Origin: origin(), Sink: first})
+	for i := range pkts[:cut] {
+		d.Packet(&pkts[i])
+	}
+	carried := d.FinishCarry(DefaultMaxCarry)
+	first.Finish(t)
+	d = New(Config{Origin: origin(), Sink: second})
+	if skipped := d.Seed(carried); skipped != 0 {
+		t.Fatalf("%d skipped", skipped)
+	}
+	for i := range pkts[cut:] {
+		d.Packet(&pkts[cut+i])
+	}
+	d.Finish()
+	second.Finish(t)
+	a := first.Get(t, records.ObsC2Channel, "irc "+c2.String()).C2Channel
+	b := second.Get(t, records.ObsC2Channel, "irc "+c2.String()).C2Channel
+	if len(a.Identities) != 2 || len(b.Identities) != 0 || a.KeepAlives+b.KeepAlives != 6 || b.KeepAlives == 0 || b.Commands != 1 {
+		t.Fatalf("first %+v\nsecond %+v", a, b)
+	}
+	second.Get(t, records.ObsC2Command, "irc-bot !udp 198.51.100.9 53 120")
 }

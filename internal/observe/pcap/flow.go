@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe/botproto"
 )
 
 type addr [16]byte
@@ -85,8 +87,10 @@ type flow struct {
 	prev, next         *flow
 	half               [2]half
 	pend               *pending
-	bot                *botConv // the bot-channel recogniser, while it reads
-	botOff             bool     // no channel recognised here: not read
+	bot                *botConv          // the bot-channel recogniser, while it reads
+	botOff             bool              // no channel recognised here: not read
+	resumeBot          botproto.Protocol // the channel a carried connection had
+	resumeBotDir       uint8
 	dnsQ               [4]dnsQuery
 	dnsN               uint8
 	dnsSeen            bool
@@ -145,6 +149,9 @@ func (f *flow) flip() {
 	f.origIsA = !f.origIsA
 	f.ep[0], f.ep[1] = f.ep[1], f.ep[0]
 	f.half[0], f.half[1] = f.half[1], f.half[0]
+	if f.resumeBot != botproto.None {
+		f.resumeBotDir ^= 1
+	}
 	if f.bot != nil {
 		f.bot.Swap()
 		f.bot.next[0], f.bot.next[1] = f.bot.next[1], f.bot.next[0]
@@ -409,6 +416,17 @@ type Carried struct {
 	Service string            `json:"service,omitempty"`
 	TCP     *[2]CarriedTCP    `json:"tcp,omitempty"` // originator, responder
 	DNS     []CarriedDNSQuery `json:"dns,omitempty"`
+	// Bot is the command channel the connection was recognised as
+	// carrying, so that the next capture reads it on (a day-long session
+	// registers once).
+	Bot *CarriedBot `json:"bot,omitempty"`
+}
+
+// CarriedBot is a carried connection's command channel: its protocol
+// (botproto's name) and the bot's side (0 the originator).
+type CarriedBot struct {
+	Protocol string `json:"protocol"`
+	BotDir   int    `json:"bot_dir"`
 }
 
 // CarriedTCP is one endpoint of a carried TCP connection.
@@ -462,6 +480,11 @@ func (f *flow) carry() Carried {
 			c.DNS = append(c.DNS, CarriedDNSQuery{ID: q.id, Type: q.qtype, Name: q.name})
 		}
 	}
+	if f.bot != nil {
+		if p, dir := f.bot.Decided(); p != botproto.None {
+			c.Bot = &CarriedBot{Protocol: p.String(), BotDir: dir}
+		}
+	}
 	return c
 }
 
@@ -504,6 +527,13 @@ func (f *flow) resume(c *Carried) bool {
 	}
 	if (c.TCP != nil) != (c.Proto == 6) {
 		return false
+	}
+	if b := c.Bot; b != nil {
+		p := botproto.ByName(b.Protocol)
+		if c.Proto != 6 || b.BotDir != 0 && b.BotDir != 1 || p == botproto.None || p == botproto.MiraiReport {
+			return false
+		}
+		f.resumeBot, f.resumeBotDir = p, uint8(b.BotDir)
 	}
 	if c.TCP != nil {
 		for i, t := range c.TCP {
