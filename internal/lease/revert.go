@@ -246,8 +246,11 @@ func (m *Manager) closeAllowChain(ctx context.Context, lease, to string) (string
 	}
 	rev, _, err := b.Change(ctx, ch, "revert", func(es []*records.AllowEntry) error {
 		for _, e := range es {
+			// Whatever is not final, so that a status added later (as
+			// probation was) is closed too.
 			switch e.Status {
-			case records.StatusActive, records.StatusPending, records.StatusCandidate:
+			case records.StatusRevoked, records.StatusRejected, records.StatusExpired:
+			default:
 				e.Status, e.Note = records.StatusRevoked, note
 			}
 		}

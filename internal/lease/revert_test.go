@@ -123,11 +123,15 @@ func TestRevertForAnotherSample(t *testing.T) {
 	exp := m.St.Now().Add(24 * time.Hour)
 	entry := &records.AllowEntry{Type: records.AllowEndpoint, Value: "203.0.113.7:443/tcp", Scope: records.ScopeLease, Lease: idle.ID,
 		Status: records.StatusActive, Class: allowlist.ClassC2, Score: 1, Verdict: "forward", ExpiresAt: &exp}
+	onProbation := *entry
+	onProbation.Value, onProbation.Status = "198.51.100.7:443/tcp", records.StatusProbation
+	expired := *entry
+	expired.Value, expired.Status = "192.0.2.7:443/tcp", records.StatusExpired
 	unlock, err := b.Lock(ctx, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Write(ctx, allowlist.Commit{Chain: ch, Cause: "promote"}, nil, nil, []*records.AllowEntry{entry}); err != nil {
+	if _, _, err := b.Write(ctx, allowlist.Commit{Chain: ch, Cause: "promote"}, nil, nil, []*records.AllowEntry{entry, &onProbation, &expired}); err != nil {
 		t.Fatal(err)
 	}
 	unlock()
@@ -171,8 +175,13 @@ func TestRevertForAnotherSample(t *testing.T) {
 		t.Errorf("revert record: %+v", rv)
 	}
 	head, es, err := b.Head(ch)
-	if err != nil || head.ID != rv.Revision || head.Cause != "revert" || len(es) != 1 || es[0].Status != records.StatusRevoked {
-		t.Errorf("the lease chain after the revert: %+v %+v %v", head, es, err)
+	if err != nil || head.ID != rv.Revision || head.Cause != "revert" || len(es) != 3 {
+		t.Fatalf("the lease chain after the revert: %+v %+v %v", head, es, err)
+	}
+	for _, e := range es {
+		if want := records.StatusRevoked; e.Value == expired.Value && e.Status != records.StatusExpired || e.Value != expired.Value && e.Status != want {
+			t.Errorf("after the revert %s is %s", e.Value, e.Status)
+		}
 	}
 	var c records.Capture
 	if err := m.St.Get(capRec.ID, &c); err != nil || c.State != capture.StateStopped {
