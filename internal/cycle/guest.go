@@ -166,19 +166,27 @@ true`, "tb-run", path}
 // to their death), then all are killed. The first spare levels of the tree
 // from pid are spared: the launcher of a traced sample and its tracer,
 // which writes each kill into the trace, then ends, so that the launcher
-// writes the end record.
+// writes the end record. The processes a spared tracer traces are killed
+// too, wherever they are in the tree: a daemon that left it (reparented
+// to init) would otherwise keep strace, and so the launcher, running.
 func killArgv(pid, spare int) []string {
-	return []string{"/bin/sh", "-c", `pids=$1 spare=$2 all=
+	return []string{"/bin/sh", "-c", `pids=$1 spare=$2 all= tracers=
 while [ -n "$pids" ]; do
   next=
   for p in $pids; do
     if [ "$spare" -gt 0 ]; then
+      [ "$spare" -eq 1 ] && tracers="$tracers $p"
       next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
     else
       kill -STOP "$p" 2>/dev/null && all="$all $p" && next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
     fi
   done
   spare=$((spare - 1)) pids=$next
+done
+for t in $tracers; do
+  for s in $(grep -l "^TracerPid:[[:space:]]*$t\$" /proc/[0-9]*/status 2>/dev/null); do
+    s=${s#/proc/} && kill -STOP "${s%/status}" 2>/dev/null && all="$all ${s%/status}"
+  done
 done
 [ -n "$all" ] && kill -KILL $all 2>/dev/null
 true`, "tb-run", fmt.Sprint(pid), fmt.Sprint(spare)}
