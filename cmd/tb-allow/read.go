@@ -22,7 +22,7 @@ type classifyCmd struct {
 
 // Run prints the classification of every destination, one line each,
 // without writing anything (nor opening the state, for stdin).
-func (c *classifyCmd) Run(env *cli.Env) error {
+func (c *classifyCmd) Run(env *cli.Env) (err error) {
 	pol, err := c.policy()
 	if err != nil {
 		return err
@@ -40,7 +40,7 @@ func (c *classifyCmd) Run(env *cli.Env) error {
 		return allowlist.Fault(err)
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	for _, lease := range order {
 		for _, d := range allowlist.Classify(groups[lease], &pol) {
 			if !c.All && d.Class == allowlist.ClassOther {
@@ -63,7 +63,7 @@ type listCmd struct {
 }
 
 // Run prints the entries of the chosen chains' current revisions.
-func (c *listCmd) Run(env *cli.Env) error {
+func (c *listCmd) Run(env *cli.Env) (err error) {
 	b, err := book(env)
 	if err != nil {
 		return err
@@ -73,7 +73,7 @@ func (c *listCmd) Run(env *cli.Env) error {
 		return allowlist.Fault(err)
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	for _, ch := range cs {
 		_, entries, err := b.Head(ch)
 		if err != nil {
@@ -97,13 +97,13 @@ type getCmd struct {
 
 // Run prints records by ID: allow-list entries from the current
 // revisions, anything else from the state.
-func (c *getCmd) Run(env *cli.Env) error {
+func (c *getCmd) Run(env *cli.Env) (err error) {
 	b, err := book(env)
 	if err != nil {
 		return err
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	var batch fault.Batch
 	for _, id := range c.IDs {
 		if records.CheckID(id) != nil {
@@ -148,13 +148,13 @@ type showCmd struct {
 
 // Run prints a revision and its entries (the chosen chains' current
 // revisions without an ID).
-func (c *showCmd) Run(env *cli.Env) error {
+func (c *showCmd) Run(env *cli.Env) (err error) {
 	b, err := book(env)
 	if err != nil {
 		return err
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	show := func(r *records.AllowRevision, es []*records.AllowEntry) error {
 		if err := w.Write(r); err != nil {
 			return err
@@ -205,7 +205,7 @@ func (c *verifyCmd) Run(env *cli.Env) error { return revisions(env, c.sel(), tru
 // revisions prints the chosen chains' revisions, oldest first (unless
 // quiet); with verify, it checks each chain and fails with the tampered
 // revision.
-func revisions(env *cli.Env, sel allowlist.Selector, verify, quiet bool) error {
+func revisions(env *cli.Env, sel allowlist.Selector, verify, quiet bool) (err error) {
 	b, err := book(env)
 	if err != nil {
 		return err
@@ -215,7 +215,7 @@ func revisions(env *cli.Env, sel allowlist.Selector, verify, quiet bool) error {
 		return allowlist.Fault(err)
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	var batch fault.Batch
 	for _, c := range cs {
 		var revs []*records.AllowRevision

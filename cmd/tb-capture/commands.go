@@ -203,7 +203,7 @@ func (f retentionFlags) retention() capture.Retention {
 	return capture.Retention{KeepDays: f.KeepDays, KeepBytes: int64(f.KeepBytes)}
 }
 
-func (c *startCmd) Run(env *cli.Env) error {
+func (c *startCmd) Run(env *cli.Env) (err error) {
 	req := capture.StartRequest{Lease: c.Lease, Plan: c.Plan, Cycle: c.Cycle, Lab: c.Lab,
 		Iface: c.Iface, IP: c.IP, NetNS: c.NetNS, Snaplen: c.Snaplen, Filter: c.Filter, BPF: c.BPF,
 		RotateSize: c.RotateSize, RotateEvery: c.RotateEvery, Sensors: c.Sensors, Spool: c.Spool, NoRules: c.NoRules,
@@ -227,7 +227,7 @@ func (c *startCmd) Run(env *cli.Env) error {
 		return capture.Fault(err)
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	return w.Write(rec)
 }
 
@@ -295,7 +295,7 @@ type rotateCmd struct {
 	Cycle string `name:"cycle" help:"Cycle the closed file belongs to (and later files, until changed)."`
 }
 
-func (c *rotateCmd) Run(env *cli.Env) error {
+func (c *rotateCmd) Run(env *cli.Env) (err error) {
 	st, err := env.OpenState()
 	if err != nil {
 		return err
@@ -309,7 +309,7 @@ func (c *rotateCmd) Run(env *cli.Env) error {
 		return capture.Fault(err)
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	for i := range arts {
 		if err := w.Write(&arts[i]); err != nil {
 			return err
@@ -321,7 +321,7 @@ func (c *rotateCmd) Run(env *cli.Env) error {
 type stopCmd struct{ which }
 
 // Run prints the last artifacts, then the capture.
-func (c *stopCmd) Run(env *cli.Env) error {
+func (c *stopCmd) Run(env *cli.Env) (err error) {
 	st, err := env.OpenState()
 	if err != nil {
 		return err
@@ -330,16 +330,20 @@ func (c *stopCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return capture.Fault(err)
 	}
-	out, arts, err := capture.Stop(env.Ctx, st, cp)
+	out, arts, stopErr := capture.Stop(env.Ctx, st, cp)
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	for i := range arts {
-		w.Write(&arts[i])
+		if err := w.Write(&arts[i]); err != nil {
+			return errors.Join(capture.Fault(stopErr), err)
+		}
 	}
 	if out != nil && out.ID != "" {
-		w.Write(out)
+		if err := w.Write(out); err != nil {
+			return errors.Join(capture.Fault(stopErr), err)
+		}
 	}
-	return capture.Fault(err)
+	return capture.Fault(stopErr)
 }
 
 type allowCmd struct {

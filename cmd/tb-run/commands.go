@@ -251,7 +251,7 @@ type submitCmd struct {
 // Run stores a pending cycle, with no lease, for each runnable plan read
 // from stdin (plan records, as tb-plan prints them); a plan that is not
 // runnable is reported and skipped.
-func (c *submitCmd) Run(env *cli.Env) error {
+func (c *submitCmd) Run(env *cli.Env) (err error) {
 	if !env.StdinPiped() {
 		return fault.Usage(errors.New("submit reads plan records on stdin (tb-plan samples/ | tb-run submit)"))
 	}
@@ -259,7 +259,13 @@ func (c *submitCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	defer st.Flush()
+	defer func() {
+		// The cycles are stored once they are flushed: a failed flush is
+		// a failed submit.
+		if ferr := st.Flush(); err == nil {
+			err = ferr
+		}
+	}()
 	if c.Host != "" {
 		// A host whose worker has not started yet is a fine pin; a
 		// misspelt one leaves the cycles waiting, so say so.

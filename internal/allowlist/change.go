@@ -27,9 +27,8 @@ type ChangeRequest struct {
 // ChangeEntries is approve (to active), reject (pending to rejected) or
 // revoke (to revoked), printing the revisions written; each target that
 // cannot change is reported and the others change.
-func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, out cmdout.Sink) error {
+func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, out cmdout.Sink) (err error) {
 	pol := req.Policy
-	var err error
 	var batch fault.Batch
 	found := map[string]bool{}
 	byChain := map[string][]string{}
@@ -64,7 +63,7 @@ func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, o
 	now := b.St.Now()
 	expires := now.Add(pol.TTL.D()).Truncate(time.Second)
 	w := records.NewWriter(out.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	var touched []Chain
 	for _, k := range order {
 		c := chains[k]
@@ -146,7 +145,7 @@ func changeOne(e *records.AllowEntry, op, note string, expires *time.Time) error
 // Expire is "tb-allow expire": entries past their time (at; zero: now)
 // become expired, in a new revision of each chain that has some; then the
 // changed chains are applied unless noApply.
-func Expire(ctx context.Context, b *Book, sel Selector, at time.Time, lab string, noApply bool, out cmdout.Sink) error {
+func Expire(ctx context.Context, b *Book, sel Selector, at time.Time, lab string, noApply bool, out cmdout.Sink) (err error) {
 	if at.IsZero() {
 		at = b.St.Now()
 	}
@@ -155,7 +154,7 @@ func Expire(ctx context.Context, b *Book, sel Selector, at time.Time, lab string
 		return Fault(err)
 	}
 	w := records.NewWriter(out.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	var touched []Chain
 	for _, c := range cs {
 		if h, _, err := b.Head(c); err != nil || h == nil {

@@ -44,7 +44,7 @@ func chainFor(b *Book, scope, lease, sample string) (Chain, error) {
 
 // Promote is "tb-allow promote": classify, write a revision per lease (or
 // for the chosen scope) and print it, then apply.
-func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) error {
+func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) (err error) {
 	pol := req.Policy
 	var batch fault.Batch
 	groups, order, err := ReadObservables(b, req.Input, out.Warnf, &batch)
@@ -64,7 +64,7 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 		return fault.Unavailable(fmt.Errorf("the built-in never-allow list: %w", err))
 	}
 	w := records.NewWriter(out.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	var touched []Chain
 	for _, lease := range order {
 		c, err := chainFor(b, req.Scope, lease, req.Sample)
@@ -170,7 +170,7 @@ type ApplyRequest struct {
 
 // Apply is "tb-allow apply": every lease's live set and the DNS forward
 // list made to match the active revisions; one applied line per lease.
-func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) error {
+func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) (err error) {
 	fw, cfg, err := labFirewall(b.St, req.Lab)
 	if err != nil {
 		return err
@@ -191,7 +191,7 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) erro
 	}
 	var batch fault.Batch
 	w := records.NewWriter(out.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	bar := req.Progress.Bar("apply: leases", int64(len(leases)), progress.Items)
 	defer bar.Done()
 	for _, lease := range leases {

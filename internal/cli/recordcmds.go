@@ -16,13 +16,13 @@ type GetCmd struct {
 
 // Run prints each record; a missing or malformed ID is reported and the rest
 // still printed.
-func (c *GetCmd) Run(env *Env) error {
+func (c *GetCmd) Run(env *Env) (err error) {
 	st, err := env.OpenState()
 	if err != nil {
 		return err
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	var batch fault.Batch
 	for _, id := range c.IDs {
 		raw, err := st.ReadRaw(id)
@@ -55,13 +55,13 @@ type ListCmd struct {
 }
 
 // Run lists the records.
-func (c *ListCmd) Run(env *Env) error {
+func (c *ListCmd) Run(env *Env) (err error) {
 	st, err := env.OpenState()
 	if err != nil {
 		return err
 	}
 	w := records.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer w.Finish(&err)
 	for _, kind := range c.Kind {
 		if !records.ValidKind(kind) {
 			return fault.Usage(fmt.Errorf("invalid kind %q", kind))

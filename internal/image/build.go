@@ -230,11 +230,16 @@ func (bl *build) finish(ctx context.Context, err error, img *records.SandboxImag
 		err = perr
 	}
 	w := records.NewWriter(bl.out.Stdout)
-	w.Write(bl.rec)
-	if img != nil && err == nil {
-		w.Write(img)
+	werr := w.Write(bl.rec)
+	if img != nil && err == nil && werr == nil {
+		werr = w.Write(img)
 	}
-	w.Flush()
+	if ferr := w.Flush(); werr == nil {
+		werr = ferr
+	}
+	if err == nil {
+		err = werr
+	}
 	if err != nil && fault.Code(err) == fault.ExitFailure {
 		err = fmt.Errorf("build %s of %s failed: %w", bl.rec.ID, bl.spec.ID, err)
 	}

@@ -194,7 +194,9 @@ func (l *Lifecycle) print(ids ...string) error {
 		if err := l.St.Get(id, &img); err != nil {
 			return err
 		}
-		w.Write(&img)
+		if err := w.Write(&img); err != nil {
+			return err
+		}
 	}
 	return w.Flush()
 }

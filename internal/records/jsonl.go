@@ -106,3 +106,12 @@ func (w *Writer) Write(r Record) error {
 
 // Flush writes buffered records out.
 func (w *Writer) Flush() error { return w.w.Flush() }
+
+// Finish flushes w and, when *err is nil, sets it to the flush's error: a
+// command's "defer w.Finish(&err)" prints what it wrote before failing and
+// never turns a stream cut short (a closed pipe, a full disk) into exit 0.
+func (w *Writer) Finish(err *error) {
+	if ferr := w.Flush(); *err == nil {
+		*err = ferr
+	}
+}

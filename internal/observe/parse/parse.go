@@ -195,7 +195,9 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	for _, lease := range leases {
 		dests[lease].Flush()
 		if err := sets[lease].Flush(); err != nil {
-			o.w.Flush()
+			if ferr := o.w.Flush(); ferr != nil {
+				return errors.Join(err, ferr)
+			}
 			return err
 		}
 	}
@@ -589,14 +591,18 @@ const minReserve = 64 << 20
 // the flow log being written is discarded, nothing else of the unfinished
 // work is stored, an event says why, and the exit code says retry later.
 func (o *output) lowSpace(err error) error {
-	o.w.Flush()
+	if ferr := o.w.Flush(); ferr != nil {
+		err = fmt.Errorf("%w (and writing the observables: %v)", err, ferr)
+	}
 	now := o.st.Now()
 	ev := &records.Event{Type: "parse.low-space", Subject: o.st.Root(), Detail: err.Error(), At: now}
 	records.Init(ev, records.KindEvent, now)
 	if cerr := o.st.Create(context.WithoutCancel(o.ctx), ev); cerr != nil {
 		err = fmt.Errorf("%w (and the event: %v)", err, cerr)
 	}
-	o.st.Flush()
+	if ferr := o.st.Flush(); ferr != nil {
+		err = fmt.Errorf("%w (and flushing the state: %v)", err, ferr)
+	}
 	return fault.TempFail(fmt.Errorf("state %s: %w; nothing of the unfinished inputs was stored, run again once there is room", o.st.Root(), err))
 }
 
