@@ -704,13 +704,15 @@ func TestHostileDropNamesDoNotFailTheCycle(t *testing.T) {
 // TestTamperedTraceIsEvidence: a sample that kills its tracer (the trace
 // stops, the launcher writes no end record) or forges a trace line (of a
 // process no traced one started) leaves a "trace tampered" evasion
-// observable that escalates the analysis; a clean trace leaves none.
+// observable that escalates the analysis; a clean trace, or the note of a
+// guest without strace, leaves none.
 func TestTamperedTraceIsEvidence(t *testing.T) {
 	for _, tc := range []struct {
 		tamper string
 		seen   string
 	}{
 		{"", ""},
+		{"nostrace", ""},
 		{"kill", "the launcher wrote no end record"},
 		{"forge", "lines of processes no traced process started: 4242"},
 	} {
@@ -721,7 +723,7 @@ func TestTamperedTraceIsEvidence(t *testing.T) {
 			if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; p.Network.Promote = false; return nil }); err != nil {
 				t.Fatal(err)
 			}
-			e.g.tamper = tc.tamper
+			e.g.tamper, e.g.noStrace = tc.tamper, tc.tamper == "nostrace"
 			e.post.traceDropped = []string{}
 			c := e.run(t, Request{})
 			if c.State != records.CycleCompleted {
@@ -737,7 +739,7 @@ func TestTamperedTraceIsEvidence(t *testing.T) {
 			if err := e.st.Get(c.Analysis, &a); err != nil {
 				t.Fatal(err)
 			}
-			if tc.tamper == "" {
+			if tc.seen == "" {
 				if len(obs) != 0 {
 					t.Fatalf("a clean trace seen as tampered: %q", obs[0].Evasion.Paths)
 				}

@@ -48,6 +48,9 @@ type fakeGuest struct {
 	// tracer (the trace stops, no end record), "forge" a line of a
 	// process no traced one started.
 	tamper string
+	// noStrace: the guest has no strace, and the launcher says so in the
+	// trace.
+	noStrace bool
 }
 
 type fakeProc struct {
@@ -179,6 +182,9 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string, stdin []byte)
 		f.files[path+".pid"] = []byte(strconv.Itoa(pid+1000) + "\n")
 		// The sample runs as the tracer's child: its pid is the next.
 		f.files[path] = fmt.Appendf(nil, "%d 1795500967.108906 execve(%q, [%q], 0x7ffc9fab1ca8 /* 3 vars */) = 0\n", pid+1, sample, sample)
+		if f.noStrace {
+			f.files[path] = []byte(untraced)
+		}
 		f.files[fakeDropped] = []byte("#!/bin/sh\nexit 0\n")
 		if f.tamper == "forge" {
 			f.files[path] = append(f.files[path], "4242 1795500967.2 openat(AT_FDCWD, \"/etc/forged\", O_WRONLY|O_CREAT, 0644) = 3\n"...)
@@ -245,7 +251,9 @@ func (f *fakeGuest) ended(pid int, p *fakeProc) {
 	if p.signal != 0 {
 		status, exit = 128+p.signal, "killed by SIGKILL"
 	}
-	f.files[p.trace] = fmt.Appendf(f.files[p.trace], "%d 1795500967.3 +++ %s +++\n", pid+1, exit)
+	if !f.noStrace {
+		f.files[p.trace] = fmt.Appendf(f.files[p.trace], "%d 1795500967.3 +++ %s +++\n", pid+1, exit)
+	}
 	f.files[p.trace+".end"] = []byte(fmt.Sprintf("%d %s\n", status, endDigest(p.key, strconv.Itoa(status))))
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -129,6 +130,16 @@ func (r *Runner) checkTrace(ctx context.Context, c *records.Cycle, g Guest, ex *
 		}
 	}
 	sink := &tamperSink{}
+	origin := observe.Origin{Cycle: c.ID, Source: "tb-run"}
+	format := behave.FormatStrace
+	if c.Tracer == TracerQEMU {
+		format = behave.FormatQEMU
+	}
+	opts := behave.Options{Format: format, Exe: c.GuestPath, Cwd: c.Workdir, Tracer: tr}
+	if c.LaunchedAt != nil {
+		opts.Start = *c.LaunchedAt
+	}
+	var in io.Reader = strings.NewReader("") // no trace: the findings alone
 	if trace.sha != "" {
 		f, err := r.St.OpenBlob(trace.sha)
 		if err != nil {
@@ -141,25 +152,15 @@ func (r *Runner) checkTrace(ctx context.Context, c *records.Cycle, g Guest, ex *
 		}
 		defer dec.Close()
 		br := bufio.NewReaderSize(dec, 64<<10)
+		in = br
 		if head, _ := br.Peek(len(untraced) + 1); string(head) == untraced {
-			tr.Ended = false // nothing traced: no processes to have ended
+			// Nothing was traced: no processes to have ended, no lines
+			// to read.
+			tr.Ended, in = false, strings.NewReader("")
 		}
-		format := behave.FormatStrace
-		if c.Tracer == TracerQEMU {
-			format = behave.FormatQEMU
-		}
-		opts := behave.Options{Format: format, Exe: c.GuestPath, Cwd: c.Workdir, Tracer: tr}
-		if c.LaunchedAt != nil {
-			opts.Start = *c.LaunchedAt
-		}
-		if _, err := behave.Parse(ctx, br, observe.Origin{Cycle: c.ID, Source: "tb-run"}, sink, opts); err != nil && ctx.Err() != nil {
-			return ctx.Err()
-		}
-	} else if len(tr.Findings) > 0 {
-		// No trace at all: the findings alone.
-		if _, err := behave.Parse(ctx, strings.NewReader(""), observe.Origin{Cycle: c.ID, Source: "tb-run"}, sink, behave.Options{Format: behave.FormatStrace, Tracer: tr}); err != nil {
-			return err
-		}
+	}
+	if _, err := behave.Parse(ctx, in, origin, sink, opts); err != nil && ctx.Err() != nil {
+		return ctx.Err()
 	}
 	if sink.o == nil {
 		return nil
