@@ -183,7 +183,7 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string, stdin []byte)
 		// The sample runs as the tracer's child: its pid is the next.
 		f.files[path] = fmt.Appendf(nil, "%d 1795500967.108906 execve(%q, [%q], 0x7ffc9fab1ca8 /* 3 vars */) = 0\n", pid+1, sample, sample)
 		if f.noStrace {
-			f.files[path] = []byte(untraced)
+			f.files[path] = []byte(untraced + "\n")
 		}
 		f.files[fakeDropped] = []byte("#!/bin/sh\nexit 0\n")
 		if f.tamper == "forge" {

@@ -107,7 +107,7 @@ strace)
   if command -v strace >/dev/null; then
     ( echo $BASHPID >"$t.pid"; exec nice -n 10 strace ` + behave.StraceOptions + ` -o "$t" -- "$@" >"$o" )
   else
-    echo "# tb-run: strace not found in the guest; the sample runs untraced" >"$t"
+    echo "` + untraced + `" >"$t"
     "$@" >"$o"
   fi ;;
 qemu)

@@ -94,9 +94,9 @@ func endDigest(key, status string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// untraced is the whole trace the launcher writes when the guest has no
-// strace.
-const untraced = "# tb-run: strace not found in the guest; the sample runs untraced\n"
+// untraced is the whole trace (one line) the launcher writes when the
+// guest has no strace.
+const untraced = "# tb-run: strace not found in the guest; the sample runs untraced"
 
 // checkTrace looks for signs that the sample tampered with its trace: the
 // end record missing or not the launcher's, and what behave.Tracer finds
@@ -153,7 +153,7 @@ func (r *Runner) checkTrace(ctx context.Context, c *records.Cycle, g Guest, ex *
 		defer dec.Close()
 		br := bufio.NewReaderSize(dec, 64<<10)
 		in = br
-		if head, _ := br.Peek(len(untraced) + 1); string(head) == untraced {
+		if head, _ := br.Peek(len(untraced) + 2); string(head) == untraced+"\n" {
 			// Nothing was traced: no processes to have ended, no lines
 			// to read.
 			tr.Ended, in = false, strings.NewReader("")
