@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// hostileLab is what TestHostileGuest runs on: one lab (bridge, sinkhole,
+// nftables) with an uplink into an "internet" namespace holding the C2 and
+// its resolver, the tools built by the test and the amd64 fixture image
+// in a state of its own.
+//
+// The namespace is demo-net.sh's (a free slot k: 198.51.100.16k/28 on the
+// uplink, the lab 10.213.k.0/24, its sinkhole link 10.214.k.0/24), but the
+// C2, its resolver and the hostile beacon's targets are outside every
+// network the host has or routes to (198.51.100.240/28), as the internet
+// is: the lab's and the sinkhole's traffic leaves through a routing table
+// of their own whose default route is the uplink, and the allow-list's
+// never-allow list refuses the host's own networks. The namespace holds
+// the C2 and the resolver and forwards nothing, so whatever else the lab
+// lets through is seen on the uplink and dropped there, never sent
+// anywhere else.
+type hostileLab struct {
+	bin, work, stateDir string
+	env                 []string
+	lab, bridge, uplink string
+	inet                string
+	// sinkVeth is the host's end of the sinkhole's link: what the lab
+	// sinkholes passes it with its source address.
+	sinkVeth string
+	// c2 is the C2's address, resolver its resolver's (the lab's
+	// upstream); labDir the lab's own directory (its DNS forward list and
+	// DNS log).
+	c2, resolver, labDir string
+	beacon               string
+}
+
+// The hostile guest's targets (documentation addresses nothing answers
+// on) and the internet's two servers.
+const (
+	hostileAimAddr   = "198.51.100.247:8443"
+	hostileHTTPAddr  = "198.51.100.248:80"
+	hostileSprayAddr = "198.51.100.249"
+	hostileC2Addr    = "198.51.100.250"
+	hostileDNSAddr   = "198.51.100.251"
+)
+
+// upHostileLab builds the beacon and the C2, brings the namespace, the C2
+// and the lab up, and registers their teardown.
+func upHostileLab(t *testing.T, bin, goBin string) *hostileLab {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := leasetest.Reachable(dir); err != nil {
+		t.Fatal(err)
+	}
+	var tb [3]byte
+	rand.Read(tb[:])
+	tag := hex.EncodeToString(tb[:])
+	l := &hostileLab{bin: bin, work: filepath.Join(dir, "work"), stateDir: filepath.Join(dir, "state"),
+		lab: "hos" + tag, bridge: "tbh" + tag, uplink: "tbhu" + tag, inet: "tbhi" + tag, sinkVeth: "tbhk" + tag}
+	if err := os.MkdirAll(l.work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fx, err := leasetest.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.Install(ctx, l.stateDir); err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last-in first-out: the domains go last, after the
+	// leases were released.
+	t.Cleanup(func() { leasetest.Cleanup(l.stateDir) })
+	l.beacon = filepath.Join(l.work, "beacon")
+	for pkg, out := range map[string]string{"./internal/demo/beacon/cmd/beacon": l.beacon, "./internal/demo/c2/cmd/c2server": filepath.Join(l.work, "c2server")} {
+		cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, pkg)
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+
+	// The namespace and its addresses: demo-net.sh's free slot.
+	up := exec.Command("bash", "-c", `. scripts/demo-net.sh && demo_net_up "$1" "$2" >&2 && echo "$c2 $labnet $sinknet"`, "demo-net", l.inet, l.uplink)
+	up.Dir = "../.."
+	out, err := up.Output()
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", l.uplink).Run()
+		exec.Command("ip", "netns", "del", l.inet).Run()
+	})
+	if err != nil {
+		t.Fatalf("demo_net_up: %v", err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 3 {
+		t.Fatalf("demo_net_up said %q", out)
+	}
+	next, labNet, sinkNet := f[0], f[1], f[2]
+	var k int
+	if _, err := fmt.Sscanf(labNet, "10.213.%d.0/24", &k); err != nil {
+		t.Fatalf("demo_net_up gave the lab %s: %v", labNet, err)
+	}
+	l.c2, l.resolver = hostileC2Addr, hostileDNSAddr
+	for _, a := range []string{l.c2, l.resolver} {
+		run(t, "ip", "-n", l.inet, "addr", "add", a+"/32", "dev", "up0")
+	}
+	// The lab's and the sinkhole's own routing table: the host's routes
+	// but its default route, then the uplink.
+	table := strconv.Itoa(3700 + k)
+	run(t, "ip", "route", "add", "default", "via", next, "dev", l.uplink, "table", table)
+	for i, from := range []string{labNet, sinkNet} {
+		prio := 3700 + 4*k + 2*i
+		rules := [][]string{
+			{"from", from, "lookup", "main", "suppress_prefixlength", "0", "priority", strconv.Itoa(prio)},
+			{"from", from, "lookup", table, "priority", strconv.Itoa(prio + 1)},
+		}
+		for _, r := range rules {
+			run(t, "ip", append([]string{"rule", "add"}, r...)...)
+			t.Cleanup(func() { exec.Command("ip", append([]string{"rule", "del"}, r...)...).Run() })
+		}
+	}
+
+	// The C2 and its resolver in the namespace.
+	server := exec.Command("ip", "netns", "exec", l.inet, filepath.Join(l.work, "c2server"), "-listen", l.c2+":80",
+		"-log", filepath.Join(l.work, "c2.log"), "-ready", "/dev/stdout")
+	ready, err := server.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Process.Signal(syscall.SIGTERM); server.Wait() })
+	if _, err := waitLine(ready, 30*time.Second, func(string) bool { return true }); err != nil {
+		t.Fatalf("the C2 server did not start: %v", err)
+	}
+	dnsPid := filepath.Join(l.work, "dns.pid")
+	run(t, "ip", "netns", "exec", l.inet, "dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces",
+		"--listen-address="+l.resolver, "--address=/c2.example/"+l.c2, "--pid-file="+dnsPid, "--user=root")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(dnsPid); err == nil {
+			var pid int
+			if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 0 {
+				syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+	})
+
+	policy := filepath.Join(l.work, "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"documentation": true}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.env = append(os.Environ(), "TB_STATE="+l.stateDir, "PATH="+bin+":"+os.Getenv("PATH"),
+		"TB_LEASE_BRIDGE="+l.bridge, "TB_LEASE_LAB_NET="+labNet, "TB_ALLOW_POLICY="+policy)
+	l.tool(t, "tb-capture", "net", "up", "--lab", l.lab, "--bridge", l.bridge, "--lab-net", labNet, "--sink-ns", "tbhs"+tag,
+		"--sink-veth", l.sinkVeth, "--sink-net", sinkNet, "--table", "talkbox"+tag, "--uplink", l.uplink, "--upstream", l.resolver, "--documentation")
+	t.Cleanup(func() { l.run("tb-capture", "net", "down", "--lab", l.lab) })
+	l.labDir = filepath.Join(l.stateDir, "capture", "labs", l.lab)
+	return l
+}
+
+// run runs a command and fails the test when it fails.
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+}
+
+// run runs one of the tools on the lab's state and returns its stdout.
+func (l *hostileLab) run(tool string, args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(l.bin, tool), args...)
+	cmd.Env = l.env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %v: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+func (l *hostileLab) tool(t *testing.T, tool string, args ...string) []byte {
+	t.Helper()
+	out, err := l.run(tool, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// record decodes the last record of a kind in a tool's output.
+func record[T any](t *testing.T, out []byte, kind string, v *T) *T {
+	t.Helper()
+	found := false
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if bytes.Contains(line, []byte(`"kind":"`+kind+`"`)) {
+			if err := json.Unmarshal(line, v); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no %s record in %s", kind, out)
+	}
+	return v
+}
+
+// plan plans the beacon with these arguments: allow-list mode, promotion
+// on.
+func (l *hostileLab) plan(t *testing.T, args ...string) string {
+	t.Helper()
+	argv := []string{"--network", "allowlist", "--promote", "--timeout", "180s", "--instrumentation", "pcap"}
+	for _, a := range args {
+		argv = append(argv, "--arg="+a)
+	}
+	p := record(t, l.tool(t, "tb-plan", append(argv, l.beacon)...), records.KindPlan, &records.Plan{})
+	if !p.Runnable {
+		t.Fatalf("plan %s is not runnable: %s", p.ID, p.Reason)
+	}
+	return p.ID
+}
+
+// acquire boots a fresh lease for a plan and starts its containment and
+// capture; the lease is released at the end of the test.
+func (l *hostileLab) acquire(t *testing.T, plan string) (*records.SandboxLease, error) {
+	out, err := l.run("tb-lease", "acquire", "--plan", plan, "--fresh")
+	m := regexp.MustCompile(`"id":"(lease_[0-9A-Z]+)"`).FindSubmatch(out)
+	if m != nil {
+		t.Cleanup(func() {
+			l.run("tb-capture", "stop", "--lease", string(m[1]))
+			l.run("tb-lease", "release", string(m[1]))
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ls records.SandboxLease
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if bytes.Contains(line, []byte(`"kind":"lease"`)) {
+			if err := json.Unmarshal(line, &ls); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if ls.ID == "" || ls.Tap == "" || ls.IP == "" || ls.MAC == "" {
+		return nil, fmt.Errorf("tb-lease acquire printed no usable lease: %s", out)
+	}
+	if _, err := l.run("tb-capture", "start", "--lab", l.lab, "--lease", ls.ID); err != nil {
+		return nil, err
+	}
+	return &ls, nil
+}
+
+// cycle runs one cycle of a plan on a lease and returns its record.
+func (l *hostileLab) cycle(lease, plan string) (*records.Cycle, []byte, error) {
+	out, err := l.run("tb-run", "--lab", l.lab, "--lease", lease, "--plan", plan)
+	var c records.Cycle
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		if bytes.Contains(line, []byte(`"kind":"cycle"`)) {
+			if jerr := json.Unmarshal(line, &c); jerr != nil {
+				return nil, out, jerr
+			}
+		}
+	}
+	if c.ID == "" {
+		return nil, out, fmt.Errorf("tb-run printed no cycle (%v): %s", err, out)
+	}
+	return &c, out, nil
+}
+
+// sniffer is a tcpdump writing one interface's frames in one direction to
+// a pcap file.
+type sniffer struct {
+	cmd  *exec.Cmd
+	file string
+	done chan error
+	once sync.Once
+}
+
+// sniff starts tcpdump on iface (in the host's namespace) for the frames
+// of one direction and returns once it listens: "out" is what the host
+// sends out of it (what the guest behind a tap, or the namespace behind
+// the uplink, receives), "in" what it receives (what the guest sent).
+func sniff(t *testing.T, dir, iface, direction string) *sniffer {
+	t.Helper()
+	s := &sniffer{file: filepath.Join(dir, iface+"-"+direction+".pcap"), done: make(chan error, 1)}
+	s.cmd = exec.Command("tcpdump", "-i", iface, "-Q", direction, "-n", "-U", "-Z", "root", "-s", "512", "-w", s.file)
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.stop() })
+	line, err := waitLine(stderr, 30*time.Second, func(l string) bool { return strings.Contains(l, "listening on") })
+	if err != nil {
+		t.Fatalf("tcpdump on %s: %v (%s)", iface, err, line)
+	}
+	go func() {
+		io.Copy(io.Discard, stderr)
+		s.done <- s.cmd.Wait()
+	}()
+	return s
+}
+
+// stop ends the capture, flushing the file.
+func (s *sniffer) stop() {
+	s.once.Do(func() {
+		s.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+}
+
+// waitLine reads lines until one satisfies ok, the reader ends or the
+// deadline passes.
+func waitLine(r io.Reader, within time.Duration, ok func(string) bool) (string, error) {
+	found := make(chan string, 1)
+	var once sync.Once
+	go func() {
+		sc := bufio.NewScanner(r)
+		last := ""
+		for sc.Scan() {
+			last = sc.Text()
+			if ok(last) {
+				once.Do(func() { found <- last })
+				return
+			}
+		}
+		once.Do(func() { found <- "\x00" + last })
+	}()
+	select {
+	case l := <-found:
+		if rest, ended := strings.CutPrefix(l, "\x00"); ended {
+			return rest, io.ErrUnexpectedEOF
+		}
+		return l, nil
+	case <-time.After(within):
+		return "", fmt.Errorf("nothing within %s", within)
+	}
+}
+
+// bridgeMAC is the lab gateway's MAC: the bridge's.
+func (l *hostileLab) bridgeMAC(t *testing.T) string {
+	t.Helper()
+	ifc, err := net.InterfaceByName(l.bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ifc.HardwareAddr.String()
+}
