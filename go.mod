@@ -16,6 +16,7 @@ require (
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/net v0.57.0
 	golang.org/x/sys v0.49.0
+	golang.org/x/tools v0.48.0
 	libvirt.org/go/libvirt v1.11006.0
 )
 
@@ -34,9 +35,9 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	github.com/vbauerster/cupwriter v0.0.5 // indirect
+	golang.org/x/mod v0.38.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	golang.org/x/tools v0.48.0 // indirect
 )
 
 tool github.com/cpuguy83/go-md2man/v2

@@ -209,13 +209,13 @@ type reapCmd struct {
 }
 
 func (c *reapCmd) Run(env *cli.Env) error {
-	return c.manager(env, func(m *lease.Manager) error {
+	return c.manager(env, func(m *lease.Manager) (err error) {
 		acts, err := m.Reap(env.Ctx, c.DryRun)
 		if err != nil {
 			return err
 		}
 		w := records.NewWriter(env.Stdout)
-		defer w.Flush()
+		defer w.Finish(&err)
 		failed := 0
 		for _, a := range acts {
 			if err := w.Line(records.LineReapAction, a); err != nil {
@@ -239,13 +239,13 @@ type healCmd struct {
 }
 
 func (c *healCmd) Run(env *cli.Env) error {
-	return c.manager(env, func(m *lease.Manager) error {
+	return c.manager(env, func(m *lease.Manager) (err error) {
 		acts, err := m.Heal(env.Ctx, c.IDs, c.BootTimeout)
 		if err != nil {
 			return err
 		}
 		w := records.NewWriter(env.Stdout)
-		defer w.Flush()
+		defer w.Finish(&err)
 		failed := 0
 		for _, a := range acts {
 			if err := w.Line(records.LineHealAction, a); err != nil {
