@@ -62,6 +62,7 @@ var (
 	runningColour = "#0277bd"
 	causeColour   = map[string]string{
 		"promote": "#6a1b9a", "approve": "#00838f", "reject": "#ad1457", "revoke": "#ad1457", "expire": "#795548", "rollback": "#37474f",
+		"revert": "#ef6c00",
 	}
 	otherCause   = "#546e7a"
 	healthColour = map[string]string{

@@ -96,7 +96,7 @@ type AllowRevision struct {
 	PrevHash string `json:"prev_hash,omitempty"`
 	Cycle    string `json:"cycle,omitempty"`
 	// Cause is what made it: promote, approve, reject, revoke, expire,
-	// rollback.
+	// rollback, revert (tb-lease gave the lease's guest to another sample).
 	Cause string `json:"cause"`
 	// RollbackOf is the revision whose content a rollback restored.
 	RollbackOf string `json:"rollback_of,omitempty"`
