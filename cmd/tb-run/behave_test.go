@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cycle"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -127,6 +128,9 @@ func behaviourEndToEnd(t *testing.T, arch string, r *demoRun) {
 		})},
 		{"the tracer check", has(records.ObsEvasion, func(o *records.Observable) bool { return o.Value == "tracer-check" })},
 		{"the self-delete", has(records.ObsEvasion, func(o *records.Observable) bool { return o.Evasion.Technique == "self-delete" })},
+	}
+	if has(records.ObsEvasion, func(o *records.Observable) bool { return o.Evasion.Technique == behave.TechTraceTampered }) {
+		t.Errorf("%s: the beacon's clean trace seen as tampered", arch)
 	}
 	// QEMU 7.2 logs neither prctl's name nor connect's address; the C
 	// beacon's rename shows under it all the same, as its child's argv[0],
