@@ -156,7 +156,7 @@ func (t *trace) tamperEnd() {
 		t.tampered("lines of processes no traced process started: "+list(strangers), root)
 	}
 	if s := t.res.Stats; s.Bad > 0 {
-		t.tampered(fmt.Sprintf("%d lines are no trace lines (the first: %v)", s.Bad, s.FirstBad), root)
+		t.tampered(fmt.Sprintf("lines that are no trace lines: %d (the first: %v)", s.Bad, s.FirstBad), root)
 	}
 }
 

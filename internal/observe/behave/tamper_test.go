@@ -79,3 +79,18 @@ func TestTamperedQEMULog(t *testing.T) {
 		t.Fatalf("seen %q", o.Evasion.Paths)
 	}
 }
+
+// TestTruncatedTrace: a sample that truncates the trace under strace
+// leaves a hole of NUL bytes where strace goes on writing at its own
+// offset: lines that are no trace lines, so the trace was tampered with.
+func TestTruncatedTrace(t *testing.T) {
+	trace := `500 1795500000.000001 execve("/tmp/bot", ["/tmp/bot"], 0x7ffd4e0c7f30 /* 10 vars */) = 0 <0.000200>
+` + strings.Repeat("\x00", 40) + `500 1795500000.000500 exit_group(0) = ?
+500 1795500000.000600 +++ exited with 0 +++
+`
+	sink, _ := parse(t, trace, Options{Tracer: &Tracer{PIDs: []int{498, 499}, Ended: true}})
+	o := sink.Get(t, records.ObsEvasion, "trace tampered")
+	if len(o.Evasion.Paths) != 1 || !strings.HasPrefix(o.Evasion.Paths[0], "lines that are no trace lines: 1 (the first: line 2") {
+		t.Fatalf("seen %q", o.Evasion.Paths)
+	}
+}
