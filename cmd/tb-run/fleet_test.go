@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -57,8 +58,15 @@ type fleet struct {
 	st    *state.Store
 }
 
-// fleetC2 is the beacon's C2 address: nothing answers there.
-const fleetC2 = "198.51.100.66"
+// fleetC2 is the beacon's C2 address, nothing answers there, and
+// fleetResolver the labs' upstream. Like the internet they are on no
+// network of a host (the allow-list never lets a guest reach those): each
+// host's uplink is on 198.51.100.64/28, whose .66 routes to them.
+const (
+	fleetC2       = "198.51.100.242"
+	fleetResolver = "198.51.100.243"
+	fleetGateway  = "198.51.100.66"
+)
 
 func newFleet(t testing.TB, n int) *fleet {
 	if os.Geteuid() != 0 {
@@ -130,8 +138,29 @@ func newFleet(t testing.TB, n int) *fleet {
 		t.Cleanup(func() { h.command(f.env, "ip", "link", "del", uplink).Run() })
 		ip(h.ns, "addr", "add", "198.51.100.65/28", "dev", uplink)
 		ip(h.ns, "link", "set", uplink, "up")
-		ip(inet, "addr", "add", fleetC2+"/28", "dev", "up0")
+		ip(inet, "addr", "add", fleetGateway+"/28", "dev", "up0")
+		ip(inet, "addr", "add", fleetC2+"/32", "dev", "up0")
 		ip(inet, "link", "set", "up0", "up")
+		// The lab's and the sinkhole's traffic leaves through a routing
+		// table of its own, whose default route is the uplink: the host's
+		// own default route stays as it is.
+		sinkNet := fmt.Sprintf("10.224.%d.0/24", i+1)
+		table := strconv.Itoa(3900 + i)
+		ip(h.ns, "route", "add", "default", "via", fleetGateway, "dev", uplink, "table", table)
+		for j, from := range []string{labNet, sinkNet} {
+			prio := 3900 + 4*i + 2*j
+			for _, r := range [][]string{
+				{"from", from, "lookup", "main", "suppress_prefixlength", "0", "priority", strconv.Itoa(prio)},
+				{"from", from, "lookup", table, "priority", strconv.Itoa(prio + 1)},
+			} {
+				ip(h.ns, append([]string{"rule", "add"}, r...)...)
+				del := append([]string{"rule", "del"}, r...)
+				if h.ns != "" {
+					del = append([]string{"-n", h.ns}, del...)
+				}
+				t.Cleanup(func() { exec.Command("ip", del...).Run() })
+			}
+		}
 		// Registered before net up, which may fail half way. A host killed
 		// by the test has lost its namespace: its lab's sinkhole and
 		// services are taken down from here.
@@ -146,8 +175,8 @@ func newFleet(t testing.TB, n int) *fleet {
 			}
 		})
 		f.run(h, "", "tb-capture", "net", "up", "--lab", h.lab, "--bridge", bridge, "--lab-net", labNet, "--uplink", uplink,
-			"--sink-ns", "tbfs"+x+tag, "--sink-veth", "tbfk"+x+tag, "--sink-net", fmt.Sprintf("10.224.%d.0/24", i+1),
-			"--table", "talkboxf"+x+tag, "--documentation", "--upstream", "198.51.100.67")
+			"--sink-ns", "tbfs"+x+tag, "--sink-veth", "tbfk"+x+tag, "--sink-net", sinkNet,
+			"--table", "talkboxf"+x+tag, "--documentation", "--upstream", fleetResolver)
 	}
 	if f.st, err = state.Open(ctx, f.hosts[0].local, state.WithShared(url)); err != nil {
 		t.Fatal(err)

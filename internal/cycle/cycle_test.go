@@ -184,6 +184,25 @@ func TestCycleRunsThroughEveryStateAndRecommendsARerun(t *testing.T) {
 	}
 }
 
+// A cycle after the lease's guest was reverted (tb-lease gave it to
+// another sample, then back) follows no cycle from before the revert: its
+// detached sample and its files are gone.
+func TestNoPreviousAcrossARevert(t *testing.T) {
+	e := setup(t, "hello")
+	c := e.run(t, Request{})
+	var l records.SandboxLease
+	err := e.st.Update(context.Background(), c.Lease, &l, func(bool) error {
+		l.Reverts = append(l.Reverts, records.LeaseRevert{At: c.CreatedAt})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2 := e.run(t, Request{}); c2.Previous != "" {
+		t.Fatalf("the cycle after a revert follows %s", c2.Previous)
+	}
+}
+
 func TestTimeoutKillsTheSampleInTheGuest(t *testing.T) {
 	e := setup(t, "out started\nhang")
 	d := 30 * time.Millisecond

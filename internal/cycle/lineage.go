@@ -80,10 +80,19 @@ func (r *Runner) lease(ctx context.Context, c *records.Cycle, unlock *func()) (*
 	})
 }
 
-// previous is the latest other cycle of the same sample on the same lease.
+// previous is the latest other cycle of the same sample on the same lease
+// since its guest was last reverted: a revert (tb-lease gave the guest to
+// another sample) leaves nothing of the cycles before it to follow.
 func (r *Runner) previous(c *records.Cycle) (string, error) {
+	var since time.Time
+	var l records.SandboxLease
+	if err := r.St.Get(c.Lease, &l); err == nil && len(l.Reverts) > 0 {
+		since = l.Reverts[len(l.Reverts)-1].At
+	} else if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return "", err
+	}
 	o, err := state.LatestBy(r.St, records.KindCycle, records.KeyLease, c.Lease, func(o *records.Cycle) bool {
-		return o.ID < c.ID && o.Sample == c.Sample
+		return o.ID < c.ID && o.Sample == c.Sample && o.CreatedAt.After(since)
 	})
 	if errors.Is(err, state.ErrNotFound) {
 		return "", nil
