@@ -130,17 +130,18 @@ fi
 CGO_ENABLED=0 $GO build -trimpath -o "$work/c2server" ./internal/demo/c2/cmd/c2server
 
 demo_net_up "$inet" "$uplink"
-say "internet: namespace $inet with the C2 on $c2 (HTTP) and a resolver for $c2name"
+demo_net_internet "$inet" "$uplink"
+say "internet: namespace $inet with the C2 on $c2 (HTTP) and a resolver for $c2name on $resolver"
 ip netns exec "$inet" "$work/c2server" -listen "$c2:80" -log "$work/c2.log" -ready "$work/c2.ready" &
 echo $! > "$work/c2.pid"
 ip netns exec "$inet" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
-  --listen-address="$c2" --address="/$c2name/$c2" --pid-file="$work/dns.pid" --user=root
+  --listen-address="$resolver" --address="/$c2name/$c2" --pid-file="$work/dns.pid" --user=root
 for _ in $(seq 100); do [ -s "$work/c2.ready" ] && break; sleep 0.1; done # a child's readiness: no event to wait on
 [ -s "$work/c2.ready" ] || { echo "demo: the C2 server did not start" >&2; exit 1; }
 
 say "lab: bridge $bridge ($labnet), sinkhole $sinkns, nftables table $table, uplink $uplink"
 tb-capture net up --lab "$lab" --bridge "$bridge" --lab-net "$labnet" --sink-ns "$sinkns" --sink-veth "$sinkveth" \
-  --sink-net "$sinknet" --table "$table" --uplink "$uplink" --upstream "$c2" --documentation >/dev/null
+  --sink-net "$sinknet" --table "$table" --uplink "$uplink" --upstream "$resolver" --documentation >/dev/null
 export TB_LEASE_BRIDGE=$bridge TB_LEASE_LAB_NET=$labnet
 printf '{"documentation": true}\n' > "$work/policy.json"
 export TB_ALLOW_POLICY=$work/policy.json
@@ -149,7 +150,7 @@ scanargs=()
 if [ "$scanmode" = wide ]; then
   # Every address of two documentation /24s but the C2's, in ranges the
   # beacon expands (and checks) itself. The lab sinkholes them all.
-  # (scripts/demo-net.sh puts the C2 on .18 to .226.)
+  # (scripts/demo-net.sh puts the C2 on 198.51.100.242.)
   last=${c2##*.} net=${c2%.*}
   wide=("$net.1-$net.$((last - 1))" "$net.$((last + 1))-$net.254" 203.0.113.1-203.0.113.254)
   scanargs=(--arg=-scan "--arg=$(IFS=,; echo "${wide[*]}")" --arg=-scan-rounds "--arg=$rounds" --arg=-scan-parallel --arg=32)

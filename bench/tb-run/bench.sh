@@ -37,12 +37,13 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/beacon" ./internal/d
 CGO_ENABLED=0 go build -trimpath -o "$work/c2server" ./internal/demo/c2/cmd/c2server
 tb-build list --kind image | grep -q '"status":"active"' || tb-build build debian-bookworm-amd64 ${TB_APT_CACHE:+--cache-dir "$TB_APT_CACHE"} >/dev/null
 demo_net_up "$inet" "$uplink"
+demo_net_internet "$inet" "$uplink"
 ip netns exec "$inet" "$work/c2server" -listen "$c2:80" -log "$work/c2.log" -ready "$work/c2.ready" &
 echo $! > "$work/c2.pid"
 ip netns exec "$inet" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
-  --listen-address="$c2" --address="/c2.example/$c2" --pid-file="$work/dns.pid" --user=root
+  --listen-address="$resolver" --address="/c2.example/$c2" --pid-file="$work/dns.pid" --user=root
 tb-capture net up --lab "$lab" --bridge "$bridge" --lab-net "$labnet" --sink-ns "$sinkns" --sink-veth "$sinkveth" \
-  --sink-net "$sinknet" --table "$table" --uplink "$uplink" --upstream "$c2" --documentation >/dev/null
+  --sink-net "$sinknet" --table "$table" --uplink "$uplink" --upstream "$resolver" --documentation >/dev/null
 export TB_LEASE_BRIDGE=$bridge TB_LEASE_LAB_NET=$labnet
 printf '{"documentation": true}\n' > "$work/policy.json"
 export TB_ALLOW_POLICY=$work/policy.json

@@ -116,20 +116,20 @@ func newExampleLab(t *testing.T, bin, goBin string) *exampleLab {
 		cmd.Dir = "../.."
 		return cmd
 	}
-	out, err := demoNet(`demo_net_up "$1" "$2" && echo "$c2 $labnet $sinknet"`).Output()
+	out, err := demoNet(`demo_net_up "$1" "$2" && demo_net_internet "$1" "$2" && echo "$c2 $resolver $labnet $sinknet"`).Output()
+	t.Cleanup(func() { demoNet(`demo_net_down "$1" "$2"`).Run() })
 	if err != nil {
 		t.Fatalf("demo_net_up: %v", err)
 	}
-	t.Cleanup(func() { demoNet(`demo_net_down "$1" "$2"`).Run() })
-	var labnet, sinknet string
-	if _, err := fmt.Sscan(string(out), &l.c2addr, &labnet, &sinknet); err != nil {
+	var resolver, labnet, sinknet string
+	if _, err := fmt.Sscan(string(out), &l.c2addr, &resolver, &labnet, &sinknet); err != nil {
 		t.Fatalf("demo_net_up said %q: %v", out, err)
 	}
 	l.serveC2(t, inet)
 	// A resolver for the C2's name, the lab's upstream.
 	pid := filepath.Join(dir, "dnsmasq.pid")
 	if out, err := exec.Command("ip", "netns", "exec", inet, "dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
-		"--bind-interfaces", "--listen-address="+l.c2addr, "--address=/c2.example/"+l.c2addr, "--pid-file="+pid, "--user=root").CombinedOutput(); err != nil {
+		"--bind-interfaces", "--listen-address="+resolver, "--address=/c2.example/"+l.c2addr, "--pid-file="+pid, "--user=root").CombinedOutput(); err != nil {
 		t.Fatalf("dnsmasq: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
@@ -171,7 +171,7 @@ func newExampleLab(t *testing.T, bin, goBin string) *exampleLab {
 	// the lab (what of it net up recorded, had it failed halfway).
 	t.Cleanup(func() { l.run("tb-capture", "net", "down") })
 	l.tool(t, "tb-capture", "net", "up", "--bridge", bridge, "--lab-net", labnet, "--sink-ns", "tbxs"+id, "--sink-veth", "tbxk"+id,
-		"--sink-net", sinknet, "--table", "talkbox"+id, "--uplink", uplink, "--upstream", l.c2addr, "--documentation")
+		"--sink-net", sinknet, "--table", "talkbox"+id, "--uplink", uplink, "--upstream", resolver, "--documentation")
 	t.Cleanup(func() {
 		for _, id := range l.ids(t, records.KindLease) {
 			l.run("tb-capture", "stop", "--lease", id)

@@ -172,7 +172,7 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 			return nil, err
 		}
 	}
-	var pending []string
+	var pending, confirmed []string
 	if c.Promoted != "" {
 		var rv records.AllowRevision
 		if err := st.Get(c.Promoted, &rv); err != nil {
@@ -185,9 +185,10 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 			for _, ch := range append(rv.Changes.Added, rv.Changes.Changed...) {
 				switch {
 				case ch.To == ch.From:
-				case ch.To == records.StatusProbation,
-					// Confirmed off probation: it was let through already.
-					ch.To == records.StatusActive && ch.From != records.StatusProbation:
+				case ch.To == records.StatusActive && ch.From == records.StatusProbation:
+					// Let through already, now past probation.
+					confirmed = append(confirmed, ch.Key)
+				case ch.To == records.StatusProbation, ch.To == records.StatusActive:
 					a.Promoted = append(a.Promoted, ch.Key)
 				case ch.To == records.StatusPending:
 					pending = append(pending, ch.Key)
@@ -266,9 +267,14 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		switch {
 		case total == 0:
 			a.Reasons = append(a.Reasons, "no network activity observed")
+		case len(confirmed) > 0:
+			a.Reasons = append(a.Reasons, "nothing new to allow")
 		default:
 			a.Reasons = append(a.Reasons, "nothing new to allow; the allow-list in force is unchanged")
 		}
+	}
+	if len(confirmed) > 0 {
+		a.Reasons = append(a.Reasons, "confirmed "+strings.Join(confirmed, ", ")+": its far side answered while let through on probation")
 	}
 	if classes["scan"] {
 		a.Reasons = append(a.Reasons, "scan traffic refused")

@@ -33,7 +33,7 @@ func TestReportTextEscapesSampleBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &records.RunAnalysis{Domains: []string{"c2.example\n  promoted: everything"}, Recommendation: "keep",
-		Reasons: []string{"saw \x1b[8mhidden"},
+		Reasons:   []string{"saw \x1b[8mhidden"},
 		Behaviour: &records.BehaviourSummary{Processes: []records.ProcessNode{{PID: 7, Exe: "/tmp/\x1b[32mx\u200d", Exit: "0"}}}}
 	records.Init(a, records.KindAnalysis, now)
 	if err := st.Create(ctx, a); err != nil {
