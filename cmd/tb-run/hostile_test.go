@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -20,6 +21,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -48,7 +50,8 @@ const hostileCycles = 2
 // attacker; that no endpoint the hostile guest alone suggested is ever
 // active, those of cycle 1 revoked after a probation nobody answered, and
 // none named by a name it never resolved; that the polite lease's C2 is
-// promoted, reached in cycle 2 and then active; and that the uplink
+// promoted, reached in cycle 2 and then active; that the spray reaches
+// the sinkhole no faster than the guest's limits; and that the uplink
 // carries only what the allow-list had in force.
 func TestHostileGuest(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -81,7 +84,7 @@ func TestHostileGuest(t *testing.T) {
 	t.Logf("polite lease %s (%s %s on %s), hostile lease %s (%s %s on %s)", good.ID, good.IP, good.MAC, good.Tap, bad.ID, bad.IP, bad.MAC, bad.Tap)
 	hostile := l.plan(t, "-hostile", "spoof,arp,names,aim,spray", "-gateway", good.Gateway, "-gateway-mac", l.bridgeMAC(t),
 		"-neighbour", good.IP, "-neighbour-mac", good.MAC, "-neighbour-c2", l.c2+":80",
-		"-hostile-aim", hostileAimAddr, "-hostile-http", hostileHTTPAddr, "-hostile-spray", hostileSprayAddr)
+		"-hostile-aim", hostileAimAddr, "-hostile-http", hostileHTTPAddr, "-hostile-spray", hostileSprayAddr, "-hostile-spray-ports", "256")
 
 	capDir := filepath.Join(l.work, "captures")
 	if err := os.MkdirAll(capDir, 0o755); err != nil {
@@ -185,12 +188,15 @@ func TestHostileGuest(t *testing.T) {
 			v.add("a forged frame passed the bridge: the attacker received the answer to its spoofed SYN", f)
 		}
 	}
-	// What the lab sinkholed: no forged frame got past the bridge.
-	for _, f := range frames(t, sunk.file) {
+	// What the lab sinkholed: no forged frame got past the bridge, and the
+	// spray no faster than the guest's limits.
+	sunkFrames := frames(t, sunk.file)
+	for _, f := range sunkFrames {
 		if isSpoofSYN(f) {
 			v.add("a forged frame passed the bridge to the sinkhole", f)
 		}
 	}
+	checkLimits(t, l, sunkFrames, badIP)
 	// The uplink: only what the allow-list had in force, and no forged
 	// packet.
 	inForce := enforcedEver(t, book)
@@ -261,6 +267,70 @@ func checkAttacked(t *testing.T, sent []gopacket.Packet, badMAC net.HardwareAddr
 			t.Errorf("the hostile guest sent %d of %s, want at least %d: the attack did not happen", seen[what], what, n)
 		}
 	}
+}
+
+// checkLimits asserts that what the hostile guest's spray got through to
+// the sinkhole stays within its per-guest limits: in any one second, at
+// most a bucket's burst (one second's worth) and a second's rate of new
+// connections and of DNS queries, with a quarter more for the capture's
+// clock. The spray sends about 200 of each a second when nothing stops
+// it. A slower guest only sends less: the bound cannot fail for load.
+func checkLimits(t *testing.T, l *hostileLab, sunk []gopacket.Packet, guest netip.Addr) {
+	t.Helper()
+	m, err := netlab.Load(l.labDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perSecond := func(r, def firewall.Rate) int {
+		if r.Value == 0 {
+			r = def
+		}
+		return int(r.Value / max(r.Per, 1))
+	}
+	lim := m.Config.Limits
+	var syns, queries []time.Time
+	for _, f := range sunk {
+		ip, ok := f.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if !ok || addrOf(ip.SrcIP) != guest {
+			continue
+		}
+		switch l4 := f.TransportLayer().(type) {
+		case *layers.TCP:
+			if l4.SYN && !l4.ACK {
+				syns = append(syns, f.Metadata().Timestamp)
+			}
+		case *layers.UDP:
+			if l4.DstPort == 53 {
+				queries = append(queries, f.Metadata().Timestamp)
+			}
+		}
+	}
+	for _, c := range []struct {
+		what  string
+		times []time.Time
+		rate  int
+	}{
+		{"new connections", syns, perSecond(lim.NewConns, firewall.DefaultLimits.NewConns)},
+		{"DNS queries", queries, perSecond(lim.DNS, firewall.DefaultLimits.DNS)},
+	} {
+		most := busiestSecond(c.times)
+		t.Logf("the hostile guest's %s reaching the sinkhole: %d, at most %d in one second (limit %d/s)", c.what, len(c.times), most, c.rate)
+		if bound := 2*c.rate + c.rate/2; most > bound {
+			t.Errorf("%d of the hostile guest's %s reached the sinkhole in one second, over its limit of %d/s (bound %d)", most, c.what, c.rate, bound)
+		}
+	}
+}
+
+// busiestSecond is the most of times (in capture order) within one second.
+func busiestSecond(times []time.Time) int {
+	most := 0
+	for i, j := 0, 0; j < len(times); j++ {
+		for times[j].Sub(times[i]) >= time.Second {
+			i++
+		}
+		most = max(most, j-i+1)
+	}
+	return most
 }
 
 // checkForwardedNames asserts that the lab's resolver forwards, and has
@@ -454,11 +524,13 @@ func frames(t *testing.T, file string) []gopacket.Packet {
 	}
 	var out []gopacket.Packet
 	for {
-		data, _, err := r.ReadPacketData()
+		data, ci, err := r.ReadPacketData()
 		if err != nil {
 			return out
 		}
-		out = append(out, gopacket.NewPacket(data, r.LinkType(), gopacket.Default))
+		p := gopacket.NewPacket(data, r.LinkType(), gopacket.Default)
+		p.Metadata().CaptureInfo = ci
+		out = append(out, p)
 	}
 }
 
