@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ type hostileLab struct {
 	// DNS log).
 	c2, resolver, labDir string
 	beacon               string
+	labNet               string
 }
 
 // The hostile guest's targets (documentation addresses nothing answers
@@ -118,6 +120,7 @@ func upHostileLab(t *testing.T, bin, goBin string) *hostileLab {
 		t.Fatalf("demo_net_up said %q", out)
 	}
 	next, labNet, sinkNet := f[0], f[1], f[2]
+	l.labNet = labNet
 	var k int
 	if _, err := fmt.Sscanf(labNet, "10.213.%d.0/24", &k); err != nil {
 		t.Fatalf("demo_net_up gave the lab %s: %v", labNet, err)
@@ -377,4 +380,90 @@ func (l *hostileLab) bridgeMAC(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return ifc.HardwareAddr.String()
+}
+
+// neighbourWatch is "ip monitor neigh" on the lab's bridge: every change
+// of the host's neighbour table there (an ARP claim it believed).
+type neighbourWatch struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	done  chan struct{}
+	once  sync.Once
+}
+
+// watchNeighbours starts the watch and returns once it sees a change the
+// test makes itself (an entry for the lab's last address, then removed).
+func (l *hostileLab) watchNeighbours(t *testing.T) *neighbourWatch {
+	t.Helper()
+	w := &neighbourWatch{cmd: exec.Command("ip", "monitor", "neigh", "dev", l.bridge), done: make(chan struct{})}
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.stop() })
+	marker := strings.TrimSuffix(l.labNet, ".0/24") + ".254"
+	r := bufio.NewReader(out)
+	go func() {
+		defer close(w.done)
+		for {
+			line, err := r.ReadString('\n')
+			if line != "" {
+				w.mu.Lock()
+				w.lines = append(w.lines, strings.TrimSpace(line))
+				w.mu.Unlock()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Replace until the watch has seen it: the monitor subscribes after
+	// it starts, and a change before that is not reported.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		run(t, "ip", "neigh", "replace", marker, "lladdr", "02:00:00:00:00:fe", "dev", l.bridge, "nud", "permanent")
+		if w.saw(marker) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ip monitor neigh saw nothing")
+		}
+		run(t, "ip", "neigh", "del", marker, "dev", l.bridge)
+	}
+	run(t, "ip", "neigh", "del", marker, "dev", l.bridge)
+	return w
+}
+
+// saw reports whether a line about addr has arrived, waiting a little for
+// the monitor to report the change just made.
+func (w *neighbourWatch) saw(addr string) bool {
+	for range 20 {
+		w.mu.Lock()
+		found := slices.ContainsFunc(w.lines, func(l string) bool { return strings.HasPrefix(l, addr+" ") })
+		w.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-w.done:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// stop ends the watch and returns what it saw.
+func (w *neighbourWatch) stop() []string {
+	w.once.Do(func() {
+		w.cmd.Process.Signal(syscall.SIGINT)
+		<-w.done
+		w.cmd.Wait()
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines)
 }

@@ -92,6 +92,7 @@ func TestHostileGuest(t *testing.T) {
 	}
 	uplink, goodTap, badTap := sniff(t, capDir, l.uplink, "out"), sniff(t, capDir, good.Tap, "out"), sniff(t, capDir, bad.Tap, "out")
 	badSent, sunk := sniff(t, capDir, bad.Tap, "in"), sniff(t, capDir, l.sinkVeth, "out")
+	neighbours := l.watchNeighbours(t)
 
 	st, err := state.Open(ctx, l.stateDir)
 	if err != nil {
@@ -140,6 +141,17 @@ func TestHostileGuest(t *testing.T) {
 	goodIP, badIP := netip.MustParseAddr(good.IP), netip.MustParseAddr(bad.IP)
 	gateway := netip.MustParseAddr(good.Gateway)
 	checkAttacked(t, frames(t, badSent.file), badMAC, goodIP, gateway)
+	// The host's own neighbour table never believed an ARP claim.
+	for _, line := range neighbours.stop() {
+		f := strings.Fields(line)
+		i := slices.Index(f, "lladdr")
+		if len(f) < 1 || i < 0 || i+1 >= len(f) {
+			continue
+		}
+		if ip, mac := f[0], f[i+1]; mac == bad.MAC && ip != bad.IP || ip == good.IP && mac != good.MAC {
+			t.Errorf("the host took %s for %s: %s", ip, mac, line)
+		}
+	}
 
 	// The polite lease: its C2 promoted by cycle 1, reached in cycle 2.
 	var a1 records.RunAnalysis
