@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,19 +27,12 @@ import (
 
 // hostileLab is what TestHostileGuest runs on: one lab (bridge, sinkhole,
 // nftables) with an uplink into an "internet" namespace holding the C2 and
-// its resolver, the tools built by the test and the amd64 fixture image
-// in a state of its own.
-//
-// The namespace is demo-net.sh's (a free slot k: 198.51.100.16k/28 on the
-// uplink, the lab 10.213.k.0/24, its sinkhole link 10.214.k.0/24), but the
-// C2, its resolver and the hostile beacon's targets are outside every
-// network the host has or routes to (198.51.100.240/28), as the internet
-// is: the lab's and the sinkhole's traffic leaves through a routing table
-// of their own whose default route is the uplink, and the allow-list's
-// never-allow list refuses the host's own networks. The namespace holds
-// the C2 and the resolver and forwards nothing, so whatever else the lab
-// lets through is seen on the uplink and dropped there, never sent
-// anywhere else.
+// its resolver (scripts/demo-net.sh: off every network of the host, as the
+// allow-list's never-allow list requires, reached through a routing table
+// of the lab's own whose default route is the uplink), the tools built by
+// the test and the amd64 fixture image in a state of its own. The
+// namespace forwards nothing, so whatever else the lab lets through is
+// seen on the uplink and dropped there, never sent anywhere else.
 type hostileLab struct {
 	bin, work, stateDir string
 	env                 []string
@@ -57,14 +49,13 @@ type hostileLab struct {
 	labNet               string
 }
 
-// The hostile guest's targets (documentation addresses nothing answers
-// on) and the internet's two servers.
+// The hostile guest's targets: documentation addresses off every host
+// network where nothing answers (demo-net.sh's internet holds .242 and
+// .243 of the same /28).
 const (
 	hostileAimAddr   = "198.51.100.247:8443"
 	hostileHTTPAddr  = "198.51.100.248:80"
 	hostileSprayAddr = "198.51.100.249"
-	hostileC2Addr    = "198.51.100.250"
-	hostileDNSAddr   = "198.51.100.251"
 )
 
 // upHostileLab builds the beacon and the C2, brings the namespace, the C2
@@ -104,46 +95,25 @@ func upHostileLab(t *testing.T, bin, goBin string) *hostileLab {
 		}
 	}
 
-	// The namespace and its addresses: demo-net.sh's free slot.
-	up := exec.Command("bash", "-c", `. scripts/demo-net.sh && demo_net_up "$1" "$2" >&2 && echo "$c2 $labnet $sinknet"`, "demo-net", l.inet, l.uplink)
+	// The namespace, its addresses and the lab's routing table:
+	// demo-net.sh's free slot and its internet.
+	up := exec.Command("bash", "-c", `. scripts/demo-net.sh && demo_net_up "$1" "$2" >&2 && demo_net_internet "$1" "$2" >&2 && echo "$c2 $resolver $labnet $sinknet"`, "demo-net", l.inet, l.uplink)
 	up.Dir = "../.."
 	out, err := up.Output()
 	t.Cleanup(func() {
-		exec.Command("ip", "link", "del", l.uplink).Run()
-		exec.Command("ip", "netns", "del", l.inet).Run()
+		down := exec.Command("bash", "-c", `. scripts/demo-net.sh && demo_net_down "$1" "$2"`, "demo-net", l.inet, l.uplink)
+		down.Dir = "../.."
+		down.Run()
 	})
 	if err != nil {
 		t.Fatalf("demo_net_up: %v", err)
 	}
 	f := strings.Fields(string(out))
-	if len(f) != 3 {
+	if len(f) != 4 {
 		t.Fatalf("demo_net_up said %q", out)
 	}
-	next, labNet, sinkNet := f[0], f[1], f[2]
-	l.labNet = labNet
-	var k int
-	if _, err := fmt.Sscanf(labNet, "10.213.%d.0/24", &k); err != nil {
-		t.Fatalf("demo_net_up gave the lab %s: %v", labNet, err)
-	}
-	l.c2, l.resolver = hostileC2Addr, hostileDNSAddr
-	for _, a := range []string{l.c2, l.resolver} {
-		run(t, "ip", "-n", l.inet, "addr", "add", a+"/32", "dev", "up0")
-	}
-	// The lab's and the sinkhole's own routing table: the host's routes
-	// but its default route, then the uplink.
-	table := strconv.Itoa(3700 + k)
-	run(t, "ip", "route", "add", "default", "via", next, "dev", l.uplink, "table", table)
-	for i, from := range []string{labNet, sinkNet} {
-		prio := 3700 + 4*k + 2*i
-		rules := [][]string{
-			{"from", from, "lookup", "main", "suppress_prefixlength", "0", "priority", strconv.Itoa(prio)},
-			{"from", from, "lookup", table, "priority", strconv.Itoa(prio + 1)},
-		}
-		for _, r := range rules {
-			run(t, "ip", append([]string{"rule", "add"}, r...)...)
-			t.Cleanup(func() { exec.Command("ip", append([]string{"rule", "del"}, r...)...).Run() })
-		}
-	}
+	l.c2, l.resolver, l.labNet = f[0], f[1], f[2]
+	sinkNet := f[3]
 
 	// The C2 and its resolver in the namespace.
 	server := exec.Command("ip", "netns", "exec", l.inet, filepath.Join(l.work, "c2server"), "-listen", l.c2+":80",
@@ -176,8 +146,8 @@ func upHostileLab(t *testing.T, bin, goBin string) *hostileLab {
 		t.Fatal(err)
 	}
 	l.env = append(os.Environ(), "TB_STATE="+l.stateDir, "PATH="+bin+":"+os.Getenv("PATH"),
-		"TB_LEASE_BRIDGE="+l.bridge, "TB_LEASE_LAB_NET="+labNet, "TB_ALLOW_POLICY="+policy)
-	l.tool(t, "tb-capture", "net", "up", "--lab", l.lab, "--bridge", l.bridge, "--lab-net", labNet, "--sink-ns", "tbhs"+tag,
+		"TB_LEASE_BRIDGE="+l.bridge, "TB_LEASE_LAB_NET="+l.labNet, "TB_ALLOW_POLICY="+policy)
+	l.tool(t, "tb-capture", "net", "up", "--lab", l.lab, "--bridge", l.bridge, "--lab-net", l.labNet, "--sink-ns", "tbhs"+tag,
 		"--sink-veth", l.sinkVeth, "--sink-net", sinkNet, "--table", "talkbox"+tag, "--uplink", l.uplink, "--upstream", l.resolver, "--documentation")
 	t.Cleanup(func() { l.run("tb-capture", "net", "down", "--lab", l.lab) })
 	l.labDir = filepath.Join(l.stateDir, "capture", "labs", l.lab)
