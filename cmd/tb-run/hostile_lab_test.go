@@ -147,9 +147,11 @@ func upHostileLab(t *testing.T, bin, goBin string) *hostileLab {
 	}
 	l.env = append(os.Environ(), "TB_STATE="+l.stateDir, "PATH="+bin+":"+os.Getenv("PATH"),
 		"TB_LEASE_BRIDGE="+l.bridge, "TB_LEASE_LAB_NET="+l.labNet, "TB_ALLOW_POLICY="+policy)
+	// Registered first: a lab that fails its containment probes is
+	// still half up.
+	t.Cleanup(func() { l.run("tb-capture", "net", "down", "--lab", l.lab) })
 	l.tool(t, "tb-capture", "net", "up", "--lab", l.lab, "--bridge", l.bridge, "--lab-net", l.labNet, "--sink-ns", "tbhs"+tag,
 		"--sink-veth", l.sinkVeth, "--sink-net", sinkNet, "--table", "talkbox"+tag, "--uplink", l.uplink, "--upstream", l.resolver, "--documentation")
-	t.Cleanup(func() { l.run("tb-capture", "net", "down", "--lab", l.lab) })
 	l.labDir = filepath.Join(l.stateDir, "capture", "labs", l.lab)
 	return l
 }
