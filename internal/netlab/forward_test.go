@@ -58,6 +58,13 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 	if err := netlab.Down(ctx, a.Dir); err != nil {
 		t.Fatal(err)
 	}
+	// What the first lab kept of its own interfaces' settings goes with
+	// them, though another lab is still up.
+	for _, iface := range []string{a.Bridge, a.SinkVeth} {
+		if kept, _ := filepath.Glob("/run/talkbox/conf." + iface + ".forwarding.*"); len(kept) > 0 {
+			t.Errorf("the first lab down left %v", kept)
+		}
+	}
 	if got := forwarding(); got != "1" {
 		t.Fatalf("after the first lab went down, the uplink's forwarding = %s: the second lab is broken", got)
 	}

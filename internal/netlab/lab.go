@@ -461,6 +461,14 @@ func Down(ctx context.Context, dir string) error {
 			}
 		}
 	}
+	// The lab's own interfaces are gone, and what they were set to with
+	// them: only their records are left to forget, whatever other labs
+	// are up (each lab's interfaces are its own).
+	for _, name := range []string{cfg.Bridge, cfg.SinkVeth} {
+		if err := forgetSysctl(cfg.HostNSPath(), ifForwarding(name)); err != nil {
+			return err
+		}
+	}
 	if !otherLabUp(&cfg) {
 		if err := restoreForwarding(&cfg); err != nil {
 			return err
@@ -530,6 +538,18 @@ func rememberSysctl(ns, key, old string) error {
 		return err
 	}
 	return os.WriteFile(p, []byte(old+"\n"), 0o644)
+}
+
+// forgetSysctl removes what rememberSysctl kept for key in ns.
+func forgetSysctl(ns, key string) error {
+	p, err := sysctlFile(ns, key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // restoreForwarding puts back what the lab's forwarding settings were
