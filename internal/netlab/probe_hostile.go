@@ -73,11 +73,11 @@ func (p *prober) hostile(ctx context.Context) []ProbeResult {
 	defer unix.Close(atB)
 	err = netns.Do(p.a.path(), func() error {
 		for range 3 {
-			if err := sendFrames("eth0", frames...); err != nil {
+			if err := SendFrames("eth0", frames...); err != nil {
 				return err
 			}
 		}
-		return sendFrames("eth0", udpFrame(p.a.MAC, brMAC, p.a.IP, gw, marker))
+		return SendFrames("eth0", udpFrame(p.a.MAC, brMAC, p.a.IP, gw, marker))
 	})
 	if err != nil {
 		return failAll("sending from %s: %v", p.a.NS, err)
@@ -155,9 +155,10 @@ func arpFrame(op uint16, dst, sha net.HardwareAddr, spa, tpa netip.Addr, pad []b
 	return append(f, pad...)
 }
 
-// sendFrames writes whole frames out of iface, in the calling thread's
-// namespace.
-func sendFrames(iface string, frames ...[]byte) error {
+// SendFrames writes whole Ethernet frames, unchecked, out of iface in the
+// calling thread's namespace: what a guest with root can put on its link
+// (the hostile probes, and the tests' hostile guests).
+func SendFrames(iface string, frames ...[]byte) error {
 	ifc, err := net.InterfaceByName(iface)
 	if err != nil {
 		return err

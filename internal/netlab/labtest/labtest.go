@@ -382,24 +382,7 @@ func (s *Sniffer) Close() {
 // namespace ns: what a guest with root can put on its link.
 func SendFrames(t TB, ns, iface string, frames ...[]byte) {
 	t.Helper()
-	In(t, ns, func() error {
-		ifc, err := net.InterfaceByName(iface)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		to := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
-		for _, f := range frames {
-			if err := unix.Sendto(fd, f, 0, to); err != nil {
-				return fmt.Errorf("sending a frame on %s: %w", iface, err)
-			}
-		}
-		return nil
-	})
+	In(t, ns, func() error { return netlab.SendFrames(iface, frames...) })
 }
 
 // In runs fn in a namespace (for dialing from a guest, listening in the
