@@ -35,7 +35,7 @@ func (c *classifyCmd) Run(env *cli.Env) (err error) {
 		}
 	}
 	var batch fault.Batch
-	groups, order, err := allowlist.ReadObservables(b, in, env.Warnf, &batch)
+	groups, order, err := allowlist.ReadObservables(b, in, env.Log, env.Warnf, &batch)
 	if err != nil {
 		return allowlist.Fault(err)
 	}

@@ -2,8 +2,9 @@ package allowlist
 
 import (
 	"errors"
-	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -75,9 +76,11 @@ type Input struct {
 }
 
 // ReadObservables returns observables grouped by lease, and the leases in
-// the order first seen. Lines that are not observables are passed to warnf,
-// added to batch and skipped (bad data).
-func ReadObservables(b *Book, in Input, warnf func(format string, a ...any), batch *fault.Batch) (map[string][]*records.Observable, []string, error) {
+// the order first seen. Records of other kinds (tb-parse prints its flow
+// logs' artifact records among the observables) are passed over and
+// counted in log, so that pipes compose; lines that are not records are
+// passed to warnf, added to batch and skipped (bad data).
+func ReadObservables(b *Book, in Input, log *slog.Logger, warnf func(format string, a ...any), batch *fault.Batch) (map[string][]*records.Observable, []string, error) {
 	groups := map[string][]*records.Observable{}
 	var order []string
 	add := func(o *records.Observable) {
@@ -98,6 +101,12 @@ func ReadObservables(b *Book, in Input, warnf func(format string, a ...any), bat
 	}
 	if in.Stdin != nil {
 		rd := records.NewReader(in.Stdin, "stdin")
+		passed := map[string]int{}
+		defer func() {
+			for _, k := range slices.Sorted(maps.Keys(passed)) {
+				log.Info("passed over records it does not use", "kind", k, "count", passed[k])
+			}
+		}()
 		for {
 			l, err := rd.Next()
 			if err == io.EOF {
@@ -114,9 +123,7 @@ func ReadObservables(b *Book, in Input, warnf func(format string, a ...any), bat
 				continue
 			}
 			if o.Kind != records.KindObservable {
-				err := l.Err(fmt.Errorf("a %s record, not an observable", o.Kind))
-				warnf("%v", err)
-				batch.Add(fault.DataErr(err))
+				passed[o.Kind]++
 				continue
 			}
 			add(&o)

@@ -47,7 +47,7 @@ func chainFor(b *Book, scope, lease, sample string) (Chain, error) {
 func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) (err error) {
 	pol := req.Policy
 	var batch fault.Batch
-	groups, order, err := ReadObservables(b, req.Input, out.Warnf, &batch)
+	groups, order, err := ReadObservables(b, req.Input, out.Log, out.Warnf, &batch)
 	if err != nil {
 		return Fault(err)
 	}
