@@ -134,26 +134,38 @@ type Labs struct{ St *state.Store }
 // labNet and that LabContained passes. Otherwise it is a
 // *NotContainedError saying what to run.
 func (l Labs) Contained(ctx context.Context, hostNS, bridge string, labNet netip.Prefix) error {
-	st := l.St
-	dirs, err := os.ReadDir(st.Path("capture", "labs"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	cfg, err := l.ByBridge(hostNS, bridge)
+	if errors.Is(err, os.ErrNotExist) {
+		where := "this host's network namespace"
+		if hostNS != "" {
+			where = "network namespace " + hostNS
+		}
+		return &NotContainedError{Reason: fmt.Sprintf("bridge %s in %s is not the bridge of a Talkbox lab of this host, and a guest is attached to nothing else (tb-capture net up --bridge %s)",
+			bridge, where, bridge)}
+	}
+	if err != nil {
 		return err
 	}
-	where := "this host's network namespace"
-	if hostNS != "" {
-		where = "network namespace " + hostNS
+	if cfg.LabNet.Masked() != labNet.Masked() {
+		return &NotContainedError{Lab: cfg.Name, Reason: fmt.Sprintf("its network is %s, the leases' is %s (set tb-lease --lab-net %s)",
+			cfg.LabNet, labNet, cfg.LabNet)}
+	}
+	return LabContained(ctx, l.St, cfg.Name)
+}
+
+// ByBridge is the configuration of this host's lab whose bridge is bridge
+// in the network namespace hostNS; os.ErrNotExist (wrapped) when none is.
+func (l Labs) ByBridge(hostNS, bridge string) (netlab.Config, error) {
+	root := l.St.Path("capture", "labs")
+	dirs, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return netlab.Config{}, err
 	}
 	for _, d := range dirs {
-		m, err := netlab.Load(filepath.Join(st.Path("capture", "labs"), d.Name()))
-		if err != nil || m.Config.Bridge != bridge || m.Config.HostNS != hostNS {
-			continue
+		m, err := netlab.Load(filepath.Join(root, d.Name()))
+		if err == nil && m.Config.Bridge == bridge && m.Config.HostNS == hostNS {
+			return m.Config, nil
 		}
-		if m.Config.LabNet.Masked() != labNet.Masked() {
-			return &NotContainedError{Lab: m.Config.Name, Reason: fmt.Sprintf("its network is %s, the leases' is %s (set tb-lease --lab-net %s)",
-				m.Config.LabNet, labNet, m.Config.LabNet)}
-		}
-		return LabContained(ctx, st, m.Config.Name)
 	}
-	return &NotContainedError{Reason: fmt.Sprintf("bridge %s in %s is not the bridge of a Talkbox lab of this host, and a guest is attached to nothing else (tb-capture net up --bridge %s)",
-		bridge, where, bridge)}
+	return netlab.Config{}, fmt.Errorf("bridge %s is not a lab's: %w", bridge, os.ErrNotExist)
 }

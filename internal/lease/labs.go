@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
@@ -24,7 +23,7 @@ func (h HostLabs) Attach(ctx context.Context, hostNS, bridge string, labNet neti
 	if err := h.Contained(ctx, hostNS, bridge, labNet); err != nil {
 		return err
 	}
-	cfg, err := h.lab(hostNS, bridge)
+	cfg, err := h.ByBridge(hostNS, bridge)
 	if err != nil {
 		return err
 	}
@@ -33,7 +32,7 @@ func (h HostLabs) Attach(ctx context.Context, hostNS, bridge string, labNet neti
 
 // Detach forgets port's binding at bridge (a lab that is gone has none).
 func (h HostLabs) Detach(ctx context.Context, hostNS, bridge, port string) error {
-	cfg, err := h.lab(hostNS, bridge)
+	cfg, err := h.ByBridge(hostNS, bridge)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -41,23 +40,6 @@ func (h HostLabs) Detach(ctx context.Context, hostNS, bridge, port string) error
 		return err
 	}
 	return netlab.DetachPort(ctx, cfg, port)
-}
-
-// lab is the configuration of this host's lab whose bridge is bridge in
-// hostNS, as Contained finds it.
-func (h HostLabs) lab(hostNS, bridge string) (netlab.Config, error) {
-	root := h.St.Path("capture", "labs")
-	dirs, err := os.ReadDir(root)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return netlab.Config{}, err
-	}
-	for _, d := range dirs {
-		m, err := netlab.Load(filepath.Join(root, d.Name()))
-		if err == nil && m.Config.Bridge == bridge && m.Config.HostNS == hostNS {
-			return m.Config, nil
-		}
-	}
-	return netlab.Config{}, fmt.Errorf("bridge %s is not a lab's: %w", bridge, os.ErrNotExist)
 }
 
 // port is a lease's tap as the lab binds it.
