@@ -11,20 +11,28 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
+// unreturned takes pid's pending call, if any, as never returning.
+func (t *trace) unreturned(pid int) {
+	p := t.pending[pid]
+	if p == nil {
+		return
+	}
+	delete(t.pending, pid)
+	body := p.body + ") = ?"
+	if !parseCall(body, false).ok {
+		return // cut inside a string: nothing to read
+	}
+	t.event(line{kind: lineCall, pid: pid, name: p.name, body: body}, p.ts, p.line)
+}
+
 // finish ends the trace — the calls still running are taken as never
 // returning — and emits its observables.
 func (t *trace) finish(sink observe.Sink) {
 	pids := slices.Collect(maps.Keys(t.pending))
 	slices.SortFunc(pids, func(a, b int) int { return cmp.Compare(t.pending[a].line, t.pending[b].line) })
 	for _, pid := range pids {
-		p := t.pending[pid]
-		body := p.body + ") = ?"
-		if !parseCall(body, false).ok {
-			continue // cut inside a string: nothing to read
-		}
-		t.event(line{kind: lineCall, pid: pid, name: p.name, body: body}, p.ts, p.line)
+		t.unreturned(pid)
 	}
-	clear(t.pending)
 	if t.qlex.partial != "" {
 		t.res.Trace.Garbled++ // a call cut that nothing completed
 	}

@@ -357,6 +357,10 @@ func (t *trace) child(parent *proc, pid int, shareFiles bool, ts time.Time, n in
 // exited records a process's end (strace's "+++ exited with" and "+++
 // killed by" lines); a thread's is only forgotten.
 func (t *trace) exited(l line, p *proc, ts time.Time) {
+	// A call the exit cut short never returns; strace need not say so.
+	// Taken now, while the pid is still known as what it was (a thread
+	// whose pid was forgotten would come back as a stranger).
+	t.unreturned(l.pid)
 	if _, ok := t.tids[l.pid]; ok {
 		delete(t.tids, l.pid)
 		return
