@@ -215,6 +215,9 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 	}); err != nil {
 		return c, err
 	}
+	if spool.low != nil {
+		return c, fmt.Errorf("the sample's %s not stored, its run is recorded in %s: %w", strings.Join(ex.NotStored, ", "), ex.ID, spool.low)
+	}
 	if cancelled {
 		return c, &stop{records.CycleCancelled, "cancelled while executing; the sample was killed"}
 	}

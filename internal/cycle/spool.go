@@ -2,13 +2,16 @@ package cycle
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -33,6 +36,8 @@ type spool struct {
 	r       *Runner
 	c       *records.Cycle
 	streams []*stream
+	// low is the first blob write the store refused for low space.
+	low error
 }
 
 type stream struct {
@@ -182,6 +187,16 @@ func (s *spool) store(ctx context.Context, ex *records.ExecutionSnapshot) ([]str
 			return nil, err
 		}
 		b, err := s.r.St.PutBlob(ctx, st.file)
+		if errors.Is(err, diskspace.ErrLow) {
+			// The store keeps its free space for records: what the sample
+			// did is still recorded, without this output (its tail and
+			// size are kept), and the cycle then fails for the low space.
+			ex.NotStored = append(ex.NotStored, st.typ)
+			s.low = cmp.Or(s.low, err)
+			s.r.Log.Warn("not stored: the blob store is low on space", "output", st.typ, "err", err)
+			s.fillExecution(ex, st, "")
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -205,12 +220,18 @@ func (s *spool) store(ctx context.Context, ex *records.ExecutionSnapshot) ([]str
 			return nil, err
 		}
 		ids = append(ids, a.ID)
-		switch st.typ {
-		case ArtifactStdout:
-			ex.Stdout, ex.StdoutBytes, ex.StdoutTail = a.ID, st.n, string(st.tail)
-		case ArtifactStderr:
-			ex.Stderr, ex.StderrBytes, ex.StderrTail = a.ID, st.n, string(st.tail)
-		}
+		s.fillExecution(ex, st, a.ID)
 	}
 	return ids, nil
+}
+
+// fillExecution puts an output's artifact (empty when not stored), size
+// and tail into the execution record.
+func (s *spool) fillExecution(ex *records.ExecutionSnapshot, st *stream, artifact string) {
+	switch st.typ {
+	case ArtifactStdout:
+		ex.Stdout, ex.StdoutBytes, ex.StdoutTail = artifact, st.n, string(st.tail)
+	case ArtifactStderr:
+		ex.Stderr, ex.StderrBytes, ex.StderrTail = artifact, st.n, string(st.tail)
+	}
 }

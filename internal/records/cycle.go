@@ -157,6 +157,9 @@ type ExecutionSnapshot struct {
 	StderrBytes int64  `json:"stderr_bytes"`
 	StdoutTail  string `json:"stdout_tail,omitempty"`
 	StderrTail  string `json:"stderr_tail,omitempty"`
+	// NotStored are the outputs (artifact types) the blob store refused
+	// for low space: their sizes and tails above are all that is kept.
+	NotStored []string `json:"not_stored,omitempty"`
 }
 
 // RunAnalysis is what a cycle's post-processing concluded.
