@@ -16,6 +16,8 @@ pkgs=(
   nftables iproute2 tcpdump tshark inetsim dnsmasq-base busybox-static
   # multilog caps the sinkhole's dnsmasq logs (internal/netlab).
   daemontools
+  # yara and yarac run the analyst's rules (internal/yarascan).
+  yara
   # The lease report's browser test (internal/leasereport) renders in headless Chromium.
   chromium
   # The PostgreSQL state backend's tests start throw-away clusters from it (internal/state/pgtest).
