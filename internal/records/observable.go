@@ -174,6 +174,19 @@ type EndpointInfo struct {
 	// most recent, bounded): an observable merged across cycles keeps
 	// which of them had an answer, which tb-allow's probation needs.
 	AnsweredIn []string `json:"answered_in,omitempty"`
+	// SpokeIn are the cycles in which the responder's first payload on a
+	// connection was in the protocol the sample spoke (a status line to an
+	// HTTP request, a ServerHello to a ClientHello, a bot channel's own
+	// framing); ConfirmedIn those in which, besides, the sample sent new
+	// payload after it on that connection while the responder held it
+	// open, or a bot channel's C2 sent an order (both the most recent,
+	// bounded). Conversations counts such connections, which an offline
+	// capture, without cycles, has only as a count. Any server answers
+	// something: tb-allow's probation confirms an endpoint only on a
+	// conversation.
+	SpokeIn       []string `json:"spoke_in,omitempty"`
+	ConfirmedIn   []string `json:"confirmed_in,omitempty"`
+	Conversations int64    `json:"conversations,omitempty"`
 }
 
 // ScanInfo is a cycle's scan: connections to many addresses on one port
@@ -475,6 +488,10 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.strs("clients", p.Clients)
 		e.times("starts", p.Starts)
 		e.strs("domains", p.Domains)
+		e.strs("answered_in", p.AnsweredIn)
+		e.strs("spoke_in", p.SpokeIn)
+		e.strs("confirmed_in", p.ConfirmedIn)
+		e.int("conversations", p.Conversations, true)
 		e.close()
 	}
 	if c := o.Scan; c != nil {
