@@ -91,6 +91,8 @@ type Observable struct {
 	Persistence *TechniqueInfo `json:"persistence,omitempty"`
 	Evasion     *TechniqueInfo `json:"evasion,omitempty"`
 	Trace       *TraceInfo     `json:"trace,omitempty"`
+
+	Yara *YaraInfo `json:"yara,omitempty"`
 }
 
 // Provenance says where one sighting came from: the artifact record (when
@@ -675,6 +677,9 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.close()
 	}
 	e.behaviour(o)
+	if y := o.Yara; y != nil {
+		e.yara(y)
+	}
 	e.b = append(e.b, '}')
 	return e.b
 }

@@ -51,7 +51,7 @@ func randObservable(r *rand.Rand) *Observable {
 	for i := 0; i < r.Intn(3); i++ {
 		o.Provenance = append(o.Provenance, Provenance{Artifact: randString(r), Cycle: randString(r), Input: randString(r), Packet: r.Int63n(3), Line: r.Int63n(3)})
 	}
-	switch r.Intn(17) {
+	switch r.Intn(18) {
 	case 0:
 		o.Domain = &DomainInfo{Queries: r.Int63n(5), Responses: r.Int63n(5), QTypes: randStrings(r), RCodes: randStrings(r),
 			Addrs: randStrings(r), CNAMEs: randStrings(r), Resolvers: randStrings(r), Clients: randStrings(r), Transports: randStrings(r)}
@@ -90,7 +90,8 @@ func randObservable(r *rand.Rand) *Observable {
 		durs := []float64{0, 1.5, 0.000001, 123456.789}
 		o.Endpoint = &EndpointInfo{Proto: randString(r), Addr: randString(r), Port: uint16(r.Intn(65536)), Conns: r.Int63n(9), Established: r.Int63n(9),
 			ConnStates: randStrings(r), Services: randStrings(r), OrigPkts: r.Int63n(9), OrigBytes: r.Int63n(9), RespPkts: r.Int63n(9),
-			RespBytes: r.Int63n(9), MaxDuration: durs[r.Intn(len(durs))], Clients: randStrings(r), Domains: randStrings(r)}
+			RespBytes: r.Int63n(9), MaxDuration: durs[r.Intn(len(durs))], Clients: randStrings(r), Domains: randStrings(r),
+			AnsweredIn: randStrings(r), SpokeIn: randStrings(r), ConfirmedIn: randStrings(r), Conversations: r.Int63n(3)}
 		for i := 0; i < r.Intn(3); i++ {
 			o.Endpoint.Starts = append(o.Endpoint.Starts, randTime(r))
 		}
@@ -137,6 +138,10 @@ func randObservable(r *rand.Rand) *Observable {
 		for i := 0; i < r.Intn(3); i++ {
 			o.Trace.Calls = append(o.Trace.Calls, CallCount{Name: randString(r), Count: r.Int63n(9)})
 		}
+	case 17:
+		o.Yara = &YaraInfo{YaraMatch: YaraMatch{Rule: randString(r), Namespace: randString(r), Tags: randStrings(r),
+			Meta: map[string]string{randString(r): randString(r)}, Strings: []YaraString{{ID: "$" + randString(r), Offset: r.Int63n(1 << 40)}}},
+			Target: randString(r), SHA256: randString(r), Artifact: randString(r)}
 	}
 	return o
 }

@@ -1,5 +1,7 @@
 package records
 
+import "encoding/json"
+
 // ObsYara is the observable of a YARA rule that matched a file Talkbox
 // keeps (a sample, a dropped file, a memory dump); its value is
 // "NAMESPACE:RULE" and Yara says which file.
@@ -32,4 +34,15 @@ type YaraInfo struct {
 	// and memory dumps); Sample its sample record.
 	Artifact string `json:"artifact,omitempty"`
 	Sample   string `json:"sample,omitempty"`
+}
+
+// yara writes a yara observable's detail: rare enough (one per rule and
+// file) that encoding/json's speed does.
+func (e *jsonAppender) yara(y *YaraInfo) {
+	b, err := json.Marshal(y)
+	if err != nil {
+		return // nothing in YaraInfo fails to encode
+	}
+	e.key("yara")
+	e.b = append(e.b, b...)
 }
