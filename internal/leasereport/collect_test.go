@@ -81,6 +81,22 @@ func TestCollectLease(t *testing.T) {
 	if len(r.Leases) != 1 || r.Leases[0].Health != records.HealthHealthy || r.Leases[0].State != records.LeaseIdle {
 		t.Fatalf("leases %+v", r.Leases)
 	}
+	// What tb-run's own analysis (cycle.Analyse) says of each cycle: the
+	// first leaves the paste site pending approval; the second confirms the
+	// C2 (not a new candidate) and its trace shows persistence, a
+	// self-delete, dropped files and a listener.
+	for i, want := range []struct{ class, reasons []string }{
+		{[]string{"running", "network-active", "c2-candidate", "scanning"},
+			[]string{"allow-list entries wait for approval: domain drop.pastebin.com, endpoint 203.0.113.50:443/tcp", "scan traffic refused"}},
+		{[]string{"running", "network-active", "scanning", "persistence", "evasion", "dropper", "backdoor"},
+			[]string{"persistence or tampering in the guest: cron /etc/crontab",
+				"confirmed endpoint 198.51.100.18:80/tcp: its far side answered while let through on probation", "scan traffic refused"}},
+	} {
+		c := r.Cycles[i]
+		if !slices.Equal(c.Classification, want.class) || c.Recommendation != records.RecommendEscalate || !slices.Equal(c.Reasons, want.reasons) {
+			t.Errorf("cycle %d: %q, %s: %q", i+1, c.Classification, c.Recommendation, c.Reasons)
+		}
+	}
 	// The span runs from the lease's start to its last revision, the
 	// expiry after the last cycle.
 	if !r.From.Equal(time.Date(2026, 11, 20, 8, 57, 0, 0, time.UTC)) || !r.To.Equal(time.Date(2026, 11, 20, 12, 35, 30, 0, time.UTC)) {
@@ -220,9 +236,19 @@ func TestCollectLease(t *testing.T) {
 		t.Errorf("names %q", names)
 	}
 
+	// The behaviour is what tb-parse found in the second cycle's trace.
 	bh := r.Behaviour
-	if bh == nil || bh.Cycle != b.Cycles[1] || len(bh.Processes) != 3 || bh.Processes[1].Depth != 1 || len(bh.Items) != 8 || bh.Items[0].First != b.Cycles[1] {
+	if bh == nil || bh.Cycle != b.Cycles[1] || len(bh.Processes) != 3 || bh.Processes[1].Depth != 1 || bh.Processes[2].Exit != "SIGKILL" ||
+		bh.Items[0].First != b.Cycles[1] {
 		t.Fatalf("behaviour %+v", bh)
+	}
+	var items []string
+	for _, it := range bh.Items {
+		items = append(items, it.What+" "+it.Value)
+	}
+	if !slices.Equal(items, []string{"dropped /etc/crontab", "dropped /tmp/.x/<b>bot</b>", "dropped /tmp/.x/run", "persistence cron /etc/crontab",
+		"evasion self-delete", "tried connect 198.51.100.18:80/tcp", "listening listen 0.0.0.0:2323/tcp"}) {
+		t.Errorf("behaviour items %q", items)
 	}
 	book := &allowlist.Book{St: st}
 	for _, id := range r.Records() {

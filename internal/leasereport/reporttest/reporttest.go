@@ -1,11 +1,12 @@
 // Package reporttest fills a state directory with the records of a lease's
 // cycles, for the report's tests and benchmark. The records are made the
 // way tb-run's post-processing makes them: a capture per cycle (a pcap
-// written by pcapgen, stored as a blob with its artifact record), tb-parse's
-// parse with --merge (observables and the flow log), tb-allow's classifier
-// and promote, an operator's approve and the expiry of entries. What tb-run
-// itself writes (cycle, execution, analysis) is written here with the
-// fields the report reads.
+// written by pcapgen, stored as a blob with its artifact record) and the
+// sample's system-call trace (an strace log, stored as tb-run stores it),
+// tb-parse's parse with --merge (observables and the flow log), tb-allow's
+// classifier and promote, an operator's approve and the expiry of entries,
+// and tb-run's own analysis (cycle.Analyse). The cycle and execution records
+// tb-run writes are written here with the fields the report reads.
 package reporttest
 
 import (
@@ -18,18 +19,18 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/gopacket/layers"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/cycle"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
-	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -133,12 +134,21 @@ type Spec struct {
 	// runner kills at their timeout.
 	Failed   map[int]bool
 	TimedOut map[int]bool
-	// Behaviour is the behaviour summary of the cycles from BehaviourFrom
-	// on (nil: none).
-	Behaviour     *records.BehaviourSummary
+	// Trace is the system-call trace of each cycle from BehaviourFrom on
+	// (nil: none), from which tb-parse makes the behaviour observables
+	// and the analysis its behaviour summary.
+	Trace         []Call
 	BehaviourFrom int
 	// Seed makes the jitter and the scanned addresses repeatable.
 	Seed uint64
+}
+
+// Call is one line of an strace log (strace -f -ttt -T): what process PID
+// did At into the sample's run.
+type Call struct {
+	PID  int
+	At   time.Duration
+	Line string
 }
 
 // C2 is the main C2 of the stories, and Hostile a DNS name made to break
@@ -184,22 +194,38 @@ func TwoCycles() Spec {
 		Args:         []string{"-c2", C2Name, "-interval", "60s", `--tag=<img src=x onerror=alert(2)>`},
 		TTL:          2 * time.Hour,
 		ApproveAfter: 1, Note: `ticket 4711: the paste is the bot's "config" <b>drop</b>`,
-		ExpireAfter: 40 * time.Minute,
-		Behaviour: &records.BehaviourSummary{
-			Processes: []records.ProcessNode{
-				{PID: 412, PPID: 1, Exe: "/tmp/talkbox/beacon", Argv: []string{"/tmp/talkbox/beacon", "-c2", C2Name}, Names: []string{"[kworker/0:2]"}},
-				{PID: 418, PPID: 412, Exe: "/bin/busybox", Argv: []string{"sh", "-c", "echo '<svg onload=alert(3)>' > /tmp/.x/run"}, Exit: "0"},
-				{PID: 420, PPID: 412, Exe: "/tmp/.x/<b>bot</b>", Exit: "SIGKILL"},
-			},
-			Dropped:     []string{"/tmp/.x/<b>bot</b>", "/tmp/.x/run"},
-			Persistence: []string{"cron /etc/crontab"},
-			Evasion:     []string{"prctl-rename", "self-delete"},
-			Tried:       []string{"connect 198.51.100.18:80/tcp", "connect *:23/tcp"},
-			Listening:   []string{"listen 0.0.0.0:2323/tcp"},
-		},
+		ExpireAfter:   40 * time.Minute,
+		Trace:         botTrace,
 		BehaviourFrom: 2,
 		Seed:          17,
 	}
+}
+
+// botTrace is the bot's run as strace logs it: it renames itself, runs a
+// shell line that writes a script, drops and starts a second binary that
+// listens on tcp/2323 until the bot kills it, appends to the crontab,
+// connects to its C2 and deletes itself. The command line and the dropped
+// path are markup.
+var botTrace = []Call{
+	{412, 0, `execve("/tmp/talkbox/beacon", ["/tmp/talkbox/beacon", "-c2", "` + C2Name + `"], 0x7ffd4e0c7f30 /* 10 vars */) = 0 <0.000200>`},
+	{412, 100 * time.Microsecond, `prctl(PR_SET_NAME, "[kworker/0:2]") = 0 <0.000020>`},
+	{412, 200 * time.Microsecond, `clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f0000000a10) = 418 <0.000100>`},
+	{418, 300 * time.Microsecond, `execve("/bin/busybox", ["sh", "-c", "echo '<svg onload=alert(3)>' > /tmp/.x/run"], 0x7ffd4e0c7f30 /* 10 vars */) = 0 <0.000200>`},
+	{418, 400 * time.Microsecond, `openat(AT_FDCWD, "/tmp/.x/run", O_WRONLY|O_CREAT|O_TRUNC, 0644) = 3 <0.000020>`},
+	{418, 500 * time.Microsecond, `exit_group(0)     = ?`},
+	{418, 600 * time.Microsecond, `+++ exited with 0 +++`},
+	{412, 700 * time.Microsecond, `openat(AT_FDCWD, "/tmp/.x/<b>bot</b>", O_WRONLY|O_CREAT|O_TRUNC, 0755) = 3 <0.000020>`},
+	{412, 800 * time.Microsecond, `clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f0000000a10) = 420 <0.000100>`},
+	{420, 900 * time.Microsecond, `execve("/tmp/.x/<b>bot</b>", ["/tmp/.x/<b>bot</b>"], 0x7ffd4e0c7f30 /* 10 vars */) = 0 <0.000200>`},
+	{420, time.Millisecond, `socket(AF_INET, SOCK_STREAM, IPPROTO_IP) = 3 <0.000021>`},
+	{420, 1100 * time.Microsecond, `bind(3, {sa_family=AF_INET, sin_port=htons(2323), sin_addr=inet_addr("0.0.0.0")}, 16) = 0 <0.000018>`},
+	{420, 1200 * time.Microsecond, `listen(3, 16)    = 0 <0.000014>`},
+	{412, 1300 * time.Microsecond, `openat(AT_FDCWD, "/etc/crontab", O_WRONLY|O_APPEND) = 4 <0.000020>`},
+	{412, 1400 * time.Microsecond, `socket(AF_INET, SOCK_STREAM, IPPROTO_IP) = 5 <0.000021>`},
+	{412, 1500 * time.Microsecond, `connect(5, {sa_family=AF_INET, sin_port=htons(80), sin_addr=inet_addr("198.51.100.18")}, 16) = -1 EINPROGRESS (Operation now in progress) <0.000075>`},
+	{412, 1600 * time.Microsecond, `unlink("/tmp/talkbox/beacon") = 0 <0.000020>`},
+	{412, 1700 * time.Microsecond, `kill(420, SIGKILL) = 0 <0.000020>`},
+	{420, 1800 * time.Microsecond, `+++ killed by SIGKILL +++`},
 }
 
 // Hourly is a week-and-more lease: n cycles, one an hour (50-minute
@@ -386,8 +412,16 @@ func (b *builder) cycle(i int, prev string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	inputs := []string{pcapID}
+	if b.s.Trace != nil && i >= b.s.BehaviourFrom {
+		traceID, err := b.trace(c.ID, launched, start.Add(b.s.Window))
+		if err != nil {
+			return "", err
+		}
+		inputs = append(inputs, traceID)
+	}
 	b.clk.Set(end)
-	if err := b.parse(pcapID); err != nil {
+	if err := b.parse(inputs); err != nil {
 		return "", err
 	}
 	obs, err := state.FindBy[records.Observable](b.st, records.KindObservable, records.KeyCycle, c.ID, nil)
@@ -435,8 +469,12 @@ func (b *builder) cycle(i int, prev string) (string, error) {
 		return "", err
 	}
 	c.Execution, c.TimedOut = ex.ID, ex.TimedOut
-	a, err := b.analyse(c, rev, obs, arts, ex, i)
+	a, err := cycle.Analyse(b.st, c)
 	if err != nil {
+		return "", err
+	}
+	records.Init(a, records.KindAnalysis, b.clk.Now())
+	if err := b.st.Create(b.ctx, a); err != nil {
 		return "", err
 	}
 	c.Analysis = a.ID
@@ -595,15 +633,46 @@ func (b *builder) probe(dst netip.AddrPort) func(g *pcapgen.Gen) {
 	}
 }
 
-// parse runs tb-parse --merge on the cycle's pcap artifact, as the
-// post-processing step does.
-func (b *builder) parse(artifact string) error {
-	raw, err := b.st.ReadRaw(artifact)
+// trace stores the story's trace as the cycle's behaviour-trace artifact,
+// the sample's run starting at from, as tb-run stores what it copied out
+// of the guest (zstd-compressed).
+func (b *builder) trace(cycleID string, from, to time.Time) (string, error) {
+	var buf bytes.Buffer
+	enc, err := zstd.NewWriter(&buf)
 	if err != nil {
-		return err
+		return "", err
+	}
+	for _, l := range b.s.Trace {
+		t := from.Add(l.At)
+		fmt.Fprintf(enc, "%d %d.%06d %s\n", l.PID, t.Unix(), t.Nanosecond()/1000, l.Line)
+	}
+	if err := enc.Close(); err != nil {
+		return "", err
+	}
+	blob, err := b.st.PutBlob(b.ctx, bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		return "", err
+	}
+	a := &records.Artifact{Cycle: cycleID, Lease: b.out.Lease, Type: cycle.ArtifactTrace, URI: blob.URI(), SHA256: blob.SHA256,
+		Size: blob.Size, ContentType: "text/plain+zstd", ParserStatus: "pending", Metadata: map[string]any{"offset": 0}}
+	records.Init(a, records.KindArtifact, to)
+	return a.ID, b.st.Create(b.ctx, a)
+}
+
+// parse runs tb-parse --merge on the cycle's artifacts, as the
+// post-processing step does.
+func (b *builder) parse(artifacts []string) error {
+	var in bytes.Buffer
+	for _, id := range artifacts {
+		raw, err := b.st.ReadRaw(id)
+		if err != nil {
+			return err
+		}
+		in.Write(bytes.TrimSpace(raw))
+		in.WriteByte('\n')
 	}
 	var warns []string
-	job, err := parse.Prepare(parse.Request{FromStdin: true, Merge: true}, bytes.NewReader(raw), func(f string, a ...any) {
+	job, err := parse.Prepare(parse.Request{FromStdin: true, Merge: true}, &in, func(f string, a ...any) {
 		warns = append(warns, fmt.Sprintf(f, a...))
 	})
 	if err != nil {
@@ -660,82 +729,4 @@ func (b *builder) execution(c *records.Cycle, from, to time.Time, timedOut bool)
 	}
 	records.Init(ex, records.KindExecution, b.clk.Now())
 	return ex, b.st.Create(b.ctx, ex)
-}
-
-// analyse writes the cycle's analysis with what tb-run's analysis says
-// of the same records: the observables of the cycle, its flow logs, what
-// the promote changed and refused, the behaviour summary.
-func (b *builder) analyse(c *records.Cycle, rev *records.AllowRevision, obs []*records.Observable, arts []*records.Artifact,
-	ex *records.ExecutionSnapshot, i int) (*records.RunAnalysis, error) {
-	a := &records.RunAnalysis{Cycle: c.ID, Lease: c.Lease, Sample: c.Sample, Plan: c.Plan, Previous: c.Previous, Observables: map[string]int{},
-		Revision: rev.ID, Refused: rev.Refusals}
-	for _, o := range obs {
-		a.Observables[o.Type]++
-		switch o.Type {
-		case records.ObsDomain:
-			a.Domains = append(a.Domains, o.Value)
-		case records.ObsEndpoint:
-			a.Destinations = append(a.Destinations, o.Value)
-		}
-	}
-	sort.Strings(a.Domains)
-	sort.Strings(a.Destinations)
-	for _, art := range arts {
-		if art.Type == flowlog.ArtifactType {
-			a.Connections += art.Conns
-			a.FlowLogs = append(a.FlowLogs, art.ID)
-		}
-	}
-	var pending []string
-	if rev.Cycle == c.ID && rev.ID != c.Revision {
-		for _, ch := range append(slices.Clone(rev.Changes.Added), rev.Changes.Changed...) {
-			switch {
-			case ch.To == ch.From:
-			case ch.To == records.StatusActive:
-				a.Promoted = append(a.Promoted, ch.Key)
-			case ch.To == records.StatusPending:
-				pending = append(pending, ch.Key)
-			}
-		}
-	}
-	if b.s.Behaviour != nil && i >= b.s.BehaviourFrom {
-		bs := *b.s.Behaviour
-		a.Behaviour = &bs
-	}
-	switch {
-	case ex.TimedOut:
-		a.Classification = append(a.Classification, "timed-out")
-	case ex.Running:
-		a.Classification = append(a.Classification, "running")
-	}
-	a.Classification = append(a.Classification, "network-active")
-	if len(a.Promoted) > 0 {
-		a.Classification = append(a.Classification, "c2-candidate")
-	}
-	scanning := slices.ContainsFunc(a.Refused, func(r records.Refusal) bool { return r.Class == "scan" })
-	if scanning {
-		a.Classification = append(a.Classification, "scanning")
-	}
-	if a.Behaviour != nil {
-		a.Classification = append(a.Classification, "persistence", "evasion", "dropper", "backdoor")
-	}
-	switch {
-	case len(pending) > 0:
-		a.Recommendation = records.RecommendEscalate
-		a.Reasons = append(a.Reasons, "allow-list entries wait for approval: "+strings.Join(pending, ", "))
-	case a.Behaviour != nil:
-		a.Recommendation = records.RecommendEscalate
-		a.Reasons = append(a.Reasons, "persistence or tampering in the guest: "+strings.Join(a.Behaviour.Persistence, ", "))
-	case len(a.Promoted) > 0:
-		a.Recommendation = records.RecommendRerun
-		a.Reasons = append(a.Reasons, "promoted "+strings.Join(a.Promoted, ", ")+"; rerun so the sample can reach it")
-	default:
-		a.Recommendation = records.RecommendDone
-		a.Reasons = append(a.Reasons, "nothing new to allow; the allow-list in force is unchanged")
-	}
-	if scanning {
-		a.Reasons = append(a.Reasons, "scan traffic refused")
-	}
-	records.Init(a, records.KindAnalysis, b.clk.Now())
-	return a, b.st.Create(b.ctx, a)
 }
