@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -65,7 +64,7 @@ func (c *netUpCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	cfg.Dir = capture.LabDir(st, cfg.Name)
+	cfg.Dir = netlab.Dir(st, cfg.Name)
 	cfg.Defaults()
 	if err := cfg.Check(); err != nil {
 		return fault.Usage(err)
@@ -74,7 +73,11 @@ func (c *netUpCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	s, err := netlab.Inspect(env.Ctx, cfg.Dir)
+	lab, err := netlab.Open(st, cfg.Name)
+	if err != nil {
+		return err
+	}
+	s, err := lab.Status(env.Ctx)
 	if err != nil {
 		return err
 	}
@@ -95,13 +98,18 @@ type labStatus struct {
 type netCheckCmd struct{ labFlag }
 
 // Run re-runs the containment probes on a lab that is up, records the
-// result and prints it; it exits 1 when a probe failed.
+// result and prints it; it exits 1 when a probe failed, 69 when the lab is
+// not up.
 func (c *netCheckCmd) Run(env *cli.Env) error {
 	st, err := env.OpenState()
 	if err != nil {
 		return err
 	}
-	rep, err := capture.CheckLab(env.Ctx, st, c.Lab)
+	lab, err := netlab.Open(st, c.Lab)
+	if err != nil {
+		return err
+	}
+	rep, err := capture.CheckLab(env.Ctx, st, lab.Name)
 	if err != nil {
 		return err
 	}
@@ -118,25 +126,26 @@ func (c *netDownCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	return capture.Fault(netlab.Down(env.Ctx, capture.LabDir(st, c.Lab)))
+	return capture.Fault(netlab.Down(env.Ctx, netlab.Dir(st, c.Lab)))
 }
 
 type netStatusCmd struct{ labFlag }
 
-// Run exits 1 when the lab is not up.
+// Run exits 69 when the lab is not up, 1 when it is only partly up.
 func (c *netStatusCmd) Run(env *cli.Env) error {
 	st, err := env.OpenState()
 	if err != nil {
 		return err
 	}
-	s, err := netlab.Inspect(env.Ctx, capture.LabDir(st, c.Lab))
-	if errors.Is(err, os.ErrNotExist) {
-		return fault.Failure(fmt.Errorf("lab %q is not up", cmp.Or(c.Lab, "default")))
-	}
+	lab, err := netlab.Open(st, c.Lab)
 	if err != nil {
 		return err
 	}
-	check, err := capture.LastCheck(st, c.Lab)
+	s, err := lab.Status(env.Ctx)
+	if err != nil {
+		return err
+	}
+	check, err := lab.LastCheck()
 	if err != nil {
 		return err
 	}
@@ -167,10 +176,11 @@ func (c *netDNSAllowCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := netlab.SetAllowedNames(capture.LabDir(st, c.Lab), c.Names); err != nil {
-		return fault.DataErr(err)
+	lab, err := netlab.Open(st, c.Lab)
+	if err != nil {
+		return err
 	}
-	return nil
+	return lab.SetAllowedNames(c.Names)
 }
 
 type startCmd struct {
@@ -359,9 +369,13 @@ func (c *allowCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	fw, err := capture.LabFirewall(st, c.Lab)
+	lab, err := netlab.Open(st, c.Lab)
 	if err != nil {
-		return fault.Failure(err)
+		return err
+	}
+	fw, err := lab.Firewall()
+	if err != nil {
+		return err
 	}
 	parse := func(in []string) ([]firewall.Element, error) {
 		var out []firewall.Element

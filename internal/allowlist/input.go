@@ -5,14 +5,10 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
-	"net/netip"
 	"slices"
 
-	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
-	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -141,31 +137,4 @@ func ReadObservables(b *Book, in Input, log *slog.Logger, warnf func(format stri
 		add(o)
 	}
 	return groups, order, nil
-}
-
-// labValidator is the firewall's validator for the lab's networks, with the
-// documentation ranges as the policy says.
-func labValidator(st *state.Store, lab string, pol *Policy) firewall.Policy {
-	if m, err := netlab.Load(capture.LabDir(st, lab)); err == nil {
-		if fw, err := m.Config.Firewall(); err == nil {
-			p := fw.Policy(false)
-			p.Documentation = pol.Documentation
-			p.SMTPPorts = pol.SMTPPorts
-			return p
-		}
-	}
-	var def netlab.Config
-	def.Defaults()
-	p := firewall.Policy{Documentation: pol.Documentation, SMTPPorts: pol.SMTPPorts,
-		Lab: []netip.Prefix{def.LabNet, def.SinkNet}}
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					p.Host = append(p.Host, ip.Unmap())
-				}
-			}
-		}
-	}
-	return p
 }

@@ -1,20 +1,14 @@
 package allowlist
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"github.com/talkbox-sandbox/talkbox/internal/progress"
-	"os"
 
-	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
-	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/progress"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
-	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // PromoteRequest is "tb-allow promote".
@@ -58,7 +52,14 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 		out.Log.Info("no observables: nothing to promote")
 		return nil
 	}
-	v := labValidator(b.St, req.Lab, &pol)
+	lab, err := netlab.Expected(b.St, req.Lab)
+	if err != nil {
+		return err
+	}
+	v, err := lab.Validator(pol.Documentation, pol.SMTPPorts)
+	if err != nil {
+		return err
+	}
 	guard, err := LoadGuard(ctx, b.St, req.Lab)
 	if err != nil {
 		return fault.Unavailable(fmt.Errorf("the built-in never-allow list: %w", err))
@@ -116,20 +117,6 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 	return batch.Err()
 }
 
-// labFirewall is the firewall of a lab that is up, and its configuration.
-func labFirewall(st *state.Store, lab string) (*firewall.NFT, *netlab.Config, error) {
-	dir := capture.LabDir(st, lab)
-	m, err := netlab.Load(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fault.Unavailable(fmt.Errorf("lab %q is not up (tb-capture net up)", cmp.Or(lab, "default")))
-		}
-		return nil, nil, err
-	}
-	fw, err := m.Config.Firewall()
-	return fw, &m.Config, err
-}
-
 // noUpstream is why a lab's names are not enforced when it has no
 // upstream resolver.
 const noUpstream = "the lab has no upstream resolver (tb-capture net up --upstream): its DNS sinkhole answers these names itself"
@@ -150,8 +137,7 @@ func applyChains(ctx context.Context, b *Book, lab string, cs []Chain, out cmdou
 		leases = nil
 	}
 	err := Apply(ctx, b, ApplyRequest{Leases: leases, Lab: lab, Incremental: true}, out)
-	var ce *fault.Error
-	if errors.As(err, &ce) && ce.Code == fault.ExitUnavailable {
+	if err != nil && fault.Code(err) == fault.ExitUnavailable {
 		return fault.Unavailable(fmt.Errorf("revision written but not applied: %w", err))
 	}
 	return err
@@ -171,7 +157,11 @@ type ApplyRequest struct {
 // Apply is "tb-allow apply": every lease's live set and the DNS forward
 // list made to match the active revisions; one applied line per lease.
 func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) (err error) {
-	fw, cfg, err := labFirewall(b.St, req.Lab)
+	lab, err := netlab.Open(b.St, req.Lab)
+	if err != nil {
+		return err
+	}
+	fw, err := lab.Firewall()
 	if err != nil {
 		return err
 	}
@@ -184,7 +174,7 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) (err
 	now := b.St.Now()
 	// A lab without an upstream resolver is a supported configuration:
 	// names promoted there are recorded and reported, never an error.
-	upstream := cfg.Upstream.IsValid()
+	upstream := lab.Config.Upstream.IsValid()
 	names, byLease, err := b.LabNames(ctx, fw, now, out.Warnf)
 	if err != nil {
 		return err
@@ -226,7 +216,7 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) (err
 		return err
 	}
 	// Without an upstream the lab records the list and forwards nothing.
-	changed, err := ApplyNames(capture.LabDir(b.St, req.Lab), names)
+	changed, err := ApplyNames(lab.Dir, names)
 	if err != nil {
 		err = fault.Unavailable(fmt.Errorf("DNS forward list: %w", err))
 		out.Warnf("%v", err)

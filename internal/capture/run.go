@@ -53,14 +53,15 @@ func LabDir(st *state.Store, lab string) string {
 	return st.Path("capture", "labs", lab)
 }
 
-// LabFirewall is the containment driver of a lab that is up: what tb-allow
-// uses to change a lease's live allow set (ApplyAllowSet, AllowSet).
+// LabFirewall is the containment driver of a lab that is up: the firewall
+// of netlab.Open's lab. Only internal/lease's revert_guest_test.go still
+// calls it; the tools open the lab.
 func LabFirewall(st *state.Store, lab string) (*firewall.NFT, error) {
-	m, err := netlab.Load(LabDir(st, lab))
+	l, err := netlab.Open(st, lab)
 	if err != nil {
-		return nil, fmt.Errorf("lab %q is not up (tb-capture net up): %w", cmp.Or(lab, "default"), err)
+		return nil, err
 	}
-	return m.Config.Firewall()
+	return l.Firewall()
 }
 
 // StartRequest is "tb-capture start".

@@ -66,7 +66,7 @@ func (c *Config) Defaults() {
 			*s = v
 		}
 	}
-	def(&c.Name, "default")
+	def(&c.Name, DefaultName)
 	def(&c.Bridge, "tb-lab0")
 	def(&c.SinkNS, "tb-sink")
 	def(&c.SinkVeth, "tb-sink0")
@@ -612,7 +612,10 @@ func Inspect(ctx context.Context, dir string) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := m.Config
+	return inspect(ctx, m.Config)
+}
+
+func inspect(ctx context.Context, cfg Config) (*Status, error) {
 	st := &Status{Name: cfg.Name, Config: cfg, Uplink: cfg.Uplink}
 	h, err := handleAt(cfg.HostNSPath())
 	if err != nil {

@@ -475,13 +475,17 @@ func SetAllowedNames(dir string, names []string) error {
 	if err != nil {
 		return err
 	}
-	up := m.Config.Upstream
+	return setAllowedNames(&m.Config, names)
+}
+
+func setAllowedNames(cfg *Config, names []string) error {
+	up := cfg.Upstream
 	valid := make([]string, 0, len(names))
 	for _, n := range names {
 		c, err := dnsname.Forwardable(n)
 		if err != nil {
 			// The signature is the allow-list's and carries no logger.
-			slog.Warn("not forwarding a name", "lab", m.Config.Name, "err", err)
+			slog.Warn("not forwarding a name", "lab", cfg.Name, "err", err)
 			continue
 		}
 		valid = append(valid, c)
@@ -496,13 +500,13 @@ func SetAllowedNames(dir string, names []string) error {
 			fmt.Fprintf(&record, "server=/%s/\n", n)
 		}
 	}
-	if err := writeServersFile(&m.Config, valid); err != nil {
+	if err := writeServersFile(cfg, valid); err != nil {
 		return err
 	}
-	if err := writeAtomic(AllowNamesFile(dir), record.Bytes(), 0o644); err != nil {
+	if err := writeAtomic(AllowNamesFile(cfg.Dir), record.Bytes(), 0o644); err != nil {
 		return err
 	}
-	if pid := runningPID(dir, "dns"); pid > 0 {
+	if pid := runningPID(cfg.Dir, "dns"); pid > 0 {
 		return syscall.Kill(pid, syscall.SIGHUP)
 	}
 	return nil

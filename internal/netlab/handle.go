@@ -1,0 +1,129 @@
+package netlab
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// DefaultName is the lab every tool means when none is named.
+const DefaultName = "default"
+
+// Dir is where the lab named name (DefaultName if empty) keeps its state in
+// st: the configuration it was brought up with, its last check, the names
+// its DNS sinkhole forwards.
+func Dir(st *state.Store, name string) string {
+	return st.Path("capture", "labs", cmp.Or(name, DefaultName))
+}
+
+// Lab is one lab of this host, as Open (or Expected) found it: the one
+// handle the tools take a lab's configuration, firewall, validator and last
+// check from.
+type Lab struct {
+	// Name is the lab's name (tb-capture net up --lab).
+	Name string
+	// Dir is where it keeps its state (Dir).
+	Dir string
+	// Config is what it was brought up with; for a lab Expected found not
+	// up, what tb-capture net up --lab Name would bring it up with.
+	Config Config
+	up     bool
+}
+
+// ErrNotUp matches (errors.Is) the error of a lab that is not up.
+var ErrNotUp = errors.New("lab not up")
+
+// NotUpError is a lab asked for that is not up: exit 69, a service
+// missing, from every tool, with what to run.
+type NotUpError struct{ Lab string }
+
+func (e *NotUpError) Error() string {
+	return fmt.Sprintf("lab %q is not up (run tb-capture net up --lab %s)", e.Lab, e.Lab)
+}
+
+// FaultCode implements fault.Coder.
+func (e *NotUpError) FaultCode() int { return fault.ExitUnavailable }
+
+// Is makes errors.Is(err, ErrNotUp) true.
+func (e *NotUpError) Is(target error) bool { return target == ErrNotUp }
+
+// Open is the lab named name (DefaultName if empty) of st when it is up;
+// a *NotUpError when it is not.
+func Open(st *state.Store, name string) (*Lab, error) {
+	name = cmp.Or(name, DefaultName)
+	dir := Dir(st, name)
+	m, err := Load(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, &NotUpError{Lab: name}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lab %q: %w", name, err)
+	}
+	return &Lab{Name: name, Dir: dir, Config: m.Config, up: true}, nil
+}
+
+// Expected is the lab named name as Open finds it when it is up, else as
+// tb-capture net up --lab name would make it with no other flag, in this
+// network namespace and without an upstream resolver: what a promotion is
+// checked against on a machine whose lab is not up yet.
+func Expected(st *state.Store, name string) (*Lab, error) {
+	l, err := Open(st, name)
+	if !errors.Is(err, ErrNotUp) {
+		return l, err
+	}
+	l = &Lab{Name: cmp.Or(name, DefaultName), Dir: Dir(st, name)}
+	l.Config = Config{Name: l.Name, Dir: l.Dir}
+	l.Config.Defaults()
+	return l, nil
+}
+
+// Firewall is the lab's containment driver; a *NotUpError for a lab that
+// is not up, which has no tables to change.
+func (l *Lab) Firewall() (*firewall.NFT, error) {
+	if !l.up {
+		return nil, &NotUpError{Lab: l.Name}
+	}
+	return l.Config.Firewall()
+}
+
+// Validator is the firewall's validator of what may be allowed out of the
+// lab: never its own networks or the host's addresses (those of the
+// namespace it runs in), the documentation ranges only when documentation
+// says so, the SMTP ports smtpPorts only when a plan forces them.
+func (l *Lab) Validator(documentation bool, smtpPorts []uint16) (firewall.Policy, error) {
+	fw, err := l.Config.Firewall()
+	if err != nil {
+		return firewall.Policy{}, fmt.Errorf("lab %q: %w", l.Name, err)
+	}
+	p := fw.Policy(false)
+	p.Documentation = documentation
+	p.SMTPPorts = smtpPorts
+	return p, nil
+}
+
+// LastCheck is the lab's last containment check, nil when it has none.
+func (l *Lab) LastCheck() (*ProbeReport, error) {
+	rep, err := LoadCheck(l.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return rep, err
+}
+
+// Status is what the lab's parts look like now.
+func (l *Lab) Status(ctx context.Context) (*Status, error) { return inspect(ctx, l.Config) }
+
+// SetAllowedNames replaces the names the lab's DNS sinkhole forwards to its
+// upstream (SetAllowedNames).
+func (l *Lab) SetAllowedNames(names []string) error {
+	if !l.up {
+		return &NotUpError{Lab: l.Name}
+	}
+	return setAllowedNames(&l.Config, names)
+}
