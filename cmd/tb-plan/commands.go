@@ -44,6 +44,7 @@ type planCmd struct {
 	Jobs        int               `name:"jobs" short:"j" help:"Files read, hashed, triaged and copied into the blob store at once (default: one per CPU); output stays in input order."`
 	DroppedBy   string            `name:"dropped-by" placeholder:"CYCLE" help:"The inputs are files a sample wrote in this cycle's guest (tb-run copies them out): recorded as the samples' lineage."`
 	DroppedPath string            `name:"dropped-path" placeholder:"PATH" help:"With --dropped-by: the file's path in the guest."`
+	Yara        []string          `name:"yara" type:"path" placeholder:"DIR" help:"Directory (or file) of YARA rules, *.yar and *.yara, added to the profile's and /etc/talkbox/yara (repeatable): run over each sample now, and over its dropped files and memory dumps at each cycle."`
 }
 
 func (c *planCmd) Run(env *cli.Env) error {
@@ -69,7 +70,7 @@ func (c *planCmd) Run(env *cli.Env) error {
 			BootTimeout: c.BootTimeout, Timeout: c.Timeout, Window: c.Window, Network: c.Network,
 			RateLimit: c.RateLimit, AllowSMTP: c.AllowSMTP, Promote: c.Promote, Instrumentation: c.Instrument,
 			Detach: c.Detach, Cycles: c.Cycles, Args: c.Args, Env: c.Env, Workdir: c.Workdir,
-			Images: c.Images, Platform: c.Platform,
+			Images: c.Images, Platform: c.Platform, Yara: c.Yara,
 		},
 	}, env.Stdin, env.Warnf)
 	if err != nil {

@@ -35,6 +35,7 @@ func Make(s *records.Sample, p Profile, applied []string, forced string, now tim
 		Execution:    p.Execution,
 		Timeouts:     p.Timeouts,
 		Instrument:   p.Instrument,
+		Yara:         p.Yara,
 		Overrides:    applied,
 	}
 	switch {

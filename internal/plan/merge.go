@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -35,6 +36,8 @@ type Overrides struct {
 	Images          []string
 	// Platform forces the guest platform instead of the triage's choice.
 	Platform string
+	// Yara adds rule directories to the profile's.
+	Yara []string
 }
 
 // Resolve merges profile < user file < flags, in that order, and validates
@@ -92,6 +95,12 @@ func Resolve(p Profile, o Overrides) (Profile, []string, error) {
 	setBool(&p.Network.AllowSMTP, o.AllowSMTP, "allow-smtp")
 	setBool(&p.Network.Promote, o.Promote, "promote")
 	setStr(&p.Instrument, o.Instrumentation, "instrumentation")
+	for _, d := range o.Yara {
+		if !slices.Contains(p.Yara, d) {
+			p.Yara = append(slices.Clip(p.Yara), d)
+			flag("yara", d)
+		}
+	}
 	setBool(&p.Execution.Detach, o.Detach, "detach")
 	setInt(&p.Execution.Cycles, o.Cycles, "cycles")
 	setStr(&p.Execution.Workdir, o.Workdir, "workdir")

@@ -32,6 +32,8 @@ type Profile struct {
 	Instrument  string             `json:"instrumentation"`
 	Execution   records.Execution  `json:"execution"`
 	Preferred   []string           `json:"preferred_images,omitempty"`
+	// Yara are rule directories (records.Plan.Yara).
+	Yara []string `json:"yara,omitempty"`
 	// Source is where the profile came from: "embedded" or a file path.
 	Source string `json:"source"`
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/sample"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/yarascan"
 )
 
 // Request is one tb-plan invocation.
@@ -112,8 +113,13 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 		}
 		d.Lease, d.Sample = c.Lease, c.Sample
 	}
+	rules, err := yarascan.Compile(ctx, yarascan.Dirs(j.profile.Yara...))
+	if err != nil {
+		return err
+	}
+	defer rules.Close()
 	p := &planner{ctx: ctx, log: out.Log, warnf: out.Warnf, ing: &sample.Ingester{Store: st, Priority: req.Priority, DroppedBy: req.DroppedBy},
-		profile: j.profile, applied: j.applied, forced: req.Overrides.Platform, out: bufio.NewWriterSize(out.Stdout, 64<<10)}
+		profile: j.profile, applied: j.applied, forced: req.Overrides.Platform, out: bufio.NewWriterSize(out.Stdout, 64<<10), yara: rules}
 	jobs := req.Jobs
 	if jobs <= 0 {
 		jobs = runtime.GOMAXPROCS(0)
@@ -221,6 +227,7 @@ type planner struct {
 	out         *bufio.Writer // records, one JSON line each
 	batch       fault.Batch
 	notRunnable int
+	yara        *yarascan.Rules
 
 	// pending holds new samples and their plans, queued in writes, until
 	// writes is handed to the committer goroutine (commits), which stores
@@ -570,4 +577,5 @@ func (p *planner) print(smp *records.Sample, pl *records.Plan, smpLine, plLine [
 		p.out.Write(line)
 		p.out.WriteByte('\n')
 	}
+	p.scan(smp)
 }

@@ -23,8 +23,13 @@ type Plan struct {
 	Emulation *Emulation `json:"emulation,omitempty"`
 	Timeouts  Timeouts   `json:"timeouts"`
 	// Instrument is the instrumentation: Instruments joined with "+".
-	Instrument string   `json:"instrumentation"`
-	Overrides  []string `json:"overrides,omitempty"`
+	Instrument string `json:"instrumentation"`
+	// Yara are the directories of the analyst's YARA rules, besides the
+	// host's own (/etc/talkbox/yara): run over the sample at tb-plan, and
+	// over its dropped files and memory dumps at each cycle's
+	// post-processing, on the host that runs it.
+	Yara      []string `json:"yara,omitempty"`
+	Overrides []string `json:"overrides,omitempty"`
 }
 
 // Emulation is how a sample with no native guest runs inside one.
