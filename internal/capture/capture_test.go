@@ -312,7 +312,12 @@ func TestRotateBySize(t *testing.T) {
 	done := func(f capture.File) error { files = append(files, f); return nil }
 	pkt := make([]byte, 1000)
 	for i := 0; i < 50; i++ {
-		if err := w.Write(time.Unix(int64(i), 0), pkt, 1000, done); err != nil {
+		if w.Full(len(pkt)) {
+			if err := w.Rotate("size", done); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Write(time.Unix(int64(i), 0), pkt, 1000); err != nil {
 			t.Fatal(err)
 		}
 	}

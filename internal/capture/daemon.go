@@ -57,7 +57,13 @@ type Daemon struct {
 	Sensors []Sensor
 	Log     *slog.Logger
 
-	mu        sync.Mutex
+	// mu guards the packet path's state: the writer, the counters, the
+	// registration queue, and reads of rec.
+	mu sync.Mutex
+	// recMu serialises the updates of the capture record, so that rec is
+	// always the newest stored version (an update by the registration
+	// goroutine cannot undo a rotate's new cycle); it is taken before mu.
+	recMu     sync.Mutex
 	rec       records.Capture
 	w         *Writer
 	drops     uint64 // kernel drops since the last file was closed
@@ -79,6 +85,20 @@ type Daemon struct {
 	// retention); pruning is done by pruneWG's goroutine.
 	prune   chan struct{}
 	pruneWG sync.WaitGroup
+
+	// queue holds the closed files the registration goroutine has not
+	// finished with, oldest first; queuedBytes is their size, which the
+	// state's file system must still take as copies.
+	queue       []*closedFile
+	queuedBytes int64
+	// heldBack is set while a rotation waits for room in the queue.
+	heldBack bool
+	// regWake wakes the registration goroutine on a new file; regFailed
+	// wakes Serve's loop on a failure, which regErr holds until a rotate,
+	// a stop or the loop reports it.
+	regWake   chan struct{}
+	regFailed chan struct{}
+	regErr    error
 }
 
 // Serve runs the capture until a stop request, ctx's end, or a fatal
@@ -103,6 +123,17 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if err := d.w.Open(); err != nil {
 		return d.fail(ctx, err)
 	}
+	d.regWake, d.regFailed = make(chan struct{}, 1), make(chan struct{}, 1)
+	regStop, regDone := make(chan struct{}), make(chan struct{})
+	regCtx := context.WithoutCancel(ctx)
+	go func() {
+		defer close(regDone)
+		d.registerFiles(regCtx, regStop)
+	}()
+	defer func() {
+		close(regStop)
+		<-regDone
+	}()
 	ln, err := listenControl(d.St, d.ID)
 	if err != nil {
 		return d.fail(ctx, err)
@@ -141,6 +172,19 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			if stop := d.handle(ctx, r, cancel, capErr); stop {
 				return nil
 			}
+		case <-d.regFailed:
+			// A file closed by the packet path (or a time rotation) could
+			// not be registered: the capture fails, as the packet path
+			// would have when it registered files itself.
+			d.mu.Lock()
+			err := d.regErr
+			d.regErr = nil
+			d.mu.Unlock()
+			if err != nil {
+				cancel()
+				<-capErr
+				return d.end(ctx, err)
+			}
 		case <-tick.C:
 			d.mu.Lock()
 			// Other processes write to the file system too: read it on
@@ -148,7 +192,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			low := d.checkSpace()
 			var err error
 			if low == nil && d.w.Due(time.Now()) {
-				_, err = d.rotateLocked(ctx, "time", true)
+				err = d.rotateDueLocked("time")
 			} else if low == nil {
 				err = d.w.Flush()
 			}
@@ -165,7 +209,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			// Killed (SIGTERM): finish like a stop request.
 			<-capErr
 			bg := context.WithoutCancel(ctx)
-			_, err := d.finish(bg, "stop", false)
+			_, err := d.rotate(bg, "stop", false)
 			d.stopSensors(bg)
 			d.collectSensors(bg)
 			rerr := d.removeRules(bg)
@@ -189,7 +233,15 @@ func (d *Daemon) packet(ts time.Time, data []byte, origLen int) error {
 		close(d.written)
 		d.written = nil
 	}
-	err := d.w.Write(ts, data, origLen, d.registerLocked(context.Background(), "size"))
+	var err error
+	if d.w.Full(len(data)) {
+		err = d.rotateDueLocked("size")
+	} else if d.w.Due(time.Now()) {
+		err = d.rotateDueLocked("time")
+	}
+	if err == nil {
+		err = d.w.Write(ts, data, origLen)
+	}
 	if errors.Is(err, ErrDiskFull) {
 		return ErrDiskFull
 	}
@@ -217,7 +269,7 @@ func (d *Daemon) end(ctx context.Context, err error) error {
 	case err != nil:
 		reason, state = "error", StateFailed
 	}
-	_, ferr := d.finish(bg, reason, false)
+	_, ferr := d.rotate(bg, reason, false)
 	d.stopSensors(bg)
 	d.collectSensors(bg)
 	msg := ""
@@ -308,14 +360,15 @@ func (d *Daemon) lowSpace(err error) bool {
 
 // reserve is what guard i must keep room for besides its threshold: the
 // buffer, which is not on disk yet, and, on the state's file system (guard
-// 0), a copy of the whole file when it is registered. Guard 1 is the
-// spool's, another file system.
+// 0), a copy of the whole file when it is registered and of each closed
+// file still waiting for registration. Guard 1 is the spool's, another file
+// system.
 func (d *Daemon) reserve(i int) int64 {
 	if d.w == nil {
 		return 0
 	}
 	if i == 0 {
-		return d.w.Size() + d.w.Buffered()
+		return d.w.Size() + d.w.Buffered() + d.queuedBytes
 	}
 	return d.w.Buffered()
 }
@@ -409,9 +462,7 @@ func (d *Daemon) handle(ctx context.Context, r control, cancel context.CancelFun
 			}
 		}
 		d.drain(ctx)
-		d.mu.Lock()
-		rep.Artifacts, err = d.rotateLocked(ctx, "rotate", true)
-		d.mu.Unlock()
+		rep.Artifacts, err = d.rotate(ctx, "rotate", true)
 		if err != nil {
 			rep.Error = err.Error()
 		}
@@ -421,7 +472,7 @@ func (d *Daemon) handle(ctx context.Context, r control, cancel context.CancelFun
 		d.drain(ctx)
 		cancel()
 		<-capErr
-		arts, err := d.finish(context.WithoutCancel(ctx), "stop", false)
+		arts, err := d.rotate(context.WithoutCancel(ctx), "stop", false)
 		rep.Artifacts = arts
 		d.stopSensors(context.WithoutCancel(ctx))
 		rep.Artifacts = append(rep.Artifacts, d.collectSensors(context.WithoutCancel(ctx))...)
@@ -438,7 +489,9 @@ func (d *Daemon) handle(ctx context.Context, r control, cancel context.CancelFun
 		rep.Error = "unknown op " + req.Op
 	}
 	d.mu.Lock()
-	rep.Packets, rep.Drops, rep.Unwritten = d.pktsTotal, d.rec.Drops+d.drops, d.unwritten
+	// Every drop the kernel counted: those of registered files, of queued
+	// ones and of the open one.
+	rep.Packets, rep.Drops, rep.Unwritten = d.pktsTotal, d.kernDrops, d.unwritten
 	d.mu.Unlock()
 	writeReply(r.conn, rep)
 	return stop
@@ -499,91 +552,6 @@ func (d *Daemon) drain(ctx context.Context) {
 	}
 }
 
-func (d *Daemon) finish(ctx context.Context, reason string, reopen bool) ([]string, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.rotateLocked(ctx, reason, reopen)
-}
-
-// rotateLocked closes the current file, registers it and, with reopen,
-// starts the next one; d.mu is held.
-func (d *Daemon) rotateLocked(ctx context.Context, reason string, reopen bool) ([]string, error) {
-	var ids []string
-	reg := d.registerLocked(ctx, reason)
-	err := d.w.Rotate(reason, func(f File) error {
-		n := len(d.rec.Artifacts)
-		if err := reg(f); err != nil {
-			return err
-		}
-		if len(d.rec.Artifacts) > n {
-			ids = append(ids, d.rec.Artifacts[n])
-		}
-		return nil
-	})
-	if err == nil && reopen {
-		err = d.w.Open()
-	}
-	return ids, err
-}
-
-// registerLocked returns the callback that stores a closed file as an
-// artifact of the current cycle and updates the capture record.
-func (d *Daemon) registerLocked(ctx context.Context, reason string) func(File) error {
-	return func(f File) error {
-		d.readStatsLocked()
-		if f.Packets == 0 && (f.Reason == "stop" || f.Reason == "low-space") && d.drops == 0 {
-			// Nothing since the last rotate: no empty artifact.
-			return os.Remove(f.Path)
-		}
-		a := &records.Artifact{Cycle: d.rec.Cycle, Lease: d.rec.Lease, Capture: d.ID, Type: "pcap",
-			SHA256: f.SHA256, Size: f.Size, ContentType: "application/vnd.tcpdump.pcap", ParserStatus: "pending",
-			Packets: f.Packets, Iface: d.rec.Iface, Filter: d.rec.Filter, Snaplen: d.rec.Snaplen, Drops: d.drops,
-			Reason: f.Reason}
-		if f.Reason == "" {
-			a.Reason = reason
-		}
-		if f.Packets > 0 {
-			first, last := f.First.UTC(), f.Last.UTC()
-			a.FirstTS, a.LastTS = &first, &last
-		}
-		records.Init(a, records.KindArtifact, d.St.Now())
-		fh, err := os.Open(f.Path)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
-		// Held until the record exists, so that a prune of the same
-		// content cannot delete the blob in between.
-		unlock, err := d.St.LockBlob(ctx, f.SHA256)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-		blob, err := d.St.PutBlobKnown(ctx, f.SHA256, fh)
-		if err != nil {
-			// The state's disk is full too: keep the file where it is.
-			a.URI = "file://" + f.Path
-			a.Metadata = map[string]any{"blob_error": err.Error()}
-		} else {
-			a.URI = blob.URI()
-		}
-		if err := d.St.Create(ctx, a); err != nil {
-			return err
-		}
-		if a.Metadata == nil {
-			os.Remove(f.Path) // stored as a blob
-		}
-		d.drops = 0
-		d.kickPrune()
-		return d.updateLocked(ctx, func(c *records.Capture) {
-			c.Artifacts = append(c.Artifacts, a.ID)
-			c.Files++
-			c.Packets += f.Packets
-			c.Drops += a.Drops
-		})
-	}
-}
-
 // storeBlob stores f's content and returns it with the blob's lock held,
 // for the caller to create the record that refers to it before unlocking.
 // A prune may delete the content between PutBlob and the lock; it is then
@@ -608,20 +576,20 @@ func storeBlob(ctx context.Context, st *state.Store, f io.ReadSeeker) (state.Blo
 	}
 }
 
+// update changes the capture record; the packet path goes on meanwhile (a
+// fleet's store is a database away).
 func (d *Daemon) update(ctx context.Context, fn func(*records.Capture)) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.updateLocked(ctx, fn)
-}
-
-func (d *Daemon) updateLocked(ctx context.Context, fn func(*records.Capture)) error {
+	d.recMu.Lock()
+	defer d.recMu.Unlock()
 	var c records.Capture
 	err := d.St.Update(ctx, d.ID, &c, func(bool) error {
 		fn(&c)
 		return nil
 	})
 	if err == nil {
+		d.mu.Lock()
 		d.rec = c
+		d.mu.Unlock()
 	}
 	return err
 }

@@ -97,20 +97,15 @@ func (w *Writer) Due(now time.Time) bool {
 	return w.f != nil && w.every > 0 && now.Sub(w.opened) >= w.every
 }
 
-// Write appends one packet, rotating first when the file is full or old;
-// closed files are passed to done.
-func (w *Writer) Write(ts time.Time, data []byte, origLen int, done func(File) error) error {
-	if w.f != nil {
-		if w.maxSize > 0 && w.size+int64(w.buf.Len())+int64(len(data))+16 > w.maxSize && w.packets+w.pending > 0 {
-			if err := w.Rotate("size", done); err != nil {
-				return err
-			}
-		} else if w.Due(w.now()) {
-			if err := w.Rotate("time", done); err != nil {
-				return err
-			}
-		}
-	}
+// Full reports whether a packet of n bytes would take the current file past
+// its size limit (a file with no packet yet takes one of any size).
+func (w *Writer) Full(n int) bool {
+	return w.f != nil && w.maxSize > 0 && w.size+int64(w.buf.Len())+int64(n)+16 > w.maxSize && w.packets+w.pending > 0
+}
+
+// Write appends one packet to the current file, opening one when none is
+// open; it never rotates: the caller asks Full and Due first.
+func (w *Writer) Write(ts time.Time, data []byte, origLen int) error {
 	if w.f == nil {
 		if err := w.open(); err != nil {
 			return err
@@ -194,15 +189,14 @@ func (w *Writer) commit(b []byte, packets uint64, first, last time.Time) {
 
 // Rotate closes the current file (even an empty one), hands it to done,
 // and lets the next packet open a new one. With no file open it does
-// nothing.
+// nothing. The file is not synced here: Rotate runs on the packet path,
+// and an fsync of a large file can take seconds; whoever done hands the
+// file to syncs it.
 func (w *Writer) Rotate(reason string, done func(File) error) error {
 	if w.f == nil {
 		return nil
 	}
 	ferr := w.flush()
-	if err := w.f.Sync(); err != nil && ferr == nil && !errors.Is(err, unix.EINVAL) {
-		ferr = err
-	}
 	if err := w.f.Close(); err != nil && ferr == nil {
 		ferr = err
 	}
