@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"regexp"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -106,14 +107,21 @@ func Prepare(req Request, stdin io.Reader, warnf func(format string, a ...any)) 
 // st is best opened with state.SyncOnFlush: Run flushes it at the end.
 func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	req := j.req
+	yaraDirs := j.profile.Yara
 	if d := req.DroppedBy; d != nil {
 		var c records.Cycle
 		if records.KindOf(d.Cycle) != records.KindCycle || st.Get(d.Cycle, &c) != nil {
 			return fault.Usage(fmt.Errorf("--dropped-by %s: no such cycle in %s", d.Cycle, st.Root()))
 		}
 		d.Lease, d.Sample = c.Lease, c.Sample
+		// A dropped file is scanned with the rules of the sample that
+		// dropped it.
+		var pl records.Plan
+		if err := st.Get(c.Plan, &pl); err == nil {
+			yaraDirs = append(slices.Clip(yaraDirs), pl.Yara...)
+		}
 	}
-	rules, err := yarascan.Compile(ctx, yarascan.Dirs(j.profile.Yara...))
+	rules, err := yarascan.Compile(ctx, yarascan.Dirs(yaraDirs...))
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,13 @@ func (p *planner) scan(smp *records.Sample) {
 	if len(ms) == 0 {
 		return
 	}
-	obs, err := yarascan.Record(p.ctx, st, yarascan.File{Target: yarascan.TargetSample, SHA256: smp.SHA256, Sample: smp.ID, Input: smp.Source}, ms)
+	f := yarascan.File{Target: yarascan.TargetSample, SHA256: smp.SHA256, Sample: smp.ID, Input: smp.Source}
+	if d := p.ing.DroppedBy; d != nil {
+		// Found in a cycle: the lease's observable, which its analysis
+		// and report read by the cycle.
+		f.Target, f.Lease, f.Cycle, f.Input = yarascan.TargetDropped, d.Lease, d.Cycle, d.Path
+	}
+	obs, err := yarascan.Record(p.ctx, st, f, ms)
 	if err != nil {
 		p.fail(fmt.Errorf("%s: %w", smp.Source, err))
 	}
