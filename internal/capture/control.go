@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
@@ -207,3 +208,101 @@ func writeReply(c net.Conn, rep reply) {
 	c.SetWriteDeadline(time.Now().Add(requestTimeout))
 	c.Write(append(b, '\n'))
 }
+
+// request and reply are the control protocol: one JSON line each way.
+type request struct {
+	Op    string `json:"op"` // rotate, stop, status
+	Cycle string `json:"cycle,omitempty"`
+}
+
+type reply struct {
+	Artifacts []string `json:"artifacts,omitempty"`
+	Packets   uint64   `json:"packets"`
+	Drops     uint64   `json:"drops"`
+	// Unwritten counts packets the kernel accepted that a rotate or stop
+	// gave up waiting for (the kernel handed nothing over for a second).
+	Unwritten uint64 `json:"unwritten,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// handle answers one control request, read and checked by serveConn; it
+// reports whether the daemon is done.
+func (d *Daemon) handle(ctx context.Context, r control, cancel context.CancelFunc, capErr chan error) bool {
+	defer r.conn.Close()
+	var rep reply
+	var err error
+	stop := false
+	switch req := r.req; {
+	case req.Op == "status":
+	case req.Op == "rotate":
+		if req.Cycle != "" {
+			if err := d.update(ctx, func(c *records.Capture) { c.Cycle = req.Cycle }); err != nil {
+				rep.Error = err.Error()
+				break
+			}
+		}
+		d.drain(ctx)
+		rep.Artifacts, err = d.rotate(ctx, "rotate", true)
+		if err != nil {
+			rep.Error = err.Error()
+		}
+	case req.Op == "stop":
+		// Stop the source first, so that every packet in the ring is
+		// written before the last file is closed.
+		d.drain(ctx)
+		cancel()
+		<-capErr
+		arts, err := d.rotate(context.WithoutCancel(ctx), "stop", false)
+		rep.Artifacts = arts
+		d.stopSensors(context.WithoutCancel(ctx))
+		rep.Artifacts = append(rep.Artifacts, d.collectSensors(context.WithoutCancel(ctx))...)
+		uerr := d.update(context.WithoutCancel(ctx), func(c *records.Capture) {
+			c.State = StateStopped
+			now := d.St.Now()
+			c.StoppedAt = &now
+		})
+		if err = errors.Join(err, uerr); err != nil {
+			rep.Error = err.Error()
+		}
+		stop = true
+	default:
+		rep.Error = "unknown op " + req.Op
+	}
+	d.mu.Lock()
+	// Every drop the kernel counted: those of registered files, of queued
+	// ones and of the open one.
+	rep.Packets, rep.Drops, rep.Unwritten = d.pktsTotal, d.kernDrops, d.unwritten
+	d.mu.Unlock()
+	writeReply(r.conn, rep)
+	return stop
+}
+
+// Call sends one request to a capture's daemon and returns its reply.
+func Call(ctx context.Context, st *state.Store, captureID string, op, cycle string) (*reply, error) {
+	c, err := dialControl(ctx, st, captureID)
+	if err != nil {
+		return nil, fmt.Errorf("capture %s is not running: %w (%w)", captureID, errNotRunning, err)
+	}
+	defer c.Close()
+	b, _ := json.Marshal(request{Op: op, Cycle: cycle})
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	line, err := bufio.NewReader(io.LimitReader(c, maxReply)).ReadBytes('\n')
+	if err != nil {
+		return nil, fmt.Errorf("capture %s: no answer: %w", captureID, err)
+	}
+	var rep reply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Error != "" {
+		return &rep, errors.New(rep.Error)
+	}
+	return &rep, nil
+}
+
+var errNotRunning = errors.New("no daemon")

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // maxQueued bounds the closed files waiting for the registration goroutine,
@@ -214,4 +216,28 @@ func (d *Daemon) register(ctx context.Context, cf *closedFile) error {
 		c.Packets += f.Packets
 		c.Drops += a.Drops
 	})
+}
+
+// storeBlob stores f's content and returns it with the blob's lock held,
+// for the caller to create the record that refers to it before unlocking.
+// A prune may delete the content between PutBlob and the lock; it is then
+// stored again.
+func storeBlob(ctx context.Context, st *state.Store, f io.ReadSeeker) (state.Blob, func(), error) {
+	for {
+		blob, err := st.PutBlob(ctx, f)
+		if err != nil {
+			return blob, nil, err
+		}
+		unlock, err := st.LockBlob(ctx, blob.SHA256)
+		if err != nil {
+			return blob, nil, err
+		}
+		if st.HasBlob(blob.SHA256) {
+			return blob, unlock, nil
+		}
+		unlock()
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return blob, nil, err
+		}
+	}
 }

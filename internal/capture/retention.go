@@ -295,3 +295,44 @@ func (p *pruner) removeSpoolFile(a *records.Artifact, res *PruneResult) error {
 	res.Freed += fi.Size()
 	return nil
 }
+
+// startRetention starts the goroutine that prunes the lease's pcaps and
+// flow logs after each rotation (and once now, which also finishes what a
+// crash interrupted), off the packet path.
+func (d *Daemon) startRetention(ctx context.Context) {
+	ret := Retention{KeepDays: d.rec.KeepDays, KeepBytes: d.rec.KeepBytes}
+	if ret.Zero() {
+		return
+	}
+	req := PruneRequest{Lease: d.rec.Lease, Retention: ret}
+	if req.Lease == "" {
+		req.Capture = d.ID
+	}
+	d.prune = make(chan struct{}, 1)
+	d.prune <- struct{}{}
+	d.pruneWG.Add(1)
+	go func() {
+		defer d.pruneWG.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.prune:
+			}
+			if _, err := Prune(ctx, d.St, d.Log, req); err != nil && ctx.Err() == nil {
+				d.Log.Error("capture retention", "capture", d.ID, "err", err)
+			}
+		}
+	}()
+}
+
+// kickPrune asks for a retention pass without waiting for it.
+func (d *Daemon) kickPrune() {
+	if d.prune == nil {
+		return
+	}
+	select {
+	case d.prune <- struct{}{}:
+	default: // one is already pending
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
@@ -256,4 +257,132 @@ func (s *CommandSensor) Collect(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// SensorRestarts is how often a sensor that dies is restarted before it
+// is marked failed.
+const SensorRestarts = 3
+
+func (d *Daemon) meta(s Sensor) Meta {
+	return Meta{Capture: d.ID, Lease: d.rec.Lease, Cycle: d.rec.Cycle, Plan: d.rec.Plan, Iface: d.rec.Iface,
+		NetNS: d.rec.NetNS, IP: d.rec.IP, Snaplen: d.rec.Snaplen, Filter: d.rec.Filter,
+		Dir: filepath.Join(d.rec.Spool, "sensors", s.Name())}
+}
+
+func (d *Daemon) setSensor(ctx context.Context, st records.SensorStatus) {
+	d.update(ctx, func(c *records.Capture) {
+		for i := range c.Sensors {
+			if c.Sensors[i].Name == st.Name {
+				c.Sensors[i] = st
+				return
+			}
+		}
+		c.Sensors = append(c.Sensors, st)
+	})
+}
+
+// startSensors starts each sensor with a supervisor that restarts it when
+// it dies, up to SensorRestarts times, recording each death.
+func (d *Daemon) startSensors(ctx context.Context) {
+	for _, s := range d.Sensors {
+		st := records.SensorStatus{Name: s.Name(), State: StateRunning}
+		if err := s.Prepare(ctx, d.meta(s)); err != nil {
+			st.State, st.Error = StateFailed, err.Error()
+			d.setSensor(ctx, st)
+			continue
+		}
+		go d.supervise(ctx, s, st)
+	}
+}
+
+func (d *Daemon) supervise(ctx context.Context, s Sensor, st records.SensorStatus) {
+	for {
+		pid, exited, err := s.Start(ctx)
+		if err != nil {
+			st.State, st.Error = StateFailed, err.Error()
+			d.setSensor(ctx, st)
+			return
+		}
+		st.PID, st.State = pid, StateRunning
+		d.setSensor(ctx, st)
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-exited:
+			if ctx.Err() != nil {
+				return
+			}
+			st.Error = fmt.Sprintf("exited: %v", err)
+			if st.Restarts >= SensorRestarts {
+				st.State, st.PID = StateFailed, 0
+				d.setSensor(ctx, st)
+				d.Log.Error("sensor failed", "sensor", s.Name(), "err", err)
+				return
+			}
+			st.Restarts++
+			d.Log.Warn("sensor died; restarting", "sensor", s.Name(), "err", err, "restarts", st.Restarts)
+		}
+	}
+}
+
+func (d *Daemon) stopSensors(ctx context.Context) {
+	for _, s := range d.Sensors {
+		s.Stop(ctx)
+		d.update(ctx, func(c *records.Capture) {
+			for i := range c.Sensors {
+				if c.Sensors[i].Name == s.Name() && c.Sensors[i].State == StateRunning {
+					c.Sensors[i].State, c.Sensors[i].PID = StateStopped, 0
+				}
+			}
+		})
+	}
+}
+
+// collectSensors registers the sensors' files as artifacts.
+func (d *Daemon) collectSensors(ctx context.Context) []string {
+	var ids []string
+	for _, s := range d.Sensors {
+		files, err := s.Collect(ctx)
+		if err != nil {
+			continue
+		}
+		for _, p := range files {
+			if err := d.roomFor(p); err != nil {
+				// Copying it could fill the disk: it stays in the spool.
+				d.Log.Error("not registering sensor output", "file", p, "err", err)
+				continue
+			}
+			fh, err := os.Open(p)
+			if err != nil {
+				continue
+			}
+			blob, unlock, err := storeBlob(ctx, d.St, fh)
+			fh.Close()
+			if err != nil {
+				d.Log.Error("registering sensor output", "file", p, "err", err)
+				continue
+			}
+			a := &records.Artifact{Cycle: d.rec.Cycle, Lease: d.rec.Lease, Capture: d.ID, Type: "sensor-output",
+				Sensor: s.Name(), URI: blob.URI(), SHA256: blob.SHA256, Size: blob.Size, ParserStatus: "pending",
+				ContentType: contentType(p), Iface: d.rec.Iface, Metadata: map[string]any{"file": filepath.Base(p)}}
+			records.Init(a, records.KindArtifact, d.St.Now())
+			err = d.St.Create(ctx, a)
+			unlock()
+			if err == nil {
+				ids = append(ids, a.ID)
+				d.update(ctx, func(c *records.Capture) { c.Artifacts = append(c.Artifacts, a.ID) })
+			}
+		}
+	}
+	return ids
+}
+
+func contentType(p string) string {
+	switch filepath.Ext(p) {
+	case ".pcap":
+		return "application/vnd.tcpdump.pcap"
+	case ".log", ".json":
+		return "text/plain"
+	}
+	return "application/octet-stream"
 }
