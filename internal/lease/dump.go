@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -13,6 +14,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/yarascan"
 )
 
 // ArtifactMemoryDump is the type of a guest memory dump artifact: an ELF
@@ -22,12 +24,27 @@ const ArtifactMemoryDump = "memory-dump"
 // Dump writes a running lease's memory to the blob store as an artifact
 // (of cycle, if given). The guest is paused while libvirt writes the dump
 // into the lease's directory, and runs on; the dump is compressed into the
-// blob store and the uncompressed file removed.
-func (m *Manager) Dump(ctx context.Context, id, cycle string) (*records.Artifact, error) {
+// blob store and the uncompressed file removed. The analyst's YARA rules
+// (yaraDirs, the plan's of the cycle's sample, and /etc/talkbox/yara) run
+// over the uncompressed dump first: a yara observable of the lease (and
+// cycle) per matching rule.
+func (m *Manager) Dump(ctx context.Context, id, cycle string, yaraDirs ...string) (*records.Artifact, error) {
 	l, err := m.Get(id)
 	if err != nil {
 		return nil, err
 	}
+	if cycle != "" {
+		var c records.Cycle
+		var pl records.Plan
+		if m.St.Get(cycle, &c) == nil && m.St.Get(c.Plan, &pl) == nil {
+			yaraDirs = append(slices.Clip(yaraDirs), pl.Yara...)
+		}
+	}
+	rules, err := yarascan.Compile(ctx, yarascan.Dirs(yaraDirs...))
+	if err != nil {
+		return nil, err
+	}
+	defer rules.Close()
 	if l.State != records.LeaseBusy && l.State != records.LeaseIdle {
 		return nil, fault.Failure(fmt.Errorf("lease %s is %s; only a running lease's memory can be dumped", id, l.State))
 	}
@@ -53,7 +70,6 @@ func (m *Manager) Dump(ctx context.Context, id, cycle string) (*records.Artifact
 	if err := compressFile(core, packed); err != nil {
 		return nil, err
 	}
-	os.Remove(core)
 	f, err := os.Open(packed)
 	if err != nil {
 		return nil, err
@@ -71,7 +87,15 @@ func (m *Manager) Dump(ctx context.Context, id, cycle string) (*records.Artifact
 	if err := m.St.Create(ctx, a); err != nil {
 		return nil, err
 	}
-	return a, nil
+	ms, err := rules.Scan(ctx, core)
+	if err != nil {
+		return a, fmt.Errorf("scanning the memory dump %s: %w", a.ID, err)
+	}
+	obs, err := yarascan.Record(ctx, m.St, yarascan.File{Target: yarascan.TargetMemory, SHA256: rawSHA, Artifact: a.ID, Lease: l.ID, Cycle: cycle, Input: ArtifactMemoryDump}, ms)
+	for _, o := range obs {
+		m.Out.Log.Info("yara rule matches the guest's memory", "lease", l.ID, "artifact", a.ID, "rule", o.Value)
+	}
+	return a, err
 }
 
 func compressFile(from, to string) error {
