@@ -14,6 +14,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/yarascan"
 )
 
 // post runs the cycle's post-processing steps that have not run yet (a
@@ -125,6 +126,7 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		return nil, err
 	}
 	var tampered []string
+	droppedMatch := false
 	for _, o := range seen {
 		a.Observables[o.Type]++
 		if o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered {
@@ -135,11 +137,17 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 			a.Domains = append(a.Domains, o.Value)
 		case records.ObsEndpoint:
 			a.Destinations = append(a.Destinations, o.Value)
+		case records.ObsYara:
+			if o.Yara != nil {
+				a.Yara = append(a.Yara, o.Value+" in "+o.Yara.Target)
+				droppedMatch = droppedMatch || o.Yara.Target == yarascan.TargetDropped
+			}
 		}
 		behaviourOf(a, o)
 	}
 	sort.Strings(a.Domains)
 	sort.Strings(a.Destinations)
+	sort.Strings(a.Yara)
 	if b := a.Behaviour; b != nil {
 		for _, l := range [][]string{b.Dropped, b.Persistence, b.Evasion, b.Tried, b.Listening} {
 			sort.Strings(l)
@@ -225,6 +233,9 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	if classes["scan"] {
 		a.Classification = append(a.Classification, "scanning")
 	}
+	if len(a.Yara) > 0 {
+		a.Classification = append(a.Classification, "yara-match")
+	}
 	if total == 0 && !wrongArch {
 		a.Classification = append(a.Classification, "silent")
 	}
@@ -247,6 +258,10 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		// What the trace shows may be the sample's forgery: a person looks.
 		a.Recommendation = records.RecommendEscalate
 		a.Reasons = append(a.Reasons, "the behaviour trace was tampered with: "+strings.Join(tampered, "; "))
+	case droppedMatch:
+		// The analyst's own rules recognise what the sample left behind.
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, "YARA rules match a dropped file: "+strings.Join(a.Yara, ", "))
 	case crashed:
 		a.Recommendation = records.RecommendEscalate
 		a.Reasons = append(a.Reasons, fmt.Sprintf("the sample died with status %d", *ex.ExitCode))

@@ -186,6 +186,9 @@ type RunAnalysis struct {
 	Refused  []Refusal `json:"refused,omitempty"`
 	// Behaviour sums up the cycle's behaviour trace, when it had one.
 	Behaviour *BehaviourSummary `json:"behaviour,omitempty"`
+	// Yara are the YARA rules that matched what the cycle left ("RULE in
+	// TARGET", target dropped or memory).
+	Yara []string `json:"yara,omitempty"`
 	// Classification sums the run up (beaconing, scanning, silent,
 	// crashed, wrong-architecture, persistence, evasion, dropper, …).
 	Classification []string `json:"classification"`
