@@ -1,31 +1,38 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"io"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/lease"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // common are the flags of every command that touches leases.
 type common struct {
 	Config string `name:"config" env:"TB_LEASE_CONFIG" type:"path" placeholder:"FILE" help:"Configuration (hosts, placement, pools, bridge); default <state>/tb-lease/config.json if present."`
-	Bridge string `name:"bridge" env:"TB_LEASE_BRIDGE" placeholder:"BRIDGE" help:"Lab bridge guests are attached to (default tb-lab0)."`
-	LabNet string `name:"lab-net" env:"TB_LEASE_LAB_NET" placeholder:"CIDR" help:"Lab network; its first address is the gateway (default 10.13.37.0/24)."`
+	Lab    string `name:"lab" env:"TB_LEASE_LAB" placeholder:"NAME" help:"Lab whose bridge and network guests are attached to (default: the default lab, when it is up)."`
+	Bridge string `name:"bridge" env:"TB_LEASE_BRIDGE" placeholder:"BRIDGE" help:"Lab bridge: when the lab is up, only its own (default: the lab's, else tb-lab0)."`
+	LabNet string `name:"lab-net" env:"TB_LEASE_LAB_NET" placeholder:"CIDR" help:"Lab network: when the lab is up, only its own (default: the lab's, else 10.13.37.0/24)."`
 	// HostName is set by tb-run worker for the tools it runs.
 	HostName string `name:"host-name" env:"TB_HOST" placeholder:"NAME" help:"This host's name in a fleet: the name of the local libvirtd when no configuration lists hosts (default local)."`
 }
 
 // manager runs fn with the lease manager of the state directory and the
-// configuration the flags give, read before the state is opened.
+// configuration the flags give, read before the state is opened, on the
+// bridge and network of the lab (onLab).
 func (c common) manager(env *cli.Env, fn func(m *lease.Manager) error) error {
 	cfg, err := lease.Options{Config: c.Config, Bridge: c.Bridge, LabNet: c.LabNet, HostName: c.HostName}.Load(env.StateDir())
 	if err != nil {
@@ -35,10 +42,62 @@ func (c common) manager(env *cli.Env, fn func(m *lease.Manager) error) error {
 	if err != nil {
 		return err
 	}
+	labs, err := c.onLab(st, cfg)
+	if err != nil {
+		st.Close()
+		return err
+	}
 	m := lease.New(st, cfg, env.Sink())
-	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
+	m.Labs = labs
 	defer m.Close()
 	return fn(m)
+}
+
+// onLab gives the leases the bridge and network of the lab named, or of the
+// default lab when none is named and it is up; --bridge and --lab-net may
+// only repeat them (exit 2 naming both otherwise). A lab named that is not
+// up starts no guest (exit 69, the lab's not-up error); with none named and
+// the default lab not up, the bridge and network are the flags' or the
+// configuration's, and a guest starts only on a bridge that is a contained
+// lab's (capture.Labs).
+func (c common) onLab(st *state.Store, cfg *lease.Config) (lease.Labs, error) {
+	labs := lease.HostLabs{Labs: capture.Labs{St: st}}
+	lab, err := netlab.Open(st, c.Lab)
+	switch {
+	case errors.Is(err, netlab.ErrNotUp) && c.Lab == "":
+		return labs, nil
+	case errors.Is(err, netlab.ErrNotUp):
+		return labNotUp{labs, err}, nil
+	case err != nil:
+		return nil, err
+	}
+	if c.Bridge != "" && c.Bridge != lab.Config.Bridge {
+		return nil, fault.Usage(fmt.Errorf("--bridge %s is not the bridge of lab %q, %s: leave --bridge out or name the lab whose it is (--lab)",
+			c.Bridge, lab.Name, lab.Config.Bridge))
+	}
+	if c.LabNet != "" {
+		// Load has refused a --lab-net that is not a prefix.
+		if p, err := netip.ParsePrefix(c.LabNet); err != nil || p.Masked() != lab.Config.LabNet.Masked() {
+			return nil, fault.Usage(fmt.Errorf("--lab-net %s is not the network of lab %q, %s: leave --lab-net out or name the lab whose it is (--lab)",
+				c.LabNet, lab.Name, lab.Config.LabNet))
+		}
+	}
+	cfg.Bridge, cfg.LabNet = lab.Config.Bridge, lab.Config.LabNet.String()
+	return labs, nil
+}
+
+// labNotUp is the lab check when the lab named is not up: no guest is
+// started or handed out; a tap's binding is forgotten as it is for any lab
+// that is gone.
+type labNotUp struct {
+	lease.HostLabs
+	err error
+}
+
+func (l labNotUp) Contained(context.Context, string, string, netip.Prefix) error { return l.err }
+
+func (l labNotUp) Attach(context.Context, string, string, netip.Prefix, netlab.Port) error {
+	return l.err
 }
 
 // printRecords writes records to stdout.

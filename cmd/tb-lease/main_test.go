@@ -67,8 +67,10 @@ func setup(env *testscript.Env) error {
 		leasetest.Cleanup(stateDir)
 		lab.Down()
 	})
-	env.Setenv("TB_LEASE_BRIDGE", lab.Bridge)
-	env.Setenv("TB_LEASE_LAB_NET", lab.LabNet.String())
+	// tb-lease takes the bridge and network from the lab.
+	env.Setenv("TB_LEASE_LAB", lab.Name)
+	env.Setenv("LAB", lab.Name)
+	env.Setenv("LABNET", lab.LabNet.String())
 	env.Setenv("BRIDGE", lab.Bridge)
 	env.Setenv("SINKNS", lab.SinkNS)
 	// $LABNET24 is the lab network's first three octets, as a regexp.
@@ -124,8 +126,9 @@ func host2(ts *testscript.TestScript, neg bool, args []string) {
 	h, err := leasetest.SecondHost(ctx, ts.Getenv("BRIDGE"))
 	ts.Check(err)
 	ts.Defer(h.Stop)
-	// Both hosts' leases come from one lab network (tb-lease --lab-net).
-	lab, err := leasetest.UpLab(ctx, ts.MkAbs("state"), h.NS, ts.Getenv("BRIDGE"), netip.MustParsePrefix(ts.Getenv("TB_LEASE_LAB_NET")))
+	// Both hosts' leases come from one lab network, the first lab's
+	// (tb-lease --lab), on a bridge of the same name in each namespace.
+	lab, err := leasetest.UpLab(ctx, ts.MkAbs("state"), h.NS, ts.Getenv("BRIDGE"), netip.MustParsePrefix(ts.Getenv("LABNET")))
 	ts.Check(err)
 	ts.Defer(lab.Down)
 	ts.Setenv("HOST2", h.URI)
