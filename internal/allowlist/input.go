@@ -129,11 +129,17 @@ func ReadObservables(b *Book, in Input, log *slog.Logger, warnf func(format stri
 	if in.Lease == "" {
 		return nil, nil, fault.Usage(errors.New("no input: pipe observables on stdin, or give --lease (and --cycle) to read them from the state"))
 	}
-	leased, err := state.FindBy[records.Observable](b.St, records.KindObservable, records.KeyLease, in.Lease, nil)
+	// A cycle's observables are found by the cycle, without reading those
+	// of the lease's other cycles (a long lease has hundreds).
+	field, value := records.KeyLease, in.Lease
+	if in.Cycle != "" {
+		field, value = records.KeyCycle, in.Cycle
+	}
+	found, err := state.FindBy[records.Observable](b.St, records.KindObservable, field, value, nil)
 	if err != nil {
 		return nil, nil, fault.DataErr(err)
 	}
-	for _, o := range leased {
+	for _, o := range found {
 		add(o)
 	}
 	return groups, order, nil
