@@ -91,7 +91,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // A traced sample runs with strace at nice 10 (on a one-vCPU TCG guest a
 // traced Go bot otherwise left the guest agent unanswered for minutes), as
 // a child the launcher waits for: once it has, the launcher writes the
-// trace's end record and exits with the sample's status.
+// trace's end record and exits with the sample's status. A sample under
+// user-mode emulation is traced the same way: binfmt_misc hands each exec
+// of a foreign binary to qemu-user in the same process, whose host calls
+// strace sees with their paths and addresses (behave.Options.Emulator
+// drops QEMU's own start), into the one file the tracer alone writes.
+// QEMU's own log (QEMU_LOG=strace), which tb-run used before, opens one
+// file per process with "w", so an exec truncated what the process had
+// logged, and it printed neither connect's address nor prctl's name.
 const launcher = `IFS= read -r k
 exec 2>"$4" </dev/null || exit 125
 echo $$ > "$2" || exit 125
@@ -102,17 +109,12 @@ o=$3 m=${5%%:*} t=${5#*:}
 shift 5
 [ -n "$m" ] || exec "$@" >"$o"
 [ -d "${t%/*}" ] || mkdir -m 0700 "${t%/*}" || exit 125
-case $m in
-strace)
-  if command -v strace >/dev/null; then
-    ( echo $BASHPID >"$t.pid"; exec nice -n 10 strace ` + behave.StraceOptions + ` -o "$t" -- "$@" >"$o" )
-  else
-    echo "` + untraced + `" >"$t"
-    "$@" >"$o"
-  fi ;;
-qemu)
-  QEMU_LOG=strace QEMU_LOG_FILENAME="$t.%d" "$@" >"$o" ;;
-esac
+if command -v strace >/dev/null; then
+  ( echo $BASHPID >"$t.pid"; exec nice -n 10 strace ` + behave.StraceOptions + ` -o "$t" -- "$@" >"$o" )
+else
+  echo "` + untraced + `" >"$t"
+  "$@" >"$o"
+fi
 x=$?
 set -- $(printf '%s %s' "$k" "$x" | sha256sum)
 echo "$x $1" >"$t.end"
@@ -193,14 +195,10 @@ true`, "tb-run", fmt.Sprint(pid), fmt.Sprint(spare)}
 }
 
 // spared is how many levels of the process tree from the launcher a kill
-// spares (killArgv): the launcher when it waits for the sample, and the
-// tracer too when it is strace.
+// spares (killArgv): the launcher and its tracer when the sample is traced.
 func spared(tracer string) int {
-	switch tracer {
-	case TracerStrace:
+	if tracer != "" {
 		return 2
-	case TracerQEMU:
-		return 1
 	}
 	return 0
 }

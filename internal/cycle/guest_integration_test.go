@@ -268,11 +268,12 @@ func TestRealGuest(t *testing.T) {
 	})
 
 	t.Run("tampered trace", func(t *testing.T) {
-		// The beacon, native under strace and big-endian MIPS under
-		// qemu-user, kills its tracer (under QEMU, the launcher) or forges
-		// trace lines into the tracer's output (under QEMU, its own log);
-		// each leaves a "trace tampered" evasion, which escalates the
-		// analysis, and a clean run of the same binary leaves none.
+		// The beacon, native and big-endian MIPS under qemu-user, both
+		// under strace (around the emulator for MIPS), kills its tracer or
+		// forges trace lines into the tracer's output; each leaves a
+		// "trace tampered" evasion, which escalates the analysis, and a
+		// clean run of the same binary leaves none (QEMU's own start,
+		// dropped by the check, is not taken for a stranger's lines).
 		for _, arch := range []string{"amd64", "mips"} {
 			bin := filepath.Join(t.TempDir(), "beacon")
 			cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../demo/beacon/cmd/beacon")

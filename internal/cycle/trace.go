@@ -131,11 +131,11 @@ func (r *Runner) checkTrace(ctx context.Context, c *records.Cycle, g Guest, ex *
 	}
 	sink := &tamperSink{}
 	origin := observe.Origin{Cycle: c.ID, Source: "tb-run"}
-	format := behave.FormatStrace
-	if c.Tracer == TracerQEMU {
-		format = behave.FormatQEMU
+	emulator, err := r.emulator(c)
+	if err != nil {
+		return err
 	}
-	opts := behave.Options{Format: format, Exe: c.GuestPath, Cwd: c.Workdir, Tracer: tr}
+	opts := behave.Options{Format: behave.FormatStrace, Exe: c.GuestPath, Cwd: c.Workdir, Emulator: emulator, Tracer: tr}
 	if c.LaunchedAt != nil {
 		opts.Start = *c.LaunchedAt
 	}
@@ -170,6 +170,19 @@ func (r *Runner) checkTrace(ctx context.Context, c *records.Cycle, g Guest, ex *
 	r.Log.Warn("the trace was tampered with", "cycle", c.ID, "seen", o.Evasion.Paths)
 	records.Init(o, records.KindObservable, r.St.Now())
 	return r.St.Create(ctx, o)
+}
+
+// emulator is the user-mode emulator the cycle's sample runs under (its
+// plan's), "" for a native sample.
+func (r *Runner) emulator(c *records.Cycle) (string, error) {
+	var p records.Plan
+	if err := r.St.Get(c.Plan, &p); err != nil {
+		return "", err
+	}
+	if p.Emulation == nil {
+		return "", nil
+	}
+	return p.Emulation.Emulator, nil
 }
 
 // tamperSink keeps the "trace tampered" observable of a parse.

@@ -84,6 +84,11 @@ type Options struct {
 	Exe string
 	Cwd string
 	UID *int64
+	// Emulator is the user-mode emulator (qemu-mips-static, or its path)
+	// that binfmt_misc runs the sample under, when the trace is strace's
+	// of an emulated sample: what each instance of it does before the
+	// emulated program's first call is dropped (emulator.go).
+	Emulator string
 	// Tracer, when set, has the trace checked for tampering (tamper.go).
 	Tracer *Tracer
 }

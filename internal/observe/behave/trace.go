@@ -29,6 +29,13 @@ type proc struct {
 	cwd         string
 	fds         *fdTable
 	kept        bool // has an observable of its own
+	// Under Options.Emulator (emulator.go): emuExec, the process has just
+	// executed a program, which its next call shows to be emulated or
+	// not; emulated, it runs under the emulator; emuNext, what the
+	// emulator has still to do before the program's first call.
+	emuExec  bool
+	emulated bool
+	emuNext  []emuCall
 }
 
 // fdTable is a process's open files and sockets, as far as the trace
@@ -69,6 +76,7 @@ type trace struct {
 	// unresolved is the last QEMU clone whose child pid the log lost.
 	unresolved *proc
 	qlex       qemuLexer
+	emuThreads map[int]bool // the threads the emulator starts for itself
 	first      time.Time
 	lastTS     time.Time
 	fdCount    int
@@ -90,7 +98,7 @@ type trace struct {
 
 func newTrace(format string, origin observe.Origin, opts Options) *trace {
 	return &trace{format: format, qemu: format == FormatQEMU, origin: origin, opts: opts, res: &Result{Format: format},
-		procs: map[int]*proc{}, tids: map[int]int{}, pending: map[int]*pending{}, calls: map[string]int64{},
+		procs: map[int]*proc{}, tids: map[int]int{}, emuThreads: map[int]bool{}, pending: map[int]*pending{}, calls: map[string]int64{},
 		exes: map[string]bool{}, paths: map[string]*pathStat{}, dests: map[ncKey]*ncStat{}, groups: map[ncKey]*ncGroup{},
 		techs: map[string]*techStat{}, procScan: procScan{pids: map[int]bool{}}}
 }
@@ -187,13 +195,16 @@ func (t *trace) event(l line, ts time.Time, n int64) {
 	if strings.HasPrefix(c.errno, "ERESTART") && !strings.Contains(name, "sleep") {
 		return // interrupted by a signal: the call is made again on a line of its own
 	}
+	e := &ev{t: t, p: p, pid: l.pid, name: name, c: &c, ts: ts, line: n}
+	if t.opts.Emulator != "" && e.emulatorCall() {
+		return
+	}
 	if len(t.calls) < 512 || t.calls[name] > 0 {
 		t.calls[name]++
 	}
 	if c.ret == "?" && c.errno == "" && !t.qemu && name != "exit" && name != "exit_group" && !strings.HasPrefix(name, "execve") {
 		t.res.Trace.Unfinished++ // exits and execs that succeed print "= ?" too
 	}
-	e := &ev{t: t, p: p, pid: l.pid, name: name, c: &c, ts: ts, line: n}
 	e.dispatch()
 }
 
@@ -247,9 +258,13 @@ func (t *trace) proc(pid int, ts time.Time, n int64) *proc {
 	}
 	if parent, thread, files := t.cloning(pid); parent != nil {
 		if thread {
-			t.tids[pid] = parent.pid
-			parent.threads++
-			t.res.Trace.Threads++
+			if parent.awaitsThread() {
+				t.emulatorThread(parent, pid)
+			} else {
+				t.tids[pid] = parent.pid
+				parent.threads++
+				t.res.Trace.Threads++
+			}
 			return parent
 		}
 		return t.child(parent, pid, files, ts, n)
@@ -339,6 +354,9 @@ func (t *trace) child(parent *proc, pid int, shareFiles bool, ts time.Time, n in
 	}
 	c = t.newProc(pid, parent.pid, ts, n)
 	c.exe, c.cwd, c.uid = parent.exe, parent.cwd, parent.uid
+	if parent.emulated {
+		c.emulated, c.emuNext = true, qemuFork
+	}
 	if shareFiles {
 		c.fds = parent.fds
 	} else {
@@ -550,6 +568,7 @@ func (e *ev) execve() {
 	argv := parseList(e.arg(argvArg), e.t.qemu)
 	pr := e.p
 	pr.exe = p
+	pr.emuExec, pr.emulated, pr.emuNext = e.t.opts.Emulator != "", false, nil
 	if len(e.t.exes) < MaxPaths {
 		e.t.exes[p] = true
 	}
