@@ -12,6 +12,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
+	"github.com/talkbox-sandbox/talkbox/internal/mitre"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/yarascan"
@@ -148,6 +149,7 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	sort.Strings(a.Domains)
 	sort.Strings(a.Destinations)
 	sort.Strings(a.Yara)
+	a.Techniques = mitre.IDs(seen)
 	if b := a.Behaviour; b != nil {
 		for _, l := range [][]string{b.Dropped, b.Persistence, b.Evasion, b.Tried, b.Listening} {
 			sort.Strings(l)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/mitre"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/sample"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -334,6 +335,7 @@ func (c *collector) readCycles() {
 		if a := c.analyses[cy.ID]; a != nil {
 			out.Connections, out.FlowLogs = a.Connections, a.FlowLogs
 			out.Classification, out.Recommendation, out.Reasons = a.Classification, a.Recommendation, a.Reasons
+			out.Yara, out.Techniques = a.Yara, mitre.Named(a.Techniques)
 		}
 		c.r.Cycles = append(c.r.Cycles, out)
 	}

@@ -15,6 +15,7 @@ package leasereport
 import (
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/mitre"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -111,6 +112,10 @@ type Cycle struct {
 	Classification []string `json:"classification,omitempty"`
 	Recommendation string   `json:"recommendation,omitempty"`
 	Reasons        []string `json:"reasons,omitempty"`
+	// Yara are the YARA rules that matched what the cycle left, and
+	// Techniques the MITRE ATT&CK techniques its observables show.
+	Yara       []string          `json:"yara,omitempty"`
+	Techniques []mitre.Technique `json:"techniques,omitempty"`
 }
 
 // End is when the cycle ended, or until is if it has not.

@@ -123,6 +123,28 @@ func For(o *records.Observable) []Technique {
 	return out
 }
 
+// Named are the techniques of the IDs, in their order; an ID the table
+// does not know (a record written by another release) keeps its ID alone.
+func Named(ids []string) []Technique {
+	var out []Technique
+	for _, id := range ids {
+		t := Technique{ID: id}
+		for _, k := range all {
+			if k.ID == id {
+				t = k
+				break
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// all is every technique of the table.
+var all = []Technique{cron, systemdService, rcScripts, dynamicLinker, sshKeys, shellConfig, firewall, disableTools,
+	ptraceInjection, fileDeletion, debuggerEvasion, systemChecks, timeEvasion, masquerading, serviceScan, webProtocols,
+	appLayer, nonAppLayer, nonStandardPort, passwordGuess, directFlood, reflection, serviceFlood}
+
 // IDs are the technique IDs of the observables, each once, sorted.
 func IDs(obs []*records.Observable) []string {
 	var ids []string

@@ -48,6 +48,11 @@ func TestFor(t *testing.T) {
 		if got := ids(For(&tc.o)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+		for _, n := range Named(tc.want) {
+			if n.Name == "" {
+				t.Errorf("%s: %s is not in the table's list", tc.name, n.ID)
+			}
+		}
 	}
 	if u := (Technique{ID: "T1053.003"}).URL(); u != "https://attack.mitre.org/techniques/T1053/003/" {
 		t.Errorf("url %s", u)

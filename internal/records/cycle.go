@@ -189,6 +189,9 @@ type RunAnalysis struct {
 	// Yara are the YARA rules that matched what the cycle left ("RULE in
 	// TARGET", target dropped or memory).
 	Yara []string `json:"yara,omitempty"`
+	// Techniques are the MITRE ATT&CK technique IDs the cycle's
+	// observables show (internal/mitre's table).
+	Techniques []string `json:"techniques,omitempty"`
 	// Classification sums the run up (beaconing, scanning, silent,
 	// crashed, wrong-architecture, persistence, evasion, dropper, …).
 	Classification []string `json:"classification"`
