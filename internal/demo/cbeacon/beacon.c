@@ -4,25 +4,32 @@
 // The benign beacon in C, for the architectures Go does not target (the
 // Mirai set: armel, mips, powerpc, sh4, m68k, sparc64, …). It behaves as the
 // Go beacon (internal/demo/beacon) does, with the same flags, log lines and
-// exit codes (0: at least one check-in answered, 3: none, 2: usage):
+// exit codes (0: at least one check-in answered, or -hostile without -c2;
+// 3: none; 2: usage):
 // resolves its C2 name, checks in over HTTP on a period with jitter,
 // retrying when the C2 does not answer, and runs a short telnet connect
 // scan; with -behave DIR it first does what the Go beacon's -behave does
-// (behave below), for the behaviour trace's tests. It is harmless by
-// construction: the address policy (policy.c) refuses anything outside the
-// documentation ranges and the lab, at the command line and again before
-// every connection, resolved ones included; -behave writes only under DIR
-// (and deletes the beacon's own binary).
+// (behave below), for the behaviour trace's tests, and with -hostile MODES
+// what the Go beacon's hostile modes do (run_hostile below), for the
+// containment battery. It is harmless by construction: the address policy
+// (policy.c) refuses anything outside the documentation ranges and the
+// lab, at the command line and again before every connection, resolved
+// ones included; the hostile modes aim at the documentation ranges and at
+// the guest's own lab link only; -behave writes only under DIR (and
+// deletes the beacon's own binary).
 //
 // It resolves names itself (/etc/hosts, then one A query over UDP to each
 // resolv.conf nameserver) because static glibc's getaddrinfo needs NSS
 // modules at run time, which a bare guest or a qemu-user run lacks.
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE // struct ifreq, for the hostile modes' interface
 #include "policy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <net/if.h>
+#include <netpacket/packet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -150,9 +158,11 @@ static int wait_fd(int fd, short ev, int64_t deadline) {
 	}
 }
 
-// dial opens a TCP connection to a:port, first asking allowed whether a may
-// be contacted: every connection of the beacon goes through here.
-static int dial(uint32_t a, int port, int (*allowed)(uint32_t), int64_t deadline, char *err, size_t errlen) {
+// dial_start starts a TCP connection to a:port on a non-blocking socket,
+// first asking allowed whether a may be contacted: every TCP connection of
+// the beacon starts here. *pending says the connect is still in progress
+// (the socket turns writable when it ends: dial_error).
+static int dial_start(uint32_t a, int port, int (*allowed)(uint32_t), int *pending, char *err, size_t errlen) {
 	char ip[16];
 	ip_format(a, ip);
 	if (!allowed(a)) {
@@ -163,24 +173,45 @@ static int dial(uint32_t a, int port, int (*allowed)(uint32_t), int64_t deadline
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)port);
 	sa.sin_addr.s_addr = htonl(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		snprintf(err, errlen, "socket: %s", strerror(errno));
 		return -1;
 	}
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); // for the connect timeout
+	*pending = 0;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		int e = errno;
-		socklen_t l = sizeof e;
-		if (e == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) == 0)
-			getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
-		else if (e == EINPROGRESS)
-			e = errno;
-		if (e != 0) {
-			snprintf(err, errlen, "dial tcp %s:%d: %s", ip, port, strerror(e));
+		if (errno != EINPROGRESS) {
+			snprintf(err, errlen, "dial tcp %s:%d: %s", ip, port, strerror(errno));
 			close(fd);
 			return -1;
 		}
+		*pending = 1;
+	}
+	return fd;
+}
+
+// dial_error is how a pending connect ended: 0 connected, else the errno.
+static int dial_error(int fd) {
+	int e = 0;
+	socklen_t l = sizeof e;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0)
+		return errno;
+	return e;
+}
+
+// dial opens a TCP connection to a:port by deadline (dial_start checks a).
+static int dial(uint32_t a, int port, int (*allowed)(uint32_t), int64_t deadline, char *err, size_t errlen) {
+	int pending, fd = dial_start(a, port, allowed, &pending, err, errlen);
+	if (fd < 0 || !pending)
+		return fd;
+	int e = wait_fd(fd, POLLOUT, deadline) == 0 ? dial_error(fd) : errno;
+	if (e != 0) {
+		char ip[16];
+		ip_format(a, ip);
+		snprintf(err, errlen, "dial tcp %s:%d: %s", ip, port, strerror(e));
+		close(fd);
+		return -1;
 	}
 	return fd;
 }
@@ -237,26 +268,16 @@ static int skip_name(const unsigned char *p, int len, int off) {
 	return -1;
 }
 
-// dns_a sends one A query for name to the resolver ns and collects the A
-// records of its answer; -1 with err on failure.
-static int dns_a(uint32_t ns, const char *name, uint32_t *out, int max, int64_t deadline, char *err, size_t errlen) {
-	unsigned char q[300], r[1500];
-	char ip[16];
-	uint16_t id = (uint16_t)(rand01() * 65536);
+// dns_query writes an A query for name, recursion desired, into q (300
+// bytes); its length, or -1 for a name DNS cannot carry.
+static int dns_query(uint16_t id, const char *name, unsigned char *q) {
 	int qlen = 12;
-	ip_format(ns, ip);
-	if (!resolver_allowed(ns)) {
-		snprintf(err, errlen, "refusing resolver %s: not a private, lab or loopback address", ip);
-		return -1;
-	}
 	memset(q, 0, 12);
 	q[0] = id >> 8, q[1] = id & 255, q[2] = 0x01 /* RD */, q[5] = 1 /* QDCOUNT */;
 	for (const char *l = name; *l;) {
 		size_t ll = strcspn(l, ".");
-		if (ll == 0 || ll > 63 || qlen + ll + 6 > 12 + 255) {
-			snprintf(err, errlen, "lookup %.200s: invalid name", name);
+		if (ll == 0 || ll > 63 || qlen + ll + 6 > 12 + 255)
 			return -1;
-		}
 		q[qlen++] = (unsigned char)ll;
 		memcpy(q + qlen, l, ll);
 		qlen += (int)ll;
@@ -267,17 +288,51 @@ static int dns_a(uint32_t ns, const char *name, uint32_t *out, int max, int64_t 
 	q[qlen++] = 0;
 	q[qlen++] = 0, q[qlen++] = 1; // QTYPE A
 	q[qlen++] = 0, q[qlen++] = 1; // QCLASS IN
+	return qlen;
+}
 
+// udp_open opens a UDP socket connected to the resolver ns, port 53, first
+// checking that ns may be asked: every datagram of the beacon leaves by
+// one of these. Connected, it receives only the resolver's own replies.
+static int udp_open(uint32_t ns, char *err, size_t errlen) {
+	char ip[16];
+	ip_format(ns, ip);
+	if (!resolver_allowed(ns)) {
+		snprintf(err, errlen, "refusing resolver %s: not a private, lab or loopback address", ip);
+		return -1;
+	}
 	struct sockaddr_in sa = {0};
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons(53);
 	sa.sin_addr.s_addr = htonl(ns);
-	int fd = socket(AF_INET, SOCK_DGRAM, 0);
-	// connect: only the resolver's own replies are received.
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || send(fd, q, (size_t)qlen, 0) != qlen) {
-		snprintf(err, errlen, "lookup %.200s on %s: %s", name, ip, strerror(errno));
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		snprintf(err, errlen, "dial udp %s:53: %s", ip, strerror(errno));
 		if (fd >= 0)
 			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+// dns_a sends one A query for name to the resolver ns and collects the A
+// records of its answer; -1 with err on failure.
+static int dns_a(uint32_t ns, const char *name, uint32_t *out, int max, int64_t deadline, char *err, size_t errlen) {
+	unsigned char q[300], r[1500];
+	char ip[16];
+	uint16_t id = (uint16_t)(rand01() * 65536);
+	int qlen = dns_query(id, name, q);
+	ip_format(ns, ip);
+	if (qlen < 0) {
+		snprintf(err, errlen, "lookup %.200s: invalid name", name);
+		return -1;
+	}
+	int fd = udp_open(ns, err, errlen);
+	if (fd < 0)
+		return -1;
+	if (send(fd, q, (size_t)qlen, 0) != qlen) {
+		snprintf(err, errlen, "lookup %.200s on %s: %s", name, ip, strerror(errno));
+		close(fd);
 		return -1;
 	}
 	for (;;) {
@@ -632,7 +687,7 @@ static int behave(const struct config *c, const char *self, char *argv0, char *e
 		write_file(drop, "#!/bin/sh\n# dropped by the Talkbox test beacon: does nothing\nexit 0\n", err, errlen) < 0)
 		return -1;
 	if (chmod(drop, 0755) < 0) {
-		snprintf(err, errlen, "chmod %s: %s", drop, strerror(errno));
+		snprintf(err, errlen, "chmod %.400s: %s", drop, strerror(errno));
 		return -1;
 	}
 	logf_("behave dropped=%s", drop);
@@ -682,7 +737,7 @@ static int behave(const struct config *c, const char *self, char *argv0, char *e
 		logf_("behave listen=0.0.0.0:%d", c->behave_listen);
 	}
 	if (unlink(self) < 0 && errno != ENOENT) {
-		snprintf(err, errlen, "deleting its own binary: remove %s: %s", self, strerror(errno));
+		snprintf(err, errlen, "deleting its own binary: remove %.400s: %s", self, strerror(errno));
 		if (listener >= 0)
 			close(listener);
 		listener = -1;
@@ -690,6 +745,389 @@ static int behave(const struct config *c, const char *self, char *argv0, char *e
 	}
 	logf_("behave deleted=%s", self);
 	return 0;
+}
+
+// The hostile modes (-hostile), the Go beacon's (internal/demo/beacon,
+// hostile.go) with its flags, bounds and log lines: what a sample with root
+// in its guest tries against the lab's containment. Their TCP goes through
+// dial_start with hostile_doc_allowed (the documentation ranges only), their
+// DNS through udp_open to the lab's gateway, and their raw frames out of the
+// guest's own lab link only (hostile_link_check), to the gateway's and the
+// neighbour's addresses on it.
+#define SPOOF_REPEATS 100           // five seconds: long enough to overlap the neighbour's beacons
+#define SPOOF_GAP_NS 50000000LL     // 20 frames a second per variant
+#define ARP_REPEATS 10
+#define ARP_GAP_NS 100000000LL
+#define SPRAY_PARALLEL 16
+#define SPRAY_GAP_NS 5000000LL      // at most 200 new flows a second
+#define HOSTILE_TIMEOUT_NS 2000000000LL
+#define GATEWAY_MAC_WAIT_NS 3000000000LL
+#define GATEWAY_MAC_PROBE_NS 100000000LL
+
+
+// find_link picks the interface named -iface, or the one whose IPv4
+// network holds the gateway, and checks it with hostile_link_check.
+static int find_link(const struct hostile *h, struct hostile_link *l, char *err, size_t errlen) {
+	struct ifreq reqs[32];
+	struct ifconf ifc = {0};
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), found = 0;
+	ifc.ifc_len = sizeof reqs;
+	ifc.ifc_req = reqs;
+	if (fd < 0 || ioctl(fd, SIOCGIFCONF, &ifc) < 0) {
+		snprintf(err, errlen, "listing interfaces: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	for (size_t i = 0; !found && i < (size_t)ifc.ifc_len / sizeof reqs[0]; i++) {
+		struct ifreq r = reqs[i];
+		if (r.ifr_addr.sa_family != AF_INET || (h->iface[0] != '\0' && strcmp(r.ifr_name, h->iface) != 0))
+			continue;
+		uint32_t ip = ntohl(((struct sockaddr_in *)&r.ifr_addr)->sin_addr.s_addr), mask;
+		if (ioctl(fd, SIOCGIFFLAGS, &r) < 0 || (r.ifr_flags & IFF_LOOPBACK))
+			continue;
+		if (ioctl(fd, SIOCGIFNETMASK, &r) < 0)
+			continue;
+		mask = ntohl(((struct sockaddr_in *)&r.ifr_netmask)->sin_addr.s_addr);
+		if (h->iface[0] == '\0' && (h->gateway & mask) != (ip & mask))
+			continue;
+		if (ioctl(fd, SIOCGIFHWADDR, &r) < 0)
+			continue;
+		memcpy(l->mac, r.ifr_hwaddr.sa_data, 6);
+		if (ioctl(fd, SIOCGIFINDEX, &r) < 0)
+			continue;
+		l->index = r.ifr_ifindex;
+		l->ip = ip;
+		for (l->bits = 0; l->bits < 32 && (mask & (0x80000000u >> l->bits)); l->bits++)
+			;
+		found = 1;
+	}
+	close(fd);
+	if (!found) {
+		char gw[16];
+		ip_format(h->gateway, gw);
+		snprintf(err, errlen, "no interface with an IPv4 address on the gateway %s's link", gw);
+		return -1;
+	}
+	return hostile_link_check(h, l->ip, l->bits, err, errlen);
+}
+
+// send_frames sends every frame repeats times, one round every gap, from a
+// packet socket bound to the guest's lab link (protocol 0: it receives
+// nothing).
+static int send_frames(const struct hostile_link *l, unsigned char frames[3][MAX_FRAME], int repeats, int64_t gap, char *err, size_t errlen) {
+	struct sockaddr_ll sll = {0};
+	int pkt = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0), sent = 0;
+	sll.sll_family = AF_PACKET;
+	sll.sll_ifindex = l->index;
+	if (pkt < 0 || bind(pkt, (struct sockaddr *)&sll, sizeof sll) < 0) {
+		snprintf(err, errlen, "packet socket: %s", strerror(errno));
+		if (pkt >= 0)
+			close(pkt);
+		return -1;
+	}
+	for (int r = 0; r < repeats; r++) {
+		for (int i = 0; i < 3; i++) {
+			if (send(pkt, frames[i], FRAME_LEN, 0) != FRAME_LEN) {
+				snprintf(err, errlen, "sending on interface %d: %s", l->index, strerror(errno));
+				close(pkt);
+				return -1;
+			}
+			sent++;
+		}
+		if (r < repeats - 1 && !sleep_ns(gap))
+			break;
+	}
+	close(pkt);
+	logf_("hostile frames sent=%d", sent);
+	return 0;
+}
+
+// arp_table_mac reads a's MAC from /proc/net/arp; 0 when complete there.
+static int arp_table_mac(uint32_t a, unsigned char mac[6]) {
+	char want[16], line[256], ip[64], hw[64], flags[64], addr[64];
+	int found = 0;
+	FILE *f = fopen("/proc/net/arp", "r");
+	ip_format(a, want);
+	while (f && !found && fgets(line, sizeof line, f)) {
+		unsigned m[6];
+		if (sscanf(line, "%63s %63s %63s %63s", ip, hw, flags, addr) == 4 && strcmp(ip, want) == 0 && strcmp(flags, "0x2") == 0 &&
+			sscanf(addr, "%2x:%2x:%2x:%2x:%2x:%2x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) == 6) {
+			for (int i = 0; i < 6; i++)
+				mac[i] = (unsigned char)m[i];
+			found = 1;
+		}
+	}
+	if (f)
+		fclose(f);
+	return found ? 0 : -1;
+}
+
+// gateway_mac learns the gateway's MAC from the guest's ARP table, after a
+// DNS datagram to the gateway has made the kernel resolve it.
+static int gateway_mac(const struct hostile *h, unsigned char mac[6], char *err, size_t errlen) {
+	unsigned char q[300];
+	int qlen = dns_query(1, "gateway.example", q), fd = udp_open(h->gateway, err, errlen);
+	if (fd >= 0) {
+		send(fd, q, (size_t)qlen, 0); // only to make the kernel ask for the gateway's MAC: no answer is awaited
+		close(fd);
+	}
+	for (int64_t deadline = now_ns() + GATEWAY_MAC_WAIT_NS;;) {
+		if (arp_table_mac(h->gateway, mac) == 0)
+			return 0;
+		if (now_ns() > deadline || !sleep_ns(GATEWAY_MAC_PROBE_NS)) {
+			char gw[16];
+			ip_format(h->gateway, gw);
+			snprintf(err, errlen, "the gateway %s is not in the ARP table", gw);
+			return -1;
+		}
+	}
+}
+
+static int hostile_spoof(const struct hostile *h, char *err, size_t errlen) {
+	struct hostile_link l;
+	unsigned char gw_mac[6], frames[3][MAX_FRAME];
+	char c2[16];
+	if (find_link(h, &l, err, errlen) < 0)
+		return -1;
+	if (h->has_gateway_mac)
+		memcpy(gw_mac, h->gateway_mac, 6);
+	else if (gateway_mac(h, gw_mac, err, errlen) < 0)
+		return -1;
+	if (spoof_frames(h, &l, gw_mac, frames, err, errlen) < 0)
+		return -1;
+	ip_format(h->neighbour_c2, c2);
+	for (int i = 0; i < 3; i++)
+		logf_("hostile spoof variant=%s to=%s:%d seq=%#x", spoof_variants[i], c2, h->neighbour_c2_port, SPOOF_SEQ + (unsigned)i);
+	return send_frames(&l, frames, SPOOF_REPEATS, SPOOF_GAP_NS, err, errlen);
+}
+
+static int hostile_arp(const struct hostile *h, char *err, size_t errlen) {
+	struct hostile_link l;
+	unsigned char frames[3][MAX_FRAME];
+	char gw[16], nb[16], mac[18];
+	if (find_link(h, &l, err, errlen) < 0 || arp_frames(h, &l, frames, err, errlen) < 0)
+		return -1;
+	ip_format(h->gateway, gw);
+	ip_format(h->neighbour, nb);
+	mac_format(l.mac, mac);
+	logf_("hostile arp claiming %s and %s as %s", gw, nb, mac);
+	return send_frames(&l, frames, ARP_REPEATS, ARP_GAP_NS, err, errlen);
+}
+
+// request sends one raw HTTP request for host to -hostile-http and reads
+// the status line; 0, or -1 with err (status holds what came).
+static int request(const struct hostile *h, const char *host, char *status, size_t slen, char *err, size_t errlen) {
+	int64_t deadline = now_ns() + HOSTILE_TIMEOUT_NS;
+	char req[MAX_TEXT + 128], resp[512];
+	status[0] = '\0';
+	int fd = dial(h->http, h->http_port, hostile_doc_allowed, deadline, err, errlen);
+	if (fd < 0)
+		return -1;
+	int rl = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %s\r\nUser-Agent: tb-beacon/1\r\nConnection: close\r\n\r\n", host);
+	if (send(fd, req, (size_t)rl, MSG_NOSIGNAL) != rl) {
+		snprintf(err, errlen, "write: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	errno = 0;
+	size_t n = read_until(fd, resp, sizeof resp, "\n", deadline);
+	int e = errno;
+	close(fd);
+	char *eol = strchr(resp, '\n');
+	if (eol)
+		n = (size_t)(eol - resp);
+	while (n > 0 && strchr(" \t\r\n", resp[n - 1]))
+		n--;
+	size_t skip = strspn(resp, " \t\r\n");
+	quote(resp + skip, n > skip ? n - skip : 0, status, slen);
+	if (!eol) {
+		snprintf(err, errlen, "%s", e && e != EINTR ? strerror(e) : "EOF");
+		return -1;
+	}
+	return 0;
+}
+
+static int hostile_names(const struct hostile *h, char *err, size_t errlen) {
+	char to[24], status[512], q[1600], rerr[256];
+	int answered = 0;
+	if (!hostile_doc_allowed(h->http)) {
+		ip_format(h->http, to);
+		snprintf(err, errlen, "refusing %s:%d", to, h->http_port);
+		return -1;
+	}
+	ip_format(h->http, to);
+	snprintf(to + strlen(to), sizeof to - strlen(to), ":%d", h->http_port);
+	for (int r = 0; r < HOSTILE_REPEATS && !stopping; r++)
+		for (int i = 0; unresolved_hosts[i]; i++) {
+			int ok = request(h, unresolved_hosts[i], status, sizeof status, rerr, sizeof rerr) == 0;
+			logf_("hostile names host=\"%s\" to=%s status=\"%s\" err=%s", quote(unresolved_hosts[i], strlen(unresolved_hosts[i]), q, sizeof q),
+				to, status, ok ? "<nil>" : rerr);
+			answered += ok;
+		}
+	logf_("hostile names done answered=%d", answered);
+	return 0;
+}
+
+static int hostile_aim(const struct hostile *h, char *err, size_t errlen) {
+	char to[24];
+	ip_format(h->aim, to);
+	if (!hostile_doc_allowed(h->aim)) {
+		snprintf(err, errlen, "refusing %s:%d", to, h->aim_port);
+		return -1;
+	}
+	snprintf(to + strlen(to), sizeof to - strlen(to), ":%d", h->aim_port);
+	// On a fixed period from the start, as a ticker: a slow connection
+	// does not push the later ones back.
+	int64_t start = now_ns();
+	for (long i = 1; i <= h->aim_count; i++) {
+		char derr[256];
+		int fd = dial(h->aim, h->aim_port, hostile_doc_allowed, now_ns() + HOSTILE_TIMEOUT_NS, derr, sizeof derr);
+		if (fd >= 0)
+			close(fd);
+		logf_("hostile aim seq=%ld to=%s err=%s", i, to, fd >= 0 ? "<nil>" : derr);
+		if (i == h->aim_count)
+			break;
+		int64_t next = start + i * h->aim_interval_ns, now = now_ns();
+		while (next < now)
+			next += h->aim_interval_ns;
+		if (!sleep_ns(next - now))
+			break;
+	}
+	return 0;
+}
+
+// A paced batch: start(i) opens what item i sends on (a non-blocking
+// socket, or -1 when it could not), done(fd, i) says whether it succeeded
+// once fd shows events; each gets HOSTILE_TIMEOUT_NS.
+struct paced_job {
+	const struct hostile *h;
+	char (*names)[80];
+	int (*start)(const struct paced_job *, int i);
+	int (*done)(const struct paced_job *, int fd, int i);
+	short events;
+};
+
+// paced runs items 0..n-1 with at most SPRAY_PARALLEL in flight, one start
+// every SPRAY_GAP_NS, and returns how many succeeded.
+static int paced(const struct paced_job *j, int n) {
+	struct pollfd fds[SPRAY_PARALLEL];
+	int item[SPRAY_PARALLEL], used = 0, next = 0, ok = 0;
+	int64_t deadline[SPRAY_PARALLEL], next_start = now_ns() + SPRAY_GAP_NS;
+	while (!stopping && (next < n || used > 0)) {
+		int64_t now = now_ns(), wake = now + HOSTILE_TIMEOUT_NS;
+		if (next < n && used < SPRAY_PARALLEL && now >= next_start) {
+			int fd = j->start(j, next);
+			if (fd >= 0) {
+				fds[used] = (struct pollfd){fd, j->events, 0};
+				item[used] = next, deadline[used] = now + HOSTILE_TIMEOUT_NS;
+				used++;
+			}
+			next++;
+			next_start = now + SPRAY_GAP_NS;
+			continue;
+		}
+		if (next < n && used < SPRAY_PARALLEL)
+			wake = next_start;
+		for (int k = 0; k < used; k++)
+			if (deadline[k] < wake)
+				wake = deadline[k];
+		int ms = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+		if (poll(fds, (nfds_t)used, ms) < 0 && errno != EINTR)
+			break;
+		now = now_ns();
+		for (int k = 0; k < used;) {
+			if (fds[k].revents == 0 && deadline[k] > now) {
+				k++;
+				continue;
+			}
+			if (fds[k].revents != 0)
+				ok += j->done(j, fds[k].fd, item[k]);
+			close(fds[k].fd);
+			used--;
+			fds[k] = fds[used], item[k] = item[used], deadline[k] = deadline[used];
+		}
+	}
+	for (int k = 0; k < used; k++)
+		close(fds[k].fd);
+	return ok;
+}
+
+static int spray_start(const struct paced_job *j, int i) {
+	char err[256];
+	int pending;
+	return dial_start(j->h->spray, i + 1, hostile_doc_allowed, &pending, err, sizeof err);
+}
+
+static int spray_done(const struct paced_job *j, int fd, int i) {
+	(void)j, (void)i;
+	return dial_error(fd) == 0;
+}
+
+static int dns_start(const struct paced_job *j, int i) {
+	unsigned char q[300];
+	char err[256];
+	int qlen = dns_query((uint16_t)i, j->names[i], q);
+	int fd = qlen < 0 ? -1 : udp_open(j->h->gateway, err, sizeof err);
+	if (fd < 0)
+		return -1;
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	if (send(fd, q, (size_t)qlen, 0) != qlen) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int dns_done(const struct paced_job *j, int fd, int i) {
+	unsigned char r[512];
+	(void)j;
+	ssize_t n = recv(fd, r, sizeof r, 0);
+	return n >= 2 && r[0] == (unsigned char)(i >> 8) && r[1] == (unsigned char)i;
+}
+
+static int hostile_spray(const struct hostile *h, char *err, size_t errlen) {
+	static char names[MAX_DNS_BURST][80];
+	char to[16], gw[16];
+	ip_format(h->spray, to);
+	ip_format(h->gateway, gw);
+	if (!hostile_doc_allowed(h->spray) || (h->dns_burst > 0 && !hostile_lab_allowed(h->gateway))) {
+		snprintf(err, errlen, "refusing %s or %s", to, gw);
+		return -1;
+	}
+	struct paced_job spray = {h, NULL, spray_start, spray_done, POLLOUT};
+	int open_ = paced(&spray, (int)h->spray_ports);
+	logf_("hostile spray to=%s ports=1-%ld open=%d", to, h->spray_ports, open_);
+	for (long i = 0; i < h->dns_burst; i++)
+		snprintf(names[i], sizeof names[i], "%08x.%.60s", (unsigned)(rand01() * 4294967296.0), h->dns_domain);
+	struct paced_job dns = {h, names, dns_start, dns_done, POLLIN};
+	int answered = paced(&dns, (int)h->dns_burst);
+	logf_("hostile dns to=%s:53 queries=%ld answered=%d", gw, h->dns_burst, answered);
+	return 0;
+}
+
+// run_hostile runs each mode in the order given; a mode that fails is
+// logged and the others still run. failed names each failed mode, on one
+// line ("" when none did).
+static void run_hostile(const struct hostile *h, char *failed, size_t flen) {
+	size_t o = 0;
+	failed[0] = '\0';
+	for (int i = 0; i < h->norder && !stopping; i++) {
+		char err[512] = "";
+		int r = 0, mode = h->order[i];
+		switch (1 << mode) {
+		case HOSTILE_NAMES: r = hostile_names(h, err, sizeof err); break;
+		case HOSTILE_SPOOF: r = hostile_spoof(h, err, sizeof err); break;
+		case HOSTILE_ARP: r = hostile_arp(h, err, sizeof err); break;
+		case HOSTILE_AIM: r = hostile_aim(h, err, sizeof err); break;
+		case HOSTILE_SPRAY: r = hostile_spray(h, err, sizeof err); break;
+		}
+		if (r < 0) {
+			logf_("hostile %s failed: %s", hostile_mode_names[mode], err);
+			if (o < flen)
+				o += (size_t)snprintf(failed + o, flen - o, "%s%s: %s", o ? "; " : "", hostile_mode_names[mode], err);
+		}
+	}
 }
 
 int main(int argc, char **argv) {
@@ -725,6 +1163,16 @@ int main(int argc, char **argv) {
 			fprintf(stderr, "beacon: %s\n", err);
 			return 1;
 		}
+	}
+
+	if (c.hostile.modes != 0) {
+		// A hostile mode's failure is in the log; the beacon still beacons.
+		char failed_modes[2048];
+		run_hostile(&c.hostile, failed_modes, sizeof failed_modes);
+		if (failed_modes[0] != '\0')
+			fprintf(stderr, "beacon: %s\n", failed_modes);
+		if (c.c2[0] == '\0')
+			return 0;
 	}
 
 	long sent = 0, answered = 0, failed = 0, scanned = 0, open_ = 0;

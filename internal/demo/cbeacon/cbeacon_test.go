@@ -1,15 +1,18 @@
 // Package cbeacon tests the C beacon (beacon.c, policy.c): its cross builds
-// as Talkbox's triage sees them, and its address policy against the Go
-// beacon's. The beacon itself never runs on the host, natively or under
+// as Talkbox's triage sees them, and its address policy, command line
+// (-hostile's included) and hostile frames against the Go beacon's. The beacon itself never runs on the host, natively or under
 // qemu-user: the policy tests compile a host driver (testdata/policy_driver.c)
 // that links policy.c alone, without the beacon's networking, and compare
 // its answers with internal/demo/beacon's.
 package cbeacon
 
 import (
+	"bytes"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -18,6 +21,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 
 	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -219,18 +225,60 @@ func TestParseMirrorsTheGoBeacon(t *testing.T) {
 	for _, bad := range []string{"8.8.8.8", "10.0.0.1", "10.13.38.2", "127.0.0.1", "192.0.3.1", "198.51.101.1", "203.0.114.9", "169.254.1.1", "::1", "2001:db8::1", "::ffff:8.8.8.8"} {
 		cases = append(cases, []string{"-c2", "c2.example", "-scan", "192.0.2.1," + bad})
 	}
+	cases = append(cases, hostileCases()...)
 	for _, args := range cases {
 		got := run(append([]string{"args"}, args...)...)[0]
 		cfg, err := beacon.Parse(args, io.Discard)
 		switch {
 		case err != nil && !strings.HasPrefix(got, "error: "):
 			t.Errorf("%q: Go refuses (%v), C accepts: %s", args, err, got)
-		case err != nil && (strings.HasPrefix(err.Error(), "refusing") || strings.HasPrefix(err.Error(), "-behave")) && got != "error: "+err.Error():
+		case err != nil && (strings.HasPrefix(err.Error(), "refusing") || strings.HasPrefix(err.Error(), "-")) && got != "error: "+err.Error():
 			t.Errorf("%q: Go %q, C %q", args, err, got)
 		case err == nil && got != goConfig(cfg):
 			t.Errorf("%q:\nGo %s\nC  %s", args, goConfig(cfg), got)
 		}
 	}
+}
+
+// hostileArgs are a full set of -hostile flags on a lab link
+// 10.213.1.0/24, as the Go beacon's tests have them.
+var hostileArgs = []string{"-hostile", "names,spoof,arp,aim,spray", "-gateway", "10.213.1.1",
+	"-neighbour", "10.213.1.3", "-neighbour-mac", "52:54:00:00:00:03", "-neighbour-c2", "198.51.100.18:80"}
+
+// hostileCases are command lines with -hostile: accepted, and refused
+// for a target outside the documentation ranges and the lab, a bound
+// exceeded or a mode without what it needs.
+func hostileCases() [][]string {
+	cases := [][]string{
+		slices.Clone(hostileArgs),
+		append(slices.Clone(hostileArgs), "-c2", "c2.example", "-iface", "eth0", "-gateway-mac", "52-54-00-AA-bb-01",
+			"-hostile-aim", "198.51.100.247:08443", "-hostile-aim-count", "12", "-hostile-aim-interval", "1.5s",
+			"-hostile-spray", "203.0.113.9", "-hostile-spray-ports", "256", "-hostile-dns", "0", "-hostile-dns-domain", "x.example"),
+		{"-hostile", "names,aim"}, {"-hostile", "aim, names,aim"}, {"-hostile", "spray", "-gateway", "10.1.2.3"},
+		{"-hostile", "spray", "-hostile-dns", "0"}, {"-hostile", "arp", "-gateway", "10.0.0.1", "-neighbour", "10.0.0.2", "-neighbour-mac", "5254.0000.0003"},
+		{"-hostile", "", "-c2", "x"}, {"-hostile-aim", "8.8.8.8:1", "-c2", "x"}, {"-hostile-aim", "203.0.113.9:1"},
+		{"-hostile", "flood"}, {"-hostile", "names,"}, {"-hostile", "spoof"}, {"-hostile", "arp", "-gateway", "10.213.1.1"}, {"-hostile", "spray"},
+		{"-hostile", "names", "-hostile-http", ""}, {"-hostile", "aim", "-hostile-aim", ""},
+	}
+	for _, bad := range [][]string{
+		{"-neighbour", "8.8.8.8"}, {"-neighbour", "192.168.1.3"}, {"-gateway", "172.16.0.1"}, {"-gateway", "::1"},
+		{"-gateway", "::ffff:10.0.0.1"}, {"-gateway", "010.0.0.1"}, {"-gateway", "11.0.0.1"}, {"-gateway", "9.255.255.255"},
+		{"-neighbour-c2", "8.8.8.8:80"}, {"-neighbour-c2", "10.213.1.1:80"}, {"-neighbour-c2", "198.51.100.18"},
+		{"-neighbour-c2", "198.51.100.18:0"}, {"-neighbour-c2", "198.51.100.18:65536"}, {"-neighbour-c2", "[198.51.100.18]:80"},
+		{"-neighbour-c2", "198.51.100.18:+80"}, {"-neighbour-c2", "198.51.100.18:"}, {"-neighbour-c2", "198.51.101.18:80"},
+		{"-hostile-http", "1.1.1.1:80"}, {"-hostile-http", "192.0.2.80:http"}, {"-hostile-aim", "8.8.4.4:443"},
+		{"-hostile-aim", "[2001:db8::1]:443"}, {"-hostile-aim", "203.0.112.255:443"},
+		{"-hostile-spray", "127.0.0.1"}, {"-hostile-spray", "10.213.1.1"}, {"-hostile-spray", "192.0.2.81:80"},
+		{"-neighbour-mac", "nonsense"}, {"-neighbour-mac", "52:54:00:00:00"}, {"-neighbour-mac", "52:54:00:00:00:03:04:05"},
+		{"-gateway-mac", "52:54-00:00:00:03"}, {"-gateway-mac", "5:54:00:00:00:03"},
+		{"-hostile-spray-ports", "1000"}, {"-hostile-spray-ports", "0"}, {"-hostile-dns", "100000"}, {"-hostile-dns", "-1"},
+		{"-hostile-aim-count", "1000"}, {"-hostile-aim-count", "0"}, {"-hostile-aim-interval", "1ms"}, {"-hostile-aim-interval", "499ms"},
+		{"-hostile-dns-domain", "a b"}, {"-hostile-dns-domain", "a/b"}, {"-hostile-dns-domain", ""},
+		{"-hostile-aim-count", "x"}, {"-hostile-aim-interval", "5"},
+	} {
+		cases = append(cases, append(slices.Clone(hostileArgs), bad...))
+	}
+	return cases
 }
 
 // goConfig prints a Go Config as the driver prints the C one.
@@ -243,8 +291,109 @@ func goConfig(c *beacon.Config) string {
 	for _, a := range c.Scan {
 		scan = append(scan, a.Unmap().String())
 	}
-	return fmt.Sprintf("c2=%s port=%d path=%s id=%s interval=%d jitter=%g count=%d retry=%d retries=%d timeout=%d scan_port=%d behave=%s behave_listen=%d c2addr=%s scan=%s",
+	s := fmt.Sprintf("c2=%s port=%d path=%s id=%s interval=%d jitter=%g count=%d retry=%d retries=%d timeout=%d scan_port=%d behave=%s behave_listen=%d c2addr=%s scan=%s hostile=",
 		c.C2, c.Port, c.Path, c.ID, c.Interval, c.Jitter, c.Count, c.Retry, c.Retries, c.Timeout, c.ScanPort, c.Behave, c.BehaveListen, addr, strings.Join(scan, ","))
+	if h := c.Hostile; h != nil {
+		text := func(v interface{ IsValid() bool }) string {
+			if !v.IsValid() {
+				return ""
+			}
+			return fmt.Sprint(v)
+		}
+		s += fmt.Sprintf("%s iface=%s gw=%s gwmac=%s nb=%s nbmac=%s nbc2=%s http=%s aim=%s aimcount=%d aiminterval=%d spray=%s sprayports=%d dns=%d dnsdomain=%s",
+			strings.Join(h.Modes, ","), h.Iface, text(h.Gateway), h.GatewayMAC, text(h.Neighbour), h.NeighbourMAC, text(h.NeighbourC2),
+			text(h.HTTP), text(h.Aim), h.AimCount, h.AimInterval, text(h.Spray), h.SprayPorts, h.DNSBurst, h.DNSDomain)
+	}
+	return s
+}
+
+// TestHostileFrames decodes the C beacon's hostile frames, which the host
+// test builds with policy.c alone and never sends: the same forgeries as
+// the Go beacon's (its TestSpoofFramesForgeTheNeighboursSourceAndMAC and
+// TestARPFramesClaimTheGatewayAndTheNeighbour), with lengths and checksums
+// as gopacket computes them; and no frame at all on a link outside the lab
+// or towards a C2 outside the documentation ranges.
+func TestHostileFrames(t *testing.T) {
+	run := driver(t)
+	const attacker, gateway = "52:54:00:00:00:02", "52:54:00:00:00:01"
+	decode := func(line string) gopacket.Packet {
+		b, err := hex.DecodeString(line)
+		if err != nil {
+			t.Fatalf("driver said %q", line)
+		}
+		p := gopacket.NewPacket(b, layers.LayerTypeEthernet, gopacket.Default)
+		// Serialized again, computing lengths and checksums: the same bytes.
+		buf := gopacket.NewSerializeBuffer()
+		var ls []gopacket.SerializableLayer
+		for _, l := range p.Layers() {
+			if sl, ok := l.(gopacket.SerializableLayer); ok {
+				ls = append(ls, sl)
+			}
+		}
+		if tcp, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok {
+			tcp.SetNetworkLayerForChecksum(p.Layer(layers.LayerTypeIPv4).(*layers.IPv4))
+		}
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), b) {
+			t.Errorf("frame %x\nserialized by gopacket %x", b, buf.Bytes())
+		}
+		return p
+	}
+
+	spoof := run(append([]string{"frames", "spoof", attacker, "10.213.1.2/24", gateway}, hostileArgs...)...)
+	want := []struct{ mac, ip string }{{attacker, "10.213.1.3"}, {"52:54:00:00:00:03", "10.213.1.2"}, {"52:54:00:00:00:03", "10.213.1.3"}}
+	if len(spoof) != len(want) {
+		t.Fatalf("spoof frames: %q", spoof)
+	}
+	for i, line := range spoof {
+		p := decode(line)
+		eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
+		if eth == nil || ip == nil || tcp == nil {
+			t.Fatalf("frame %d does not decode: %v", i, p)
+		}
+		if eth.SrcMAC.String() != want[i].mac || eth.DstMAC.String() != gateway || ip.SrcIP.String() != want[i].ip ||
+			ip.DstIP.String() != "198.51.100.18" || ip.TTL != 64 || !tcp.SYN || tcp.ACK || tcp.DstPort != 80 ||
+			tcp.SrcPort != layers.TCPPort(47000+i) || tcp.Seq != beacon.SpoofSeq+uint32(i) {
+			t.Errorf("frame %d (%s): %v", i, beacon.SpoofVariants[i], p)
+		}
+	}
+
+	arp := run(append([]string{"frames", "arp", attacker, "10.213.1.2/24", gateway}, hostileArgs...)...)
+	claims := []struct{ dst, claimed, target string }{
+		{"ff:ff:ff:ff:ff:ff", "10.213.1.1", "10.213.1.1"},
+		{"52:54:00:00:00:03", "10.213.1.1", "10.213.1.3"},
+		{"ff:ff:ff:ff:ff:ff", "10.213.1.3", "10.213.1.3"},
+	}
+	if len(arp) != len(claims) {
+		t.Fatalf("ARP frames: %q", arp)
+	}
+	for i, line := range arp {
+		p := decode(line)
+		eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+		a, _ := p.Layer(layers.LayerTypeARP).(*layers.ARP)
+		if eth == nil || a == nil {
+			t.Fatalf("frame %d does not decode: %v", i, p)
+		}
+		if eth.SrcMAC.String() != attacker || eth.DstMAC.String() != claims[i].dst || a.Operation != layers.ARPReply ||
+			net.HardwareAddr(a.SourceHwAddress).String() != attacker || net.IP(a.SourceProtAddress).String() != claims[i].claimed ||
+			net.IP(a.DstProtAddress).String() != claims[i].target {
+			t.Errorf("frame %d: %v", i, p)
+		}
+	}
+
+	// Raw frames only on the lab's link, where the gateway and the
+	// neighbour are (the Go beacon's TestRawFramesStayOnTheLabLink).
+	for _, link := range []string{"192.168.1.2/24", "10.213.2.2/24", "10.0.0.2/7", "172.16.1.2/16", "10.213.1.2/33"} {
+		for _, kind := range []string{"spoof", "arp"} {
+			if got := run(append([]string{"frames", kind, attacker, link, gateway}, hostileArgs...)...); !strings.HasPrefix(got[0], "error: refusing") {
+				t.Errorf("%s frames on %s: %q", kind, link, got)
+			}
+		}
+	}
 }
 
 // TestResolvedAddressesAreChecked is the Go beacon's resolve: a name that
@@ -289,7 +438,7 @@ func TestEveryConnectionIsChecked(t *testing.T) {
 	if n := strings.Count(src, "connect("); n != 2 {
 		t.Errorf("beacon.c has %d connect calls, want the two this test checks", n)
 	}
-	for fn, guard := range map[string]string{"static int dial(": "if (!allowed(a))", "static int dns_a(": "if (!resolver_allowed(ns))"} {
+	for fn, guard := range map[string]string{"static int dial_start(": "if (!allowed(a))", "static int udp_open(": "if (!resolver_allowed(ns))"} {
 		i := strings.Index(src, fn)
 		if i < 0 {
 			t.Fatalf("beacon.c has no %s", fn)
@@ -301,9 +450,28 @@ func TestEveryConnectionIsChecked(t *testing.T) {
 			t.Errorf("%s…: %q must come before connect", fn, guard)
 		}
 	}
-	// dial's callers pass the policy for what they contact.
+	// dial's callers pass the policy for what they contact: the hostile
+	// modes the documentation ranges alone.
 	if !strings.Contains(src, "dial(addr, c->port, c2_allowed,") || !strings.Contains(src, "dial(a, c->scan_port, scan_allowed,") {
 		t.Error("beacon.c dials without the C2 or scan policy")
+	}
+	for _, m := range regexp.MustCompile(`dial(?:_start)?\(([^;]*?), ([a-z0-9_]+_allowed|allowed),`).FindAllStringSubmatch(src, -1) {
+		if m[2] != "allowed" && m[2] != "c2_allowed" && m[2] != "scan_allowed" && m[2] != "hostile_doc_allowed" {
+			t.Errorf("beacon.c dials %s under %s", m[1], m[2])
+		}
+		if strings.HasPrefix(m[1], "h->") && m[2] != "hostile_doc_allowed" {
+			t.Errorf("beacon.c dials the hostile target %s under %s, not the documentation ranges", m[1], m[2])
+		}
+	}
+	// Raw frames: one packet socket, whose frames come from the builders
+	// that refuse a link outside the lab (TestHostileFrames).
+	if n := strings.Count(src, "socket(AF_PACKET"); n != 1 {
+		t.Errorf("beacon.c opens %d packet sockets, want one (send_frames)", n)
+	}
+	for _, call := range []string{"spoof_frames(h, &l, gw_mac, frames,", "arp_frames(h, &l, frames,"} {
+		if !strings.Contains(src, call) {
+			t.Errorf("beacon.c does not build its frames with %s…)", call)
+		}
 	}
 }
 
@@ -372,9 +540,9 @@ func TestBehaveStaysInItsDirectory(t *testing.T) {
 		{"mkdir_all", []string{"const char *path", "parent", "c->behave", "dir"}}, // its definition, then calls
 		{"write_file", []string{"const char *path", "drop", "path"}},
 		{"behave_path", []string{"c->behave", "c->behave", "path"}}, // drop, each persistence file and its directory
-		{"bind", []string{"listener"}},
+		{"bind", []string{"listener", "pkt"}},                       // -behave-listen's; the hostile modes' packet socket (sends only)
 		{"rename", nil}, {"renameat", nil}, {"creat", nil}, {"link", nil}, {"symlink", nil}, {"rmdir", nil},
-		{"kill", nil}, {"ptrace", nil}, {"fopen", []string{"\"/etc/hosts\"", "\"/etc/resolv.conf\""}},
+		{"kill", nil}, {"ptrace", nil}, {"fopen", []string{"\"/etc/hosts\"", "\"/etc/resolv.conf\"", "\"/proc/net/arp\""}},
 	} {
 		if got := calls(c.call); !slices.Equal(got, c.args) {
 			t.Errorf("beacon.c: %s( called with %q, want %q", c.call, got, c.args)

@@ -176,14 +176,313 @@ static const char usage[] =
 	"usage: beacon -c2 NAME [-c2-addr IP] [-port 80] [-path /gate] [-id tb-beacon]\n"
 	"  [-interval 5s] [-jitter 0.2] [-count 0] [-retry 1s] [-retries 3] [-timeout 3s]\n"
 	"  [-scan IP,IP...] [-scan-port 23] [-behave DIR [-behave-listen PORT]]\n"
+	"  [-hostile names,spoof,arp,aim,spray [-iface IF] [-gateway IP] [-gateway-mac MAC]\n"
+	"   [-neighbour IP] [-neighbour-mac MAC] [-neighbour-c2 IP:PORT] [-hostile-http IP:PORT]\n"
+	"   [-hostile-aim IP:PORT] [-hostile-aim-count 6] [-hostile-aim-interval 2s]\n"
+	"   [-hostile-spray IP] [-hostile-spray-ports 128] [-hostile-dns 100]\n"
+	"   [-hostile-dns-domain spray.example]]\n"
 	"Contacts only the C2 and the scan targets given, within 192.0.2.0/24,\n"
 	"198.51.100.0/24, 203.0.113.0/24 and the lab (the C2 also on the sinkhole\n"
-	"link 10.13.38.0/24 or loopback).\n";
+	"link 10.13.38.0/24 or loopback); the hostile modes only the documentation\n"
+	"ranges and the guest's own link inside 10.0.0.0/8.\n";
+
+const char *const hostile_mode_names[HOSTILE_MODES] = {"names", "spoof", "arp", "aim", "spray"};
+const char *const unresolved_hosts[] = {"com", "a/b#c", "bad name.example", "cdn-update.example", NULL};
+const char *const spoof_variants[3] = {"ip", "mac", "ip+mac"};
+
+// The hostile modes' networks: the documentation ranges, then the lab.
+static const struct net doc_nets[] = {NET(192, 0, 2, 0, 24), NET(198, 51, 100, 0, 24), NET(203, 0, 113, 0, 24)};
+static const struct net lab_range = NET(10, 0, 0, 0, 8);
+#define DOC_NETS "192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24"
+#define LAB_RANGE "10.0.0.0/8"
+
+int hostile_doc_allowed(uint32_t a) {
+	for (size_t i = 0; i < sizeof doc_nets / sizeof doc_nets[0]; i++)
+		if ((a & doc_nets[i].mask) == doc_nets[i].addr)
+			return 1;
+	return 0;
+}
+
+int hostile_lab_allowed(uint32_t a) { return (a & lab_range.mask) == lab_range.addr; }
+
+void mac_format(const unsigned char m[6], char buf[18]) {
+	snprintf(buf, 18, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
+int hostile_link_check(const struct hostile *h, uint32_t ip, int bits, char *err, size_t errlen) {
+	char a[16], n[16];
+	uint32_t mask = bits <= 0 ? 0 : (uint32_t)(0xffffffffULL << (32 - bits));
+	ip_format(ip, a);
+	ip_format(ip & mask, n);
+	if (bits < 8 || bits > 32 || !hostile_lab_allowed(ip))
+		return fail(err, errlen, "refusing raw frames on %s/%d: not a network inside " LAB_RANGE, a, bits);
+	const uint32_t on[] = {h->gateway, h->neighbour};
+	const int given[] = {h->has_gateway, h->has_neighbour};
+	for (int i = 0; i < 2; i++)
+		if (given[i] && (on[i] & mask) != (ip & mask)) {
+			ip_format(on[i], a);
+			return fail(err, errlen, "refusing %s: not on the guest's link %s/%d", a, n, bits);
+		}
+	return 0;
+}
+
+static int hex(char ch) {
+	if (isdigit((unsigned char)ch))
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+// mac_parse reads a MAC as Go's net.ParseMAC does (aa:bb:…, aa-bb-…,
+// aabb.ccdd.eeff), of the 6-byte length only; 0 on success.
+static int mac_parse(const char *s, unsigned char out[6]) {
+	size_t n = strlen(s);
+	if (n == 17 && (s[2] == ':' || s[2] == '-')) {
+		for (int i = 0; i < 6; i++) {
+			int hi = hex(s[3 * i]), lo = hex(s[3 * i + 1]);
+			if (hi < 0 || lo < 0 || (i < 5 && s[3 * i + 2] != s[2]))
+				return -1;
+			out[i] = (unsigned char)(hi << 4 | lo);
+		}
+		return 0;
+	}
+	if (n == 14 && s[4] == '.' && s[9] == '.') {
+		for (int i = 0; i < 6; i++) {
+			const char *g = s + 5 * (i / 2) + 2 * (i % 2);
+			int hi = hex(g[0]), lo = hex(g[1]);
+			if (hi < 0 || lo < 0)
+				return -1;
+			out[i] = (unsigned char)(hi << 4 | lo);
+		}
+		return 0;
+	}
+	return -1;
+}
+
+// addr_port_parse reads IPv4:PORT as Go's netip.ParseAddrPort does, of
+// IPv4 only; 0 on success (port 1-65535).
+static int addr_port_parse(const char *s, uint32_t *a, int *port) {
+	const char *colon = strrchr(s, ':');
+	char host[64];
+	if (!colon || (size_t)(colon - s) >= sizeof host || colon[1] == '\0')
+		return -1;
+	memcpy(host, s, (size_t)(colon - s));
+	host[colon - s] = '\0';
+	if (!ip4_parse(host, a))
+		return -1;
+	long p = 0;
+	for (const char *d = colon + 1; *d; d++) {
+		if (!isdigit((unsigned char)*d))
+			return -1;
+		p = p * 10 + (*d - '0');
+		if (p > 65535)
+			return -1;
+	}
+	if (p == 0)
+		return -1;
+	*port = (int)p;
+	return 0;
+}
+
+static uint16_t checksum(const unsigned char *p, size_t n, uint32_t sum) {
+	for (size_t i = 0; i + 1 < n; i += 2)
+		sum += (uint32_t)p[i] << 8 | p[i + 1];
+	if (n & 1)
+		sum += (uint32_t)p[n - 1] << 8;
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
+static unsigned char *put16(unsigned char *p, uint32_t v) {
+	p[0] = (unsigned char)(v >> 8), p[1] = (unsigned char)v;
+	return p + 2;
+}
+
+static unsigned char *put32(unsigned char *p, uint32_t v) {
+	return put16(put16(p, v >> 16), v & 0xffff);
+}
+
+// The checksums are computed here, as a kernel would: the frames are sent
+// whole from a packet socket.
+int spoof_frames(const struct hostile *h, const struct hostile_link *l, const unsigned char gw_mac[6],
+	unsigned char frames[3][MAX_FRAME], char *err, size_t errlen) {
+	if (!hostile_doc_allowed(h->neighbour_c2)) {
+		char ip[16];
+		ip_format(h->neighbour_c2, ip);
+		snprintf(err, errlen, "refusing %s: outside " DOC_NETS, ip);
+		return -1;
+	}
+	if (hostile_link_check(h, l->ip, l->bits, err, errlen) < 0)
+		return -1;
+	const unsigned char *macs[3] = {l->mac, h->neighbour_mac, h->neighbour_mac};
+	const uint32_t srcs[3] = {h->neighbour, l->ip, h->neighbour};
+	for (int i = 0; i < 3; i++) {
+		unsigned char *f = frames[i], *ip = f + 14, *tcp = ip + 20, pseudo[12];
+		memset(f, 0, MAX_FRAME);
+		memcpy(f, gw_mac, 6);
+		memcpy(f + 6, macs[i], 6);
+		put16(f + 12, 0x0800);
+		ip[0] = 0x45, ip[8] = 64, ip[9] = 6; // IPv4, 20-byte header; TTL; TCP
+		put16(ip + 2, 40);
+		put32(ip + 12, srcs[i]);
+		put32(ip + 16, h->neighbour_c2);
+		put16(ip + 10, checksum(ip, 20, 0));
+		put16(tcp, 47000 + (uint32_t)i);
+		put16(tcp + 2, (uint32_t)h->neighbour_c2_port);
+		put32(tcp + 4, SPOOF_SEQ + (uint32_t)i);
+		tcp[12] = 5 << 4, tcp[13] = 0x02; // 20-byte header; SYN
+		put16(tcp + 14, 64240);
+		memcpy(pseudo, ip + 12, 8);
+		pseudo[8] = 0, pseudo[9] = 6;
+		put16(pseudo + 10, 20);
+		uint32_t sum = 0;
+		for (int j = 0; j < 12; j += 2)
+			sum += (uint32_t)pseudo[j] << 8 | pseudo[j + 1];
+		put16(tcp + 16, checksum(tcp, 20, sum));
+	}
+	return 0;
+}
+
+int arp_frames(const struct hostile *h, const struct hostile_link *l, unsigned char frames[3][MAX_FRAME], char *err, size_t errlen) {
+	static const unsigned char bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+	if (hostile_link_check(h, l->ip, l->bits, err, errlen) < 0)
+		return -1;
+	const uint32_t claimed[3] = {h->gateway, h->gateway, h->neighbour}, target[3] = {h->gateway, h->neighbour, h->neighbour};
+	const unsigned char *dst[3] = {bcast, h->neighbour_mac, bcast};
+	for (int i = 0; i < 3; i++) {
+		unsigned char *f = frames[i], *arp = f + 14;
+		memset(f, 0, MAX_FRAME);
+		memcpy(f, dst[i], 6);
+		memcpy(f + 6, l->mac, 6);
+		put16(f + 12, 0x0806);
+		put16(put16(arp, 1), 0x0800); // Ethernet, IPv4
+		arp[4] = 6, arp[5] = 4;
+		put16(arp + 6, 2); // reply
+		memcpy(arp + 8, l->mac, 6);
+		put32(arp + 14, claimed[i]);
+		memcpy(arp + 18, dst[i], 6);
+		put32(arp + 24, target[i]);
+	}
+	return 0;
+}
+
+// The -hostile flags' text, read once the flags are parsed, as the Go
+// beacon's hostileFlags reads them.
+struct hostile_text {
+	char modes[MAX_TEXT], gateway[MAX_TEXT], gateway_mac[MAX_TEXT], neighbour[MAX_TEXT], neighbour_mac[MAX_TEXT];
+	char neighbour_c2[MAX_TEXT], http[MAX_TEXT], aim[MAX_TEXT], spray[MAX_TEXT];
+};
+
+static int hostile_addr(const char *flag, const char *v, int lab, int *has, uint32_t *out, char *err, size_t errlen) {
+	if (*v == '\0')
+		return 0;
+	if (!ip4_parse(v, out))
+		return fail(err, errlen, "-%s \"%s\" is not an IPv4 address", flag, v);
+	if (lab ? !hostile_lab_allowed(*out) : !hostile_doc_allowed(*out)) {
+		char ip[16];
+		ip_format(*out, ip);
+		return fail(err, errlen, "refusing -%s %s: outside %s", flag, ip, lab ? LAB_RANGE : DOC_NETS);
+	}
+	*has = 1;
+	return 0;
+}
+
+static int hostile_addr_port(const char *flag, const char *v, int *has, uint32_t *out, int *port, char *err, size_t errlen) {
+	if (*v == '\0')
+		return 0;
+	if (addr_port_parse(v, out, port) < 0)
+		return fail(err, errlen, "-%s \"%s\" is not an IPv4 ADDR:PORT", flag, v);
+	if (!hostile_doc_allowed(*out)) {
+		char ip[16];
+		ip_format(*out, ip);
+		return fail(err, errlen, "refusing -%s %s: outside " DOC_NETS, flag, ip);
+	}
+	*has = 1;
+	return 0;
+}
+
+static int hostile_mac(const char *flag, const char *v, int *has, unsigned char out[6], char *err, size_t errlen) {
+	if (*v == '\0')
+		return 0;
+	if (mac_parse(v, out) < 0)
+		return fail(err, errlen, "-%s \"%s\" is not an Ethernet MAC", flag, v);
+	*has = 1;
+	return 0;
+}
+
+// hostile_parse is the Go beacon's hostileFlags reader and validate: the
+// modes, then every target refused outside the documentation ranges and
+// the lab, then what each mode needs.
+static int hostile_parse(struct hostile *h, const struct hostile_text *t, char *err, size_t errlen) {
+	char modes[MAX_TEXT];
+	strcpy(modes, t->modes);
+	for (char *m = modes, *next;; m = next + 1) {
+		next = strchr(m, ',');
+		if (next)
+			*next = '\0';
+		while (isspace((unsigned char)*m))
+			m++;
+		for (size_t l = strlen(m); l > 0 && isspace((unsigned char)m[l - 1]); l--)
+			m[l - 1] = '\0';
+		int k = -1;
+		for (int i = 0; i < HOSTILE_MODES; i++)
+			if (strcmp(m, hostile_mode_names[i]) == 0)
+				k = i;
+		if (k < 0)
+			return fail(err, errlen, "-hostile: unknown mode \"%s\" (want names,spoof,arp,aim,spray)", m);
+		if (!(h->modes & 1 << k))
+			h->modes |= 1 << k, h->order[h->norder++] = k;
+		if (!next)
+			break;
+	}
+	if (hostile_addr("gateway", t->gateway, 1, &h->has_gateway, &h->gateway, err, errlen) < 0 ||
+		hostile_addr("neighbour", t->neighbour, 1, &h->has_neighbour, &h->neighbour, err, errlen) < 0 ||
+		hostile_addr("hostile-spray", t->spray, 0, &h->has_spray, &h->spray, err, errlen) < 0 ||
+		hostile_mac("gateway-mac", t->gateway_mac, &h->has_gateway_mac, h->gateway_mac, err, errlen) < 0 ||
+		hostile_mac("neighbour-mac", t->neighbour_mac, &h->has_neighbour_mac, h->neighbour_mac, err, errlen) < 0 ||
+		hostile_addr_port("neighbour-c2", t->neighbour_c2, &h->has_neighbour_c2, &h->neighbour_c2, &h->neighbour_c2_port, err, errlen) < 0 ||
+		hostile_addr_port("hostile-http", t->http, &h->has_http, &h->http, &h->http_port, err, errlen) < 0 ||
+		hostile_addr_port("hostile-aim", t->aim, &h->has_aim, &h->aim, &h->aim_port, err, errlen) < 0)
+		return -1;
+	for (int i = 0; i < h->norder; i++) {
+		switch (1 << h->order[i]) {
+		case HOSTILE_NAMES:
+			if (!h->has_http)
+				return fail(err, errlen, "-hostile names needs -hostile-http");
+			break;
+		case HOSTILE_SPOOF:
+			if (!h->has_gateway || !h->has_neighbour || !h->has_neighbour_mac || !h->has_neighbour_c2)
+				return fail(err, errlen, "-hostile spoof needs -gateway, -neighbour, -neighbour-mac, -neighbour-c2");
+			break;
+		case HOSTILE_ARP:
+			if (!h->has_gateway || !h->has_neighbour || !h->has_neighbour_mac)
+				return fail(err, errlen, "-hostile arp needs -gateway, -neighbour, -neighbour-mac");
+			break;
+		case HOSTILE_AIM:
+			if (!h->has_aim || h->aim_count < 1 || h->aim_count > MAX_AIM_COUNT || h->aim_interval_ns < MIN_AIM_INTERVAL_NS)
+				return fail(err, errlen, "-hostile aim needs -hostile-aim, -hostile-aim-count within 1-%d and -hostile-aim-interval at least 500ms", MAX_AIM_COUNT);
+			break;
+		case HOSTILE_SPRAY:
+			if (!h->has_spray || h->spray_ports < 1 || h->spray_ports > MAX_SPRAY_PORTS || h->dns_burst < 0 || h->dns_burst > MAX_DNS_BURST)
+				return fail(err, errlen, "-hostile spray needs -hostile-spray, -hostile-spray-ports within 1-%d and -hostile-dns within 0-%d", MAX_SPRAY_PORTS, MAX_DNS_BURST);
+			if (h->dns_burst > 0 && (!h->has_gateway || strpbrk(h->dns_domain, " /#\r\n") || h->dns_domain[0] == '\0'))
+				return fail(err, errlen, "-hostile spray needs -gateway and a -hostile-dns-domain name for its DNS burst");
+			break;
+		}
+	}
+	return 0;
+}
 
 int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen) {
 	const char *scan[MAX_SCAN * 2];
 	int nscan = 0;
 	char c2addr[MAX_TEXT] = "";
+	static struct hostile_text ht;
+	struct hostile *h = &c->hostile;
 	char scanbuf[8192];
 	size_t scanlen = 0;
 
@@ -197,6 +496,15 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 	c->retries = 3;
 	c->timeout_ns = 3000000000LL;
 	c->scan_port = 23;
+	memset(&ht, 0, sizeof ht);
+	strcpy(ht.http, "192.0.2.80:80");
+	strcpy(ht.aim, "203.0.113.77:8443");
+	strcpy(ht.spray, "192.0.2.81");
+	h->aim_count = 6;
+	h->aim_interval_ns = 2000000000LL;
+	h->spray_ports = 128;
+	h->dns_burst = 100;
+	strcpy(h->dns_domain, "spray.example");
 
 	// Go's flag package: -name value, -name=value, one or two dashes;
 	// the first non-flag argument or "--" ends the flags.
@@ -224,7 +532,10 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 			return fail(err, errlen, "flag: help requested");
 		}
 		static const char *const known[] = {"c2", "c2-addr", "port", "path", "id", "interval", "jitter",
-			"count", "retry", "retries", "timeout", "scan", "scan-port", "behave", "behave-listen"};
+			"count", "retry", "retries", "timeout", "scan", "scan-port", "behave", "behave-listen",
+			"hostile", "iface", "gateway", "gateway-mac", "neighbour", "neighbour-mac", "neighbour-c2", "hostile-http",
+			"hostile-aim", "hostile-aim-count", "hostile-aim-interval", "hostile-spray", "hostile-spray-ports",
+			"hostile-dns", "hostile-dns-domain"};
 		int k = -1;
 		for (size_t j = 0; j < sizeof known / sizeof known[0]; j++)
 			if (strcmp(name, known[j]) == 0)
@@ -281,6 +592,21 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 		case 12: bad = parse_int(v, INT_MIN, INT_MAX, &n); c->scan_port = (int)n; break;
 		case 13: bad = set_text(c->behave, v); break;
 		case 14: bad = parse_int(v, INT_MIN, INT_MAX, &n); c->behave_listen = (int)n; break;
+		case 15: bad = set_text(ht.modes, v); break;
+		case 16: bad = set_text(h->iface, v); break;
+		case 17: bad = set_text(ht.gateway, v); break;
+		case 18: bad = set_text(ht.gateway_mac, v); break;
+		case 19: bad = set_text(ht.neighbour, v); break;
+		case 20: bad = set_text(ht.neighbour_mac, v); break;
+		case 21: bad = set_text(ht.neighbour_c2, v); break;
+		case 22: bad = set_text(ht.http, v); break;
+		case 23: bad = set_text(ht.aim, v); break;
+		case 24: bad = parse_int(v, INT_MIN, INT_MAX, &h->aim_count); break;
+		case 25: bad = parse_duration(v, &h->aim_interval_ns); break;
+		case 26: bad = set_text(ht.spray, v); break;
+		case 27: bad = parse_int(v, INT_MIN, INT_MAX, &h->spray_ports); break;
+		case 28: bad = parse_int(v, INT_MIN, INT_MAX, &h->dns_burst); break;
+		case 29: bad = set_text(h->dns_domain, v); break;
 		}
 		if (bad) {
 			fputs(usage, stderr);
@@ -289,8 +615,10 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 	}
 
 	uint32_t a;
-	if (c->c2[0] == '\0')
-		return fail(err, errlen, "-c2 is required");
+	if (ht.modes[0] != '\0' && hostile_parse(h, &ht, err, errlen) < 0)
+		return -1;
+	if (c->c2[0] == '\0' && h->modes == 0)
+		return fail(err, errlen, "-c2 is required (unless -hostile is given)");
 	if (c->port < 1 || c->port > 65535 || c->scan_port < 1 || c->scan_port > 65535)
 		return fail(err, errlen, "ports must be 1-65535");
 	if (c->interval_ns <= 0 || c->jitter < 0 || c->jitter > 1 || c->retries < 1 || c->count < 0)

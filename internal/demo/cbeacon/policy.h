@@ -13,6 +13,47 @@
 #define MAX_SCAN 256 // the Go beacon has no limit; a fixed array needs one
 #define MAX_TEXT 256 // -c2, -path, -id and -behave (a DNS name is at most 253)
 
+// The hostile modes (-hostile), as the Go beacon's (internal/demo/beacon,
+// hostile.go): what a sample with root in its guest tries against the
+// lab's containment. Each aims only at the documentation ranges and at
+// addresses on the guest's own link inside 10.0.0.0/8, and stays small.
+#define HOSTILE_NAMES 1 // Host:-only HTTP requests naming what nothing resolved
+#define HOSTILE_SPOOF 2 // TCP SYNs with the neighbour's IPv4 source, MAC, or both
+#define HOSTILE_ARP 4   // ARP replies claiming the gateway's and the neighbour's addresses
+#define HOSTILE_AIM 8   // periodic connections to an address it never resolved
+#define HOSTILE_SPRAY 16 // a port spray at one address and a burst of DNS queries
+#define HOSTILE_MODES 5
+extern const char *const hostile_mode_names[HOSTILE_MODES]; // the Go beacon's names, in its order
+
+// The Go beacon's bounds and markers (hostile.go), which the tests share.
+#define HOSTILE_REPEATS 3 // times -hostile names sends each name
+#define SPOOF_SEQ 0x54420000u // "TB": the first spoofed SYN's sequence number
+#define MAX_SPRAY_PORTS 256
+#define MAX_DNS_BURST 256
+#define MAX_AIM_COUNT 60
+#define MIN_AIM_INTERVAL_NS 500000000LL
+extern const char *const unresolved_hosts[]; // NULL-terminated: the names -hostile names sends
+extern const char *const spoof_variants[3];
+
+struct hostile {
+	int modes;             // HOSTILE_* bits; 0: no -hostile
+	int order[HOSTILE_MODES]; // the modes' indices in the order given
+	int norder;
+	char iface[MAX_TEXT];  // "": the interface on the gateway's link
+	int has_gateway, has_gateway_mac, has_neighbour, has_neighbour_mac, has_neighbour_c2;
+	uint32_t gateway, neighbour;
+	unsigned char gateway_mac[6], neighbour_mac[6];
+	uint32_t neighbour_c2;
+	int neighbour_c2_port;
+	int has_http, has_aim, has_spray;
+	uint32_t http, aim, spray;
+	int http_port, aim_port;
+	long aim_count;
+	int64_t aim_interval_ns;
+	long spray_ports, dns_burst;
+	char dns_domain[MAX_TEXT];
+};
+
 struct config {
 	char c2[MAX_TEXT];     // host name or address
 	int has_c2addr;        // -c2-addr given: contacted whatever -c2 resolves to
@@ -31,6 +72,7 @@ struct config {
 	int scan_port;
 	char behave[MAX_TEXT]; // -behave's scratch directory ("": none)
 	int behave_listen;     // -behave-listen's port (0: none)
+	struct hostile hostile;
 };
 
 // ip_parse reads an IPv4 address as Go's netip.ParseAddr does (dotted
@@ -54,6 +96,43 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 int pick_c2(const struct config *c, const uint32_t *resolved, int n, uint32_t *out);
 
 void ip_format(uint32_t a, char buf[16]);
+void mac_format(const unsigned char mac[6], char buf[18]);
+
+// hostile_doc_allowed: the documentation ranges, the only "internet" a
+// hostile mode aims at; hostile_lab_allowed: the lab's range 10.0.0.0/8,
+// where the gateway and the neighbour must be.
+int hostile_doc_allowed(uint32_t a);
+int hostile_lab_allowed(uint32_t a);
+// hostile_link_check is the Go beacon's checkLink: raw frames go out only
+// on a link whose IPv4 network (own address ip, prefix length bits) is
+// inside 10.0.0.0/8 and holds the gateway and the neighbour (where given).
+// It returns 0, or -1 with the reason in err.
+int hostile_link_check(const struct hostile *h, uint32_t ip, int bits, char *err, size_t errlen);
+
+// hostile_link is the guest's own interface as the raw modes use it.
+struct hostile_link {
+	int index;
+	unsigned char mac[6];
+	uint32_t ip;
+	int bits; // of its IPv4 network
+};
+
+// The raw modes' frames, built here so that a host test can decode them
+// (the beacon sends them): spoof_frames the TCP SYNs -hostile spoof sends
+// to the neighbour's C2 through the gateway, with the neighbour's IPv4
+// source, with its MAC and with both (spoof_variants), sequence numbers
+// SPOOF_SEQ on; arp_frames the ARP replies -hostile arp sends from the
+// guest's MAC: a gratuitous one claiming the gateway's address, one sent to
+// the neighbour claiming the gateway's, a gratuitous one claiming the
+// neighbour's. Every frame is FRAME_LEN bytes, padded to Ethernet's
+// minimum as the Go beacon's (gopacket) are. Each
+// returns 0, or -1 with err when a target is outside what a hostile mode
+// may aim at or the link is not the lab's (hostile_link_check).
+#define MAX_FRAME 64
+#define FRAME_LEN 60
+int spoof_frames(const struct hostile *h, const struct hostile_link *l, const unsigned char gw_mac[6],
+	unsigned char frames[3][MAX_FRAME], char *err, size_t errlen);
+int arp_frames(const struct hostile *h, const struct hostile_link *l, unsigned char frames[3][MAX_FRAME], char *err, size_t errlen);
 
 // What -behave does is named as the Go beacon's (internal/demo/beacon,
 // behave.go), so that both leave the same trace: the process name it

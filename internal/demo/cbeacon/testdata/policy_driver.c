@@ -8,6 +8,9 @@
 //   policy_driver behave DIR...             per DIR, what -behave DIR names: its process name,
 //                                           the dropped file, the persistence files
 //   policy_driver join DIR REL...           per pair, behave_path(DIR, REL) (or "error")
+//   policy_driver frames spoof|arp MAC IP/BITS GWMAC ARG...
+//                                           the hostile frames, in hex one a line, from a
+//                                           link with MAC and IP/BITS, after parse_args on ARG...
 #define _POSIX_C_SOURCE 200809L
 #include "../policy.h"
 
@@ -26,6 +29,34 @@ static void print_config(const struct config *c) {
 	for (int i = 0; i < c->nscan; i++) {
 		ip_format(c->scan[i], ip);
 		printf("%s%s", i ? "," : "", ip);
+	}
+	const struct hostile *h = &c->hostile;
+	printf(" hostile=");
+	if (h->modes != 0) {
+		char mac[18], ap[3][24];
+		for (int i = 0; i < h->norder; i++)
+			printf("%s%s", i ? "," : "", hostile_mode_names[h->order[i]]);
+		printf(" iface=%s", h->iface);
+		ip_format(h->gateway, ip);
+		printf(" gw=%s", h->has_gateway ? ip : "");
+		mac_format(h->gateway_mac, mac);
+		printf(" gwmac=%s", h->has_gateway_mac ? mac : "");
+		ip_format(h->neighbour, ip);
+		printf(" nb=%s", h->has_neighbour ? ip : "");
+		mac_format(h->neighbour_mac, mac);
+		printf(" nbmac=%s", h->has_neighbour_mac ? mac : "");
+		const uint32_t a[3] = {h->neighbour_c2, h->http, h->aim};
+		const int port[3] = {h->neighbour_c2_port, h->http_port, h->aim_port}, has[3] = {h->has_neighbour_c2, h->has_http, h->has_aim};
+		for (int i = 0; i < 3; i++) {
+			ip_format(a[i], ip);
+			snprintf(ap[i], sizeof ap[i], "%s:%d", ip, port[i]);
+			if (!has[i])
+				ap[i][0] = '\0';
+		}
+		ip_format(h->spray, ip);
+		printf(" nbc2=%s http=%s aim=%s aimcount=%ld aiminterval=%lld spray=%s sprayports=%ld dns=%ld dnsdomain=%s",
+			ap[0], ap[1], ap[2], h->aim_count, (long long)h->aim_interval_ns, h->has_spray ? ip : "", h->spray_ports,
+			h->dns_burst, h->dns_domain);
 	}
 	printf("\n");
 }
@@ -85,6 +116,35 @@ int main(int argc, char **argv) {
 				behave_path(argv[i], behave_persistence[j], p, sizeof p);
 				printf(" %s", p);
 			}
+			printf("\n");
+		}
+		return 0;
+	}
+	if (strcmp(argv[1], "frames") == 0 && argc > 6) {
+		struct hostile_link l = {2, {0}, 0, 0};
+		unsigned char gw[6], frames[3][MAX_FRAME];
+		unsigned m[6];
+		char *slash = strchr(argv[4], '/');
+		if (!slash || sscanf(argv[3], "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6)
+			return 2;
+		for (int i = 0; i < 6; i++)
+			l.mac[i] = (unsigned char)m[i];
+		*slash = '\0';
+		l.bits = atoi(slash + 1);
+		if (ip_parse(argv[4], &l.ip) != 1 || sscanf(argv[5], "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6)
+			return 2;
+		for (int i = 0; i < 6; i++)
+			gw[i] = (unsigned char)m[i];
+		int spoof = strcmp(argv[2], "spoof") == 0;
+		argv[5] = "beacon";
+		if (parse_args(argc - 5, argv + 5, &c, err, sizeof err) < 0 ||
+			(spoof ? spoof_frames(&c.hostile, &l, gw, frames, err, sizeof err) : arp_frames(&c.hostile, &l, frames, err, sizeof err)) < 0) {
+			printf("error: %s\n", err);
+			return 0;
+		}
+		for (int i = 0; i < 3; i++) {
+			for (int j = 0; j < FRAME_LEN; j++)
+				printf("%02x", frames[i][j]);
 			printf("\n");
 		}
 		return 0;
