@@ -630,3 +630,43 @@ func BenchmarkSampleWrites(b *testing.B) {
 		}
 	})
 }
+
+// A batch refuses an index key it holds already, and a key whose lock it
+// did not take, on both backends: PostgreSQL grants an advisory lock again
+// to the transaction that holds it, so its batch keeps the keys it took.
+// tb-parse relies on it: an observable emitted twice by one run is written
+// on its own the second time, never queued twice under one key.
+func TestBatchRefusesAKeyItHolds(t *testing.T) { eachBackend(t, batchRefusesAKeyItHolds) }
+
+func batchRefusesAKeyItHolds(t *testing.T, be testBackend) {
+	s := openT(t, t.TempDir(), be.opts()...)
+	b := s.NewBatch()
+	if ok, err := b.TryLockIndex("idx", "k"); !ok || err != nil {
+		t.Fatalf("TryLockIndex of a free key = %v, %v", ok, err)
+	}
+	if ok, err := b.TryLockIndex("idx", "k"); ok || err != nil {
+		t.Fatalf("TryLockIndex of a key the batch holds = %v, %v", ok, err)
+	}
+	c := newCounter(s)
+	if line, err := b.Create(c); line == nil || err != nil {
+		t.Fatalf("Create = %s, %v", line, err)
+	}
+	if err := b.SetIndex("idx", "unlocked", c.ID); err == nil {
+		t.Fatal("SetIndex of a key the batch does not hold succeeded")
+	}
+	if err := b.SetIndex("idx", "k", c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := s.Lookup("idx", "k"); err != nil || id != c.ID {
+		t.Fatalf("Lookup = %s, %v", id, err)
+	}
+	if ok, err := b.TryLockIndex("idx", "k"); !ok || err != nil {
+		t.Fatalf("TryLockIndex after Commit = %v, %v", ok, err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}

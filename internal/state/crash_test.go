@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -111,7 +112,7 @@ func workerChaos() {
 			}
 			live = append(live[:i], live[i+1:]...)
 			say("done delete %s", id)
-		case r < 90:
+		case r < 85:
 			content := make([]byte, rng.Intn(64<<10))
 			rng.Read(content)
 			sum := sha256.Sum256(content)
@@ -127,6 +128,34 @@ func workerChaos() {
 				fail("blob: %v", err)
 			}
 			say("done blob %s", sha)
+		case r < 92:
+			// tb-parse's path for new observables: records and the index
+			// keys naming them, one batch.
+			b := s.NewBatch()
+			var queued []string
+			for i := range 1 + rng.Intn(8) {
+				c := newCounter(s)
+				c.Seq, c.Note = seq, note()
+				key := fmt.Sprintf("b%d-%d", seq, i)
+				if ok, err := b.TryLockIndex("chaosbatch", key); !ok || err != nil {
+					fail("batch lock %s: %v, %v", key, ok, err)
+				}
+				if line, err := b.Create(c); line == nil || err != nil {
+					fail("batch create: %s, %v", line, err)
+				}
+				if err := b.SetIndex("chaosbatch", key, c.ID); err != nil {
+					fail("batch key: %v", err)
+				}
+				queued = append(queued, c.ID+"="+key)
+			}
+			say("begin batch %d %s", seq, strings.Join(queued, " "))
+			if err := b.Commit(); err != nil {
+				fail("batch commit: %v", err)
+			}
+			for _, q := range queued {
+				live = append(live, strings.Split(q, "=")[0])
+			}
+			say("done batch %d %s", seq, strings.Join(queued, " "))
 		default:
 			key := claimKeys[rng.Intn(len(claimKeys))]
 			say("begin claim %s", key)
@@ -164,6 +193,8 @@ type chaosModel struct {
 	recs   map[string]recState
 	blobs  map[string]bool
 	claims map[string]string
+	// batchKeys are the index keys batches set, to the records they name.
+	batchKeys map[string]string
 }
 
 // apply replays one "done" line (or a "begin" line, for the operation in
@@ -201,11 +232,29 @@ func (m *chaosModel) apply(t *testing.T, f []string) {
 		if !begin {
 			m.claims[f[2]] = f[3]
 		}
+	case "batch":
+		// A batch in flight commits as a whole in practice, but a torn
+		// journal append would keep a prefix of it: batchPrefix.
+		m.applyBatch(atoi(f[2]), f[3:])
 	}
 }
 
+// applyBatch adds the records "ID=KEY" of a batch, created with seq.
+func (m *chaosModel) applyBatch(seq int, recs []string) {
+	for _, r := range recs {
+		id, key, _ := strings.Cut(r, "=")
+		m.recs[id] = recState{1, seq}
+		m.batchKeys[key] = id
+	}
+}
+
+func newChaosModel() *chaosModel {
+	return &chaosModel{recs: map[string]recState{}, blobs: map[string]bool{}, claims: map[string]string{}, batchKeys: map[string]string{}}
+}
+
 func (m *chaosModel) clone() *chaosModel {
-	c := &chaosModel{recs: map[string]recState{}, blobs: map[string]bool{}, claims: map[string]string{}}
+	c := newChaosModel()
+	maps.Copy(c.batchKeys, m.batchKeys)
 	for k, v := range m.recs {
 		c.recs[k] = v
 	}
@@ -266,7 +315,7 @@ func crashRandomKill(t *testing.T, be testBackend) {
 		rounds, budget = 8, 15*time.Second
 	}
 	dir := t.TempDir()
-	model := &chaosModel{recs: map[string]recState{}, blobs: map[string]bool{}, claims: map[string]string{}}
+	model := newChaosModel()
 	start := time.Now()
 	var done, inFlight int
 	tally := make(map[string]int)
@@ -339,27 +388,71 @@ func crashRandomKill(t *testing.T, be testBackend) {
 		s := openT(t, dir, be.opts()...) // recovers
 		assertConsistent(t, s)
 		obs := observe(t, s)
-		alt := model
-		if pending != nil {
-			alt = model.clone()
+		// What the store may hold: the model, or with the operation in
+		// flight (a batch: any prefix of its records).
+		alts := []*chaosModel{model}
+		if pending != nil && pending[1] == "batch" {
+			for n := 1; n <= len(pending)-3; n++ {
+				alt := model.clone()
+				seq, err := strconv.Atoi(pending[2])
+				if err != nil {
+					t.Fatalf("bad line %q", pending)
+				}
+				alt.applyBatch(seq, pending[3:3+n])
+				alts = append(alts, alt)
+			}
+		} else if pending != nil {
+			alt := model.clone()
 			alt.apply(t, pending)
+			alts = append(alts, alt)
 		}
+		alt := alts[len(alts)-1]
 		switch {
 		case pending == nil:
 			tally["between operations"]++
 		case pending[1] == "blob" || pending[1] == "claim":
 			tally[pending[1]+" in flight"]++
 		}
+		kept := -1
+		for i, a := range alts {
+			if sameRecs(obs, a.recs) {
+				kept = i
+				break
+			}
+		}
 		switch {
-		case sameRecs(obs, model.recs):
+		case kept == 0:
 			if pending != nil && pending[1] != "blob" && pending[1] != "claim" {
 				tally[pending[1]+" in flight, not committed"]++
 			}
-		case pending != nil && sameRecs(obs, alt.recs):
+		case kept > 0:
 			inFlight++
 			tally[pending[1]+" in flight, committed"]++
+			if kept < len(alts)-1 {
+				tally["batch in flight, partly committed"]++
+			}
 		default:
 			t.Fatalf("round %d: store %v\nwant %v\nor (with %v) %v", round, obs, model.recs, pending, alt.recs)
+		}
+		// A batch's key is set if and only if its record is there.
+		keys := alts[max(kept, 0)].batchKeys
+		if pending != nil && pending[1] == "batch" {
+			for _, r := range pending[3:] {
+				id, key, _ := strings.Cut(r, "=")
+				if _, ok := keys[key]; !ok {
+					if got, err := s.Lookup("chaosbatch", key); !errors.Is(err, ErrNotFound) {
+						t.Fatalf("round %d: key %s of the uncommitted %s = %q, %v", round, key, id, got, err)
+					}
+				}
+			}
+		}
+		for key, id := range keys {
+			if !s.Exists(id) {
+				continue // deleted since; a key naming nothing counts as absent
+			}
+			if got, err := s.Lookup("chaosbatch", key); err != nil || got != id {
+				t.Fatalf("round %d: batch key %s = %q, %v; want %s", round, key, got, err, id)
+			}
 		}
 		for sha := range model.blobs {
 			if !s.HasBlob(sha) {
@@ -375,6 +468,7 @@ func crashRandomKill(t *testing.T, be testBackend) {
 			t.FailNow()
 		}
 		model.recs = obs
+		model.batchKeys = keys
 		done += len(lines)
 	}
 	var gen int64

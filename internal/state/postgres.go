@@ -447,7 +447,7 @@ func (s *pgStore) Claim(ctx context.Context, name, key string, newRecord func() 
 		if err := records.CheckID(id); err != nil {
 			return fmt.Errorf("claim %s %s: %w", name, key, err)
 		}
-		b := &pgBatch{s: s, ctx: ctx, tx: tx}
+		b := &pgBatch{s: s, ctx: ctx, tx: tx, held: map[string]bool{name + "\x00" + key: true}} // by xactLock above
 		line, err := b.Create(r)
 		if err == nil && line == nil {
 			err = fmt.Errorf("claim %s %s: record %s is locked by another writer", name, key, id)

@@ -23,6 +23,11 @@ type pgBatch struct {
 	recs    []pgBatchRec
 	keys    []batchKey
 	ids     map[string]bool
+	// held are the index keys ("<name>\x00<key>") whose locks the batch
+	// took: an advisory lock taken again in its transaction is granted
+	// again, and a batch must refuse a key it holds, as the directory's
+	// does (the same observable emitted twice is written on its own).
+	held map[string]bool
 }
 
 type pgBatchRec struct {
@@ -61,7 +66,18 @@ func (b *pgBatch) TryLockIndex(name, key string) (bool, error) {
 	if err := checkIndexKey(name, key); err != nil {
 		return false, err
 	}
-	return b.tryLock(lockKey("index", name+"\x00"+key))
+	k := name + "\x00" + key
+	if b.held[k] {
+		return false, nil
+	}
+	ok, err := b.tryLock(lockKey("index", k))
+	if ok && err == nil {
+		if b.held == nil {
+			b.held = map[string]bool{}
+		}
+		b.held[k] = true
+	}
+	return ok, err
 }
 
 func (b *pgBatch) Create(r records.Record) ([]byte, error) {
@@ -97,6 +113,9 @@ func (b *pgBatch) SetIndex(name, key, id string) error {
 	}
 	if err := records.CheckID(id); err != nil {
 		return err
+	}
+	if !b.held[name+"\x00"+key] {
+		return fmt.Errorf("index key %s/%s set in a batch that does not hold its lock", name, key)
 	}
 	b.keys = append(b.keys, batchKey{Op: opIndex, Index: name, Key: key, ID: id})
 	return nil
@@ -153,7 +172,7 @@ func (b *pgBatch) Commit() error {
 		b.giveBack()
 	}
 	n := len(b.recs)
-	b.tx, b.recs, b.keys, b.ids = nil, nil, nil, nil
+	b.tx, b.recs, b.keys, b.ids, b.held = nil, nil, nil, nil, nil
 	if err != nil {
 		return pgErr(err)
 	}

@@ -185,6 +185,9 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 			out.Warnf("%v", err)
 			batch.Add(err)
 		}
+		if err := o.commit(); err != nil {
+			return errors.Join(err, o.w.Flush())
+		}
 	}
 	if o.guard != nil {
 		if _, err := o.guard.Check(minReserve); err != nil {
@@ -200,6 +203,9 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 			}
 			return err
 		}
+	}
+	if err := o.commit(); err != nil {
+		return errors.Join(err, o.w.Flush())
 	}
 	if err := o.w.Flush(); err != nil {
 		return err
@@ -558,6 +564,8 @@ type output struct {
 	// carryOrder.
 	carries    map[string]*carried
 	carryOrder []string
+	// storer batches the observables' writes (store.go).
+	storer storer
 }
 
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
@@ -635,40 +643,7 @@ func (o *output) emit(lease string, obs *records.Observable) error {
 		records.Init(obs, records.KindObservable, nowOf(o.st))
 		return o.write(obs)
 	}
-	ctx := o.ctx
-	key := IndexKey(lease, obs.Type, observe.Key(obs))
-	if !o.req.Merge {
-		records.Init(obs, records.KindObservable, o.st.Now())
-		if err := o.st.Create(ctx, obs); err != nil {
-			return err
-		}
-		if err := o.st.SetIndex(IndexName, key, obs.ID); err != nil {
-			return err
-		}
-		return o.write(obs)
-	}
-	id, created, err := o.st.Claim(ctx, IndexName, key, func() (records.Record, error) {
-		records.Init(obs, records.KindObservable, o.st.Now())
-		return obs, nil
-	})
-	if err != nil {
-		return err
-	}
-	if created {
-		return o.write(obs)
-	}
-	var cur records.Observable
-	err = o.st.Update(ctx, id, &cur, func(exists bool) error {
-		if !exists {
-			return fmt.Errorf("%s: %w", id, state.ErrNotFound)
-		}
-		observe.Merge(&cur, obs)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return o.write(&cur)
+	return o.store(lease, obs)
 }
 
 func nowOf(st *state.Store) time.Time {
