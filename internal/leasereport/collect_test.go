@@ -1,6 +1,7 @@
 package leasereport_test
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -346,5 +347,44 @@ func TestCollectTargets(t *testing.T) {
 		if fault.Code(err) != fault.ExitUsage {
 			t.Errorf("%s: %v (exit %d)", name, err, fault.Code(err))
 		}
+	}
+}
+
+// A cycle whose sample sends nothing and dies of a segmentation fault is
+// what tb-run's analysis calls crashed and silent, and the report shows
+// that analysis.
+func TestCollectCrashedAndSilent(t *testing.T) {
+	ctx := context.Background()
+	st, clk, err := reporttest.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := reporttest.TwoCycles()
+	s.Beacons = s.Beacons[:1]
+	s.Beacons[0].To = 1
+	s.Scans, s.Lookups, s.Trace, s.ApproveAfter, s.ExpireAfter = nil, nil, nil, 0, 0
+	s.Crashed = map[int]bool{2: true}
+	b, err := reporttest.Build(ctx, st, clk, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, st, leasereport.Target{Lease: b.Lease})
+	if len(r.Cycles) != 2 {
+		t.Fatalf("%d cycles", len(r.Cycles))
+	}
+	c := r.Cycles[1]
+	if c.ExitCode == nil || *c.ExitCode != 139 || !slices.Equal(c.Classification, []string{"crashed", "silent"}) ||
+		c.Recommendation != records.RecommendEscalate || !slices.Equal(c.Reasons, []string{"the sample died with status 139"}) {
+		t.Errorf("crashed cycle: exit %v, %q, %s: %q", c.ExitCode, c.Classification, c.Recommendation, c.Reasons)
+	}
+	if c := r.Cycles[0]; !slices.Equal(c.Classification, []string{"running", "network-active", "c2-candidate"}) || c.Recommendation != records.RecommendRerun {
+		t.Errorf("first cycle: %q, %s: %q", c.Classification, c.Recommendation, c.Reasons)
+	}
+	var page bytes.Buffer
+	if err := leasereport.WriteHTML(&page, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "the sample died with status 139") {
+		t.Error("the page does not say why the crashed cycle wants a person")
 	}
 }

@@ -131,9 +131,11 @@ type Spec struct {
 	// (0: never).
 	ExpireAfter time.Duration
 	// Failed are the cycles that fail while preparing, TimedOut those the
-	// runner kills at their timeout.
+	// runner kills at their timeout, Crashed those whose sample dies of a
+	// segmentation fault at the end of the window.
 	Failed   map[int]bool
 	TimedOut map[int]bool
+	Crashed  map[int]bool
 	// Trace is the system-call trace of each cycle from BehaviourFrom on
 	// (nil: none), from which tb-parse makes the behaviour observables
 	// and the analysis its behaviour summary.
@@ -464,11 +466,11 @@ func (b *builder) cycle(i int, prev string) (string, error) {
 		c.Artifacts = append(c.Artifacts, a.ID)
 	}
 	c.Capture = b.out.Capture
-	ex, err := b.execution(c, launched, start.Add(b.s.Window), b.s.TimedOut[i])
+	ex, err := b.execution(c, launched, start.Add(b.s.Window), b.s.TimedOut[i], b.s.Crashed[i])
 	if err != nil {
 		return "", err
 	}
-	c.Execution, c.TimedOut = ex.ID, ex.TimedOut
+	c.Execution, c.ExitCode, c.TimedOut = ex.ID, ex.ExitCode, ex.TimedOut
 	a, err := cycle.Analyse(b.st, c)
 	if err != nil {
 		return "", err
@@ -718,14 +720,19 @@ func (b *builder) approve(at time.Time) error {
 }
 
 // execution is the sample's run as tb-run records it: detached, still
-// running at the end of the window, or killed at its timeout.
-func (b *builder) execution(c *records.Cycle, from, to time.Time, timedOut bool) (*records.ExecutionSnapshot, error) {
+// running at the end of the window, killed at its timeout, or dead of a
+// segmentation fault (exit status 139, as the shell reports a signal).
+func (b *builder) execution(c *records.Cycle, from, to time.Time, timedOut, crashed bool) (*records.ExecutionSnapshot, error) {
 	ex := &records.ExecutionSnapshot{Cycle: c.ID, Lease: c.Lease, Sample: c.Sample, Argv: append([]string{"/var/tmp/talkbox/samples/" + c.Sample}, c.Args...),
-		GuestPID: c.GuestPID, Detached: true, Running: !timedOut, StartedAt: from, Duration: records.Duration(to.Sub(from)), TimedOut: timedOut,
+		GuestPID: c.GuestPID, Detached: true, Running: !timedOut && !crashed, StartedAt: from, Duration: records.Duration(to.Sub(from)), TimedOut: timedOut,
 		Killed: timedOut, StdoutBytes: 1700, StdoutTail: "checkin ok\nsleep 60\n"}
-	if timedOut {
+	switch {
+	case timedOut:
 		code := 137
 		ex.ExitCode, ex.EndedAt = &code, &to
+	case crashed:
+		code := 139
+		ex.ExitCode, ex.EndedAt, ex.StderrBytes, ex.StderrTail = &code, &to, 19, "Segmentation fault\n"
 	}
 	records.Init(ex, records.KindExecution, b.clk.Now())
 	return ex, b.st.Create(b.ctx, ex)
