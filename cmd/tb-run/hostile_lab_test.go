@@ -50,8 +50,11 @@ type hostileLab struct {
 }
 
 // The hostile guest's targets: documentation addresses off every host
-// network where nothing answers (demo-net.sh's internet holds .242 and
-// .243 of the same /28).
+// network (demo-net.sh's internet holds .242 and .243 of the same /28).
+// The aim mode's and the names mode's are third parties in the test's
+// internet, web servers that answer whatever reaches them (as any web
+// server would), so that what stops the aim is the probation's demand for
+// a C2's conversation, not silence; nothing listens on the spray's.
 const (
 	hostileAimAddr   = "198.51.100.247:8443"
 	hostileHTTPAddr  = "198.51.100.248:80"
@@ -129,6 +132,26 @@ func upHostileLab(t *testing.T, bin, goBin string) *hostileLab {
 	if _, err := waitLine(ready, 30*time.Second, func(string) bool { return true }); err != nil {
 		t.Fatalf("the C2 server did not start: %v", err)
 	}
+	// The third parties the hostile guest aims at: web servers (the demo
+	// C2's HTTP server, which answers every request with 200), each
+	// logging what reaches it.
+	for _, web := range []string{hostileAimAddr, hostileHTTPAddr} {
+		addr, _, _ := strings.Cut(web, ":")
+		run(t, "ip", "-n", l.inet, "addr", "add", addr+"/32", "dev", "up0")
+		server := exec.Command("ip", "netns", "exec", l.inet, filepath.Join(l.work, "c2server"), "-listen", web,
+			"-log", l.thirdPartyLog(web), "-ready", "/dev/stdout")
+		ready, err := server.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := server.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { server.Process.Signal(syscall.SIGTERM); server.Wait() })
+		if _, err := waitLine(ready, 30*time.Second, func(string) bool { return true }); err != nil {
+			t.Fatalf("the web server on %s did not start: %v", web, err)
+		}
+	}
 	dnsPid := filepath.Join(l.work, "dns.pid")
 	run(t, "ip", "netns", "exec", l.inet, "dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces",
 		"--listen-address="+l.resolver, "--address=/c2.example/"+l.c2, "--pid-file="+dnsPid, "--user=root")
@@ -154,6 +177,11 @@ func upHostileLab(t *testing.T, bin, goBin string) *hostileLab {
 		"--sink-veth", l.sinkVeth, "--sink-net", sinkNet, "--table", "talkbox"+tag, "--uplink", l.uplink, "--upstream", l.resolver, "--documentation")
 	l.labDir = filepath.Join(l.stateDir, "capture", "labs", l.lab)
 	return l
+}
+
+// thirdPartyLog is where the web server on addr:port logs what reached it.
+func (l *hostileLab) thirdPartyLog(web string) string {
+	return filepath.Join(l.work, "web-"+strings.ReplaceAll(web, ":", "-")+".log")
 }
 
 // run runs a command and fails the test when it fails.

@@ -28,9 +28,14 @@ import (
 )
 
 // hostileUnanswered are the allow-list keys of the endpoints the hostile
-// beacon contacts without resolving them and where nothing answers (its
-// aim mode's and its names mode's): only the sample's side suggests them.
+// beacon contacts without resolving them (its aim mode's and its names
+// mode's): only the sample's side suggests them, and what is there, a web
+// server answering each request, never answers as the sample's C2 would.
 var hostileUnanswered = []string{"endpoint " + hostileAimAddr + "/tcp", "endpoint " + hostileHTTPAddr + "/tcp"}
+
+// hostileAnswered is the one of them whose web server answers what the
+// sample sends it (the names mode's requests; the aim mode sends nothing).
+const hostileAnswered = "endpoint " + hostileHTTPAddr + "/tcp"
 
 // hostileCycles is how many cycles each lease runs.
 const hostileCycles = 2
@@ -48,9 +53,11 @@ const hostileCycles = 2
 // that no forged frame passes the bridge (to the neighbour, the sinkhole,
 // the uplink or the C2); that the neighbour's traffic never reaches the
 // attacker; that no endpoint the hostile guest alone suggested is ever
-// active, those of cycle 1 revoked after a probation nobody answered, and
-// none named by a name it never resolved; that the polite lease's C2 is
-// promoted, reached in cycle 2 and then active; that the spray reaches
+// active, those of cycle 1 revoked after a probation in which no far side
+// answered as a C2 would (the web server it aims at answers each request
+// in HTTP, and did), and none named by a name it never resolved; that the
+// polite lease's C2 is promoted, reached in cycle 2 and then active,
+// confirmed by the beacon's conversation with it; that the spray reaches
 // the sinkhole no faster than the guest's limits; and that the uplink
 // carries only what the allow-list had in force.
 func TestHostileGuest(t *testing.T) {
@@ -167,10 +174,12 @@ func TestHostileGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i := slices.IndexFunc(entries, func(e *records.AllowEntry) bool { return allowlist.EntryKey(e) == c2Key }); i < 0 || entries[i].Status != records.StatusActive {
-		t.Errorf("after cycle 2 the polite lease's C2 is not active: %+v", entries)
+	if i := slices.IndexFunc(entries, func(e *records.AllowEntry) bool { return allowlist.EntryKey(e) == c2Key }); i < 0 ||
+		entries[i].Status != records.StatusActive || !strings.HasPrefix(entries[i].Reason, "confirmed") {
+		t.Errorf("after cycle 2 the polite lease's C2 is not active, confirmed: %+v", entries)
 	}
 	checkC2Hits(t, l, goodCycles[1])
+	checkThirdPartyAnswered(t, l, badCycles[1])
 	checkNothingPromotedByName(t, st, book, bad.ID, badCycles)
 
 	v := violations{}
@@ -389,9 +398,10 @@ func checkForwardedNames(t *testing.T, l *hostileLab, cycle int) {
 
 // checkUnanswered asserts the status of the endpoints in the hostile
 // lease's allow-list: none is ever active, since no far side ever answers
-// the hostile guest (it only aims at addresses where nothing listens, and
-// its forged frames never pass), so at most on probation; and those it
-// contacted in cycle 1 are no longer on probation after cycle 2.
+// the hostile guest as its C2 would (it aims at web servers that answer
+// each request and hear nothing more, and its forged frames never pass),
+// so at most on probation; and those it contacted in cycle 1 are no longer
+// on probation after cycle 2, the web server's revoked for what it lacked.
 func checkUnanswered(t *testing.T, book *allowlist.Book, lease string, cycle int) {
 	t.Helper()
 	_, entries, err := book.Head(allowlist.Chain{Scope: records.ScopeLease, Lease: lease})
@@ -408,7 +418,10 @@ func checkUnanswered(t *testing.T, book *allowlist.Book, lease string, cycle int
 			t.Errorf("after cycle %d the hostile lease's %s is active: nothing ever answered it", cycle, key)
 		}
 		if cycle > 1 && slices.Contains(hostileUnanswered, key) && inForceStatus(e.Status) {
-			t.Errorf("after cycle %d the hostile lease's %s is still %s: nothing answered it on probation", cycle, key, e.Status)
+			t.Errorf("after cycle %d the hostile lease's %s is still %s: nothing answered it as a C2 on probation", cycle, key, e.Status)
+		}
+		if cycle > 1 && key == hostileAnswered && (e.Status != records.StatusRevoked || !strings.Contains(e.Reason, "the sample never answered back")) {
+			t.Errorf("after cycle %d the hostile lease's %s is %s (%s), want revoked: its web server answered in HTTP, the sample never answered back", cycle, key, e.Status, e.Reason)
 		}
 	}
 }
@@ -443,6 +456,32 @@ func checkC2Hits(t *testing.T, l *hostileLab, second *records.Cycle) {
 	}
 	if polite == 0 {
 		t.Errorf("the polite beacon did not reach its C2 in cycle 2: %+v", hits)
+	}
+}
+
+// checkThirdPartyAnswered asserts that what the hostile guest aimed at
+// the web server reached it while on probation, in its second cycle, so
+// that the revocation checkUnanswered asserts came from a server that
+// answered.
+func checkThirdPartyAnswered(t *testing.T, l *hostileLab, second *records.Cycle) {
+	t.Helper()
+	f, err := os.Open(l.thirdPartyLog(hostileHTTPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hits, err := c2.ReadHits(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, h := range hits {
+		if second.StartedAt != nil && !h.Time.Before(*second.StartedAt) {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Errorf("the web server at %s was never reached in the hostile lease's cycle 2: %+v", hostileHTTPAddr, hits)
 	}
 }
 

@@ -33,8 +33,8 @@ func testBook(t *testing.T, now *time.Time) *Book {
 	return &Book{St: st}
 }
 
-// promotion is a beacon to one endpoint, whose far side answered in an
-// earlier cycle that let it through, a name that needs approval and its
+// promotion is a beacon to one endpoint, whose far side answered as a C2
+// in an earlier cycle that let it through, a name that needs approval and its
 // endpoint.
 func promotion(t *testing.T, now time.Time) Promotion {
 	pol := DefaultPolicy()
@@ -43,11 +43,10 @@ func promotion(t *testing.T, now time.Time) Promotion {
 	const earlier = "cycle_01JCZZZZZZZZZZZZZZZZZZZZZZ"
 	var obs []*records.Observable
 	obs = append(obs, obsDomain("raw.githubusercontent.com", t0, "185.199.108.133"))
-	for i := 0; i < 6; i++ {
-		c2 := obsFlow("91.92.240.11", 8443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1)
-		c2.Cycle, c2.Flow.RespBytes = earlier, 300
-		obs = append(obs, obsFlow("185.199.108.133", 443, "tcp", "established", t0.Add(time.Duration(i)*5*time.Minute), 1), c2)
-	}
+	c2 := obsEndpoint("91.92.240.11", 8443, 6, t0, t0.Add(5*time.Minute))
+	c2.Cycle, c2.Endpoint.RespBytes = earlier, 1800
+	c2.Endpoint.AnsweredIn, c2.Endpoint.SpokeIn, c2.Endpoint.ConfirmedIn = []string{earlier}, []string{earlier}, []string{earlier}
+	obs = append(obs, obsEndpoint("185.199.108.133", 443, 6, t0, t0.Add(25*time.Minute)), c2)
 	return Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Cycle: "cycle_01JD0000000000000000000000",
 		Dests: Classify(obs, &pol), Policy: &pol, Validator: pubValidator(), Now: now,
 		InForce: map[string]map[string]bool{earlier: {"endpoint 91.92.240.11:8443/tcp": true}}}

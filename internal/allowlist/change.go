@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
@@ -74,7 +75,7 @@ func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, o
 						continue
 					}
 					found[t] = true
-					onProbation := e.Status == records.StatusProbation
+					onProbation := e.Status == records.StatusProbation || failedProbation(e)
 					if err := changeOne(e, op, req.Note, &expires); err != nil {
 						err = fault.DataErr(fmt.Errorf("%s (%s): %w", e.ID, e.Value, err))
 						out.Warnf("%v", err)
@@ -121,8 +122,11 @@ func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, o
 func changeOne(e *records.AllowEntry, op, note string, expires *time.Time) error {
 	switch op {
 	case "approve":
-		if e.Status != records.StatusPending && e.Status != records.StatusCandidate && e.Status != records.StatusProbation {
-			return fmt.Errorf("is %s, not pending-approval, candidate or probation", e.Status)
+		if e.Status != records.StatusPending && e.Status != records.StatusCandidate && e.Status != records.StatusProbation && !failedProbation(e) {
+			return fmt.Errorf("is %s, not pending-approval, candidate, probation or revoked by its probation", e.Status)
+		}
+		if failedProbation(e) {
+			e.Reason = "approved by the operator after " + e.Reason
 		}
 		e.Status, e.ExpiresAt = records.StatusActive, expires
 	case "reject":
@@ -140,6 +144,13 @@ func changeOne(e *records.AllowEntry, op, note string, expires *time.Time) error
 		e.Note = note
 	}
 	return nil
+}
+
+// failedProbation reports an entry revoked because its far side never
+// answered as a C2 while on probation: what an operator who knows better
+// (a C2 that answers one request a connection) may still approve.
+func failedProbation(e *records.AllowEntry) bool {
+	return e.Status == records.StatusRevoked && strings.HasPrefix(e.Reason, probationFailed)
 }
 
 // Expire is "tb-allow expire": entries past their time (at; zero: now)

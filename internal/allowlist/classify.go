@@ -64,12 +64,10 @@ type Dest struct {
 	addr  netip.Addr
 	proto string
 	port  uint16
-	// answers are the cycles of each observable in which the endpoint's
-	// responder sent payload; offlineAnswer is such an observable of an
-	// offline capture (no lease, no cycle: a live run, no sinkhole).
-	answers       [][]string
-	offlineAnswer bool
-	group         string // the scanned port or sweep a scan belongs to
+	// heard is what the endpoint's far side was heard doing, for its
+	// probation.
+	heard heard
+	group string // the scanned port or sweep a scan belongs to
 	// invalid is why a resolved name may not be forwarded (its Value is
 	// then the name as dnsname.Display shows it).
 	invalid string
@@ -90,27 +88,59 @@ type endpoint struct {
 	obs         string
 	first, last time.Time
 	attack      string
-	// answers and offlineAnswer are Dest's.
-	answers       [][]string
-	offlineAnswer bool
+	heard       heard
 }
 
-// answered records an observable in which the endpoint's responder sent
-// payload.
-func (e *endpoint) answered(o *records.Observable) {
+// heard is what an endpoint's far side was seen doing, each list holding,
+// per observable, the cycles it was seen in: whether each cycle let the
+// endpoint through decides whether it was the far side or the sinkhole.
+// answered: it sent payload; spoke: its first answer on a connection was
+// in the protocol the sample spoke; conversed: besides, the sample sent
+// new payload after it on that connection (records.EndpointInfo).
+// offlineConversed is a conversation in an offline capture (no lease, no
+// cycle: a live run, no sinkhole).
+type heard struct {
+	answered, spoke, conversed [][]string
+	offlineConversed           bool
+}
+
+// add records what an endpoint observable says: a list of cycles written
+// by tb-parse counts cycle by cycle (a merged observable says which of its
+// cycles each was seen in); without one, when seen (an observable of
+// older tb-parse that only counted bytes), the observable's cycles
+// together.
+func (h *heard) add(o *records.Observable) {
+	p := o.Endpoint
+	h.answered = appendHeard(h.answered, p.AnsweredIn, o, p.RespBytes > 0)
+	h.spoke = appendHeard(h.spoke, p.SpokeIn, o, false)
+	h.conversed = appendHeard(h.conversed, p.ConfirmedIn, o, false)
+	if p.Conversations > 0 && o.Lease == "" && o.Cycle == "" && len(o.Cycles) == 0 {
+		h.offlineConversed = true
+	}
+}
+
+func appendHeard(lists [][]string, in []string, o *records.Observable, seen bool) [][]string {
+	for _, c := range in {
+		lists = append(lists, []string{c})
+	}
+	if len(in) > 0 || !seen {
+		return lists
+	}
+	if cycles := obsCycles(o); len(cycles) > 0 {
+		lists = append(lists, cycles)
+	}
+	return lists
+}
+
+// obsCycles are the cycles an observable was seen in.
+func obsCycles(o *records.Observable) []string {
 	var cycles []string
 	for _, c := range append([]string{o.Cycle}, o.Cycles...) {
 		if c != "" && !slices.Contains(cycles, c) {
 			cycles = append(cycles, c)
 		}
 	}
-	if len(cycles) == 0 && o.Lease == "" {
-		e.offlineAnswer = true
-		return
-	}
-	if len(cycles) > 0 {
-		e.answers = append(e.answers, cycles)
-	}
+	return cycles
 }
 
 func (e *endpoint) key() string { return endpointValue(e.addr, e.proto, e.port) }
@@ -207,7 +237,7 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 			e.maxDur = math.Max(e.maxDur, f.Duration/float64(n))
 			e.starts = append(e.starts, starts...)
 			if f.RespBytes > 0 {
-				e.answered(o)
+				e.heard.answered = append(e.heard.answered, obsCycles(o))
 			}
 			e.touch(o)
 		case o.Endpoint != nil:
@@ -224,16 +254,7 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 			e.pkts += p.OrigPkts
 			e.maxDur = math.Max(e.maxDur, p.MaxDuration)
 			e.starts = append(e.starts, p.Starts...)
-			switch {
-			case len(p.AnsweredIn) > 0:
-				// Merged across cycles: each cycle that had an answer
-				// counts alone, whatever the others were.
-				for _, c := range p.AnsweredIn {
-					e.answers = append(e.answers, []string{c})
-				}
-			case p.RespBytes > 0:
-				e.answered(o)
-			}
+			e.heard.add(o)
 			e.touch(o)
 		case o.Scan != nil:
 			if o.Scan.Addr == "" && (o.Scan.Proto == "tcp" || o.Scan.Proto == "udp") {
@@ -416,7 +437,7 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 	for _, e := range list {
 		d := &Dest{Lease: ev.lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
 			LastSeen: e.last, Names: slices.Sorted(maps.Keys(e.names)), Claimed: e.claimedOnly(), addr: e.addr, proto: e.proto, port: e.port,
-			answers: e.answers, offlineAnswer: e.offlineAnswer}
+			heard: e.heard}
 		res[d.Value] = d
 		switch {
 		case pol.isInfraService(e.proto, e.port):

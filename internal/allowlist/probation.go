@@ -72,13 +72,15 @@ func cyclesOf(obs []*records.Observable, promoted string) []string {
 	return out
 }
 
-// destCycles are the cycles a promotion's evidence of answers names, and
-// the one promoted.
+// destCycles are the cycles a promotion's evidence of what far sides did
+// names, and the one promoted.
 func destCycles(p Promotion) []string {
 	var obs []*records.Observable
 	for _, d := range p.Dests {
-		for _, cs := range d.answers {
-			obs = append(obs, &records.Observable{Cycles: cs})
+		for _, lists := range [][][]string{d.heard.answered, d.heard.spoke, d.heard.conversed} {
+			for _, cs := range lists {
+				obs = append(obs, &records.Observable{Cycles: cs})
+			}
 		}
 	}
 	return cyclesOf(obs, p.Cycle)

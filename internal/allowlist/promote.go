@@ -42,16 +42,21 @@ type Promotion struct {
 	Now     time.Time
 }
 
-// confirmed reports whether the far side of an endpoint answered for
-// real: payload from the responder in an offline capture of a live run,
-// or in an observable all of whose cycles ran with the endpoint let
-// through.
+// confirmed reports whether the far side of an endpoint answered as the
+// sample's C2 would, for real: a conversation (an answer in the sample's
+// protocol, and the sample's next payload on the same connection) in an
+// offline capture of a live run, or in an observable all of whose cycles
+// ran with the endpoint let through. Payload alone confirms nothing: any
+// server a sample aims at answers something.
 func (p *Promotion) confirmed(d *Dest) bool {
-	if d.offlineAnswer {
-		return true
-	}
+	return d.heard.offlineConversed || p.letThrough(d, d.heard.conversed)
+}
+
+// letThrough reports whether one of the observables' cycle lists ran with
+// the endpoint let through in every cycle.
+func (p *Promotion) letThrough(d *Dest, lists [][]string) bool {
 	key := d.Type + " " + d.Value
-	for _, cycles := range d.answers {
+	for _, cycles := range lists {
 		all := len(cycles) > 0
 		for _, c := range cycles {
 			all = all && p.InForce[c][key]
@@ -61,6 +66,20 @@ func (p *Promotion) confirmed(d *Dest) bool {
 		}
 	}
 	return false
+}
+
+// unconfirmed says which part of a C2's answer the far side of an endpoint
+// let through never gave.
+func (p *Promotion) unconfirmed(d *Dest) string {
+	switch {
+	case d == nil:
+		return "the sample never contacted it"
+	case p.letThrough(d, d.heard.spoke):
+		return "the far side answered in the sample's protocol, but the sample never answered back on a session the far side kept open"
+	case p.letThrough(d, d.heard.answered):
+		return "the far side answered, but not in the protocol the sample spoke"
+	}
+	return "the far side sent nothing"
 }
 
 // Next computes the chain's next content from its current entries and the
@@ -138,7 +157,7 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 				e.Verdict = string(verdict)
 				if status == records.StatusProbation {
 					e.Verdict = string(firewall.RateLimit)
-					e.Reason = "on probation, its far side not yet seen answering: " + e.Reason
+					e.Reason = "on probation, its far side not yet seen answering as a C2: " + e.Reason
 				}
 			}
 			next[key] = e
@@ -149,8 +168,9 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 		}
 		switch e.Status {
 		case records.StatusRevoked, records.StatusRejected:
-			// Revoked after a probation whose far side never answered, or
-			// by the operator: the same evidence does not bring it back.
+			// Revoked after a probation whose far side never answered as a
+			// C2, or by the operator: the same evidence does not bring it
+			// back.
 			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: e.Status,
 				Reason: fmt.Sprintf("%s (entry %s): %s", e.Status, e.ID, cmp.Or(e.Note, e.Reason))})
 			continue
@@ -197,19 +217,24 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 }
 
 // probation decides an entry on probation: active once its far side
-// answered while it was let through; revoked, for the lease, when the
-// cycle being promoted ran with it let through and the far side sent
-// nothing (or the sample never contacted it); else it stays on probation.
+// answered as the sample's C2 would while it was let through; revoked, for
+// the lease, when the cycle being promoted ran with it let through and the
+// far side did not (the reason says what was missing: an answer, an answer
+// in the sample's protocol, the sample answering back, or any contact);
+// else it stays on probation.
 func probation(e *records.AllowEntry, d *Dest, p *Promotion, verdict firewall.Verdict, expires time.Time) {
 	switch {
 	case d != nil && p.confirmed(d):
 		e.Status, e.Verdict, e.ExpiresAt = records.StatusActive, string(verdict), &expires
-		e.Reason = "confirmed: its far side answered while it was let through; " + d.Reason
+		e.Reason = "confirmed: while it was let through its far side answered in the sample's protocol and the sample answered back; " + d.Reason
 	case p.Cycle != "" && p.InForce[p.Cycle][EntryKey(e)]:
 		e.Status = records.StatusRevoked
-		e.Reason = fmt.Sprintf("probation failed: its far side sent nothing while it was let through in %s", p.Cycle)
+		e.Reason = fmt.Sprintf("%s in %s, while it was let through: %s", probationFailed, p.Cycle, p.unconfirmed(d))
 	}
 }
+
+// probationFailed starts the reason of an entry probation revoked.
+const probationFailed = "probation failed"
 
 // enforced statuses are those whose entries are in the live set.
 func enforced(s string) bool { return s == records.StatusActive || s == records.StatusProbation }

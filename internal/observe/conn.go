@@ -24,7 +24,23 @@ type Conn struct {
 	RespPkts, RespBytes, RespIPBytes int64
 	// Packet or Line is where it was first seen in its input.
 	Packet, Line int64
+	// Exchange is how far the responder answered as a server of the
+	// originator's protocol would (Exchange*): the packet decoder reads it
+	// from the payloads; logs that do not tell (Zeek, EVE) leave it 0.
+	Exchange uint8
 }
+
+// How far a connection's responder answered, each level implying those
+// before it: the allow-list's probation confirms an endpoint only on
+// ExchangeConversed, since any server sends something back.
+const (
+	ExchangeNone     = iota // no payload from the responder, or not known
+	ExchangeAnswered        // payload, but not in the originator's protocol
+	ExchangeProtocol        // its first payload in the originator's protocol
+	// ExchangeConversed: and the originator sent new payload after it,
+	// while the responder still held the session open.
+	ExchangeConversed
+)
 
 // Accepted reports whether the destination accepted the connection: a TCP
 // handshake it answered (or data it sent), a UDP or other reply.

@@ -71,6 +71,8 @@ type endpointStat struct {
 	conns, established                       int64
 	origPkts, origBytes, respPkts, respBytes int64
 	maxDur                                   int64
+	conversations                            int64
+	exchange                                 uint8 // the highest of its connections
 	first, last                              int64
 	states, services, clients                []string
 	starts                                   []int64
@@ -306,6 +308,10 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 	e.respPkts += c.RespPkts
 	e.respBytes += c.RespBytes
 	e.maxDur = max(e.maxDur, c.End-c.Start)
+	e.exchange = max(e.exchange, c.Exchange)
+	if c.Exchange == ExchangeConversed {
+		e.conversations++
+	}
 	e.first, e.last = min(e.first, c.Start), max(e.last, c.End)
 	if !slices.Contains(e.states, c.ConnState) && len(e.states) < MaxList {
 		e.states = append(e.states, c.ConnState)
@@ -471,9 +477,18 @@ func (t *Dests) out(e *endpointStat) {
 	o.LastSeen, o.Count = last, e.conns
 	o.Endpoint = &records.EndpointInfo{Proto: k.proto, Addr: addr, Port: k.port, Conns: e.conns, Established: e.established,
 		ConnStates: e.states, Services: e.services, OrigPkts: e.origPkts, OrigBytes: e.origBytes, RespPkts: e.respPkts,
-		RespBytes: e.respBytes, MaxDuration: float64(e.maxDur) / 1e9, Clients: e.clients, Starts: starts}
-	if e.respBytes > 0 && t.cycle != "" {
-		o.Endpoint.AnsweredIn = []string{t.cycle}
+		RespBytes: e.respBytes, MaxDuration: float64(e.maxDur) / 1e9, Clients: e.clients, Starts: starts,
+		Conversations: e.conversations}
+	if t.cycle != "" {
+		if e.respBytes > 0 {
+			o.Endpoint.AnsweredIn = []string{t.cycle}
+		}
+		if e.exchange >= ExchangeProtocol {
+			o.Endpoint.SpokeIn = []string{t.cycle}
+		}
+		if e.exchange >= ExchangeConversed {
+			o.Endpoint.ConfirmedIn = []string{t.cycle}
+		}
 	}
 	t.emit(o)
 	ip := origin.New(records.ObsIP, addr, first, e.prov.Packet, e.prov.Line)

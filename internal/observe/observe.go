@@ -268,6 +268,9 @@ func mergeEndpoint(dp **records.EndpointInfo, s *records.EndpointInfo) {
 	d.Starts = mergeTimes(d.Starts, s.Starts)
 	d.Domains = union(d.Domains, s.Domains, MaxList)
 	d.AnsweredIn = unionTail(d.AnsweredIn, s.AnsweredIn, MaxCycles)
+	d.SpokeIn = unionTail(d.SpokeIn, s.SpokeIn, MaxCycles)
+	d.ConfirmedIn = unionTail(d.ConfirmedIn, s.ConfirmedIn, MaxCycles)
+	d.Conversations += s.Conversations
 }
 
 // mergeScan unites two sightings of one cycle's scan: counts add up, and

@@ -11,6 +11,7 @@ package beacon
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -351,6 +352,11 @@ func (b *Beacon) beacon(ctx context.Context, seq int) bool {
 	return false
 }
 
+// checkIn posts one check-in and reads the answer; when the answer is a
+// task (the C2's, not a sinkhole's page), the beacon reports it done on
+// the same connection, as a bot answers its C2: that turn is what
+// confirms a C2 on probation (tb-allow(1)), since any server a sample
+// aims at answers a request.
 func (b *Beacon) checkIn(ctx context.Context, seq, attempt int) (int, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, b.Cfg.Timeout)
 	defer cancel()
@@ -367,35 +373,88 @@ func (b *Beacon) checkIn(ctx context.Context, seq, attempt int) (int, string, er
 		c.SetDeadline(dl)
 	}
 	body := fmt.Sprintf(`{"id":%q,"seq":%d,"attempt":%d}`, b.Cfg.ID, seq, attempt)
-	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tb-beacon/1\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		b.Cfg.Path, b.Cfg.C2, len(body), body)
-	if _, err := io.WriteString(c, req); err != nil {
+	if _, err := io.WriteString(c, b.post(body, false)); err != nil {
 		return 0, "", err
 	}
 	r := bufio.NewReader(c)
+	status, server, length, err := readHead(r)
+	if err != nil {
+		return 0, "", err
+	}
+	if task := readTask(r, length); task != "" {
+		done := fmt.Sprintf(`{"id":%q,"seq":%d,"attempt":%d,"done":%q}`, b.Cfg.ID, seq, attempt, task)
+		// The report's own answer does not change the check-in's outcome.
+		if _, err := io.WriteString(c, b.post(done, true)); err == nil {
+			readHead(r)
+		}
+	}
+	return status, server, nil
+}
+
+// post is a request to the C2 carrying body.
+func (b *Beacon) post(body string, last bool) string {
+	conn := "keep-alive"
+	if last {
+		conn = "close"
+	}
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tb-beacon/1\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n%s",
+		b.Cfg.Path, b.Cfg.C2, len(body), conn, body)
+}
+
+// maxTask bounds the answer body the beacon reads for its task.
+const maxTask = 4096
+
+// readHead reads an HTTP response's status line and headers: the status,
+// the Server header and the Content-Length (-1 when there is none).
+func readHead(r *bufio.Reader) (status int, server string, length int, err error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
-		return 0, "", fmt.Errorf("no answer: %w", err)
+		return 0, "", -1, fmt.Errorf("no answer: %w", err)
 	}
 	f := strings.Fields(line)
 	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/") {
-		return 0, "", fmt.Errorf("not HTTP: %q", strings.TrimSpace(line))
+		return 0, "", -1, fmt.Errorf("not HTTP: %q", strings.TrimSpace(line))
 	}
-	status, err := strconv.Atoi(f[1])
-	if err != nil {
-		return 0, "", fmt.Errorf("not HTTP: %q", strings.TrimSpace(line))
+	if status, err = strconv.Atoi(f[1]); err != nil {
+		return 0, "", -1, fmt.Errorf("not HTTP: %q", strings.TrimSpace(line))
 	}
-	server := ""
+	length = -1
 	for {
 		h, err := r.ReadString('\n')
 		if err != nil || strings.TrimSpace(h) == "" {
 			break
 		}
-		if k, v, ok := strings.Cut(h, ":"); ok && strings.EqualFold(k, "Server") {
+		k, v, ok := strings.Cut(h, ":")
+		switch {
+		case !ok:
+		case strings.EqualFold(k, "Server"):
 			server = strings.TrimSpace(v)
+		case strings.EqualFold(k, "Content-Length"):
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
+				length = n
+			}
 		}
 	}
-	return status, server, nil
+	return status, server, length, nil
+}
+
+// readTask reads an answer's body of length bytes and returns the task it
+// carries ({"task":"..."}), or "" when it carries none.
+func readTask(r *bufio.Reader, length int) string {
+	if length <= 0 || length > maxTask {
+		return ""
+	}
+	body := make([]byte, length)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return ""
+	}
+	var answer struct {
+		Task string `json:"task"`
+	}
+	if json.Unmarshal(body, &answer) != nil {
+		return ""
+	}
+	return answer.Task
 }
 
 func (b *Beacon) resolve(ctx context.Context) (netip.Addr, error) {

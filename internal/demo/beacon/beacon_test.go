@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -412,5 +413,52 @@ func TestBehaviourLeavesWhatTheTraceMustSee(t *testing.T) {
 	c.Close()
 	if got := strings.Join(lines, "\n"); !strings.Contains(got, "behave child=") || !strings.Contains(got, "behave traced=false") {
 		t.Errorf("log:\n%s", got)
+	}
+}
+
+// The beacon reports the C2's task done on the connection that carried
+// it, so that a capture shows the bot answering its C2 (a C2 on probation
+// is confirmed on that); an answer without a task (a sinkhole's page) gets
+// no report.
+func TestBeaconReportsItsTaskOnTheSameConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.Handler
+		reports int
+	}{
+		{"the C2", c2.NewHandler(io.Discard), 2},
+		{"a web page", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>sinkhole</html>") }), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			byConn := map[string][]string{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				mu.Lock()
+				byConn[r.RemoteAddr] = append(byConn[r.RemoteAddr], string(body))
+				mu.Unlock()
+				tc.handler.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+			b, _, log := newTest(t, config(t, port, "-count", "2"), []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+			if st := b.Run(context.Background()); st.Answered != 2 {
+				t.Fatalf("stats = %+v\n%s", st, log)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			reports := 0
+			for conn, bodies := range byConn {
+				if !strings.Contains(bodies[0], `"done"`) && len(bodies) == 2 && strings.Contains(bodies[1], `"done":"sleep"`) {
+					reports++
+				} else if len(bodies) != 1 {
+					t.Errorf("connection %s carried %q", conn, bodies)
+				}
+			}
+			if len(byConn) != 2 || reports != tc.reports {
+				t.Errorf("%d connections, %d with a report, want 2 and %d: %q", len(byConn), reports, tc.reports, byConn)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 // Package c2 is the fake command-and-control server of Talkbox's demo and
-// end-to-end test: it answers the beacon's check-ins and logs each one as a
-// JSON line, which is what the test asserts on.
+// end-to-end test: it answers the beacon's check-ins with a task and logs
+// each one as a JSON line, which is what the test asserts on; the beacon
+// reports the task done on the same connection.
 package c2
 
 import (
@@ -30,7 +31,9 @@ type Hit struct {
 // the real C2 from the sinkhole's fake web server.
 const ServerName = "talkbox-demo-c2"
 
-// Handler logs every request to log as a JSON line and answers with a task.
+// Handler logs every check-in to log as a JSON line and answers with a
+// task; the beacon's report of the task, on the same connection, is
+// answered and not logged.
 type Handler struct {
 	mu  sync.Mutex
 	log io.Writer
@@ -47,16 +50,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ID      string `json:"id"`
 		Seq     int    `json:"seq"`
 		Attempt int    `json:"attempt"`
+		Done    string `json:"done"`
 	}
+	w.Header().Set("Server", ServerName)
+	w.Header().Set("Content-Type", "application/json")
 	if json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&body) == nil {
+		if body.Done != "" {
+			// The beacon's report of the task on the same connection: not
+			// a check-in.
+			io.WriteString(w, `{"ok":true}`+"\n")
+			return
+		}
 		hit.Bot, hit.Seq, hit.Attempt = body.ID, body.Seq, body.Attempt
 	}
 	line, _ := json.Marshal(hit)
 	h.mu.Lock()
 	h.log.Write(append(line, '\n'))
 	h.mu.Unlock()
-	w.Header().Set("Server", ServerName)
-	w.Header().Set("Content-Type", "application/json")
 	io.WriteString(w, `{"task":"sleep"}`+"\n")
 }
 

@@ -32,3 +32,18 @@ func TestHandlerLogsEachCheckIn(t *testing.T) {
 		t.Fatalf("hits = %+v", hits)
 	}
 }
+
+// The beacon's report of its task is answered, not logged as a check-in.
+func TestHandlerAnswersAReportWithoutLoggingIt(t *testing.T) {
+	var log bytes.Buffer
+	srv := httptest.NewServer(NewHandler(&log))
+	defer srv.Close()
+	resp, err := srv.Client().Post(srv.URL+"/gate", "application/json", strings.NewReader(`{"id":"bot-1","seq":1,"attempt":1,"done":"sleep"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || log.Len() != 0 {
+		t.Fatalf("%d, logged %q", resp.StatusCode, log.String())
+	}
+}

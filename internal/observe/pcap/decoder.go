@@ -620,8 +620,17 @@ func (d *Decoder) tcpPacket(k *pkt) {
 	}
 	ep.pkts++
 	ep.ipBytes += int64(k.ipLen)
+	sent := ep.lastRel
 	f.tcpSegment(isOrig, flags, t.Seq, t.Ack, plen, ts)
 	f.tcpHistory(fwd == f.origIsA, flags, plen)
+	payload := t.Payload
+	if len(payload) > plen {
+		payload = payload[:plen]
+	}
+	if plen > 0 && flags&flagRST == 0 && ep.lastRel > sent {
+		// New bytes, not a retransmission.
+		f.converse(fwd == f.origIsA, payload)
+	}
 	if d.encap == 0 {
 		peer := &f.ep[1]
 		if fwd != f.origIsA {
@@ -635,10 +644,6 @@ func (d *Decoder) tcpPacket(k *pkt) {
 				d.floodPacket(vecACK, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n)
 			}
 		}
-	}
-	payload := t.Payload
-	if len(payload) > plen {
-		payload = payload[:plen]
 	}
 	if len(payload) > 0 && flags&flagRST == 0 {
 		seq := t.Seq
@@ -674,6 +679,7 @@ func (d *Decoder) udpPacket(k *pkt) {
 	ep.udpBytes += int64(ulen)
 	if ulen > 0 {
 		f.history(isOrig, 'D')
+		f.converse(isOrig, u.Payload[:min(ulen, len(u.Payload))])
 	}
 	peer := &f.ep[1]
 	if !isOrig {

@@ -77,7 +77,7 @@ func (d *Decoder) emitFlow(f *flow) {
 	d.conn = observe.Conn{Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
-		Packet: f.firstPkt}
+		Packet: f.firstPkt, Exchange: f.exchange()}
 	d.cfg.Sink.Conn(&d.conn)
 	origin := d.cfg.Origin
 	start, last := tsTime(f.start), tsTime(f.last)

@@ -84,6 +84,7 @@ type flow struct {
 	icmpType, icmpCode uint8
 	list               uint8
 	app                uint8
+	talk, exch         uint8 // the turns of its payload (converse)
 	prev, next         *flow
 	half               [2]half
 	pend               *pending
@@ -167,6 +168,8 @@ func (f *flow) flip() {
 	}
 	f.histSeen = f.histSeen>>6&0x3f | f.histSeen&0x3f<<6 | f.histSeen&(1<<12)
 	f.history(true, '^')
+	// Turns read with the roles the other way round mean nothing.
+	f.talk, f.exch = talkSilent, 0
 }
 
 // synAckAnswered reports whether a connection whose first packet was a

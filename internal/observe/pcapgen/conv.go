@@ -68,3 +68,25 @@ func (g *Gen) Unanswered(c, s netip.AddrPort, isn uint32, tries int) {
 		g.TCP(c, s, isn, 0, SYN, nil)
 	}
 }
+
+// CloseByServer writes a graceful close started by the server, as an
+// HTTP/1.0 server or one that answers once does.
+func (c *Conn) CloseByServer() {
+	c.g.TCP(c.S, c.C, c.sseq, c.cseq, FIN|ACK, nil)
+	c.g.TCP(c.C, c.S, c.cseq, c.sseq+1, FIN|ACK, nil)
+	c.g.TCP(c.S, c.C, c.sseq+1, c.cseq+1, ACK, nil)
+}
+
+// Retransmit writes the client's last len(data) bytes again, as a client
+// that missed their acknowledgement does: no new payload.
+func (c *Conn) Retransmit(data []byte) {
+	c.g.TCP(c.C, c.S, c.cseq-uint32(len(data)), c.sseq, PSH|ACK, data)
+}
+
+// ServerFin writes the server closing its side, which the client
+// acknowledges: the connection is half open.
+func (c *Conn) ServerFin() {
+	c.g.TCP(c.S, c.C, c.sseq, c.cseq, FIN|ACK, nil)
+	c.sseq++
+	c.g.TCP(c.C, c.S, c.cseq, c.sseq, ACK, nil)
+}

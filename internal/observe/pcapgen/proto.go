@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"net/netip"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -198,4 +199,18 @@ func itoa(n int) string {
 		b = append([]byte{byte('0' + n%10)}, b...)
 	}
 	return string(b)
+}
+
+// WebVisits writes n visits of a web server a client makes, interval
+// apart, each on its own connection: a GET for host's uri, the server's
+// 200 and the server's close. That is all any web server gives a sample
+// that aims at it: it answers, in HTTP, and the sample never answers back.
+func (g *Gen) WebVisits(client netip.Addr, web netip.AddrPort, host, uri string, n int, interval time.Duration) {
+	for i := 0; i < n; i++ {
+		c := g.Dial(netip.AddrPortFrom(client, uint16(42000+i)), web, uint32(200*i), 9500)
+		c.Send(HTTPGet(host, uri, "Mozilla/5.0"))
+		c.Reply(HTTPResponse(200, "OK", []byte("<html>welcome</html>")))
+		c.CloseByServer()
+		g.T = g.T.Add(interval)
+	}
 }
