@@ -43,7 +43,35 @@ func Collect(ctx context.Context, st *state.Store, t Target) (*Report, error) {
 	}
 	c.beacons()
 	c.behaviour()
+	c.files()
 	return c.r, nil
+}
+
+// files fills Files from the sample records of the report's sample and of
+// what its cycles dropped.
+func (c *collector) files() {
+	add := func(role, id string) {
+		var smp records.Sample
+		if err := c.st.Get(id, &smp); err != nil {
+			c.note("sample %s: %v", id, err)
+			return
+		}
+		c.r.Files = append(c.r.Files, File{Role: role, Sample: smp.ID, SHA256: smp.SHA256, SHA1: smp.SHA1, MD5: smp.MD5, Size: smp.Size, Names: smp.Names})
+	}
+	if c.r.Sample != "" {
+		if id, err := c.st.Lookup(sample.IndexSHA256, c.r.Sample); err == nil {
+			add("sample", id)
+		}
+	}
+	var dropped []string
+	for _, cy := range c.cycles {
+		for _, id := range cy.DroppedSamples {
+			if !slices.Contains(dropped, id) {
+				dropped = append(dropped, id)
+				add("dropped", id)
+			}
+		}
+	}
 }
 
 // parallel runs fns at once and returns their errors.

@@ -60,8 +60,23 @@ type Report struct {
 	ScanTargets []string   `json:"scan_targets,omitempty"`
 	Names       []Name     `json:"names"`
 	Behaviour   *Behaviour `json:"behaviour,omitempty"`
+	// Files are the sample's and its dropped files' hashes (the exports
+	// name them).
+	Files []File `json:"files,omitempty"`
 	// Notes say what the report could not show, and why.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// File is the sample the cycles ran (Role "sample") or a file one of them
+// dropped ("dropped"), as its sample record has it.
+type File struct {
+	Role   string   `json:"role"`
+	Sample string   `json:"sample"`
+	SHA256 string   `json:"sha256"`
+	SHA1   string   `json:"sha1,omitempty"`
+	MD5    string   `json:"md5,omitempty"`
+	Size   int64    `json:"size"`
+	Names  []string `json:"names,omitempty"`
 }
 
 // Lease is a lease of the report, with its health as tb-lease last saw it.
