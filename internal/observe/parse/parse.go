@@ -580,6 +580,12 @@ func (o *output) traceOptions(in input, format string) behave.Options {
 		return opts
 	}
 	opts.Exe, opts.Cwd = c.GuestPath, c.Workdir
+	// An emulated sample's trace is of its emulator too: behave leaves out
+	// each emulator's own start-up.
+	var p records.Plan
+	if c.Plan != "" && o.st.Get(c.Plan, &p) == nil && p.Emulation != nil {
+		opts.Emulator = p.Emulation.Emulator
+	}
 	opts.Window = c.Timeout.D()
 	if c.Detach {
 		opts.Window = c.Window.D()
