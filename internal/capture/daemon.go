@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -104,6 +105,15 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	regCtx := context.WithoutCancel(ctx)
 	go func() {
 		defer close(regDone)
+		// The copy into the blob store (a read, a sha256 and a write of
+		// each file) competes with the packet path for the CPU: on a busy
+		// host the packet path must win, or the ring overflows while a
+		// large file is copied. Niceness is a thread's; the thread is not
+		// unlocked, so it ends with this goroutine.
+		runtime.LockOSThread()
+		if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), registrationNice); err != nil {
+			d.Log.Warn("capture: registration at the packet path's priority", "capture", d.ID, "err", err)
+		}
 		d.registerFiles(regCtx, regStop)
 	}()
 	defer func() {

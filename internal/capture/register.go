@@ -29,6 +29,9 @@ import (
 // (reason "recovered").
 const maxQueued = 4
 
+// registrationNice is the niceness of the registration goroutine's thread.
+const registrationNice = 10
+
 // closedFile is a closed spool file waiting for the registration goroutine:
 // its artifact is filled in when it is closed, with the cycle and the
 // kernel's drops of that moment.
