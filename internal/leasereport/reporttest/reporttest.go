@@ -177,8 +177,8 @@ var (
 // pending approval and refuses the scan and DNS; the operator approves the
 // paste site; the second cycle reaches the C2 (the fallback and the paste
 // site are not used anymore), scans tcp/23 and tcp/2323; the promote after
-// it makes the C2 active (it answered while let through) and revokes the
-// fallback (it did not); then the paste site's entry expires.
+// it makes the C2 active (while let through, it answered and the bot
+// reported back) and revokes the fallback (it was not heard from); then the paste site's entry expires.
 func TwoCycles() Spec {
 	return Spec{
 		Start:  time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC),
@@ -595,8 +595,14 @@ func (b *builder) checkIn(bc Beacon) func(g *pcapgen.Gen) {
 				SNI: bc.Name, Groups: []uint16{29}, SupportedVersions: []uint16{0x0304}}))
 			c.Reply(pcapgen.ServerHelloRecord(0x0304, 0x1301))
 		} else {
-			c.Send(pcapgen.HTTPGet(cmpStr(bc.Name, bc.Addr.Addr().String()), "/gate.php?id=7f3a", "Mozilla/4.0 (compatible)"))
+			// The C2's task, and the bot's report of it on the same
+			// connection: a conversation, which is what confirms a C2 on
+			// probation.
+			host := cmpStr(bc.Name, bc.Addr.Addr().String())
+			c.Send(pcapgen.HTTPGet(host, "/gate.php?id=7f3a", "Mozilla/4.0 (compatible)"))
 			c.Reply(pcapgen.HTTPResponse(200, "OK", []byte("sleep 60")))
+			c.Send(pcapgen.HTTPGet(host, "/gate.php?id=7f3a&done=sleep", "Mozilla/4.0 (compatible)"))
+			c.Reply(pcapgen.HTTPResponse(200, "OK", nil))
 		}
 		c.Close()
 	}
