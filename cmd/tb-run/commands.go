@@ -444,7 +444,7 @@ type reportCmd struct {
 	IDs    []string `arg:"" optional:"" name:"cycle" help:"Cycles to report on (html: one)."`
 	Lease  string   `name:"lease" xor:"target" placeholder:"ID" help:"Report on a lease: all its cycles."`
 	Sample string   `name:"sample" xor:"target" placeholder:"ID|SHA256" help:"Report on a sample: all its cycles, on every lease."`
-	Format string   `name:"format" enum:"text,json,html,misp" default:"text" help:"text (for a person), json (JSON lines), html (one self-contained page) or misp (one MISP event, in MISP's JSON)."`
+	Format string   `name:"format" enum:"text,json,html,misp,stix" default:"text" help:"text (for a person), json (JSON lines), html (one self-contained page), misp (one MISP event, in MISP's JSON) or stix (one STIX 2.1 bundle)."`
 	Output string   `name:"output" short:"o" type:"path" placeholder:"FILE" help:"Write the report to FILE (atomically) instead of stdout."`
 }
 
@@ -460,7 +460,7 @@ func (c *reportCmd) Run(env *cli.Env) error {
 		return fault.Usage(errors.New("report on what? give cycles, --lease or --sample"))
 	case (target.Lease != "" || target.Sample != "") && len(c.IDs) > 0:
 		return fault.Usage(errors.New("give cycles, or --lease, or --sample"))
-	case (c.Format == "html" || c.Format == "misp") && len(c.IDs) > 1:
+	case c.Format != "text" && c.Format != "json" && len(c.IDs) > 1:
 		return fault.Usage(fmt.Errorf("--format %s is one report of one cycle, lease or sample", c.Format))
 	case len(c.IDs) == 1:
 		target.Cycle = c.IDs[0]
@@ -478,7 +478,7 @@ func (c *reportCmd) Run(env *cli.Env) error {
 		}
 		return nil
 	}
-	if c.Format == "html" || c.Format == "misp" || c.Format == "json" && len(c.IDs) == 0 {
+	if c.Format != "text" && (c.Format != "json" || len(c.IDs) == 0) {
 		r, err := leasereport.Collect(env.Ctx, st, target)
 		if err != nil {
 			return err
@@ -491,6 +491,8 @@ func (c *reportCmd) Run(env *cli.Env) error {
 			return write(func(w io.Writer) error { return leasereport.WriteHTML(w, r) })
 		case "misp":
 			return write(func(w io.Writer) error { return leasereport.WriteMISP(w, r) })
+		case "stix":
+			return write(func(w io.Writer) error { return leasereport.WriteSTIX(w, r) })
 		}
 		return write(func(w io.Writer) error { return leasereport.WriteJSON(w, r) })
 	}

@@ -1,8 +1,6 @@
 package allowlist
 
 import (
-	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/stix"
 )
 
 // Formats of export.
@@ -157,34 +156,16 @@ func exportSuricata(w io.Writer, es []*records.AllowEntry, o ExportOptions) erro
 	return nil
 }
 
-// stixID is a deterministic UUID (version 5 layout) for an object.
-func stixID(typ, seed string) string {
-	h := sha256.Sum256([]byte("talkbox:" + seed))
-	h[6] = h[6]&0x0f | 0x50
-	h[8] = h[8]&0x3f | 0x80
-	return fmt.Sprintf("%s--%x-%x-%x-%x-%x", typ, h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
-}
-
-// exportSTIX writes a STIX 2.1 bundle with one indicator per entry.
+// exportSTIX writes a STIX 2.1 bundle with one indicator per entry
+// (tb-run report --format stix writes an analysis's, with its malware,
+// infrastructure and relationships).
 func exportSTIX(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
-	type indicator struct {
-		Type           string   `json:"type"`
-		SpecVersion    string   `json:"spec_version"`
-		ID             string   `json:"id"`
-		Created        string   `json:"created"`
-		Modified       string   `json:"modified"`
-		Name           string   `json:"name"`
-		Description    string   `json:"description,omitempty"`
-		IndicatorTypes []string `json:"indicator_types"`
-		Pattern        string   `json:"pattern"`
-		PatternType    string   `json:"pattern_type"`
-		ValidFrom      string   `json:"valid_from"`
-		ValidUntil     string   `json:"valid_until,omitempty"`
-		Labels         []string `json:"labels,omitempty"`
-	}
-	ts := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
-	var objs []indicator
 	var ids []string
+	for _, e := range es {
+		ids = append(ids, e.ID+e.Value)
+	}
+	sort.Strings(ids)
+	b := stix.NewBundle(strings.Join(ids, ","))
 	for _, e := range es {
 		if invalidValue(e) != "" {
 			continue
@@ -196,14 +177,9 @@ func exportSTIX(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 			if err != nil {
 				continue
 			}
-			typ := "ipv4-addr"
-			if a.Is6() && !a.Is4In6() {
-				typ = "ipv6-addr"
-			}
-			pattern = fmt.Sprintf("[network-traffic:dst_ref.type = '%s' AND network-traffic:dst_ref.value = '%s' AND network-traffic:dst_port = %d AND network-traffic:protocols[*] = '%s']",
-				typ, a, port, proto)
+			pattern = stix.EndpointPattern(a, port, proto)
 		case records.AllowDomain:
-			pattern = fmt.Sprintf("[domain-name:value = '%s']", e.Value)
+			pattern = stix.DomainPattern(e.Value)
 		default:
 			continue
 		}
@@ -215,29 +191,14 @@ func exportSTIX(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 		if modified.Before(created) {
 			modified = created
 		}
-		ind := indicator{Type: "indicator", SpecVersion: "2.1", ID: stixID("indicator", e.ID+e.Value), Created: ts(created),
-			Modified: ts(modified), Name: fmt.Sprintf("%s %s", e.Class, e.Value), Description: e.Reason,
-			IndicatorTypes: []string{"malicious-activity"}, Pattern: pattern, PatternType: "stix", ValidFrom: ts(created),
+		ind := stix.Object{Type: "indicator", ID: stix.ID("indicator", e.ID+e.Value), Created: stix.Time(created),
+			Modified: stix.Time(modified), Name: fmt.Sprintf("%s %s", e.Class, e.Value), Description: e.Reason,
+			IndicatorTypes: []string{"malicious-activity"}, Pattern: pattern, PatternType: "stix", ValidFrom: stix.Time(created),
 			Labels: []string{"talkbox", e.Status}}
 		if e.ExpiresAt != nil && e.ExpiresAt.After(created) {
-			ind.ValidUntil = ts(*e.ExpiresAt)
+			ind.ValidUntil = stix.Time(*e.ExpiresAt)
 		}
-		objs = append(objs, ind)
-		ids = append(ids, ind.ID)
+		b.Add(ind, created)
 	}
-	sort.Strings(ids)
-	bundle := struct {
-		Type    string      `json:"type"`
-		ID      string      `json:"id"`
-		Objects []indicator `json:"objects"`
-	}{"bundle", stixID("bundle", strings.Join(ids, ",")), objs}
-	if bundle.Objects == nil {
-		bundle.Objects = []indicator{}
-	}
-	b, err := json.Marshal(bundle)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	return b.Write(w)
 }
