@@ -100,6 +100,7 @@ func TestHostileGuest(t *testing.T) {
 	uplink, goodTap, badTap := sniff(t, capDir, l.uplink, "out"), sniff(t, capDir, good.Tap, "out"), sniff(t, capDir, bad.Tap, "out")
 	badSent, sunk := sniff(t, capDir, bad.Tap, "in"), sniff(t, capDir, l.sinkVeth, "out")
 	neighbours := l.watchNeighbours(t)
+	l.watchClaims(t, capDir, bad)
 
 	st, err := state.Open(ctx, l.stateDir)
 	if err != nil {
@@ -140,6 +141,7 @@ func TestHostileGuest(t *testing.T) {
 		checkForwardedNames(t, l, n)
 		checkUnanswered(t, book, bad.ID, n)
 	}
+	badCycles = append(badCycles, l.hostileCBeacon(t, capDir, book, good, bad))
 	for _, s := range []*sniffer{uplink, goodTap, badTap, badSent, sunk} {
 		s.stop()
 	}
