@@ -2,7 +2,9 @@
 # tb-parse against tshark -T fields extracting the same fields (5-tuples and
 # payload lengths, DNS names/types/rcodes/answers, HTTP method/host/URI/user
 # agent/status, TLS SNI/version/JA3), on the same generated mixed capture,
-# each pinned to one core, in one run. Prints a Markdown table.
+# each pinned to one core, in one run: tb-parse with --no-store and with
+# the state (a new state directory each run, its default durability).
+# Prints a Markdown table.
 #
 # Usage: bench/tb-parse/run.sh [SIZE_BYTES [SCALE]]   (default 1 GiB, scale 1)
 # SCALE shrinks HTTP bodies and TLS records: 0.1 gives ten times more
@@ -37,17 +39,31 @@ run() {
 }
 
 bytes=$(stat -c %s "$pcap")
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 mb=$(awk -v b="$bytes" 'BEGIN{printf "%.0f", b/1e6}')
 # tb-parse runs three times (the median by wall clock is reported), tshark
 # once: on a shared host one run of a few seconds is at the mercy of the
 # neighbours, a run of a minute averages them out.
 read -r tb_wall tb_cpu tb_rss < <(for i in 1 2 3; do run tb-parse "$out/tb-parse" --no-store "$pcap"; done | sort -n | sed -n 2p)
+# stored: tb-parse with a new state directory. The states are removed at
+# the end, not after each run: ext4 without a journal scans the inodes
+# freed in the last seconds for each new one, which would bill one run's
+# removal to the next.
+states=$(mktemp -d "$out/run-states.XXXXXX")
+trap 'rm -rf "$states"' EXIT
+stored() {
+  run tb-parse-state "$out/tb-parse" --state "$(mktemp -d "$states/state.XXXXXX")" --lease lease_01JD0000000000000000000RUN "$pcap"
+}
+read -r st_wall st_cpu st_rss < <(for i in 1 2 3; do stored; done | sort -n | sed -n 2p)
 read -r ts_wall ts_cpu ts_rss < <(run tshark tshark -n -r "$pcap" -T fields "${fields[@]}")
 rate() { awk -v b="$bytes" -v t="$1" 'BEGIN{printf "%.1f", b/1e6/t}'; }
 echo "| tool | wall | CPU (user+sys) | MB/s (wall) | MB/s (CPU) | max RSS | output |"
 echo "|---|---|---|---|---|---|---|"
 printf '| tb-parse --no-store | %s s | %s s | %s | %s | %d MiB | %d observables |\n' "$tb_wall" "$tb_cpu" "$(rate "$tb_wall")" "$(rate "$tb_cpu")" $((tb_rss / 1024)) "$(wc -l <"$out/tb-parse.out")"
+printf '| tb-parse with the state | %s s | %s s | %s | %s | %d MiB | %d records |\n' "$st_wall" "$st_cpu" "$(rate "$st_wall")" "$(rate "$st_cpu")" $((st_rss / 1024)) "$(wc -l <"$out/tb-parse-state.out")"
 printf '| tshark -T fields | %s s | %s s | %s | %s | %d MiB | %d lines |\n' "$ts_wall" "$ts_cpu" "$(rate "$ts_wall")" "$(rate "$ts_cpu")" $((ts_rss / 1024)) "$(wc -l <"$out/tshark.out")"
 echo
 echo "capture: $pcap, $mb MB, $(capinfos -c -M "$pcap" 2>/dev/null | awk -F: '/Number of packets/{gsub(/ /,"",$2); print $2}') packets"
-awk -v a="$ts_wall" -v b="$tb_wall" -v c="$ts_cpu" -v d="$tb_cpu" 'BEGIN{printf "tb-parse is %.0f× tshark by wall clock, %.0f× by CPU time\n", a/b, c/d}'
+awk -v a="$ts_wall" -v b="$tb_wall" -v c="$ts_cpu" -v d="$tb_cpu" 'BEGIN{printf "tb-parse --no-store is %.1f× tshark by wall clock, %.1f× by CPU time\n", a/b, c/d}'
+awk -v a="$ts_wall" -v b="$st_wall" -v c="$ts_cpu" -v d="$st_cpu" 'BEGIN{printf "tb-parse with the state is %.1f× tshark by wall clock, %.1f× by CPU time\n", a/b, c/d}'
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
