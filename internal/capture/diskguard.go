@@ -48,17 +48,27 @@ func (d *Daemon) lowSpace(err error) bool {
 
 // reserve is what guard i must keep room for besides its threshold: the
 // buffer, which is not on disk yet, and, on the state's file system (guard
-// 0), a copy of the whole file when it is registered and of each closed
-// file still waiting for registration. Guard 1 is the spool's, another file
-// system.
+// 0), the copies into the blob store of the open file and of the closed
+// files still waiting for registration. From a spool on another file system
+// (guard 1 is then the spool's) those copies all land on the state's; from
+// a spool on the state's, files are copied one at a time and each removed
+// after its copy, so the largest is what the copies take at once.
 func (d *Daemon) reserve(i int) int64 {
 	if d.w == nil {
 		return 0
 	}
-	if i == 0 {
-		return d.w.Size() + d.w.Buffered() + d.queuedBytes
+	if i > 0 {
+		return d.w.Buffered()
 	}
-	return d.w.Buffered()
+	copies := d.w.Size()
+	if len(d.guards) > 1 {
+		copies += d.queuedBytes
+	} else {
+		for _, cf := range d.queue {
+			copies = max(copies, cf.file.Size)
+		}
+	}
+	return copies + d.w.Buffered()
 }
 
 // spaceGuards returns the free-space guards of a capture: the state's file

@@ -279,3 +279,84 @@ func TestLowSpaceRemovesLeaseRules(t *testing.T) {
 		t.Fatalf("capture record's rules: %+v", rec.Rules)
 	}
 }
+
+// TestLowSpaceKeepsRoomForQueuedFiles: while closed files wait for their
+// registration (here held up by the capture record's lock), the capture
+// keeps room on the state's file system for their copies too, with the
+// spool on another file system, where writing them took nothing from the
+// state's: it stops on low space early enough that, once they are all
+// copied into the blob store, the threshold held.
+func TestLowSpaceKeepsRoomForQueuedFiles(t *testing.T) {
+	l := newLink(t)
+	f := newLowFS(t, l, "32m")
+	spool := t.TempDir()
+	if err := unix.Mount("tmpfs", spool, "tmpfs", 0, "size=64m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(spool, unix.MNT_DETACH) })
+	// The compiled filter goes with the spool, where the daemon reads it.
+	bpf, err := os.ReadFile(filepath.Join(f.rec.Spool, "filter.bpf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, "filter.bpf"), bpf, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var c records.Capture
+	if err := f.st.Update(ctx, f.rec.ID, &c, func(bool) error {
+		c.RotateSize, c.Spool = 1<<20, spool
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.fillTo(t, "filler", minFree+6<<20)
+	f.run(t)
+	locked, release, updated := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		var c records.Capture
+		updated <- f.st.Update(ctx, f.rec.ID, &c, func(bool) error {
+			close(locked)
+			<-release
+			return state.ErrNoChange
+		})
+	}()
+	<-locked
+	// About 8 MB of datagrams: more than the 6 MiB above the threshold.
+	labtest.In(t, l.guest, func() error {
+		c, err := net.ListenPacket("udp", ":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := bytes.Repeat([]byte{'q'}, 1400)
+		for i := 0; i < 6000; i++ {
+			c.WriteTo(buf, &net.UDPAddr{IP: l.dst.AsSlice(), Port: 9})
+		}
+		return nil
+	})
+	// The daemon stops answering once it has left its loop for the stop.
+	waitFor(t, "the capture to stop for low space", func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := capture.Call(cctx, f.st, f.rec.ID, "status", "")
+		return err != nil
+	})
+	close(release)
+	if err := <-updated; err != nil {
+		t.Fatal(err)
+	}
+	rec := f.stopped(t, true)
+	if len(rec.Artifacts) < 2 {
+		t.Fatalf("%d files registered: no closed file waited", len(rec.Artifacts))
+	}
+	for _, id := range rec.Artifacts {
+		var a records.Artifact
+		if err := f.st.Get(id, &a); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := state.BlobOf(a.URI); !ok {
+			t.Fatalf("%s: uri %s: not copied into the blob store", a.ID, a.URI)
+		}
+	}
+}
