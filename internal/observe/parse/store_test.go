@@ -174,7 +174,7 @@ func storedObservables(t *testing.T, st *state.Store, merged bool) map[string][]
 // discarded whole when the state is next opened.
 func TestKilledParseKeepsWhatItPrinted(t *testing.T) {
 	input := filepath.Join(t.TempDir(), "conv.pcap")
-	conversations(t, input, 250)
+	conversations(t, input, 200)
 	eachStoreBackend(t, func(t *testing.T, be storeBackend) {
 		seed := uint64(time.Now().UnixNano())
 		t.Logf("seed %d", seed)
@@ -199,7 +199,7 @@ func TestKilledParseKeepsWhatItPrinted(t *testing.T) {
 			}
 			br := bufio.NewReader(out)
 			var printed [][]byte
-			want := rng.IntN(1100)
+			want := rng.IntN(900)
 			for len(printed) < want {
 				line, err := br.ReadBytes('\n')
 				if err != nil {
