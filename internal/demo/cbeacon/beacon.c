@@ -453,37 +453,46 @@ static int resolve(const struct config *c, int64_t deadline, uint32_t *addr, cha
 	return 0;
 }
 
-// check_in posts one check-in the way the Go beacon does (the C2 logs the
-// JSON body's id as the bot); 0 with the status and Server header, or -1.
-static int check_in(const struct config *c, long seq, long attempt, int *status, char *server, size_t slen, char *err, size_t errlen) {
-	int64_t deadline = now_ns() + c->timeout_ns;
-	uint32_t addr;
-	char body[MAX_TEXT * 6 + 64], req[sizeof body + MAX_TEXT * 2 + 256], resp[4096], id[MAX_TEXT * 6];
-	if (resolve(c, deadline, &addr, err, errlen) < 0)
-		return -1;
-	int fd = dial(addr, c->port, c2_allowed, deadline, err, errlen);
-	if (fd < 0)
-		return -1;
-	int bl = snprintf(body, sizeof body, "{\"id\":\"%s\",\"seq\":%ld,\"attempt\":%ld}", quote(c->id, strlen(c->id), id, sizeof id), seq, attempt);
+#define MAX_TASK 4096 // the answer body read for a task, as the Go beacon's maxTask
+
+// post sends one request to the C2 carrying body (JSON) on fd, keeping the
+// connection open unless last; 0, or -1 with err.
+static int post(int fd, const struct config *c, const char *body, int last, int64_t deadline, char *err, size_t errlen) {
+	static char req[MAX_TASK * 6 + MAX_TEXT * 10 + 512];
 	int rl = snprintf(req, sizeof req,
 		"POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tb-beacon/1\r\nContent-Type: application/json\r\n"
-		"Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-		c->path, c->c2, bl, body);
+		"Content-Length: %d\r\nConnection: %s\r\n\r\n%s",
+		c->path, c->c2, (int)strlen(body), last ? "close" : "keep-alive", body);
 	for (int o = 0; o < rl;) {
 		ssize_t w = wait_fd(fd, POLLOUT, deadline) < 0 ? -1 : send(fd, req + o, (size_t)(rl - o), MSG_NOSIGNAL);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
 			snprintf(err, errlen, "write: %s", strerror(errno));
-			close(fd);
 			return -1;
 		}
 		o += (int)w;
 	}
+	return 0;
+}
+
+// read_head reads an HTTP response's status line and headers from fd: the
+// status, the Server header and the Content-Length (-1 when there is none).
+// What came of the body with them is copied to body (*blen bytes). It
+// returns 0, or -1 with err.
+static int read_head(int fd, int64_t deadline, int *status, char *server, size_t slen, long *length,
+	char *body, size_t bcap, size_t *blen, char *err, size_t errlen) {
+	char resp[4096];
 	errno = 0;
-	read_until(fd, resp, sizeof resp, "\r\n\r\n", deadline);
+	size_t n = read_until(fd, resp, sizeof resp, "\r\n\r\n", deadline);
 	int e = errno;
-	close(fd);
+	char *head_end = strstr(resp, "\r\n\r\n");
+	*blen = 0;
+	if (head_end) {
+		size_t off = (size_t)(head_end + 4 - resp);
+		*blen = n - off < bcap ? n - off : bcap;
+		memcpy(body, head_end + 4, *blen);
+	}
 	char *eol = strchr(resp, '\n');
 	if (!eol) {
 		snprintf(err, errlen, "no answer: %s", e && e != EINTR ? strerror(e) : "EOF");
@@ -500,23 +509,126 @@ static int check_in(const struct config *c, long seq, long attempt, int *status,
 	}
 	*status = (int)st;
 	server[0] = '\0';
+	*length = -1;
 	for (char *h = eol + 1; *h && *h != '\r' && *h != '\n';) {
 		char *next = strchr(h, '\n');
 		if (next)
 			*next = '\0';
 		h[strcspn(h, "\r")] = '\0';
 		char *colon = strchr(h, ':');
-		if (colon && (size_t)(colon - h) == 6 && strncasecmp(h, "Server", 6) == 0) {
-			colon += 1 + strspn(colon + 1, " \t");
-			size_t l = strlen(colon);
-			while (l > 0 && (colon[l - 1] == ' ' || colon[l - 1] == '\t'))
+		if (colon) {
+			size_t kl = (size_t)(colon - h);
+			char *v = colon + 1 + strspn(colon + 1, " \t");
+			size_t l = strlen(v);
+			while (l > 0 && (v[l - 1] == ' ' || v[l - 1] == '\t'))
 				l--;
-			snprintf(server, slen, "%.*s", (int)l, colon);
+			v[l] = '\0';
+			if (kl == 6 && strncasecmp(h, "Server", 6) == 0)
+				snprintf(server, slen, "%s", v);
+			if (kl == 14 && strncasecmp(h, "Content-Length", 14) == 0) {
+				errno = 0;
+				long cl = strtol(v, &end, 10);
+				if (*v != '\0' && *end == '\0' && errno == 0 && cl >= 0)
+					*length = cl;
+			}
 		}
 		if (!next)
 			break;
 		h = next + 1;
 	}
+	return 0;
+}
+
+// read_task reads an answer's body of length bytes (got: what came with
+// the headers) and copies the task it carries ({"task":"..."}) to task;
+// "" when it carries none.
+static void read_task(int fd, long length, const char *got, size_t glen, int64_t deadline, char *task, size_t tcap) {
+	char body[MAX_TASK + 1];
+	size_t n = glen;
+	task[0] = '\0';
+	if (length <= 0 || length > MAX_TASK || n > (size_t)length)
+		return;
+	memcpy(body, got, n);
+	while (n < (size_t)length) {
+		if (wait_fd(fd, POLLIN, deadline) < 0)
+			return;
+		ssize_t r = recv(fd, body + n, (size_t)length - n, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return;
+		n += (size_t)r;
+	}
+	body[n] = '\0';
+	// The "task" member's string, as the Go beacon's json.Unmarshal takes
+	// it from the C2's {"task":"..."}; escapes as JSON has them (\u
+	// beyond ASCII is kept as written).
+	const char *p = strstr(body, "\"task\"");
+	if (!p)
+		return;
+	p += 6;
+	p += strspn(p, " \t\r\n");
+	if (*p++ != ':')
+		return;
+	p += strspn(p, " \t\r\n");
+	if (*p++ != '"')
+		return;
+	size_t o = 0;
+	for (; *p && *p != '"' && o + 1 < tcap; p++) {
+		char ch = *p;
+		if (ch == '\\' && p[1]) {
+			static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+			const char *k = strchr(from, *++p);
+			if (k)
+				ch = to[k - from];
+			else if (*p == 'u' && strspn(p + 1, "0123456789abcdefABCDEF") >= 4 && strncmp(p + 1, "00", 2) == 0 && p[3] < '8') {
+				ch = (char)strtol((char[]){p[3], p[4], '\0'}, NULL, 16);
+				p += 4;
+			} else {
+				task[0] = '\0'; // not JSON: no task
+				return;
+			}
+		}
+		task[o++] = ch;
+	}
+	task[*p == '"' ? o : 0] = '\0';
+}
+
+// check_in posts one check-in the way the Go beacon does (the C2 logs the
+// JSON body's id as the bot); 0 with the status and Server header, or -1.
+// When the answer is a task (the C2's, not a sinkhole's page), the beacon
+// reports it done on the same connection, as a bot answers its C2: that
+// turn is what confirms a C2 on probation (tb-allow(1)).
+static int check_in(const struct config *c, long seq, long attempt, int *status, char *server, size_t slen, char *err, size_t errlen) {
+	int64_t deadline = now_ns() + c->timeout_ns;
+	uint32_t addr;
+	static char body[MAX_TASK * 6 + MAX_TEXT * 6 + 128], id[MAX_TEXT * 6], task[MAX_TASK + 1], qtask[MAX_TASK * 6 + 8];
+	char got[MAX_TASK], ignored[256];
+	size_t glen;
+	long length;
+	if (resolve(c, deadline, &addr, err, errlen) < 0)
+		return -1;
+	int fd = dial(addr, c->port, c2_allowed, deadline, err, errlen);
+	if (fd < 0)
+		return -1;
+	quote(c->id, strlen(c->id), id, sizeof id);
+	snprintf(body, sizeof body, "{\"id\":\"%s\",\"seq\":%ld,\"attempt\":%ld}", id, seq, attempt);
+	if (post(fd, c, body, 0, deadline, err, errlen) < 0 ||
+		read_head(fd, deadline, status, server, slen, &length, got, sizeof got, &glen, err, errlen) < 0) {
+		close(fd);
+		return -1;
+	}
+	read_task(fd, length, got, glen, deadline, task, sizeof task);
+	if (task[0] != '\0') {
+		snprintf(body, sizeof body, "{\"id\":\"%s\",\"seq\":%ld,\"attempt\":%ld,\"done\":\"%s\"}", id, seq, attempt,
+			quote(task, strlen(task), qtask, sizeof qtask));
+		// The report's own answer does not change the check-in's outcome.
+		int st;
+		char sv[8];
+		if (post(fd, c, body, 1, deadline, ignored, sizeof ignored) == 0)
+			read_head(fd, deadline, &st, sv, sizeof sv, &length, got, sizeof got, &glen, ignored, sizeof ignored);
+	}
+	close(fd);
 	return 0;
 }
 
