@@ -472,24 +472,18 @@ func TestPromoteFromState(t *testing.T) {
 	}
 	t0 := pcapgen.Start
 	cycle, other := "cycle_01JD0000000000000000000001", "cycle_01JD0000000000000000000002"
-	for i := 0; i < 6; i++ {
-		o := obsFlow("91.92.240.11", 8443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1)
-		o.Cycle, o.Cycles = cycle, []string{cycle}
-		records.Init(o, records.KindObservable, t0)
-		if err := st.Create(ctx, o); err != nil {
+	starts := every(t0, 6, time.Minute)
+	o := obsConns("91.92.240.11", 8443, "tcp", "established", 1, starts...)
+	o.Cycle, o.Cycles = cycle, []string{cycle}
+	// The same beacon elsewhere: another cycle, another lease.
+	o2 := obsConns("37.120.10.5", 443, "tcp", "established", 1, starts...)
+	o2.Cycle = other
+	o3 := obsConns("5.188.86.3", 443, "tcp", "established", 1, starts...)
+	o3.Lease, o3.Cycle = "lease_01JD0000000000000000000009", cycle
+	for _, x := range []*records.Observable{o, o2, o3} {
+		records.Init(x, records.KindObservable, t0)
+		if err := st.Create(ctx, x); err != nil {
 			t.Fatal(err)
-		}
-		// The same beacon elsewhere: another cycle, another lease.
-		o2 := obsFlow("37.120.10.5", 443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1)
-		o2.Cycle = other
-		records.Init(o2, records.KindObservable, t0)
-		o3 := obsFlow("5.188.86.3", 443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1)
-		o3.Lease, o3.Cycle = "lease_01JD0000000000000000000009", cycle
-		records.Init(o3, records.KindObservable, t0)
-		for _, x := range []*records.Observable{o2, o3} {
-			if err := st.Create(ctx, x); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	var out, errb bytes.Buffer

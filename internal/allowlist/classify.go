@@ -210,36 +210,12 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 	ev := &evidence{eps: map[string]*endpoint{}, byAddr: map[netip.Addr][]*endpoint{},
 		names: map[string]*dnsName{}, badNames: map[string]badName{}, scanObs: map[string][]*records.Observable{}}
 	var alerts, https, tlss, ipObs []*records.Observable
-	seenFlowIP := map[netip.Addr]bool{}
+	seenEndpointIP := map[netip.Addr]bool{}
 	for _, o := range obs {
 		if ev.lease == "" {
 			ev.lease = o.Lease
 		}
 		switch {
-		case o.Flow != nil:
-			f := o.Flow
-			a, err := netip.ParseAddr(f.RespH)
-			if err != nil || (f.Proto != "tcp" && f.Proto != "udp") {
-				continue
-			}
-			a = a.Unmap()
-			seenFlowIP[a] = true
-			e := ev.endpoint(a, f.Proto, f.RespP)
-			// One flow observable is one connection, or several reusing
-			// a 5-tuple (one start each); its Count is not connections.
-			starts := connStarts(f.Starts, o.FirstSeen)
-			n := int64(len(starts))
-			e.conns += n
-			if f.Outcome == "established" || f.Outcome == "closed" || (f.Proto == "udp" && f.RespPkts > 0) {
-				e.established += n
-			}
-			e.pkts += f.OrigPkts
-			e.maxDur = math.Max(e.maxDur, f.Duration/float64(n))
-			e.starts = append(e.starts, starts...)
-			if f.RespBytes > 0 {
-				e.heard.answered = append(e.heard.answered, obsCycles(o))
-			}
-			e.touch(o)
 		case o.Endpoint != nil:
 			p := o.Endpoint
 			a, err := netip.ParseAddr(p.Addr)
@@ -247,7 +223,7 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 				continue
 			}
 			a = a.Unmap()
-			seenFlowIP[a] = true
+			seenEndpointIP[a] = true
 			e := ev.endpoint(a, p.Proto, p.Port)
 			e.conns += p.Conns
 			e.established += p.Established
@@ -289,7 +265,7 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 	// connection logs): one endpoint per port, with the address's starts.
 	for _, o := range ipObs {
 		a, err := netip.ParseAddr(o.Value)
-		if err != nil || seenFlowIP[a.Unmap()] {
+		if err != nil || seenEndpointIP[a.Unmap()] {
 			continue
 		}
 		for _, ps := range o.IP.Ports {
@@ -563,23 +539,6 @@ func (e *endpoint) claimedOnly() []string {
 		}
 	}
 	slices.Sort(out)
-	return out
-}
-
-// connStarts are a flow's connection starts. A 5-tuple cannot be reused
-// within a second (TIME_WAIT), so closer starts are one connection that a
-// sensor split.
-func connStarts(starts []time.Time, first time.Time) []time.Time {
-	if len(starts) == 0 {
-		return []time.Time{first}
-	}
-	ts := slices.SortedFunc(slices.Values(starts), time.Time.Compare)
-	out := ts[:1]
-	for _, t := range ts[1:] {
-		if t.Sub(out[len(out)-1]) >= time.Second {
-			out = append(out, t)
-		}
-	}
 	return out
 }
 

@@ -271,12 +271,33 @@ func TestClassifyCapture(t *testing.T) {
 	}
 }
 
-// obsFlow is a flow observable as tb-parse writes it.
-func obsFlow(dst string, port uint16, proto, outcome string, at time.Time, dur float64) *records.Observable {
-	return &records.Observable{Type: records.ObsFlow, Value: fmt.Sprintf("%s %s:%d>%s:%d", proto, guest, 40000, dst, port),
-		Lease: testLease, FirstSeen: at, LastSeen: at.Add(time.Duration(dur * float64(time.Second))), Count: 1,
-		Flow: &records.FlowInfo{Proto: proto, OrigH: guest.String(), OrigP: 40000, RespH: dst, RespP: port, Outcome: outcome,
-			OrigPkts: 5, RespPkts: 4, Duration: dur, Starts: []time.Time{at}}}
+// obsConns is the endpoint observable tb-parse writes for connections to
+// dst:port of one outcome (established, attempted, rejected), one a
+// start, the longest lasting dur seconds.
+func obsConns(dst string, port uint16, proto, outcome string, dur float64, starts ...time.Time) *records.Observable {
+	n := int64(len(starts))
+	ep := &records.EndpointInfo{Proto: proto, Addr: dst, Port: port, Conns: n, OrigPkts: 5 * n, MaxDuration: dur,
+		Clients: []string{guest.String()}, Starts: starts}
+	switch outcome {
+	case "established":
+		ep.Established, ep.RespPkts, ep.ConnStates = n, 4*n, []string{"SF"}
+	case "rejected":
+		ep.RespPkts, ep.ConnStates = n, []string{"REJ"}
+	default:
+		ep.ConnStates = []string{"S0"}
+	}
+	last := slices.MaxFunc(starts, time.Time.Compare).Add(time.Duration(dur * float64(time.Second)))
+	return &records.Observable{Type: records.ObsEndpoint, Value: fmt.Sprintf("%s:%d/%s", dst, port, proto), Lease: testLease,
+		FirstSeen: slices.MinFunc(starts, time.Time.Compare), LastSeen: last, Count: n, Endpoint: ep}
+}
+
+// every is n times, step apart from at.
+func every(at time.Time, n int, step time.Duration) []time.Time {
+	ts := make([]time.Time, n)
+	for i := range ts {
+		ts[i] = at.Add(time.Duration(i) * step)
+	}
+	return ts
 }
 
 func obsDomain(name string, at time.Time, addrs ...string) *records.Observable {
@@ -294,43 +315,34 @@ func TestClassifyRules(t *testing.T) {
 	var obs []*records.Observable
 	// Long-lived session to a named address: C2.
 	obs = append(obs, obsDomain("relay.tk-sync.org", t0, "91.92.240.11"),
-		obsFlow("91.92.240.11", 8443, "tcp", "established", t0.Add(time.Second), 1800))
+		obsConns("91.92.240.11", 8443, "tcp", "established", 1800, t0.Add(time.Second)))
 	// A re-established session three times, no name: repeated.
-	for i := 0; i < 3; i++ {
-		obs = append(obs, obsFlow("37.120.10.5", 6667, "tcp", "established", t0.Add(time.Duration(i)*17*time.Minute), 20))
-	}
+	obs = append(obs, obsConns("37.120.10.5", 6667, "tcp", "established", 20, every(t0, 3, 17*time.Minute)...))
 	// Irregular contacts, twice: not enough.
-	obs = append(obs, obsFlow("5.188.86.3", 443, "tcp", "established", t0, 1),
-		obsFlow("5.188.86.3", 443, "tcp", "established", t0.Add(7*time.Second), 1))
+	obs = append(obs, obsConns("5.188.86.3", 443, "tcp", "established", 1, t0, t0.Add(7*time.Second)))
 	// A flood: 600 connections to one address.
-	for i := 0; i < 600; i++ {
-		obs = append(obs, obsFlow("31.13.71.36", 80, "tcp", "attempted", t0.Add(time.Duration(i)*time.Millisecond), 0))
-	}
+	obs = append(obs, obsConns("31.13.71.36", 80, "tcp", "attempted", 0, every(t0, 600, time.Millisecond)...))
 	// An exploit request (Mirai-style propagation) to a public server.
-	obs = append(obs, obsFlow("103.77.5.9", 80, "tcp", "established", t0, 1), &records.Observable{Type: records.ObsHTTP,
+	obs = append(obs, obsConns("103.77.5.9", 80, "tcp", "established", 1, t0), &records.Observable{Type: records.ObsHTTP,
 		Value: "POST http://103.77.5.9/GponForm/diag_Form", Lease: testLease, FirstSeen: t0, LastSeen: t0, Count: 1,
 		HTTP: &records.HTTPInfo{Method: "POST", Host: "103.77.5.9", URI: "/GponForm/diag_Form?images/", Servers: []string{"103.77.5.9:80"}}})
 	// SSH scan of five addresses (an SSH port needs only four).
 	for i := 0; i < 5; i++ {
-		obs = append(obs, obsFlow(fmt.Sprintf("150.%d.3.4", 10+i*7), 22, "tcp", "rejected", t0, 0))
+		obs = append(obs, obsConns(fmt.Sprintf("150.%d.3.4", 10+i*7), 22, "tcp", "rejected", 0, t0))
 	}
 	// A MX lookup: spam.
 	mx := obsDomain("gmail-smtp-in.l.google.com", t0)
 	mx.Domain.QTypes = []string{"MX"}
 	obs = append(obs, mx)
 	// A name that needs approval, contacted periodically.
-	obs = append(obs, obsDomain("raw.githubusercontent.com", t0, "185.199.108.133"))
-	for i := 0; i < 6; i++ {
-		obs = append(obs, obsFlow("185.199.108.133", 443, "tcp", "established", t0.Add(time.Duration(i)*5*time.Minute), 1))
-	}
+	obs = append(obs, obsDomain("raw.githubusercontent.com", t0, "185.199.108.133"),
+		obsConns("185.199.108.133", 443, "tcp", "established", 1, every(t0, 6, 5*time.Minute)...))
 	// A C2 on the scanned telnet port, named and beaconing, stands out
 	// from the scan.
-	obs = append(obs, obsDomain("cnc.mirai-like.xyz", t0, "194.87.1.2"))
-	for i := 0; i < 6; i++ {
-		obs = append(obs, obsFlow("194.87.1.2", 23, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 2))
-	}
+	obs = append(obs, obsDomain("cnc.mirai-like.xyz", t0, "194.87.1.2"),
+		obsConns("194.87.1.2", 23, "tcp", "established", 2, every(t0, 6, time.Minute)...))
 	for i := 0; i < 10; i++ {
-		obs = append(obs, obsFlow(fmt.Sprintf("77.%d.9.9", 40+i*3), 23, "tcp", "attempted", t0, 0))
+		obs = append(obs, obsConns(fmt.Sprintf("77.%d.9.9", 40+i*3), 23, "tcp", "attempted", 0, t0))
 	}
 	ds := Classify(obs, &pol)
 	m := byValue(ds)
@@ -419,9 +431,7 @@ func TestValidatorRefusals(t *testing.T) {
 	t0 := pcapgen.Start
 	var obs []*records.Observable
 	for _, dst := range []string{"10.13.38.2", "192.168.1.20", "203.0.113.7"} {
-		for i := 0; i < 6; i++ {
-			obs = append(obs, obsFlow(dst, 443, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1))
-		}
+		obs = append(obs, obsConns(dst, 443, "tcp", "established", 1, every(t0, 6, time.Minute)...))
 	}
 	ds := Classify(obs, &pol)
 	p := Promotion{Chain: Chain{Scope: records.ScopeLease, Lease: testLease}, Dests: ds, Policy: &pol, Validator: pubValidator(), Now: t0}
@@ -462,9 +472,7 @@ func TestSinkholedNames(t *testing.T) {
 	for _, n := range []string{"cdn.kx-update.net", "www.google.com", "ocsp.digicert.com"} {
 		obs = append(obs, obsDomain(n, t0, sinkhole))
 	}
-	for i := 0; i < 6; i++ {
-		obs = append(obs, obsFlow(sinkhole, 80, "tcp", "established", t0.Add(time.Duration(i)*30*time.Second), 1))
-	}
+	obs = append(obs, obsConns(sinkhole, 80, "tcp", "established", 1, every(t0, 6, 30*time.Second)...))
 	obs = append(obs, &records.Observable{Type: records.ObsHTTP, Value: "GET http://cdn.kx-update.net/gate.php", Lease: testLease,
 		FirstSeen: t0, LastSeen: t0.Add(150 * time.Second), Count: 6,
 		HTTP: &records.HTTPInfo{Method: "GET", Host: "cdn.kx-update.net", URI: "/gate.php", Servers: []string{sinkhole + ":80"}}})

@@ -28,10 +28,7 @@ var hostileNames = []string{"com", "gov", "co.uk", "a/b#c", "x y", "x y.example.
 // HTTP request (port 80) or a TLS ClientHello (443) calling it by name.
 func beaconTo(addr string, port uint16, name string) []*records.Observable {
 	t0 := pcapgen.Start
-	var obs []*records.Observable
-	for i := 0; i < 6; i++ {
-		obs = append(obs, obsFlow(addr, port, "tcp", "established", t0.Add(time.Duration(i)*time.Minute), 1))
-	}
+	obs := []*records.Observable{obsConns(addr, port, "tcp", "established", 1, every(t0, 6, time.Minute)...)}
 	srv := []string{addr + ":" + strconv.Itoa(int(port))}
 	if port == 443 {
 		return append(obs, &records.Observable{Type: records.ObsTLS, Value: name, Lease: testLease, FirstSeen: t0, LastSeen: t0, Count: 6,

@@ -54,25 +54,21 @@ func namedObs(lease, name string) []byte {
 		b, _ := records.Marshal(o)
 		out.Write(append(b, '\n'))
 	}
-	flow := func(dst netip.Addr, port uint16, outcome string, at time.Time) *records.Observable {
-		return &records.Observable{Type: records.ObsFlow, Value: fmt.Sprintf("tcp 10.13.37.10:%d>%s:%d", 40000+n, dst, port),
-			FirstSeen: at, LastSeen: at.Add(time.Second),
-			Flow: &records.FlowInfo{Proto: "tcp", OrigH: "10.13.37.10", OrigP: uint16(40000 + n), RespH: dst.String(), RespP: port,
-				Outcome: outcome, Duration: 1, Starts: []time.Time{at}}}
-	}
 	for i := 0; i < 6; i++ {
 		dst := labtest.Other
 		if i > 0 {
 			dst = netip.AddrFrom4([4]byte{192, 0, 2, byte(20 + 7*i)})
 		}
-		add(flow(dst, 23, "attempted", t0))
+		add(endpointObs(netip.AddrPortFrom(dst, 23), false, t0))
 	}
 	if c2 {
 		add(&records.Observable{Type: records.ObsDomain, Value: name, FirstSeen: t0, LastSeen: t0,
 			Domain: &records.DomainInfo{Queries: 6, Responses: 6, QTypes: []string{"A"}, Addrs: []string{labtest.C2.String()}}})
+		var starts []time.Time
 		for i := 0; i < 6; i++ {
-			add(flow(labtest.C2, 8080, "established", t0.Add(time.Duration(i)*time.Minute+time.Duration(i%2)*3*time.Second)))
+			starts = append(starts, t0.Add(time.Duration(i)*time.Minute+time.Duration(i%2)*3*time.Second))
 		}
+		add(endpointObs(netip.AddrPortFrom(labtest.C2, 8080), true, starts...))
 	}
 	return out.Bytes()
 }
@@ -542,20 +538,31 @@ func beaconObs(lease string, dsts ...netip.AddrPort) []byte {
 	var out bytes.Buffer
 	n := 0
 	for _, d := range dsts {
+		n++
+		var starts []time.Time
 		for i := 0; i < 6; i++ {
-			n++
-			at := t0.Add(time.Duration(i) * time.Minute)
-			o := &records.Observable{Type: records.ObsFlow, Value: fmt.Sprintf("tcp 10.13.37.10:%d>%s", 40000+n, d),
-				FirstSeen: at, LastSeen: at.Add(time.Second), Count: 1,
-				Flow: &records.FlowInfo{Proto: "tcp", OrigH: "10.13.37.10", OrigP: uint16(40000 + n), RespH: d.Addr().String(),
-					RespP: d.Port(), Outcome: "established", Duration: 1, Starts: []time.Time{at}}}
-			o.Kind, o.ID, o.V, o.Lease = records.KindObservable, fmt.Sprintf("observable_01JD0000000000000000000%03d", n), 1, lease
-			o.CreatedAt, o.UpdatedAt = t0, t0
-			b, _ := records.Marshal(o)
-			out.Write(append(b, '\n'))
+			starts = append(starts, t0.Add(time.Duration(i)*time.Minute))
 		}
+		o := endpointObs(d, true, starts...)
+		o.Kind, o.ID, o.V, o.Lease = records.KindObservable, fmt.Sprintf("observable_01JD0000000000000000000%03d", n), 1, lease
+		o.CreatedAt, o.UpdatedAt = t0, t0
+		b, _ := records.Marshal(o)
+		out.Write(append(b, '\n'))
 	}
 	return out.Bytes()
+}
+
+// endpointObs is the endpoint observable tb-parse writes for connections
+// from the guest to dst, one a start, established or attempted.
+func endpointObs(dst netip.AddrPort, established bool, starts ...time.Time) *records.Observable {
+	n := int64(len(starts))
+	ep := &records.EndpointInfo{Proto: "tcp", Addr: dst.Addr().String(), Port: dst.Port(), Conns: n, OrigPkts: 5 * n,
+		MaxDuration: 1, ConnStates: []string{"S0"}, Clients: []string{"10.13.37.10"}, Starts: starts}
+	if established {
+		ep.Established, ep.RespPkts, ep.ConnStates = n, 4*n, []string{"SF"}
+	}
+	return &records.Observable{Type: records.ObsEndpoint, Value: dst.String() + "/tcp", FirstSeen: starts[0],
+		LastSeen: starts[len(starts)-1].Add(time.Second), Count: n, Endpoint: ep}
 }
 
 // TestLivePromotionCannotBeAimed: tb-allow promote on a real lab refuses

@@ -352,8 +352,8 @@ func (p *fakePost) Parse(ctx context.Context, artifacts []string) (int, error) {
 	}
 	for _, o := range []records.Observable{
 		{Type: records.ObsDomain, Value: "c2.example"},
-		{Type: records.ObsFlow, Value: "tcp 10.13.37.10:40000>203.0.113.5:80"},
-		{Type: records.ObsFlow, Value: "tcp 10.13.37.10:40001>192.0.2.10:23"},
+		{Type: records.ObsEndpoint, Value: "203.0.113.5:80/tcp"},
+		{Type: records.ObsEndpoint, Value: "192.0.2.10:23/tcp"},
 	} {
 		o.Lease, o.Cycle, o.Count = a.Lease, a.Cycle, 1
 		records.Init(&o, records.KindObservable, p.st.Now())

@@ -15,14 +15,7 @@ const histBins = 24
 // starts its endpoint observables keep: what the classifier estimated the
 // period from (the latest starts of each observable; starts less than a
 // second apart are one connection a sensor split, as for the classifier).
-// A state from before endpoint observables has the starts in its flow
-// observables, which the classifier read then.
 func (c *collector) beacons() {
-	var all []*records.Observable
-	for _, flows := range c.flows {
-		all = append(all, flows...)
-	}
-	var key []byte
 	for i := range c.r.C2s {
 		v := &c.r.C2s[i]
 		var seqs [][]time.Time
@@ -30,27 +23,6 @@ func (c *collector) beacons() {
 			if o.Endpoint != nil {
 				v.Observables = append(v.Observables, o.ID)
 				seqs = append(seqs, o.Endpoint.Starts)
-			}
-		}
-		if len(seqs) == 0 {
-			byLease := map[string]int{}
-			for _, o := range all {
-				f := o.Flow
-				if key = endpointKey(key[:0], []byte(f.RespH), f.RespP, []byte(f.Proto)); string(key) != v.Value || slices.Contains(v.Observables, o.ID) {
-					continue
-				}
-				j, ok := byLease[o.Lease]
-				if !ok {
-					j = len(seqs)
-					byLease[o.Lease] = j
-					seqs = append(seqs, nil)
-				}
-				v.Observables = append(v.Observables, o.ID)
-				if len(f.Starts) > 0 {
-					seqs[j] = append(seqs[j], f.Starts...)
-				} else {
-					seqs[j] = append(seqs[j], o.FirstSeen)
-				}
 			}
 		}
 		var iv []float64

@@ -156,11 +156,10 @@ type collector struct {
 	chainKeys []string
 	byLease   map[string][]*chain
 	// loaded are the observables read; eps (the C2s' endpoint
-	// observables), scans and flows (each cycle's) those the report uses.
+	// observables) and scans (each cycle's) those the report uses.
 	loaded []*records.Observable
 	eps    map[string][]*records.Observable
 	scans  map[string][]scanKey
-	flows  map[string][]*records.Observable
 	// isC2 are the C2s' endpoint values.
 	isC2 map[string]bool
 }

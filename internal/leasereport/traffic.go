@@ -24,11 +24,11 @@ type scanKey struct {
 }
 
 // loadObservables reads the observables the report may draw from: the
-// DNS names, the endpoints (the C2s' connection starts), the scans and the
-// flows (of states from before flow logs) of the leases, or of the cycle.
+// DNS names, the endpoints (the C2s' connection starts) and the scans of
+// the leases, or of the cycle.
 func (c *collector) loadObservables() error {
 	keep := func(o *records.Observable) bool {
-		return o.Type == records.ObsDomain || o.Type == records.ObsScan || o.Type == records.ObsEndpoint || o.Type == records.ObsFlow
+		return o.Type == records.ObsDomain || o.Type == records.ObsScan || o.Type == records.ObsEndpoint
 	}
 	if c.r.Target == TargetCycle {
 		obs, err := state.FindBy(c.st, records.KindObservable, records.KeyCycle, c.r.ID, keep)
@@ -50,7 +50,6 @@ func (c *collector) loadObservables() error {
 func (c *collector) observables() {
 	c.eps = map[string][]*records.Observable{}
 	c.scans = map[string][]scanKey{}
-	c.flows = map[string][]*records.Observable{}
 	c.isC2 = map[string]bool{}
 	for _, v := range c.r.C2s {
 		c.isC2[v.Value] = true
@@ -61,12 +60,6 @@ func (c *collector) observables() {
 		switch {
 		case o.Type == records.ObsEndpoint && c.isC2[o.Value]:
 			c.eps[o.Value] = append(c.eps[o.Value], o)
-		case o.Type == records.ObsFlow && o.Flow != nil:
-			for _, cy := range append([]string{o.Cycle}, o.Cycles...) {
-				if _, ok := c.cycleIdx[cy]; ok && !slices.Contains(c.flows[cy], o) {
-					c.flows[cy] = append(c.flows[cy], o)
-				}
-			}
 		case o.Type == records.ObsScan && o.Scan != nil:
 			if _, ok := c.cycleIdx[o.Cycle]; ok {
 				c.scans[o.Cycle] = append(c.scans[o.Cycle], scanKey{target: o.Value, proto: o.Scan.Proto, port: o.Scan.Port, addr: o.Scan.Addr, obs: o})
@@ -235,7 +228,7 @@ func (c *collector) traffic() error {
 	}
 	if len(estimated) > 0 {
 		c.note("%d cycle(s) have no flow log (pruned by retention, or parsed before flow logs existed; the first is %s): "+
-			"their hours come from the observables: their flow observables if they have them, else check-ins from the connection starts "+
+			"their hours come from the observables: check-ins from the connection starts "+
 			"each C2's observable keeps (the latest 256) and scans spread evenly between their first and last sighting, without "+
 			"connection counts", len(estimated), estimated[0])
 	}
@@ -297,9 +290,8 @@ func (c *collector) readLogs(jobs []flowJob) (*tally, error) {
 }
 
 // estimate is what a cycle without a flow log adds up to, from its
-// observables: its flow observables where it has them (tb-parse wrote one
-// per connection before flow logs existed); else the C2s' connection
-// starts within the cycle and its scans spread over their span.
+// observables: the C2s' connection starts within the cycle and its scans
+// spread over their span.
 func (c *collector) estimate(cy *records.Cycle) *tally {
 	t := newTally()
 	from := cy.RequestedAt
@@ -311,39 +303,20 @@ func (c *collector) estimate(cy *records.Cycle) *tally {
 		to = *cy.CompletedAt
 	}
 	in := func(s time.Time) bool { return !s.Before(from) && !s.After(to) }
-	if flows := c.flows[cy.ID]; len(flows) > 0 {
-		var key []byte
-		for _, o := range flows {
-			f := o.Flow
-			starts := f.Starts
-			if len(starts) == 0 {
-				starts = []time.Time{o.FirstSeen}
+	for value, obs := range c.eps {
+		for _, o := range obs {
+			if o.Lease != cy.Lease || o.Endpoint == nil {
+				continue
 			}
-			cn := conn{host: []byte(f.RespH), port: f.RespP, proto: []byte(f.Proto), stat: []byte(f.ConnState), respPkts: f.RespPkts}
-			key = endpointKey(key[:0], cn.host, cn.port, cn.proto)
-			for _, s := range starts {
+			for _, s := range o.Endpoint.Starts {
 				if in(s) {
-					cn.ns = s.UnixNano()
-					c.tallyConn(t, &cn, cy.Lease, c.scans[cy.ID], key)
+					t.checkIn(value, s.UnixNano(), c.forwarded(cy.Lease, value, s))
 				}
 			}
 		}
-	} else {
-		for value, obs := range c.eps {
-			for _, o := range obs {
-				if o.Lease != cy.Lease || o.Endpoint == nil {
-					continue
-				}
-				for _, s := range o.Endpoint.Starts {
-					if in(s) {
-						t.checkIn(value, s.UnixNano(), c.forwarded(cy.Lease, value, s))
-					}
-				}
-			}
-		}
-		for _, k := range c.scans[cy.ID] {
-			spreadScan(t, k.obs)
-		}
+	}
+	for _, k := range c.scans[cy.ID] {
+		spreadScan(t, k.obs)
 	}
 	for _, h := range t.hours {
 		h.estimated = true

@@ -147,7 +147,6 @@ type Dests struct {
 	eps     map[epKey]*endpointStat
 	oneShot oneShots
 	tick    uint64
-	conns   int64
 }
 
 // NewDests returns the destinations of one cycle. named reports whether
@@ -158,12 +157,8 @@ func NewDests(cycle string, named func(netip.Addr) bool, emit func(*records.Obse
 		eps: map[epKey]*endpointStat{}}
 }
 
-// Conns is how many connections it has folded.
-func (t *Dests) Conns() int64 { return t.conns }
-
 // Conn folds one connection seen in origin.
 func (t *Dests) Conn(c *Conn, origin *Origin) {
-	t.conns++
 	t.tick++
 	g := t.groups[groupKey{c.Proto, c.RespP}]
 	if g == nil {

@@ -17,8 +17,6 @@ const KindObservable = "observable"
 //	endpoint a contacted destination "resp_h:resp_p/proto", IPv6 in brackets ("203.0.113.7:443/tcp")
 //	scan    a cycle's scan: "proto/port" for one port across many addresses ("tcp/23"),
 //	        "addr/proto" for many ports of one address ("203.0.113.9/tcp"); one per cycle
-//	flow    "proto orig_h:orig_p>resp_h:resp_p", IPv6 in brackets ("tcp 10.13.37.5:49152>203.0.113.7:443");
-//	        tb-parse no longer writes flows (connections go to the flow log), tb-allow still reads them
 //	http    "METHOD http://host/uri" with the Host header as sent ("GET http://c2.example.com/gate.php?id=1")
 //	tls     the ClientHello's server name, or "resp_h:resp_p" without SNI
 //	icmp    "orig_h>resp_h type/code" ("10.13.37.5>198.51.100.1 8/0")
@@ -35,7 +33,6 @@ const (
 	ObsIP        = "ip"
 	ObsEndpoint  = "endpoint"
 	ObsScan      = "scan"
-	ObsFlow      = "flow"
 	ObsHTTP      = "http"
 	ObsTLS       = "tls"
 	ObsICMP      = "icmp"
@@ -73,7 +70,6 @@ type Observable struct {
 	IP       *IPInfo       `json:"ip,omitempty"`
 	Endpoint *EndpointInfo `json:"endpoint,omitempty"`
 	Scan     *ScanInfo     `json:"scan,omitempty"`
-	Flow     *FlowInfo     `json:"flow,omitempty"`
 	HTTP     *HTTPInfo     `json:"http,omitempty"`
 	TLS      *TLSInfo      `json:"tls,omitempty"`
 	ICMP     *ICMPInfo     `json:"icmp,omitempty"`
@@ -217,32 +213,6 @@ type ScanInfo struct {
 	Sample     []string `json:"sample,omitempty"`
 	OpenSample []string `json:"open_sample,omitempty"`
 	Clients    []string `json:"clients,omitempty"`
-}
-
-// FlowInfo is one connection, or the sum of the connections that reused
-// one 5-tuple (Count of them). Byte counts follow Zeek's conn.log.
-type FlowInfo struct {
-	Proto string `json:"proto"` // tcp, udp, icmp, or an IP protocol number
-	OrigH string `json:"orig_h"`
-	OrigP uint16 `json:"orig_p"`
-	RespH string `json:"resp_h"`
-	RespP uint16 `json:"resp_p"`
-	// Service is what was recognised in the payload: dns, http, ssl.
-	Service string `json:"service,omitempty"`
-	// ConnState is Zeek's conn_state (S0, S1, SF, REJ, RSTO, RSTR, …);
-	// Outcome its summary: attempted, established, rejected, reset, closed
-	// (TCP), or active (UDP and others).
-	ConnState   string  `json:"conn_state"`
-	Outcome     string  `json:"outcome"`
-	OrigPkts    int64   `json:"orig_pkts"`
-	OrigBytes   int64   `json:"orig_bytes"`
-	OrigIPBytes int64   `json:"orig_ip_bytes"`
-	RespPkts    int64   `json:"resp_pkts"`
-	RespBytes   int64   `json:"resp_bytes"`
-	RespIPBytes int64   `json:"resp_ip_bytes"`
-	Duration    float64 `json:"duration"` // seconds
-	// Starts are the connection start times when a 5-tuple was reused.
-	Starts []time.Time `json:"starts,omitempty"`
 }
 
 // HTTPInfo is an HTTP request and the status of its response.
@@ -517,28 +487,6 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.strs("sample", c.Sample)
 		e.strs("open_sample", c.OpenSample)
 		e.strs("clients", c.Clients)
-		e.close()
-	}
-	if f := o.Flow; f != nil {
-		e.key("flow")
-		e.open()
-		e.str("proto", f.Proto, false)
-		e.str("orig_h", f.OrigH, false)
-		e.int("orig_p", int64(f.OrigP), false)
-		e.str("resp_h", f.RespH, false)
-		e.int("resp_p", int64(f.RespP), false)
-		e.str("service", f.Service, true)
-		e.str("conn_state", f.ConnState, false)
-		e.str("outcome", f.Outcome, false)
-		e.int("orig_pkts", f.OrigPkts, false)
-		e.int("orig_bytes", f.OrigBytes, false)
-		e.int("orig_ip_bytes", f.OrigIPBytes, false)
-		e.int("resp_pkts", f.RespPkts, false)
-		e.int("resp_bytes", f.RespBytes, false)
-		e.int("resp_ip_bytes", f.RespIPBytes, false)
-		e.key("duration")
-		e.b = appendFloat(e.b, f.Duration)
-		e.times("starts", f.Starts)
 		e.close()
 	}
 	if h := o.HTTP; h != nil {

@@ -63,14 +63,6 @@ func randObservable(r *rand.Rand) *Observable {
 		for i := 0; i < r.Intn(3); i++ {
 			o.IP.Starts = append(o.IP.Starts, randTime(r))
 		}
-	case 2:
-		durs := []float64{0, 1.5, 0.000001, 0.0000001234, 123456.789, 3e21, 1e-9}
-		o.Flow = &FlowInfo{Proto: randString(r), OrigH: randString(r), OrigP: uint16(r.Intn(65536)), RespH: randString(r), RespP: uint16(r.Intn(65536)),
-			Service: randString(r), ConnState: randString(r), Outcome: randString(r), OrigPkts: r.Int63n(9), OrigBytes: r.Int63n(9),
-			OrigIPBytes: r.Int63n(9), RespPkts: r.Int63n(9), RespBytes: r.Int63n(9), RespIPBytes: r.Int63n(9), Duration: durs[r.Intn(len(durs))]}
-		if r.Intn(2) == 0 {
-			o.Flow.Starts = []time.Time{randTime(r)}
-		}
 	case 3:
 		o.HTTP = &HTTPInfo{Method: randString(r), Host: randString(r), URI: randString(r), UserAgents: randStrings(r), Servers: randStrings(r), Clients: randStrings(r)}
 		if r.Intn(2) == 0 {
@@ -86,8 +78,8 @@ func randObservable(r *rand.Rand) *Observable {
 		o.Notice = &NoticeInfo{Note: randString(r), Msgs: randStrings(r), Src: randStrings(r), Dst: randStrings(r)}
 	case 8:
 		o.Alert = &AlertInfo{Signature: randString(r), SignatureID: r.Int63n(9), Category: randString(r), Severity: r.Intn(3), Src: randStrings(r), Dst: randStrings(r)}
-	case 9:
-		durs := []float64{0, 1.5, 0.000001, 123456.789}
+	case 2, 9:
+		durs := []float64{0, 1.5, 0.000001, 0.0000001234, 123456.789, 3e21, 1e-9}
 		o.Endpoint = &EndpointInfo{Proto: randString(r), Addr: randString(r), Port: uint16(r.Intn(65536)), Conns: r.Int63n(9), Established: r.Int63n(9),
 			ConnStates: randStrings(r), Services: randStrings(r), OrigPkts: r.Int63n(9), OrigBytes: r.Int63n(9), RespPkts: r.Int63n(9),
 			RespBytes: r.Int63n(9), MaxDuration: durs[r.Intn(len(durs))], Clients: randStrings(r), Domains: randStrings(r),

@@ -56,11 +56,11 @@ func TestEvents(t *testing.T) {
 		tl.JA3[0] != "98487aa16281980e7d1120d399efb6a4" || tl.JA4[0] != "t13d1516h2_8daaf6152771_d8a2da3f94cd" {
 		t.Errorf("%+v", tl)
 	}
-	f := s.get(t, "flow", "tcp 10.13.37.5:49152>203.0.113.7:80")
-	if fl := f.Flow; fl.OrigPkts != 6 || fl.RespIPBytes != 869 || fl.Outcome != "established" || fl.Duration != 1.5 || fl.Service != "http" {
+	f := s.Flow(t, "tcp 10.13.37.5:49152>203.0.113.7:80")
+	if fl := f; fl.OrigPkts != 6 || fl.RespIPBytes != 869 || fl.Outcome != "established" || fl.Duration != 1.5 || fl.Service != "http" {
 		t.Errorf("%+v", fl)
 	}
-	if fl := s.get(t, "flow", "tcp 10.13.37.5:49153>203.0.113.8:4444").Flow; fl.ConnState != "S0" || fl.Outcome != "attempted" {
+	if fl := s.Flow(t, "tcp 10.13.37.5:49153>203.0.113.8:4444"); fl.ConnState != "S0" || fl.Outcome != "attempted" {
 		t.Errorf("%+v", fl)
 	}
 	if a := s.get(t, "alert", "ET POLICY curl User-Agent Outbound").Alert; a.SignatureID != 2013028 || a.Severity != 2 {

@@ -3,7 +3,10 @@
 package observetest
 
 import (
+	"cmp"
+	"maps"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,19 +17,40 @@ import (
 // Sink collects observables by "type value", merged as a Set merges them,
 // and every connection. Finish folds the connections into the endpoint,
 // ip and scan observables tb-parse writes, and sums each 5-tuple's
-// connections into a "flow" entry (FlowInfo) for the tests of the
-// decoders' Zeek-like accounting.
+// connections into Flows for the tests of the decoders' Zeek-like
+// accounting (tb-parse writes each connection to its flow log instead).
 type Sink struct {
 	Obs   map[string]*records.Observable
 	Conns []observe.Conn
+	// Flows are the connections by 5-tuple (FlowKey), summed by Finish.
+	Flows map[string]*Flow
 	set   *observe.Set
 	dests *observe.Dests
 	o     observe.Origin
 }
 
+// Flow is the connections of one 5-tuple, summed as Zeek's conn.log would
+// count them one after the other.
+type Flow struct {
+	Count                            int64 // connections
+	Service, ConnState, Outcome      string
+	OrigPkts, OrigBytes, OrigIPBytes int64
+	RespPkts, RespBytes, RespIPBytes int64
+	Duration                         float64     // seconds, summed
+	Starts                           []time.Time // one per connection
+	FirstSeen, LastSeen              time.Time
+	// Packet or Line is where the first connection was seen in its input.
+	Packet, Line int64
+}
+
+// FlowKey is a 5-tuple's key in Flows: "proto orig_h:orig_p>resp_h:resp_p".
+func FlowKey(proto string, oh netip.Addr, op uint16, rh netip.Addr, rp uint16) string {
+	return proto + " " + netip.AddrPortFrom(oh, op).String() + ">" + netip.AddrPortFrom(rh, rp).String()
+}
+
 // New returns an empty Sink for connections seen in origin.
 func New(origin observe.Origin) *Sink {
-	s := &Sink{Obs: map[string]*records.Observable{}, o: origin}
+	s := &Sink{Obs: map[string]*records.Observable{}, Flows: map[string]*Flow{}, o: origin}
 	s.set = observe.NewSet(0, func(o *records.Observable) error {
 		k := o.Type + " " + o.Value
 		if prev := s.Obs[k]; prev != nil {
@@ -47,7 +71,8 @@ func (s *Sink) Conn(c *observe.Conn) {
 	s.dests.Conn(c, &s.o)
 }
 
-// Finish emits what the set and the destinations hold.
+// Finish emits what the set and the destinations hold, and sums the
+// connections into Flows.
 func (s *Sink) Finish(t testing.TB) {
 	t.Helper()
 	s.dests.Flush()
@@ -55,41 +80,35 @@ func (s *Sink) Finish(t testing.TB) {
 		t.Fatal(err)
 	}
 	for _, c := range s.Conns {
-		v := c.Proto + " " + netip.AddrPortFrom(c.OrigH, c.OrigP).String() + ">" + netip.AddrPortFrom(c.RespH, c.RespP).String()
-		start := time.Unix(0, c.Start).UTC()
-		f := &records.Observable{Type: records.ObsFlow, Value: v, Count: 1, FirstSeen: start, LastSeen: time.Unix(0, c.End).UTC(),
-			Provenance: []records.Provenance{s.o.Prov(c.Packet, c.Line)},
-			Flow: &records.FlowInfo{Proto: c.Proto, OrigH: c.OrigH.String(), OrigP: c.OrigP, RespH: c.RespH.String(), RespP: c.RespP,
-				Service: c.Service, ConnState: c.ConnState, Outcome: Outcome(c.Proto, c.ConnState, c.RespPkts),
-				OrigPkts: c.OrigPkts, OrigBytes: c.OrigBytes, OrigIPBytes: c.OrigIPBytes, RespPkts: c.RespPkts,
-				RespBytes: c.RespBytes, RespIPBytes: c.RespIPBytes, Duration: float64(c.End-c.Start) / 1e9,
-				Starts: []time.Time{start}}}
-		prev := s.Obs["flow "+v]
-		if prev == nil {
-			s.Obs["flow "+v] = f
-			continue
+		k := FlowKey(c.Proto, c.OrigH, c.OrigP, c.RespH, c.RespP)
+		f := s.Flows[k]
+		if f == nil {
+			f = &Flow{FirstSeen: time.Unix(0, c.Start).UTC(), Packet: c.Packet, Line: c.Line}
+			s.Flows[k] = f
 		}
-		d := prev.Flow
-		prev.Count++
-		prev.LastSeen = f.LastSeen
-		d.ConnState, d.Outcome = f.Flow.ConnState, f.Flow.Outcome
-		d.Service = cmpOr(d.Service, f.Flow.Service)
-		d.OrigPkts += c.OrigPkts
-		d.OrigBytes += c.OrigBytes
-		d.OrigIPBytes += c.OrigIPBytes
-		d.RespPkts += c.RespPkts
-		d.RespBytes += c.RespBytes
-		d.RespIPBytes += c.RespIPBytes
-		d.Duration += f.Flow.Duration
-		d.Starts = append(d.Starts, start)
+		f.LastSeen = time.Unix(0, c.End).UTC()
+		f.Count++
+		f.ConnState, f.Outcome = c.ConnState, Outcome(c.Proto, c.ConnState, c.RespPkts)
+		f.Service = cmp.Or(f.Service, c.Service)
+		f.OrigPkts += c.OrigPkts
+		f.OrigBytes += c.OrigBytes
+		f.OrigIPBytes += c.OrigIPBytes
+		f.RespPkts += c.RespPkts
+		f.RespBytes += c.RespBytes
+		f.RespIPBytes += c.RespIPBytes
+		f.Duration += float64(c.End-c.Start) / 1e9
+		f.Starts = append(f.Starts, time.Unix(0, c.Start).UTC())
 	}
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+// Flow is the connections of a 5-tuple (FlowKey), or a test failure.
+func (s *Sink) Flow(t testing.TB, key string) *Flow {
+	t.Helper()
+	f := s.Flows[key]
+	if f == nil {
+		t.Fatalf("no connection %q; have %q", key, slices.Sorted(maps.Keys(s.Flows)))
 	}
-	return b
+	return f
 }
 
 // Get is the observable of a type and value, or a test failure.
@@ -117,7 +136,8 @@ func (s *Sink) Count(typ string) int {
 	return n
 }
 
-// Outcome summarises a conn_state as tb-allow reads a flow observable.
+// Outcome summarises a conn_state: attempted, rejected, reset,
+// established, partial (TCP); answered or unanswered (others).
 func Outcome(proto, state string, respPkts int64) string {
 	if proto != "tcp" {
 		if respPkts > 0 {

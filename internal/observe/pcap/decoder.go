@@ -87,7 +87,6 @@ type Decoder struct {
 	now       int64
 	frags     defrag
 	bufs      [][]byte
-	ports     map[uint32]string
 	names     map[endpointKey]string
 	endpoints map[endpointKey]string
 	prints    map[uint64]fingerprints
@@ -117,7 +116,7 @@ func New(cfg Config) *Decoder {
 	if cfg.MaxFlows <= 0 {
 		cfg.MaxFlows = DefaultMaxFlows
 	}
-	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(), ports: make(map[uint32]string),
+	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(),
 		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
 		polls: make(map[uint64]*poll), floods: make(map[uint64]*flood),
 		decoded: make([]gopacket.LayerType, 0, 16)}

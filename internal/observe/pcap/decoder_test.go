@@ -53,7 +53,7 @@ func TestHTTPOverEveryFraming(t *testing.T) {
 			}
 			var req, resp []byte
 			r := run(t, tc.opt, func(g *pcapgen.Gen) { req, resp = httpSession(g, c, s) })
-			f := r.get(t, "flow", FlowValue("tcp", c.Addr(), c.Port(), s.Addr(), s.Port())).Flow
+			f := r.Flow(t, connKey("tcp", c.Addr(), c.Port(), s.Addr(), s.Port()))
 			// Client: SYN, ACK, 3 data segments, 3 ACKs of server data, FIN, ACK.
 			// Server: SYN-ACK, 3 ACKs of client data, 3 data segments, FIN.
 			nreq := (len(req) + 39) / 40
@@ -100,21 +100,21 @@ func TestConnectionOutcomes(t *testing.T) {
 		c.Send([]byte("still open"))
 	})
 	for port, want := range map[uint16][2]string{8443: {"REJ", "rejected"}, 8444: {"S0", "attempted"}, 8445: {"RSTO", "reset"}, 8446: {"S1", "established"}} {
-		f := r.get(t, "flow", FlowValue("tcp", client, 40001+port-8443, server, port)).Flow
+		f := r.Flow(t, connKey("tcp", client, 40001+port-8443, server, port))
 		if f.ConnState != want[0] || f.Outcome != want[1] {
 			t.Errorf("port %d: %s/%s, want %v", port, f.ConnState, f.Outcome, want)
 		}
 	}
-	if f := r.get(t, "flow", FlowValue("tcp", client, 40002, server, 8444)).Flow; f.OrigPkts != 3 || f.RespPkts != 0 || f.OrigBytes != 0 {
+	if f := r.Flow(t, connKey("tcp", client, 40002, server, 8444)); f.OrigPkts != 3 || f.RespPkts != 0 || f.OrigBytes != 0 {
 		t.Errorf("unanswered: %+v", f)
 	}
-	if f := r.get(t, "flow", FlowValue("tcp", client, 40003, server, 8445)).Flow; f.OrigBytes != 5 {
+	if f := r.Flow(t, connKey("tcp", client, 40003, server, 8445)); f.OrigBytes != 5 {
 		t.Errorf("reset after 5 bytes: orig_bytes %d", f.OrigBytes)
 	}
 }
 
 // A SYN retried after Zeek's 5 s attempt delay starts a new connection; so
-// does a new SYN after a close; both merge into one flow observable with
+// does a new SYN after a close; the test sink sums them into one 5-tuple with
 // a count of connections.
 func TestConnectionSplits(t *testing.T) {
 	c, s := ap(client, 40010), ap(server, 443)
@@ -132,12 +132,12 @@ func TestConnectionSplits(t *testing.T) {
 		conn = g.Dial(c, s, 7000, 1) // after the close
 		conn.Close()
 	})
-	o := r.get(t, "flow", FlowValue("tcp", client, 40010, server, 443))
+	o := r.Flow(t, connKey("tcp", client, 40010, server, 443))
 	if o.Count != 4 {
 		t.Fatalf("count %d, want 4 connections", o.Count)
 	}
-	if len(o.Flow.Starts) != 4 || o.Flow.OrigBytes != 3 {
-		t.Errorf("starts %v orig_bytes %d", o.Flow.Starts, o.Flow.OrigBytes)
+	if len(o.Starts) != 4 || o.OrigBytes != 3 {
+		t.Errorf("starts %v orig_bytes %d", o.Starts, o.OrigBytes)
 	}
 	if ip := r.get(t, "ip", server.String()); ip.IP.Conns != 4 || len(ip.IP.Starts) != 4 {
 		t.Errorf("ip %+v", ip.IP)
@@ -152,13 +152,13 @@ func TestUDPInactivitySplits(t *testing.T) {
 		g.T = g.T.Add(61 * time.Second)
 		g.UDP(c, s, []byte("ping"))
 	})
-	o := r.get(t, "flow", FlowValue("udp", client, 5000, server, 9999))
-	if o.Count != 2 || o.Flow.OrigBytes != 8 || o.Flow.RespBytes != 5 || o.Flow.OrigPkts != 2 {
-		t.Errorf("count %d flow %+v", o.Count, o.Flow)
+	o := r.Flow(t, connKey("udp", client, 5000, server, 9999))
+	if o.Count != 2 || o.OrigBytes != 8 || o.RespBytes != 5 || o.OrigPkts != 2 {
+		t.Errorf("count %d flow %+v", o.Count, *o)
 	}
 	// The last connection had no answer.
-	if o.Flow.ConnState != "S0" {
-		t.Errorf("state %s", o.Flow.ConnState)
+	if o.ConnState != "S0" {
+		t.Errorf("state %s", o.ConnState)
 	}
 }
 
@@ -168,7 +168,7 @@ func TestMidStreamOriginatorByPort(t *testing.T) {
 		g.TCP(ap(server, 443), ap(client, 51000), 100, 200, pcapgen.ACK|pcapgen.PSH, []byte("server data"))
 		g.TCP(ap(client, 51000), ap(server, 443), 200, 111, pcapgen.ACK, nil)
 	})
-	f := r.get(t, "flow", FlowValue("tcp", client, 51000, server, 443)).Flow
+	f := r.Flow(t, connKey("tcp", client, 51000, server, 443))
 	if f.RespBytes != 11 || f.ConnState != "OTH" {
 		t.Errorf("%+v", f)
 	}
@@ -186,7 +186,7 @@ func TestICMPEcho(t *testing.T) {
 	if ic.Packets != 6 || ic.Bytes != 6*56 {
 		t.Errorf("%+v", ic)
 	}
-	f := r.get(t, "flow", FlowValue("icmp", client, 8, server, 0)).Flow
+	f := r.Flow(t, connKey("icmp", client, 8, server, 0))
 	if f.OrigPkts != 3 || f.RespPkts != 3 {
 		t.Errorf("%+v", f)
 	}
@@ -200,8 +200,8 @@ func TestEvictionKeepsEveryFlow(t *testing.T) {
 		}
 	})
 	r := decode(t, data, 16)
-	if n := r.count("flow"); n != 500 {
-		t.Fatalf("%d flow observables, want 500", n)
+	if n := len(r.Flows); n != 500 {
+		t.Fatalf("%d 5-tuples, want 500", n)
 	}
 	if r.stats.Evicted == 0 {
 		t.Fatal("nothing evicted with a 16-flow table")
@@ -257,7 +257,7 @@ func TestFragmentedDNSResponse(t *testing.T) {
 	if r.stats.Reassembled != 1 {
 		t.Errorf("reassembled %d", r.stats.Reassembled)
 	}
-	f := r.get(t, "flow", FlowValue("udp", client, 3333, dnssrv, 53)).Flow
+	f := r.Flow(t, connKey("udp", client, 3333, dnssrv, 53))
 	if f.RespPkts != 1 || f.RespBytes != int64(len(resp)) || f.Service != "dns" {
 		t.Errorf("%+v", f)
 	}
@@ -272,7 +272,7 @@ func TestManyFlowsSummaries(t *testing.T) {
 			c.Close()
 		}
 	})
-	if n := r.count("flow"); n != 50 {
+	if n := len(r.Flows); n != 50 {
 		t.Fatalf("%d flows", n)
 	}
 	if n := r.count("ip"); n != 50 {

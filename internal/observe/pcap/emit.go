@@ -15,17 +15,6 @@ func HostPort(a netip.Addr, p uint16) string {
 	return netip.AddrPortFrom(a, p).String()
 }
 
-// FlowValue is the value of a flow observable:
-// "proto orig_h:orig_p>resp_h:resp_p".
-func FlowValue(proto string, oh netip.Addr, op uint16, rh netip.Addr, rp uint16) string {
-	var buf [112]byte
-	b := append(append(buf[:0], proto...), ' ')
-	b = netip.AddrPortFrom(oh, op).AppendTo(b)
-	b = append(b, '>')
-	b = netip.AddrPortFrom(rh, rp).AppendTo(b)
-	return string(b)
-}
-
 // finish ends a connection: the connection, and its icmp, http and tls
 // observables go to the sink, and its slot is recycled. A connection
 // carried from the previous capture that saw no packet in this one was
@@ -149,22 +138,6 @@ func (d *Decoder) emitTLS(f *flow, t *tlsSeen, rp uint16) {
 		d.hostPort(f.respAddr(), f.key.v6, rp), d.addrString(f.origAddr(), f.key.v6))
 	d.cfg.Sink.Add(o)
 }
-
-// portName is "proto/port", made once per protocol and port.
-func (d *Decoder) portName(p uint8, proto string, port uint16) string {
-	k := uint32(p)<<16 | uint32(port)
-	if s, ok := d.ports[k]; ok {
-		return s
-	}
-	s := proto + "/" + strconv.Itoa(int(port))
-	if len(d.ports) < maxPortNames {
-		d.ports[k] = s
-	}
-	return s
-}
-
-// maxPortNames bounds the cache of port names (all TCP and UDP ports).
-const maxPortNames = 1 << 17
 
 // Bounds of the caches of address and endpoint text (a capture has far
 // fewer distinct addresses than connections).

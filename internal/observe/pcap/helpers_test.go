@@ -25,7 +25,7 @@ var (
 func ap(a netip.Addr, p uint16) netip.AddrPort { return netip.AddrPortFrom(a, p) }
 
 // result is what one capture produced: the observables by "type value"
-// (and each 5-tuple's connections as a "flow"), and the decoder's counts.
+// (and each 5-tuple's connections in Flows), and the decoder's counts.
 type result struct {
 	*observetest.Sink
 	stats Stats
@@ -34,6 +34,8 @@ type result struct {
 func (r result) get(t *testing.T, typ, value string) *records.Observable { return r.Get(t, typ, value) }
 
 func (r result) count(typ string) int { return r.Count(typ) }
+
+var connKey = observetest.FlowKey
 
 // capture writes a capture with build and returns its bytes.
 func capture(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) []byte {

@@ -53,7 +53,7 @@ func TestLenientRequestLines(t *testing.T) {
 			if n := r.count("http"); n != 1 {
 				t.Errorf("%d http observables", n)
 			}
-			if f := r.get(t, "flow", FlowValue("tcp", client, 41000, server, 80)).Flow; f.Service != "http" {
+			if f := r.Flow(t, connKey("tcp", client, 41000, server, 80)); f.Service != "http" {
 				t.Errorf("service %q", f.Service)
 			}
 		})
@@ -131,7 +131,7 @@ func TestNotHTTP(t *testing.T) {
 		if n := r.count("http"); n != 0 {
 			t.Errorf("%q: %d http observables: %v", payload, n, r.Obs)
 		}
-		if f := r.get(t, "flow", FlowValue("tcp", client, uint16(41100+i), server, 80)).Flow; f.Service != "" {
+		if f := r.Flow(t, connKey("tcp", client, uint16(41100+i), server, 80)); f.Service != "" {
 			t.Errorf("%q: service %q", payload, f.Service)
 		}
 	}

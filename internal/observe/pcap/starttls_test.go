@@ -104,7 +104,7 @@ func TestStartTLS(t *testing.T) {
 				!slices.Equal(tl.JA3, []string{ch.JA3()}) || !slices.Equal(tl.JA4, []string{ch.JA4()}) {
 				t.Errorf("%+v", tl)
 			}
-			if f := r.get(t, "flow", FlowValue("tcp", client, uint16(42000+i), server, u.port)).Flow; f.Service != "ssl" {
+			if f := r.Flow(t, connKey("tcp", client, uint16(42000+i), server, u.port)); f.Service != "ssl" {
 				t.Errorf("service %q", f.Service)
 			}
 		})
@@ -179,7 +179,7 @@ func TestRefusedStartTLSIsNotTLS(t *testing.T) {
 			if n := r.count("tls"); n != 0 {
 				t.Errorf("%d tls observables", n)
 			}
-			if f := r.get(t, "flow", FlowValue("tcp", client, uint16(42200+i), server, u.port)).Flow; f.Service == "ssl" {
+			if f := r.Flow(t, connKey("tcp", client, uint16(42200+i), server, u.port)); f.Service == "ssl" {
 				t.Errorf("service %q", f.Service)
 			}
 		})

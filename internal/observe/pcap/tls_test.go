@@ -32,7 +32,7 @@ func TestTLSClientHelloSplitAcrossSegments(t *testing.T) {
 	if !slices.Equal(tl.JA3, []string{ch.JA3()}) || !slices.Equal(tl.JA4, []string{ch.JA4()}) {
 		t.Errorf("ja3 %v ja4 %v", tl.JA3, tl.JA4)
 	}
-	if f := r.get(t, "flow", FlowValue("tcp", client, 50000, server, 443)).Flow; f.Service != "ssl" || f.OrigBytes != int64(len(rec)) {
+	if f := r.Flow(t, connKey("tcp", client, 50000, server, 443)); f.Service != "ssl" || f.OrigBytes != int64(len(rec)) {
 		t.Errorf("%+v", f)
 	}
 }
@@ -82,7 +82,7 @@ func TestReorderedHeads(t *testing.T) {
 	if _, ok := r.Obs["http GET http://never.example/"]; ok {
 		t.Error("read past a gap")
 	}
-	if f := r.get(t, "flow", FlowValue("tcp", client, 50102, server, 80)).Flow; f.OrigBytes != int64(100+len(pcapgen.HTTPGet("never.example", "/", "ua"))) {
+	if f := r.Flow(t, connKey("tcp", client, 50102, server, 80)); f.OrigBytes != int64(100+len(pcapgen.HTTPGet("never.example", "/", "ua"))) {
 		t.Errorf("orig_bytes %d", f.OrigBytes)
 	}
 }

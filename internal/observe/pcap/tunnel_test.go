@@ -57,11 +57,11 @@ func newSample(v6 bool) *sample {
 // their addresses and bytes, and nothing was left undecoded.
 func (s *sample) check(t *testing.T, r result) {
 	t.Helper()
-	f := r.get(t, "flow", FlowValue("tcp", s.client, 49152, s.srv, 80)).Flow
+	f := r.Flow(t, connKey("tcp", s.client, 49152, s.srv, 80))
 	if f.ConnState != "SF" || f.Service != "http" || f.OrigBytes != int64(len(s.req)) || f.RespBytes != int64(len(s.resp)) {
 		t.Errorf("tcp flow %+v", f)
 	}
-	if u := r.get(t, "flow", FlowValue("udp", s.client, 40000, s.dns, 53)).Flow; u.ConnState != "SF" || u.Service != "dns" {
+	if u := r.Flow(t, connKey("udp", s.client, 40000, s.dns, 53)); u.ConnState != "SF" || u.Service != "dns" {
 		t.Errorf("udp flow %+v", u)
 	}
 	if d := r.get(t, "domain", "tunnel.example").Domain; len(d.Addrs) != 1 || d.Addrs[0] != server.String() {
@@ -170,8 +170,8 @@ type encap struct {
 }
 
 func encapsulations() []encap {
-	gre4 := FlowValue("47", tunA, 0, tunB, 0)
-	gre6 := FlowValue("47", tunA6, 0, tunB6, 0)
+	gre4 := connKey("47", tunA, 0, tunB, 0)
+	gre6 := connKey("47", tunA6, 0, tunB6, 0)
 	return []encap{
 		{name: "raw", link: 101, wrap: func(t testing.TB, ip []byte) []byte { return ip }},
 		{name: "raw-bsd", link: 12, wrap: func(t testing.TB, ip []byte) []byte { return ip }},
@@ -262,21 +262,21 @@ func encapsulations() []encap {
 			return ser(t, eth(layers.EthernetTypeIPv4), outer4(layers.IPProtocolGRE),
 				&layers.GRE{Protocol: 0x22eb, SeqPresent: true, Seq: 7}, erspan3(), eth(etherType(ip)), raw(ip))
 		}},
-		{name: "vxlan", link: 1, outer: []string{FlowValue("udp", tunA, 49999, tunB, 4789)}, wrap: func(t testing.TB, ip []byte) []byte {
+		{name: "vxlan", link: 1, outer: []string{connKey("udp", tunA, 49999, tunB, 4789)}, wrap: func(t testing.TB, ip []byte) []byte {
 			return ser(t, eth(layers.EthernetTypeIPv4), outer4(layers.IPProtocolUDP), &layers.UDP{SrcPort: 49999, DstPort: 4789},
 				&layers.VXLAN{ValidIDFlag: true, VNI: 1000}, eth(layers.EthernetTypeDot1Q), &layers.Dot1Q{VLANIdentifier: 3, Type: etherType(ip)}, raw(ip))
 		}},
-		{name: "geneve", link: 1, outer: []string{FlowValue("udp", tunA6, 49999, tunB6, 6081)}, wrap: func(t testing.TB, ip []byte) []byte {
+		{name: "geneve", link: 1, outer: []string{connKey("udp", tunA6, 49999, tunB6, 6081)}, wrap: func(t testing.TB, ip []byte) []byte {
 			return ser(t, eth(layers.EthernetTypeIPv6), outer6(layers.IPProtocolUDP), &layers.UDP{SrcPort: 49999, DstPort: 6081},
 				geneve(layers.EthernetTypeTransparentEthernetBridging), eth(etherType(ip)), raw(ip))
 		}},
-		{name: "geneve-ip", link: 101, outer: []string{FlowValue("udp", tunA, 49999, tunB, 6081)}, wrap: func(t testing.TB, ip []byte) []byte {
+		{name: "geneve-ip", link: 101, outer: []string{connKey("udp", tunA, 49999, tunB, 6081)}, wrap: func(t testing.TB, ip []byte) []byte {
 			return ser(t, outer4(layers.IPProtocolUDP), &layers.UDP{SrcPort: 49999, DstPort: 6081}, geneve(etherType(ip)), raw(ip))
 		}},
-		{name: "mpls-in-ip", link: 101, outer: []string{FlowValue("137", tunA, 0, tunB, 0)}, wrap: func(t testing.TB, ip []byte) []byte {
+		{name: "mpls-in-ip", link: 101, outer: []string{connKey("137", tunA, 0, tunB, 0)}, wrap: func(t testing.TB, ip []byte) []byte {
 			return ser(t, outer4(137), &layers.MPLS{Label: 16, TTL: 64, StackBottom: true}, raw(ip))
 		}},
-		{name: "nested", link: 1, outer: []string{gre4, FlowValue("udp", tunA6, 49999, tunB6, 4789)}, wrap: func(t testing.TB, ip []byte) []byte {
+		{name: "nested", link: 1, outer: []string{gre4, connKey("udp", tunA6, 49999, tunB6, 4789)}, wrap: func(t testing.TB, ip []byte) []byte {
 			vx := ser(t, eth(layers.EthernetTypeIPv6), outer6(layers.IPProtocolUDP), &layers.UDP{SrcPort: 49999, DstPort: 4789},
 				&layers.VXLAN{ValidIDFlag: true, VNI: 1}, eth(etherType(ip)), raw(ip))
 			return ser(t, eth(layers.EthernetTypeMPLSUnicast), &layers.MPLS{Label: 100, TTL: 64, StackBottom: true}, outer4(layers.IPProtocolGRE),
@@ -297,7 +297,7 @@ func TestLinkTypesAndTunnels(t *testing.T) {
 				r := decode(t, rawPcap(c.link, frames), 0)
 				s.check(t, r)
 				for _, o := range c.outer {
-					if r.Obs["flow "+o] == nil {
+					if r.Flows[o] == nil {
 						t.Errorf("no outer flow %s", o)
 					}
 				}
@@ -336,10 +336,10 @@ func TestIPInIPOuterFlows(t *testing.T) {
 		inner6, outer6 bool
 		want           string
 	}{
-		{false, false, FlowValue("4", tunA, 0, tunB, 0)},
-		{true, false, FlowValue("41", tunA, 0, tunB, 0)},
-		{false, true, FlowValue("4", tunA6, 0, tunB6, 0)},
-		{true, true, FlowValue("41", tunA6, 0, tunB6, 0)},
+		{false, false, connKey("4", tunA, 0, tunB, 0)},
+		{true, false, connKey("41", tunA, 0, tunB, 0)},
+		{false, true, connKey("4", tunA6, 0, tunB6, 0)},
+		{true, true, connKey("41", tunA6, 0, tunB6, 0)},
 	} {
 		s := newSample(tc.inner6)
 		var frames [][]byte
@@ -352,7 +352,7 @@ func TestIPInIPOuterFlows(t *testing.T) {
 		}
 		r := decode(t, rawPcap(capfile.LinkRaw, frames), 0)
 		s.check(t, r)
-		if r.Obs["flow "+tc.want] == nil || r.stats.Tunnelled != int64(len(frames)) {
+		if r.Flows[tc.want] == nil || r.stats.Tunnelled != int64(len(frames)) {
 			t.Errorf("%s: no outer flow, or %d packets taken out of tunnels", tc.want, r.stats.Tunnelled)
 		}
 	}
@@ -371,14 +371,14 @@ func TestTunnelDepth(t *testing.T) {
 			frames = append(frames, f)
 		}
 		r := decode(t, rawPcap(capfile.LinkRaw, frames), 0)
-		tcp := FlowValue("tcp", s.client, 49152, s.srv, 80)
+		tcp := connKey("tcp", s.client, 49152, s.srv, 80)
 		switch {
 		case depth <= maxTunnels:
 			s.check(t, r)
-		case r.Obs["flow "+tcp] != nil || r.stats.Deep != int64(len(frames)):
+		case r.Flows[tcp] != nil || r.stats.Deep != int64(len(frames)):
 			t.Errorf("depth %d: the inner flow was decoded, or %d of %d packets counted too deep", depth, r.stats.Deep, len(frames))
 		}
-		if r.Obs["flow "+FlowValue("4", tunA, 0, tunB, 0)] == nil {
+		if r.Flows[connKey("4", tunA, 0, tunB, 0)] == nil {
 			t.Errorf("depth %d: no outer flow", depth)
 		}
 	}
@@ -412,8 +412,8 @@ func TestIPv6ZeroPayloadLength(t *testing.T) {
 		}
 		r := decode(t, rawPcap(capfile.LinkRaw, tso), 0)
 		s.check(t, r)
-		for _, v := range []string{FlowValue("tcp", s.client, 49152, s.srv, 80), FlowValue("udp", s.client, 40000, s.dns, 53)} {
-			if a, b := *r.get(t, "flow", v).Flow, *want.get(t, "flow", v).Flow; a.OrigIPBytes != b.OrigIPBytes ||
+		for _, v := range []string{connKey("tcp", s.client, 49152, s.srv, 80), connKey("udp", s.client, 40000, s.dns, 53)} {
+			if a, b := *r.Flow(t, v), *want.Flow(t, v); a.OrigIPBytes != b.OrigIPBytes ||
 				a.RespIPBytes != b.RespIPBytes || a.OrigPkts != b.OrigPkts || a.RespPkts != b.RespPkts || a.RespBytes != b.RespBytes {
 				t.Errorf("%s: %+v, want %+v", v, a, b)
 			}
@@ -440,7 +440,7 @@ func TestIPv6ZeroPayloadLength(t *testing.T) {
 			t.Fatal("no jumbogram written")
 		}
 		r := decode(t, rawPcap(capfile.LinkRaw, log), 0)
-		f := r.get(t, "flow", FlowValue("tcp", client6, 50000, server6, 80)).Flow
+		f := r.Flow(t, connKey("tcp", client6, 50000, server6, 80))
 		if f.OrigBytes != int64(len(big)) || f.ConnState != "SF" || f.OrigIPBytes != int64(len(jumbo)+4*60) || r.stats.Malformed != 0 {
 			t.Errorf("jumbogram flow %+v, stats %+v", f, r.stats)
 		}

@@ -48,21 +48,21 @@ func readFiles(t *testing.T, names ...string) sink {
 
 func TestTSVLogs(t *testing.T) {
 	s := readFiles(t, "conn.log", "dns.log", "http.log", "ssl.log", "files.log", "notice.log")
-	f := s.get(t, "flow", "tcp 10.13.37.5:49152>203.0.113.7:80")
-	if fl := f.Flow; fl.OrigBytes != 81 || fl.RespBytes != 465 || fl.ConnState != "SF" || fl.Outcome != "established" ||
+	f := s.Flow(t, "tcp 10.13.37.5:49152>203.0.113.7:80")
+	if fl := f; fl.OrigBytes != 81 || fl.RespBytes != 465 || fl.ConnState != "SF" || fl.Outcome != "established" ||
 		fl.OrigPkts != 6 || fl.RespIPBytes != 785 || fl.Duration != 1.5 || fl.Service != "http" {
 		t.Errorf("%+v", fl)
 	}
-	if p := f.Provenance; len(p) != 1 || p[0].Line != 9 {
-		t.Errorf("provenance %+v", p)
+	if f.Line != 9 {
+		t.Errorf("line %d", f.Line)
 	}
 	if got := f.LastSeen.Sub(f.FirstSeen).Seconds(); got != 1.5 {
 		t.Errorf("span %v", got)
 	}
-	if fl := s.get(t, "flow", "tcp 10.13.37.5:49153>203.0.113.8:4444").Flow; fl.Outcome != "attempted" || fl.OrigBytes != 0 {
+	if fl := s.Flow(t, "tcp 10.13.37.5:49153>203.0.113.8:4444"); fl.Outcome != "attempted" || fl.OrigBytes != 0 {
 		t.Errorf("%+v", fl)
 	}
-	if fl := s.get(t, "flow", "tcp [2001:db8::5]:49200>[2001:db8:1::7]:443").Flow; fl.Outcome != "reset" {
+	if fl := s.Flow(t, "tcp [2001:db8::5]:49200>[2001:db8:1::7]:443"); fl.Outcome != "reset" {
 		t.Errorf("%+v", fl)
 	}
 	s.get(t, "icmp", "10.13.37.5>192.0.2.1 8/0")
@@ -102,7 +102,7 @@ func TestTSVLogs(t *testing.T) {
 func TestJSONLogs(t *testing.T) {
 	s := readFiles(t, "conn.json")
 	tsv := readFiles(t, "conn.log", "dns.log", "http.log")
-	for _, k := range []string{"flow tcp 10.13.37.5:49152>203.0.113.7:80", "domain www.example.com", "http GET http://c2.example.com/gate.php?id=42"} {
+	for _, k := range []string{"domain www.example.com", "http GET http://c2.example.com/gate.php?id=42"} {
 		a, b := s.Obs[k], tsv.Obs[k]
 		if a == nil || b == nil {
 			t.Fatalf("%s missing (json %v, tsv %v)", k, a != nil, b != nil)
@@ -111,13 +111,14 @@ func TestJSONLogs(t *testing.T) {
 			t.Errorf("%s: json %v/%d tsv %v/%d", k, a.FirstSeen, a.Count, b.FirstSeen, b.Count)
 		}
 	}
-	if fl := s.get(t, "flow", "tcp 10.13.37.5:49152>203.0.113.7:80").Flow; fl.RespBytes != 465 || fl.ConnState != "SF" {
-		t.Errorf("%+v", fl)
+	k := "tcp 10.13.37.5:49152>203.0.113.7:80"
+	if fl, tf := s.Flow(t, k), tsv.Flow(t, k); fl.RespBytes != 465 || fl.ConnState != "SF" || !fl.FirstSeen.Equal(tf.FirstSeen) || fl.Count != tf.Count {
+		t.Errorf("json %+v, tsv %+v", fl, tf)
 	}
 	if d := s.get(t, "domain", "www.example.com").Domain; !slices.Equal(d.Addrs, []string{"203.0.113.9"}) {
 		t.Errorf("%+v", d)
 	}
-	s.get(t, "flow", "tcp 10.13.37.5:49153>203.0.113.8:4444")
+	s.Flow(t, "tcp 10.13.37.5:49153>203.0.113.8:4444")
 	s.get(t, "tls", "beacon.example.org")
 	s.get(t, "notice", "Scan::Port_Scan")
 }
@@ -133,8 +134,8 @@ func TestGarbage(t *testing.T) {
 	if st.Bad != 4 || st.FirstBad == nil || !strings.Contains(st.FirstBad.Error(), "line 10") {
 		t.Fatalf("bad %d first %v", st.Bad, st.FirstBad)
 	}
-	s.get(t, "flow", "tcp 10.13.37.5:49152>203.0.113.7:80")
-	s.get(t, "flow", "tcp 10.13.37.5:49153>203.0.113.8:4444")
+	s.Flow(t, "tcp 10.13.37.5:49152>203.0.113.7:80")
+	s.Flow(t, "tcp 10.13.37.5:49153>203.0.113.8:4444")
 	// Rows before any header are bad too.
 	if _, st := read(t, []byte("1\t2\t3\n")); st.Bad != 1 {
 		t.Errorf("headerless: %d bad", st.Bad)
