@@ -59,7 +59,11 @@ const hostileCycles = 2
 // polite lease's C2 is promoted, reached in cycle 2 and then active,
 // confirmed by the beacon's conversation with it; that the spray reaches
 // the sinkhole no faster than the guest's limits; and that the uplink
-// carries only what the allow-list had in force.
+// carries only what the allow-list had in force. The host's own side of
+// the bridge is watched too (watchClaims): no ARP claim reaches it. A
+// third cycle on the hostile lease runs the same attacks from the C
+// beacon, big-endian PowerPC under qemu-user (hostileCBeacon), and every
+// check above covers its frames as well.
 func TestHostileGuest(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the hostile guest test needs root (bridges, namespaces, VMs); run it with make test")
