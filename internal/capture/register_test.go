@@ -3,6 +3,7 @@ package capture_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,5 +91,55 @@ func TestPacketPathDoesNotWaitForRegistration(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(spool, "capture-*.pcap")); len(left) != 0 {
 		t.Fatalf("files left in the spool: %v", left)
+	}
+}
+
+// TestRegistrationFailureFailsTheCapture: a closed file that cannot be
+// registered (here removed from the spool while registration is held up)
+// fails the capture with an error naming it, and the files around it are
+// still registered.
+func TestRegistrationFailureFailsTheCapture(t *testing.T) {
+	l := newLink(t)
+	st, err := state.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spool := t.TempDir()
+	r := startDaemonIn(t, st, l, spool, "udp dst port 9", func(c *records.Capture) { c.RotateSize = 20000 })
+	ctx := context.Background()
+	locked, release, updated := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		var c records.Capture
+		updated <- st.Update(ctx, r.rec.ID, &c, func(bool) error {
+			close(locked)
+			<-release
+			return state.ErrNoChange
+		})
+	}()
+	<-locked
+	l.send(t, 200, strings.Repeat("f", 990))
+	second := filepath.Join(spool, "capture-00002.pcap")
+	waitFor(t, "the second file closed", func() bool {
+		_, err := os.Stat(filepath.Join(spool, "capture-00003.pcap"))
+		return err == nil
+	})
+	if err := os.Remove(second); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-updated; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the capture went on after a file could not be registered")
+	}
+	var c records.Capture
+	if err := st.Get(r.rec.ID, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.State != capture.StateFailed || !strings.Contains(c.Error, second) || len(c.Artifacts) < 3 {
+		t.Fatalf("capture after a failed registration: state %s, error %q, %d files", c.State, c.Error, len(c.Artifacts))
 	}
 }
