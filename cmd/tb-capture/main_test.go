@@ -97,7 +97,7 @@ func mklab(ts *testscript.TestScript, neg bool, args []string) {
 		st, err := state.Open(context.Background(), ts.Getenv("TB_STATE"))
 		if err == nil {
 			killDaemons(st.Root())
-			netlab.Down(context.Background(), capture.LabDir(st, c.Name))
+			netlab.Down(context.Background(), netlab.Dir(st, c.Name))
 		}
 	})
 	*ts.Value(labKey{}).(*labtest.Lab) = *l

@@ -21,7 +21,7 @@ import (
 // check could not run; a check that ran but failed is in the report
 // (Err says which probe), with the lab left up.
 func UpLab(ctx context.Context, st *state.Store, cfg netlab.Config) (*netlab.ProbeReport, error) {
-	cfg.Dir = LabDir(st, cfg.Name)
+	cfg.Dir = netlab.Dir(st, cfg.Name)
 	if _, err := netlab.Up(ctx, cfg); err != nil {
 		// A refused change leaves the running lab, and its check, as they were.
 		var changed *netlab.ConfigChangedError
@@ -41,12 +41,7 @@ func UpLab(ctx context.Context, st *state.Store, cfg netlab.Config) (*netlab.Pro
 // taken for contained on the strength of an older check; one that was
 // interrupted (ctx) records nothing.
 func CheckLab(ctx context.Context, st *state.Store, lab string) (*netlab.ProbeReport, error) {
-	lab = cmp.Or(lab, "default")
-	dir := LabDir(st, lab)
-	m, err := netlab.Load(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fault.Failure(fmt.Errorf("lab %q is not up (tb-capture net up --lab %s)", lab, lab))
-	}
+	m, err := netlab.Open(st, lab)
 	if err != nil {
 		return nil, err
 	}
@@ -56,14 +51,14 @@ func CheckLab(ctx context.Context, st *state.Store, lab string) (*netlab.ProbeRe
 		return nil, err
 	}
 	if err != nil {
-		failed := &netlab.ProbeReport{Lab: lab, At: start.UTC(), TookMS: time.Since(start).Milliseconds(),
+		failed := &netlab.ProbeReport{Lab: m.Name, At: start.UTC(), TookMS: time.Since(start).Milliseconds(),
 			Probes: []netlab.ProbeResult{{Name: "setup", Verdict: netlab.ProbeFail, Detail: err.Error()}}}
-		if serr := netlab.SaveCheck(dir, failed); serr != nil {
+		if serr := netlab.SaveCheck(m.Dir, failed); serr != nil {
 			err = errors.Join(err, serr)
 		}
 		return nil, err
 	}
-	if err := netlab.SaveCheck(dir, rep); err != nil {
+	if err := netlab.SaveCheck(m.Dir, rep); err != nil {
 		return nil, err
 	}
 	return rep, nil
@@ -71,7 +66,7 @@ func CheckLab(ctx context.Context, st *state.Store, lab string) (*netlab.ProbeRe
 
 // LastCheck is the lab's last recorded check, nil when it has none.
 func LastCheck(st *state.Store, lab string) (*netlab.ProbeReport, error) {
-	rep, err := netlab.LoadCheck(LabDir(st, lab))
+	rep, err := netlab.LoadCheck(netlab.Dir(st, lab))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -99,8 +94,8 @@ func (e *NotContainedError) FaultCode() int { return fault.ExitUnavailable }
 // last containment check passed: what a host must show before a lease is
 // placed on it. Otherwise it is a *NotContainedError saying what to run.
 func LabContained(ctx context.Context, st *state.Store, lab string) error {
-	lab = cmp.Or(lab, "default")
-	dir := LabDir(st, lab)
+	lab = cmp.Or(lab, netlab.DefaultName)
+	dir := netlab.Dir(st, lab)
 	s, err := netlab.Inspect(ctx, dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("not up (run tb-capture net up --lab %s)", lab)}

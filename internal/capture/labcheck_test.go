@@ -27,7 +27,7 @@ func TestLabContained(t *testing.T) {
 	}
 	l := labtest.New(t)
 	cfg := l.Config
-	t.Cleanup(func() { netlab.Down(ctx, capture.LabDir(st, cfg.Name)) })
+	t.Cleanup(func() { netlab.Down(ctx, netlab.Dir(st, cfg.Name)) })
 	refused := func(want string) {
 		t.Helper()
 		err := capture.LabContained(ctx, st, cfg.Name)
@@ -79,16 +79,16 @@ func TestLabContained(t *testing.T) {
 		t.Fatalf("after a passing check: %v", err)
 	}
 
-	if err := netlab.ForgetCheck(capture.LabDir(st, cfg.Name)); err != nil {
+	if err := netlab.ForgetCheck(netlab.Dir(st, cfg.Name)); err != nil {
 		t.Fatal(err)
 	}
 	refused("containment not checked (run tb-capture net check --lab " + cfg.Name + ")")
 
-	if err := netlab.Down(ctx, capture.LabDir(st, cfg.Name)); err != nil {
+	if err := netlab.Down(ctx, netlab.Dir(st, cfg.Name)); err != nil {
 		t.Fatal(err)
 	}
 	refused("not up")
-	if _, err := capture.CheckLab(ctx, st, cfg.Name); err == nil || fault.Code(err) != fault.ExitFailure {
+	if _, err := capture.CheckLab(ctx, st, cfg.Name); !errors.Is(err, netlab.ErrNotUp) || fault.Code(err) != fault.ExitUnavailable {
 		t.Fatalf("checking a lab that is down: %v", err)
 	}
 }

@@ -243,7 +243,7 @@ func TestLowSpaceRemovesLeaseRules(t *testing.T) {
 	}
 	f := newLowFSOn(t, g.Port, l.HostNS(), "16m")
 	cfg := l.Config
-	cfg.Dir = capture.LabDir(f.st, l.ID)
+	cfg.Dir = netlab.Dir(f.st, l.ID)
 	t.Cleanup(func() { netlab.Down(ctx, cfg.Dir) })
 	if _, err := netlab.Up(ctx, cfg); err != nil {
 		t.Fatal(err)

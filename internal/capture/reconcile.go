@@ -107,11 +107,11 @@ func Reconcile(ctx context.Context, st *state.Store, lab string, dryRun bool) ([
 		}
 	}
 
-	m, err := netlab.Load(LabDir(st, lab))
+	m, err := netlab.Open(st, lab)
 	if err != nil {
 		return acts, nil // no lab: no rules or ports to look at
 	}
-	fw, err := m.Config.Firewall()
+	fw, err := m.Firewall()
 	if err != nil {
 		return acts, err
 	}
@@ -131,7 +131,7 @@ func Reconcile(ctx context.Context, st *state.Store, lab string, dryRun bool) ([
 			if err := fw.RemoveLease(ctx, lease); err != nil {
 				return err
 			}
-			netlab.SetDHCPHost(LabDir(st, lab), lease, "", netip.Addr{})
+			netlab.SetDHCPHost(m.Dir, lease, "", netip.Addr{})
 			return markRulesRemoved(ctx, st, lease)
 		})
 	}
@@ -208,8 +208,8 @@ func Status(ctx context.Context, st *state.Store, lab string) ([]LeaseReport, er
 			r.State = "daemon-gone"
 		}
 	}
-	if m, err := netlab.Load(LabDir(st, lab)); err == nil {
-		fw, err := m.Config.Firewall()
+	if m, err := netlab.Open(st, lab); err == nil {
+		fw, err := m.Firewall()
 		if err != nil {
 			return nil, err
 		}

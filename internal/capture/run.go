@@ -114,8 +114,10 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		return nil, &InputError{errors.New("no interface: give --lease (with a tap) or --iface")}
 	}
 	// The lab, when up, decides the namespace the taps live in.
-	labDir := LabDir(st, req.Lab)
-	lab, labErr := netlab.Load(labDir)
+	lab, labErr := netlab.Open(st, req.Lab)
+	if labErr != nil && !errors.Is(labErr, netlab.ErrNotUp) {
+		return nil, labErr
+	}
 	if lab != nil {
 		rec.Lab = lab.Config.Name
 		if rec.NetNS == "" {
@@ -170,10 +172,9 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 	var fw *firewall.NFT
 	if !req.NoRules && req.Lease != "" {
 		if lab == nil {
-			return nil, fmt.Errorf("lab %q is not up (tb-capture net up), so no rules can be applied for %s (or --no-rules): %w",
-				filepath.Base(labDir), req.Lease, labErr)
+			return nil, fmt.Errorf("no rules can be applied for %s (or --no-rules): %w", req.Lease, labErr)
 		}
-		if fw, err = lab.Config.Firewall(); err != nil {
+		if fw, err = lab.Firewall(); err != nil {
 			return nil, err
 		}
 		rules, rec.Rules, err = leaseRules(st, req.Lease, rec, lab)
@@ -234,7 +235,7 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		}
 		if lab.Config.DHCP && mac != "" {
 			// The guest's fixed address, served by the lab's DHCP.
-			if err := netlab.SetDHCPHost(labDir, req.Lease, mac, rules.IP); err != nil {
+			if err := netlab.SetDHCPHost(lab.Dir, req.Lease, mac, rules.IP); err != nil {
 				return nil, failStart(ctx, st, rec, err)
 			}
 		}
@@ -278,7 +279,7 @@ func (e *BusyError) Error() string { return e.Err.Error() }
 func (e *BusyError) Unwrap() error { return e.Err }
 
 // leaseRules compiles the lease's plan into its rule plan.
-func leaseRules(st *state.Store, lease string, rec *records.Capture, lab *netlab.Made) (*firewall.LeaseRules, *records.RuleSummary, error) {
+func leaseRules(st *state.Store, lease string, rec *records.Capture, lab *netlab.Lab) (*firewall.LeaseRules, *records.RuleSummary, error) {
 	ip, err := netip.ParseAddr(rec.IP)
 	if err != nil {
 		return nil, nil, &InputError{fmt.Errorf("lease %s: no valid IP (%q); give --ip", lease, rec.IP)}
@@ -508,15 +509,15 @@ func removeRules(ctx context.Context, st *state.Store, c *records.Capture) error
 	if c.Rules == nil || !c.Rules.Applied || c.Lease == "" {
 		return nil
 	}
-	lab, err := netlab.Load(LabDir(st, c.Lab))
+	lab, err := netlab.Open(st, c.Lab)
 	if err != nil {
 		return nil // the lab is down: its tables, and the rules, are gone
 	}
-	fw, err := lab.Config.Firewall()
+	fw, err := lab.Firewall()
 	if err != nil {
 		return err
 	}
-	if err := netlab.SetDHCPHost(LabDir(st, c.Lab), c.Lease, "", netip.Addr{}); err != nil {
+	if err := netlab.SetDHCPHost(lab.Dir, c.Lease, "", netip.Addr{}); err != nil {
 		return err
 	}
 	return fw.RemoveLease(ctx, c.Lease)
