@@ -114,7 +114,7 @@ func upLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Pr
 	cfg := netlab.Config{Name: "lt" + tag, HostNS: hostNS, Bridge: bridge, LabNet: labNet, SinkNS: "tblts" + tag,
 		SinkVeth: "tbltk" + tag, SinkNet: sinkNet, Table: "talkboxlt" + tag}
 	cfg.Defaults()
-	l := &Lab{Name: cfg.Name, Bridge: bridge, LabNet: labNet, SinkNS: cfg.SinkNS, dir: capture.LabDir(st, cfg.Name)}
+	l := &Lab{Name: cfg.Name, Bridge: bridge, LabNet: labNet, SinkNS: cfg.SinkNS, dir: netlab.Dir(st, cfg.Name)}
 	if documentation {
 		cfg.Documentation, cfg.Uplink = true, "tbltu"+tag
 		if err := l.upUplink(cfg.Uplink, "tbltn"+tag); err != nil {
