@@ -11,7 +11,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
@@ -98,10 +97,11 @@ func (g *Guard) refuse(a netip.Addr, names []string) string {
 // without an upstream. Anything it cannot read is an error: promoting
 // without knowing what to refuse would be promoting blind.
 func LoadGuard(ctx context.Context, st *state.Store, lab string) (*Guard, error) {
-	var cfg netlab.Config
-	if m, err := netlab.Load(capture.LabDir(st, lab)); err == nil {
-		cfg = m.Config
+	l, err := netlab.Expected(st, lab)
+	if err != nil {
+		return nil, err
 	}
+	cfg := l.Config
 	workers, err := state.Find[records.Worker](st, records.KindWorker, func(w *records.Worker) bool {
 		// A worker taken for dead may come back: only one that stopped
 		// cleanly serves nothing.

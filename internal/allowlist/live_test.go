@@ -19,7 +19,6 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
-	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
@@ -130,7 +129,7 @@ func TestLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := capture.LabDir(st, l.ID); got != cfg.Dir {
+	if got := netlab.Dir(st, l.ID); got != cfg.Dir {
 		t.Fatalf("lab dir %s, tb-allow looks in %s", cfg.Dir, got)
 	}
 	policy := filepath.Join(t.TempDir(), "policy.json")

@@ -45,14 +45,6 @@ func (l *Lease) Gone() bool {
 	return false
 }
 
-// LabDir is where a lab's state lives in the state directory.
-func LabDir(st *state.Store, lab string) string {
-	if lab == "" {
-		lab = "default"
-	}
-	return st.Path("capture", "labs", lab)
-}
-
 // LabFirewall is the containment driver of a lab that is up: the firewall
 // of netlab.Open's lab. Only internal/lease's revert_guest_test.go still
 // calls it; the tools open the lab.

@@ -291,7 +291,7 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		}
 	}
 	if len(confirmed) > 0 {
-		a.Reasons = append(a.Reasons, "confirmed "+strings.Join(confirmed, ", ")+": its far side answered while let through on probation")
+		a.Reasons = append(a.Reasons, "confirmed "+strings.Join(confirmed, ", ")+": its far side answered as a C2 while let through on probation")
 	}
 	if classes["scan"] {
 		a.Reasons = append(a.Reasons, "scan traffic refused")

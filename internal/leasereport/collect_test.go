@@ -91,7 +91,7 @@ func TestCollectLease(t *testing.T) {
 			[]string{"allow-list entries wait for approval: domain drop.pastebin.com, endpoint 203.0.113.50:443/tcp", "scan traffic refused"}},
 		{[]string{"running", "network-active", "scanning", "persistence", "evasion", "dropper", "backdoor"},
 			[]string{"persistence or tampering in the guest: cron /etc/crontab",
-				"confirmed endpoint 198.51.100.18:80/tcp: its far side answered while let through on probation", "scan traffic refused"}},
+				"confirmed endpoint 198.51.100.18:80/tcp: its far side answered as a C2 while let through on probation", "scan traffic refused"}},
 	} {
 		c := r.Cycles[i]
 		if !slices.Equal(c.Classification, want.class) || c.Recommendation != records.RecommendEscalate || !slices.Equal(c.Reasons, want.reasons) {

@@ -27,7 +27,7 @@ const (
 // enforced: an endpoint whose evidence is only what the sample sent (in a
 // sinkholed cycle the sinkhole answers) is let through rate-limited for
 // one cycle on probation, and becomes active only if its far side then
-// answered.
+// answered as a C2 would (a conversation).
 const (
 	StatusCandidate = "candidate"
 	StatusPending   = "pending-approval"
