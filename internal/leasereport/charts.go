@@ -79,6 +79,8 @@ var (
 	histColour      = "#00695c"
 	outsideColour   = "#ffb300"
 	gridColour      = "#e0e0e0"
+	orderColour     = "#283593"
+	attackColour    = "#b71c1c"
 )
 
 const (
@@ -136,8 +138,10 @@ func (a timeAxis) ticks(c *chart, y0, y1 float64, max int) {
 }
 
 // timelineChart draws the lease(s): a row of cycles coloured by outcome and
-// a band of the lease's health under it per lease, and the allow-list
-// revisions as markers on a row of their own above.
+// a band of the lease's health under it per lease, the allow-list
+// revisions as markers on a row of their own above, and, when the bot was
+// ordered to attack or attacked, a row of its orders (markers) and floods
+// (bars) between them.
 func timelineChart(r *Report) chart {
 	leases := r.Leases
 	if len(leases) == 0 {
@@ -145,7 +149,12 @@ func timelineChart(r *Report) chart {
 	}
 	const rowH, barH, bandH, top = 46.0, 22.0, 8.0, 30.0
 	revY := top + 6
-	h := top + 34 + rowH*float64(len(leases)) + 40
+	botH := 0.0
+	if len(r.Orders)+len(r.Attacks) > 0 {
+		botH = 26
+	}
+	rowsY := top + 34 + botH
+	h := rowsY + rowH*float64(len(leases)) + 40
 	c := chart{ID: "timeline-chart", Label: "timeline: cycles coloured by outcome, allow-list revisions as markers, lease health", W: chartW, H: h,
 		Crisp: true}
 	from, to := timelineDomain(r)
@@ -172,8 +181,24 @@ func timelineChart(r *Report) chart {
 		c.Polys = append(c.Polys, poly{Points: fmt.Sprintf("%s,%s %s,%s %s,%s", num(x-6), num(revY), num(x+6), num(revY), num(x), num(revY+14)),
 			Fill: col, Title: title})
 	}
+	if botH > 0 {
+		botY := top + 34
+		c.Texts = append(c.Texts, text{X: 8, Y: botY + 12, Class: "row", Text: "bot"})
+		for _, a := range r.Attacks {
+			x0, x1 := ax.x(a.Start), ax.x(a.End)
+			c.Rects = append(c.Rects, rect{X: x0, Y: botY + 2, W: math.Max(x1-x0, 2), H: 14, Fill: attackColour,
+				Title: fmt.Sprintf("attack: %s flood on %s, %d packets (%s/s)%s, %s to %s", a.Vector, a.Target, a.Packets, num(a.PPS),
+					map[bool]string{true: ", spoofed", false: ""}[a.Spoofed], stamp(a.Start), stamp(a.End))})
+		}
+		for _, o := range r.Orders {
+			x := ax.x(o.At)
+			c.Polys = append(c.Polys, poly{Points: fmt.Sprintf("%s,%s %s,%s %s,%s %s,%s", num(x), num(botY), num(x+6), num(botY+9), num(x), num(botY+18), num(x-6), num(botY+9)),
+				Fill: orderColour, Title: fmt.Sprintf("order (%s): %s on %s ports %s for %ds, from %s at %s", o.Family, o.Vector,
+					strings.Join(o.Targets, " "), orDash(strings.Join(o.Ports, ",")), o.Duration, orDash(strings.Join(o.Servers, " ")), stamp(o.At))})
+		}
+	}
 	for i, l := range leases {
-		y := top + 34 + rowH*float64(i)
+		y := rowsY + rowH*float64(i)
 		label := "cycles"
 		if len(leases) > 1 {
 			label = shortID(l.ID)

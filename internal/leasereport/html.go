@@ -223,6 +223,15 @@ func (r *Report) Records() []string {
 	for _, n := range r.Names {
 		add(n.Observable)
 	}
+	for _, o := range r.Orders {
+		add(o.Observable)
+	}
+	for _, a := range r.Attacks {
+		add(a.Observable)
+	}
+	for _, f := range r.Files {
+		add(f.Sample)
+	}
 	if b := r.Behaviour; b != nil {
 		add(b.Analysis)
 		add(b.Cycles...)

@@ -63,8 +63,39 @@ type Report struct {
 	// Files are the sample's and its dropped files' hashes (the exports
 	// name them).
 	Files []File `json:"files,omitempty"`
+	// Orders are the attack orders the bot's C2 sent (c2-command
+	// observables) and Attacks the floods it sent (attack observables),
+	// in time order: the timeline's bot row.
+	Orders  []Order  `json:"orders,omitempty"`
+	Attacks []Attack `json:"attacks,omitempty"`
 	// Notes say what the report could not show, and why.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Order is an order a C2 sent the bot, as decoded.
+type Order struct {
+	At         time.Time `json:"at"`
+	Cycle      string    `json:"cycle,omitempty"`
+	Family     string    `json:"family"`
+	Vector     string    `json:"vector"`
+	Targets    []string  `json:"targets,omitempty"`
+	Ports      []string  `json:"ports,omitempty"`
+	Duration   int64     `json:"duration,omitempty"`
+	Servers    []string  `json:"servers,omitempty"`
+	Observable string    `json:"observable"`
+}
+
+// Attack is a flood the bot sent, as classified from its packets.
+type Attack struct {
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	Cycle      string    `json:"cycle,omitempty"`
+	Vector     string    `json:"vector"`
+	Target     string    `json:"target"`
+	Packets    int64     `json:"packets"`
+	PPS        float64   `json:"pps"`
+	Spoofed    bool      `json:"spoofed,omitempty"`
+	Observable string    `json:"observable"`
 }
 
 // File is the sample the cycles ran (Role "sample") or a file one of them

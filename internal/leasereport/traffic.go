@@ -28,7 +28,11 @@ type scanKey struct {
 // the leases, or of the cycle.
 func (c *collector) loadObservables() error {
 	keep := func(o *records.Observable) bool {
-		return o.Type == records.ObsDomain || o.Type == records.ObsScan || o.Type == records.ObsEndpoint
+		switch o.Type {
+		case records.ObsDomain, records.ObsScan, records.ObsEndpoint, records.ObsC2Command, records.ObsAttack:
+			return true
+		}
+		return false
 	}
 	if c.r.Target == TargetCycle {
 		obs, err := state.FindBy(c.st, records.KindObservable, records.KeyCycle, c.r.ID, keep)
@@ -60,6 +64,14 @@ func (c *collector) observables() {
 		switch {
 		case o.Type == records.ObsEndpoint && c.isC2[o.Value]:
 			c.eps[o.Value] = append(c.eps[o.Value], o)
+		case o.Type == records.ObsC2Command && o.C2Command != nil && c.in(o.FirstSeen):
+			k := o.C2Command
+			c.r.Orders = append(c.r.Orders, Order{At: o.FirstSeen, Cycle: o.Cycle, Family: k.Family, Vector: k.Vector, Targets: k.Targets,
+				Ports: k.Ports, Duration: k.Duration, Servers: k.Servers, Observable: o.ID})
+		case o.Type == records.ObsAttack && o.Attack != nil && c.in(o.FirstSeen):
+			a := o.Attack
+			c.r.Attacks = append(c.r.Attacks, Attack{Start: o.FirstSeen, End: o.LastSeen, Cycle: o.Cycle, Vector: a.Vector, Target: a.Target,
+				Packets: a.Packets, PPS: a.PPS, Spoofed: a.Spoofed, Observable: o.ID})
 		case o.Type == records.ObsScan && o.Scan != nil:
 			if _, ok := c.cycleIdx[o.Cycle]; ok {
 				c.scans[o.Cycle] = append(c.scans[o.Cycle], scanKey{target: o.Value, proto: o.Scan.Proto, port: o.Scan.Port, addr: o.Scan.Addr, obs: o})
@@ -84,6 +96,8 @@ func (c *collector) observables() {
 		c.r.Names = append(c.r.Names, *n)
 	}
 	slices.SortFunc(c.r.Names, func(a, b Name) int { return cmp.Or(a.FirstSeen.Compare(b.FirstSeen), strings.Compare(a.Name, b.Name)) })
+	slices.SortFunc(c.r.Orders, func(a, b Order) int { return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Observable, b.Observable)) })
+	slices.SortFunc(c.r.Attacks, func(a, b Attack) int { return cmp.Or(a.Start.Compare(b.Start), strings.Compare(a.Observable, b.Observable)) })
 }
 
 // tally is what some connections add up to, by hour (Unix hours).
