@@ -97,7 +97,9 @@ func (c *collector) observables() {
 	}
 	slices.SortFunc(c.r.Names, func(a, b Name) int { return cmp.Or(a.FirstSeen.Compare(b.FirstSeen), strings.Compare(a.Name, b.Name)) })
 	slices.SortFunc(c.r.Orders, func(a, b Order) int { return cmp.Or(a.At.Compare(b.At), strings.Compare(a.Observable, b.Observable)) })
-	slices.SortFunc(c.r.Attacks, func(a, b Attack) int { return cmp.Or(a.Start.Compare(b.Start), strings.Compare(a.Observable, b.Observable)) })
+	slices.SortFunc(c.r.Attacks, func(a, b Attack) int {
+		return cmp.Or(a.Start.Compare(b.Start), strings.Compare(a.Observable, b.Observable))
+	})
 }
 
 // tally is what some connections add up to, by hour (Unix hours).
