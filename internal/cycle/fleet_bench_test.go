@@ -1,0 +1,213 @@
+package cycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
+)
+
+// BenchmarkFleetScale drives b.N cycles of a queue that stays
+// TB_FLEET_QUEUE long (default 100,000: b.N more are queued before the
+// clock starts) with 10 and 40 workers, each a simulated host with a store
+// of its own on one real PostgreSQL (fsync on), whose guests are the fake
+// guest: a cycle takes milliseconds, so what is measured is the scheduler
+// and the store. claim-p99-ms is the 99th percentile of the time from a
+// worker's slot freeing (its cycle ended) to its next cycle being taken
+// (the worker logs "driving"). Each worker holds up to four connections
+// (its journal listener, a cycle's lock, its lease's lock, a query) and
+// pgtest's cluster allows 200, hence 40 workers at most here.
+func BenchmarkFleetScale(b *testing.B) {
+	queue := 100_000
+	if s := os.Getenv("TB_FLEET_QUEUE"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatalf("TB_FLEET_QUEUE=%q: %v", s, err)
+		}
+		queue = n
+	}
+	pg := pgtest.Start(b)
+	for _, workers := range []int{10, 40} {
+		b.Run(fmt.Sprintf("workers=%d/queue=%d", workers, queue), func(b *testing.B) {
+			f := newBenchFleet(b, pg, queue)
+			f.run(b, workers)
+		})
+	}
+}
+
+// benchFleet is a fleet's shared store with its queue of cycles of one
+// plan, kept across the runs of one sub-benchmark.
+type benchFleet struct {
+	url, blobs string
+	st         *state.Store
+	plan       string
+	sample     string
+	queued     int
+}
+
+func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int) *benchFleet {
+	ctx := context.Background()
+	f := &benchFleet{url: pg.NewDatabase(b) + "&pool_max_conns=4", blobs: b.TempDir()}
+	st, err := state.Open(ctx, b.TempDir(), state.WithShared(f.url), state.WithSharedBlobs(f.blobs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	f.st = st
+	blob, err := st.PutBlob(ctx, strings.NewReader("out beacon\nexit 0\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &records.Plan{SampleSHA256: blob.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
+		Network:  records.NetPolicy{Mode: "allowlist", Promote: true},
+		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
+	records.Init(p, records.KindPlan, st.Now())
+	if err := st.Create(ctx, p); err != nil {
+		b.Fatal(err)
+	}
+	f.plan, f.sample = p.ID, blob.SHA256
+	start := time.Now()
+	f.enqueue(b, queue)
+	b.Logf("queued %d cycles in %s", queue, time.Since(start).Round(time.Millisecond))
+	return f
+}
+
+// enqueue stores n pending cycles, as tb-run submit does, a thousand to a
+// transaction.
+func (f *benchFleet) enqueue(b *testing.B, n int) {
+	for n > 0 {
+		batch := f.st.NewBatch()
+		for range min(n, 1000) {
+			now := f.st.Now()
+			c := &records.Cycle{State: records.CyclePending, Plan: f.plan, Sample: f.sample,
+				Timeout: records.Duration(time.Minute), Post: []string{StepRotate, StepParse, StepPromote},
+				RequestedAt: now, Seq: 1}
+			records.Init(c, records.KindCycle, now)
+			if _, err := batch.Create(c); err != nil {
+				b.Fatal(err)
+			}
+			n--
+			f.queued++
+		}
+		if err := batch.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// claimLog times each worker's claims: from the end of its last cycle to
+// the next "driving".
+type claimLog struct {
+	mu     sync.Mutex
+	freed  map[string]time.Time
+	claims []time.Duration
+}
+
+func (l *claimLog) ended(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.freed[host] = time.Now()
+}
+
+func (l *claimLog) driving(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.freed[host]; ok {
+		l.claims = append(l.claims, time.Since(t))
+		delete(l.freed, host)
+	}
+}
+
+// drivingHandler tells the claim log when a worker starts driving a cycle.
+type drivingHandler struct {
+	slog.Handler
+	host string
+	log  *claimLog
+}
+
+func (h drivingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "driving" {
+		h.log.driving(h.host)
+	}
+	return nil
+}
+
+func (f *benchFleet) run(b *testing.B, workers int) {
+	f.enqueue(b, b.N)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	claims := &claimLog{freed: map[string]time.Time{}}
+	var (
+		mu      sync.Mutex
+		ended   int
+		failed  []string
+		running sync.WaitGroup
+	)
+	var ws []*Worker
+	for i := range workers {
+		host := fmt.Sprintf("host-%03d", i)
+		st, err := state.Open(ctx, filepath.Join(b.TempDir(), host), state.WithShared(f.url), state.WithSharedBlobs(f.blobs))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.Close()
+		g := newFakeGuest()
+		log := slog.New(drivingHandler{Handler: slog.NewTextHandler(io.Discard, nil), host: host, log: claims})
+		r := &Runner{St: st, Log: log, Post: &fakePost{st: st}, Leaser: &hostLeaser{st: st, host: host},
+			Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
+			Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host, PID: os.Getpid()}
+		ws = append(ws, &Worker{R: r, Host: host, Slots: 1, Heartbeat: time.Second, DeadAfter: time.Minute,
+			Capabilities: func(ctx context.Context) ([]string, []string, error) {
+				return []string{"amd64"}, nil, nil
+			},
+			Ended: func(c *records.Cycle, err error) {
+				claims.ended(host)
+				mu.Lock()
+				defer mu.Unlock()
+				if ended >= b.N {
+					return // cut short when the run ended
+				}
+				if c == nil || c.State != records.CycleCompleted {
+					failed = append(failed, fmt.Sprintf("%v %v", c, err))
+				}
+				if ended++; ended == b.N {
+					cancel()
+				}
+			}})
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for _, w := range ws {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			if err := w.Run(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	running.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if len(failed) > 0 {
+		b.Fatalf("%d cycles did not complete, the first: %s", len(failed), failed[0])
+	}
+	b.ReportMetric(float64(ended)/elapsed.Seconds(), "cycles/s")
+	slices.Sort(claims.claims)
+	if n := len(claims.claims); n > 0 {
+		b.ReportMetric(float64(claims.claims[(n*99)/100].Microseconds())/1000, "claim-p99-ms")
+	}
+	b.ReportMetric(0, "ns/op")
+}
