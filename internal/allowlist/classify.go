@@ -1,6 +1,7 @@
 package allowlist
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -33,6 +34,10 @@ const (
 	wLongLived   = 0.3
 	wReconnected = 0.1
 	wFew         = 0.1
+	// wChannel is a recognised bot command channel that was kept alive
+	// or came back: enough alone to promote (on probation when only the
+	// sample's side of it was seen).
+	wChannel = 0.6
 )
 
 // Dest is the classification of one destination: an endpoint
@@ -89,6 +94,10 @@ type endpoint struct {
 	first, last time.Time
 	attack      string
 	heard       heard
+	// channel is the bot command channel recognised on it (c2-channel),
+	// "" for none; channelLive says it was kept alive or came back.
+	channel     string
+	channelLive bool
 }
 
 // heard is what an endpoint's far side was seen doing, each list holding,
@@ -189,6 +198,9 @@ type evidence struct {
 	// distinct destinations of all their observables, one per cycle).
 	scanObs    map[string][]*records.Observable
 	icmpFloods []string
+	// attacked are the targets of the floods the bot sent (attack
+	// observables), with what was sent: never promoted.
+	attacked map[netip.Addr]string
 }
 
 type badName struct {
@@ -208,14 +220,19 @@ type dnsName struct {
 // names and any attack on it; per name its resolution.
 func collect(obs []*records.Observable, pol *Policy) *evidence {
 	ev := &evidence{eps: map[string]*endpoint{}, byAddr: map[netip.Addr][]*endpoint{},
-		names: map[string]*dnsName{}, badNames: map[string]badName{}, scanObs: map[string][]*records.Observable{}}
-	var alerts, https, tlss, ipObs []*records.Observable
+		names: map[string]*dnsName{}, badNames: map[string]badName{}, scanObs: map[string][]*records.Observable{},
+		attacked: map[netip.Addr]string{}}
+	var alerts, https, tlss, ipObs, channels, attacks []*records.Observable
 	seenEndpointIP := map[netip.Addr]bool{}
 	for _, o := range obs {
 		if ev.lease == "" {
 			ev.lease = o.Lease
 		}
 		switch {
+		case o.C2Channel != nil:
+			channels = append(channels, o)
+		case o.Attack != nil:
+			attacks = append(attacks, o)
 		case o.Endpoint != nil:
 			p := o.Endpoint
 			a, err := netip.ParseAddr(p.Addr)
@@ -282,7 +299,45 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 	ev.resolvedNames()
 	ev.requests(https, tlss, pol)
 	ev.alerted(alerts)
+	ev.bot(channels, attacks)
 	return ev
+}
+
+// bot notes the recognised command channels on their servers' endpoints
+// and the targets of the bot's floods: a channel kept alive (two
+// keep-alives or more, or orders) or seen in two cycles is strong C2
+// evidence; an address the bot flooded is never promoted.
+func (ev *evidence) bot(channels, attacks []*records.Observable) {
+	for _, o := range channels {
+		c := o.C2Channel
+		ap, err := netip.ParseAddrPort(c.Server)
+		if err != nil {
+			continue
+		}
+		e := ev.endpoint(ap.Addr().Unmap(), "tcp", ap.Port())
+		live := c.KeepAlives >= 2 || c.Commands > 0 || len(obsCycles(o)) >= 2
+		if e.channel == "" || live && !e.channelLive {
+			what := fmt.Sprintf("a %s command channel (%s", cmp.Or(c.Family, c.Protocol), c.Protocol)
+			switch {
+			case c.KeepAlives > 0:
+				what += fmt.Sprintf(", %d keep-alives", c.KeepAlives)
+			case c.Commands > 0:
+				what += fmt.Sprintf(", %d orders", c.Commands)
+			}
+			e.channel, e.channelLive = what+")", live
+		}
+		e.touch(o)
+	}
+	for _, o := range attacks {
+		a := o.Attack
+		t, err := netip.ParseAddr(a.Target)
+		if err != nil {
+			continue
+		}
+		if _, ok := ev.attacked[t.Unmap()]; !ok {
+			ev.attacked[t.Unmap()] = fmt.Sprintf("the target of a %s flood the bot sent (%d packets)", a.Vector, a.Packets)
+		}
+	}
 }
 
 // endpoint returns the evidence of one endpoint, new if there is none yet.
@@ -424,6 +479,8 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("SMTP on %s/%d (spam)", e.proto, e.port)
 		case e.attack != "":
 			d.Class, d.Reason = ClassAbuse, e.attack
+		case ev.attacked[e.addr] != "":
+			d.Class, d.Reason = ClassAbuse, ev.attacked[e.addr]
 		case e.flood(pol):
 			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("flood: %d connections, %d packets", e.conns, e.pkts)
 		default:
@@ -627,6 +684,10 @@ func c2Evidence(e *endpoint, pol *Policy, fewDests bool, few int) (float64, []st
 	if e.established >= 2 {
 		score += wReconnected
 		why = append(why, fmt.Sprintf("re-established %d times", e.established))
+	}
+	if e.channel != "" && e.channelLive {
+		score += wChannel
+		why = append(why, e.channel)
 	}
 	if score > 0 && fewDests {
 		score += wFew

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/mitre"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/yarascan"
@@ -238,6 +238,12 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	if len(a.Yara) > 0 {
 		a.Classification = append(a.Classification, "yara-match")
 	}
+	if a.Observables[records.ObsC2Command] > 0 {
+		a.Classification = append(a.Classification, "ordered")
+	}
+	if a.Observables[records.ObsAttack] > 0 {
+		a.Classification = append(a.Classification, "attacking")
+	}
 	if total == 0 && !wrongArch {
 		a.Classification = append(a.Classification, "silent")
 	}
@@ -260,6 +266,11 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		// What the trace shows may be the sample's forgery: a person looks.
 		a.Recommendation = records.RecommendEscalate
 		a.Reasons = append(a.Reasons, "the behaviour trace was tampered with: "+strings.Join(tampered, "; "))
+	case a.Observables[records.ObsC2Command] > 0:
+		// What the C2 orders is what the analysts are after.
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the C2 sent %d attack orders (c2-command); %d floods seen (attack)",
+			a.Observables[records.ObsC2Command], a.Observables[records.ObsAttack]))
 	case droppedMatch:
 		// The analyst's own rules recognise what the sample left behind.
 		a.Recommendation = records.RecommendEscalate

@@ -3,6 +3,7 @@ package cycle
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -35,5 +36,31 @@ func TestYaraMatchOnADroppedFileEscalates(t *testing.T) {
 				t.Fatalf("%s: recommendation %s %q", target, a.Recommendation, a.Reasons)
 			}
 		})
+	}
+}
+
+// TestOrdersEscalate: a cycle whose C2 sent attack orders escalates, and
+// its floods classify it as attacking.
+func TestOrdersEscalate(t *testing.T) {
+	e := setup(t, "out hello")
+	c := e.run(t, Request{})
+	ctx := context.Background()
+	for _, o := range []*records.Observable{
+		{Type: records.ObsC2Command, Value: "mirai udpplain 203.0.113.9/32", C2Command: &records.C2CommandInfo{Family: "mirai", Vector: "udpplain"}},
+		{Type: records.ObsAttack, Value: "udpplain 203.0.113.9", Attack: &records.AttackInfo{Vector: "udpplain", Target: "203.0.113.9"}},
+	} {
+		o.Lease, o.Cycle, o.Count = c.Lease, c.ID, 1
+		records.Init(o, records.KindObservable, e.st.Now())
+		if err := e.st.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := Analyse(e.st, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Recommendation != records.RecommendEscalate || !slices.Contains(a.Classification, "ordered") || !slices.Contains(a.Classification, "attacking") ||
+		!slices.ContainsFunc(a.Reasons, func(r string) bool { return strings.HasPrefix(r, "the C2 sent 1 attack orders") }) {
+		t.Fatalf("analysis %+v", a)
 	}
 }

@@ -1,0 +1,105 @@
+package allowlist
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// parsed is what tb-parse prints of a capture written by write.
+func parsed(t *testing.T, write func(g *pcapgen.Gen)) []*records.Observable {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cycle.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := pcapgen.New(f, pcapgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(g)
+	if err := g.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var out, errb bytes.Buffer
+	job, err := parse.Prepare(parse.Request{Inputs: []string{path}, NoStore: true}, strings.NewReader(""), nil)
+	if err == nil {
+		err = job.Run(context.Background(), nil, cmdout.New("tb-parse", &out, &errb, nil))
+	}
+	if err != nil {
+		t.Fatalf("tb-parse: %v: %s", err, errb.String())
+	}
+	var obs []*records.Observable
+	rd := records.NewReader(&out, "tb-parse")
+	for {
+		l, err := rd.Next()
+		if err == io.EOF {
+			return obs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o records.Observable
+		if err := records.Unmarshal(l.Data, &o); err == nil && o.Kind == records.KindObservable {
+			obs = append(obs, &o)
+		}
+	}
+}
+
+// TestBotChannelAndAttackTarget: a Mirai command channel kept alive over
+// one connection to an unnamed address is enough to promote it, and says
+// so; the address the bot then floods is never promoted, whatever else it
+// looks like, and says why.
+func TestBotChannelAndAttackTarget(t *testing.T) {
+	c2 := netip.MustParseAddrPort("198.51.100.7:48101")
+	victim := netip.MustParseAddr("203.0.113.9")
+	obs := parsed(t, func(g *pcapgen.Gen) {
+		g.T = pcapgen.Start
+		g.MiraiSession(netip.AddrPortFrom(guest, 40001), c2, "telnet.x86", 4, pcapgen.MiraiOrder(5, 2,
+			[]netip.Prefix{netip.PrefixFrom(victim, 32)}, nil), 1460)
+		// The order carried out: a UDP flood, and connections to the
+		// victim's web server that would look like a beacon on their own.
+		for i := 0; i < 2000; i++ {
+			g.UDP(netip.AddrPortFrom(guest, 40002), netip.AddrPortFrom(victim, uint16(1000+i%50)), make([]byte, 512))
+		}
+		for i := 0; i < 8; i++ {
+			g.T = pcapgen.Start.Add(time.Duration(i) * time.Minute)
+			c := g.Dial(netip.AddrPortFrom(guest, uint16(41000+i)), netip.AddrPortFrom(victim, 80), uint32(i*100), 9000)
+			c.Send(pcapgen.HTTPGet("203.0.113.9", "/", "x"))
+			c.Close()
+		}
+	})
+	pol, err := LoadPolicy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Documentation = true
+	var c2Dest, victimDest *Dest
+	for _, d := range Classify(obs, &pol) {
+		switch d.Value {
+		case c2.String() + "/tcp":
+			c2Dest = &d
+		case netip.AddrPortFrom(victim, 80).String() + "/tcp":
+			victimDest = &d
+		}
+	}
+	if c2Dest == nil || c2Dest.Class != ClassC2 || c2Dest.Score < pol.PromoteScore || !strings.Contains(c2Dest.Reason, "a mirai command channel (mirai, 4 keep-alives)") {
+		t.Errorf("the C2: %+v", c2Dest)
+	}
+	if victimDest == nil || victimDest.Class != ClassAbuse || !strings.Contains(victimDest.Reason, "the target of a") {
+		t.Errorf("the attack's target: %+v", victimDest)
+	}
+}
