@@ -32,6 +32,10 @@
 #                      tail but ARCH=mips, which runs the Go beacon for
 #                      big-endian MIPS (both under qemu-user in the amd64
 #                      guest);
+#   TB_DEMO_TRACE=1    the plan traces the sample (pcap+trace) and the
+#                      beacon only beacons: every cycle's trace is parsed
+#                      into behaviour observables (the end-to-end test's
+#                      trace from every architecture, native or emulated);
 #   TB_DEMO_MEMORY=1   the plan also dumps the guest's memory each cycle;
 #   TB_DEMO_DETACH=W   the sample is detached (tb-run --detach --window W):
 #                      started by cycle 1, observed for W by each cycle,
@@ -96,7 +100,7 @@ rounds=${TB_DEMO_SCAN_ROUNDS:-2}
 [[ "$cycles" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TB_DEMO_CYCLES must be a positive number, not '$cycles'" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "demo: TB_DEMO_SCAN_ROUNDS must be a positive number, not '$rounds'" >&2; exit 2; }
 case "$scanmode" in short|wide) ;; *) echo "demo: TB_DEMO_SCAN must be short or wide, not '$scanmode'" >&2; exit 2 ;; esac
-behave=${TB_DEMO_BEHAVE:-} memory=${TB_DEMO_MEMORY:-} detach=${TB_DEMO_DETACH:-}
+behave=${TB_DEMO_BEHAVE:-} trace=${TB_DEMO_TRACE:-} memory=${TB_DEMO_MEMORY:-} detach=${TB_DEMO_DETACH:-}
 [ -z "$detach" ] || [[ "$detach" =~ ^[0-9]+(ms|s|m)$ ]] || { echo "demo: TB_DEMO_DETACH must be a window such as 30s, not '$detach'" >&2; exit 2; }
 goarch="" cbeacon=""
 case "$arch" in
@@ -114,6 +118,7 @@ esac
 # beacon's -behave is proven on another of the long tail).
 if [ -n "$behave" ] && [ "$arch" = mips ]; then goarch=mips cbeacon=""; fi
 instrumentation=pcap behaveargs=()
+[ -z "$trace" ] || instrumentation=pcap+trace
 if [ -n "$behave" ]; then
   instrumentation=pcap+trace
   behaveargs=(--arg=-behave --arg=/var/tmp/talkbox/behave --arg=-behave-listen --arg=2323)
@@ -162,7 +167,7 @@ fi
 say "plan: tb-plan, allow-list mode, promotion on, 180 s timeout (the slowest guests take ~40 s)"
 # A traced Go beacon takes two minutes on a mipsel guest under TCG.
 timeout=180s
-[ -z "$behave" ] || timeout=420s
+[ -z "$behave$trace" ] || timeout=420s
 count=6 runargs=()
 [ -z "$detach" ] || count=0 runargs=(--detach --window "$detach")
 planned=$(tb-plan --network allowlist --promote --timeout "$timeout" --instrumentation "$instrumentation" \

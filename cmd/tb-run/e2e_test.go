@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/cycle"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -32,7 +34,9 @@ var demoArches = []string{
 // a VM under libvirtd, the lab's nftables, a capture on the lease's tap,
 // the real beacon and a C2 in a namespace on documentation addresses — and
 // asserts on the records and on the C2 server's log: cycle 1 sinkholed,
-// the C2 promoted and the scan refused; cycle 2 reaching the C2.
+// the C2 promoted and the scan refused; cycle 2 reaching the C2. Every
+// cycle is traced (TB_DEMO_TRACE), natively or around the emulator, and
+// its trace parses into the beacon's process, untampered.
 func TestDemoEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the end-to-end test needs root (bridges, namespaces, VMs); run it with make test")
@@ -123,7 +127,7 @@ func runDemo(t *testing.T, arch, bin, goBin string, env ...string) *demoRun {
 
 func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
 	ctx := context.Background()
-	r := runDemo(t, arch, bin, goBin)
+	r := runDemo(t, arch, bin, goBin, "TB_DEMO_TRACE=1")
 	stateDir, outDir, out := r.stateDir, r.outDir, r.out
 	st, err := state.Open(ctx, stateDir)
 	if err != nil {
@@ -152,6 +156,7 @@ func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
 		if ex.ExitCode == nil || ex.TimedOut || ex.StdoutBytes == 0 {
 			t.Fatalf("cycle %d execution = %+v", i+1, ex)
 		}
+		traced(t, st, &cs[i])
 	}
 	// The demo ends with the lease's HTML report (internal/leasereport's
 	// browser test checks what it draws).
@@ -215,5 +220,39 @@ func demoEndToEnd(t *testing.T, arch, bin, goBin string) {
 	}
 	if !strings.Contains(string(out), "promoted: endpoint "+c2addr+":80/tcp") {
 		t.Fatal("the summary does not say what was promoted")
+	}
+}
+
+// traced checks that a cycle's trace was stored and parsed into the
+// process of its sample, the beacon's binary whatever runs it, and that
+// it was not seen as tampered with.
+func traced(t *testing.T, st *state.Store, c *records.Cycle) {
+	t.Helper()
+	traces := 0
+	for _, id := range c.Artifacts {
+		var a records.Artifact
+		if err := st.Get(id, &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Type == cycle.ArtifactTrace {
+			traces++
+		}
+	}
+	obs, err := state.FindBy(st, records.KindObservable, records.KeyCycle, c.ID, func(o *records.Observable) bool {
+		return o.Process != nil || o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beacon := false
+	for _, o := range obs {
+		if o.Evasion != nil {
+			t.Errorf("cycle %s: the beacon's clean trace seen as tampered: %q", c.ID, o.Evasion.Paths)
+			continue
+		}
+		beacon = beacon || o.Process.Exe == c.GuestPath
+	}
+	if c.Tracer == "" || traces != 1 || !beacon {
+		t.Errorf("cycle %s: tracer %q, %d traces, %d observables, none of the beacon's process (%s)", c.ID, c.Tracer, traces, len(obs), c.GuestPath)
 	}
 }
