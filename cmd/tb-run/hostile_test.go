@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"maps"
 	"net"
 	"net/netip"
@@ -614,9 +615,9 @@ func endpointKey(p gopacket.Packet) string {
 	dst := addrOf(ip.DstIP)
 	switch l4 := p.TransportLayer().(type) {
 	case *layers.TCP:
-		return fmt.Sprintf("endpoint %s/tcp", netip.AddrPortFrom(dst, uint16(l4.DstPort)))
+		return "endpoint " + endpoint.New(dst, uint16(l4.DstPort), "tcp").String()
 	case *layers.UDP:
-		return fmt.Sprintf("endpoint %s/udp", netip.AddrPortFrom(dst, uint16(l4.DstPort)))
+		return "endpoint " + endpoint.New(dst, uint16(l4.DstPort), "udp").String()
 	}
 	return fmt.Sprintf("%s %s", ip.Protocol, dst)
 }

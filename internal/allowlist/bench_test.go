@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	endpt "github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"net/netip"
 	"testing"
 	"time"
@@ -167,7 +168,8 @@ func BenchmarkUpdateOne(b *testing.B) {
 		b.Fatal(err)
 	}
 	x := benchEntries(n, 1)[0]
-	a, proto, port, _ := ParseEndpoint(x.Value)
+	ep, _ := endpt.Parse(x.Value)
+	a, proto, port := ep.Addr, ep.Proto, ep.Port
 	extra := firewall.Element{Dst: a, Proto: proto, Port: port, Verdict: firewall.RateLimit}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -1,6 +1,7 @@
 package allowlist
 
 import (
+	endpt "github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"strings"
 	"unicode/utf8"
 
@@ -65,7 +66,7 @@ func storable(es []*records.AllowEntry, rs []records.Refusal) {
 func invalidValue(e *records.AllowEntry) string {
 	switch e.Type {
 	case records.AllowEndpoint:
-		if _, _, _, err := ParseEndpoint(e.Value); err != nil {
+		if _, err := endpt.Parse(e.Value); err != nil {
 			return err.Error()
 		}
 	case records.AllowDomain:

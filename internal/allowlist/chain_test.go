@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	endpt "github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -757,7 +758,8 @@ func TestParseLine4(t *testing.T) {
 			if !ok || string(typ) != records.AllowEndpoint {
 				return line{}, false, nil
 			}
-			a, proto, port, err := ParseEndpoint(string(value))
+			ep, err := endpt.Parse(string(value))
+			a, proto, port := ep.Addr, ep.Proto, ep.Port
 			v := firewall.Verdict(verdict)
 			if v == "-" {
 				v = firewall.RateLimit

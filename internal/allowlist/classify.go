@@ -3,6 +3,7 @@ package allowlist
 import (
 	"cmp"
 	"fmt"
+	endpt "github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"maps"
 	"math"
 	"net/netip"
@@ -152,11 +153,7 @@ func obsCycles(o *records.Observable) []string {
 	return cycles
 }
 
-func (e *endpoint) key() string { return endpointValue(e.addr, e.proto, e.port) }
-
-func endpointValue(a netip.Addr, proto string, port uint16) string {
-	return netip.AddrPortFrom(a, port).String() + "/" + proto
-}
+func (e *endpoint) key() string { return endpt.New(e.addr, e.port, e.proto).String() }
 
 // Classify classifies every destination the observables of one lease
 // show: collect gathers the evidence per endpoint and per name, score
@@ -342,7 +339,7 @@ func (ev *evidence) bot(channels, attacks []*records.Observable) {
 
 // endpoint returns the evidence of one endpoint, new if there is none yet.
 func (ev *evidence) endpoint(a netip.Addr, proto string, port uint16) *endpoint {
-	k := endpointValue(a, proto, port)
+	k := endpt.New(a, port, proto).String()
 	e := ev.eps[k]
 	if e == nil {
 		e = &endpoint{addr: a, proto: proto, port: port, names: map[string]bool{}, claimed: map[string]bool{}}
@@ -420,7 +417,7 @@ func (ev *evidence) serverName(server, name string) *endpoint {
 	if err != nil {
 		return nil
 	}
-	e := ev.eps[endpointValue(ap.Addr().Unmap(), "tcp", ap.Port())]
+	e := ev.eps[endpt.New(ap.Addr(), ap.Port(), "tcp").String()]
 	if e == nil {
 		return nil
 	}
@@ -879,7 +876,7 @@ func tried(lease string, netcalls []*records.Observable, eps map[string]*endpoin
 		if proto != "tcp" && proto != "udp" {
 			continue
 		}
-		key := endpointValue(a.Unmap(), proto, n.Port)
+		key := endpt.New(a, n.Port, proto).String()
 		if eps[key] != nil {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	endpt "github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"io"
 	"math/rand/v2"
 	"net/netip"
@@ -211,7 +212,8 @@ func TestClassifyCapture(t *testing.T) {
 		default:
 			continue
 		}
-		_, _, port, _ := ParseEndpoint(d.Value)
+		ep, _ := endpt.Parse(d.Value)
+		port := ep.Port
 		switch port {
 		case 23, 2323, 8080:
 			scans++

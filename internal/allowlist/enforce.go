@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	endpt "github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -167,13 +168,15 @@ func endpointElem(value, verdict []byte) (firewall.Element, error) {
 	default:
 		el.Verdict = firewall.Verdict(verdict)
 	}
-	if a, proto, port, ok := parseEndpoint4(value); ok {
-		el.Dst, el.Proto, el.Port = a, proto, port
-		return el, nil
+	ep, ok := endpt.ParseIPv4(value)
+	if !ok {
+		var err error
+		if ep, err = endpt.Parse(string(value)); err != nil {
+			return el, err
+		}
 	}
-	a, proto, port, err := ParseEndpoint(string(value))
-	el.Dst, el.Proto, el.Port = a, proto, port
-	return el, err
+	el.Dst, el.Proto, el.Port = ep.Addr, ep.Proto, ep.Port
+	return el, nil
 }
 
 // parseLine4 reads the line of an IPv4 endpoint in one pass, the lines
@@ -188,12 +191,12 @@ func parseLine4(l []byte) (line, bool) {
 	if sp < 0 {
 		return line{}, false
 	}
-	a, proto, port, ok := parseEndpoint4(rest[:sp])
+	ep, ok := endpt.ParseIPv4(rest[:sp])
 	if !ok {
 		return line{}, false
 	}
 	rest = rest[sp+1:]
-	x := line{el: firewall.Element{Dst: a, Proto: proto, Port: port}}
+	x := line{el: firewall.Element{Dst: ep.Addr, Proto: ep.Proto, Port: ep.Port}}
 	switch {
 	case bytes.HasPrefix(rest, []byte("rate-limit ")):
 		x.el.Verdict, rest = firewall.RateLimit, rest[len("rate-limit "):]
@@ -214,41 +217,6 @@ func parseLine4(l []byte) (line, bool) {
 		x.exp = x.exp*10 + int64(c-'0')
 	}
 	return x, true
-}
-
-// parseEndpoint4 reads "A.B.C.D:PORT/tcp" or ".../udp" written without
-// leading zeros, as ParseEndpoint would; anything else is left to
-// ParseEndpoint.
-func parseEndpoint4(v []byte) (netip.Addr, string, uint16, bool) {
-	var a [4]byte
-	var port int
-	i := 0
-	for k := 0; k < 5; k++ {
-		n, start := 0, i
-		for i < len(v) && v[i] >= '0' && v[i] <= '9' && i-start < 5 {
-			n = n*10 + int(v[i]-'0')
-			i++
-		}
-		if i == start || (v[start] == '0' && i-start > 1) || i >= len(v) {
-			return netip.Addr{}, "", 0, false
-		}
-		switch {
-		case k < 3 && v[i] == '.' && n <= 255, k == 3 && v[i] == ':' && n <= 255:
-			a[k] = byte(n)
-		case k == 4 && v[i] == '/' && n <= 65535:
-			port = n
-		default:
-			return netip.Addr{}, "", 0, false
-		}
-		i++
-	}
-	switch string(v[i:]) {
-	case "tcp":
-		return netip.AddrFrom4(a), "tcp", uint16(port), true
-	case "udp":
-		return netip.AddrFrom4(a), "udp", uint16(port), true
-	}
-	return netip.Addr{}, "", 0, false
 }
 
 // live folds the enforced lists of revisions into a lease's live list,

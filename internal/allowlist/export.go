@@ -2,6 +2,7 @@ package allowlist
 
 import (
 	"fmt"
+	endpt "github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"io"
 	"sort"
 	"strings"
@@ -67,7 +68,8 @@ func exportNFT(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 		if e.Type != records.AllowEndpoint {
 			continue
 		}
-		a, proto, port, err := ParseEndpoint(e.Value)
+		ep, err := endpt.Parse(e.Value)
+		a, proto, port := ep.Addr, ep.Proto, ep.Port
 		if err != nil || !a.Is4() {
 			continue
 		}
@@ -91,7 +93,8 @@ func exportZeek(w io.Writer, es []*records.AllowEntry) error {
 		}
 		ind, typ := e.Value, "Intel::DOMAIN"
 		if e.Type == records.AllowEndpoint {
-			a, _, _, err := ParseEndpoint(e.Value)
+			ep, err := endpt.Parse(e.Value)
+			a := ep.Addr
 			if err != nil {
 				continue
 			}
@@ -136,7 +139,8 @@ func exportSuricata(w io.Writer, es []*records.AllowEntry, o ExportOptions) erro
 		var rule string
 		switch e.Type {
 		case records.AllowEndpoint:
-			a, proto, port, err := ParseEndpoint(e.Value)
+			ep, err := endpt.Parse(e.Value)
+			a, proto, port := ep.Addr, ep.Proto, ep.Port
 			if err != nil {
 				continue
 			}
@@ -173,7 +177,8 @@ func exportSTIX(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 		var pattern string
 		switch e.Type {
 		case records.AllowEndpoint:
-			a, proto, port, err := ParseEndpoint(e.Value)
+			ep, err := endpt.Parse(e.Value)
+			a, proto, port := ep.Addr, ep.Proto, ep.Port
 			if err != nil {
 				continue
 			}

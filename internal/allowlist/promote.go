@@ -509,13 +509,3 @@ func Expired(now time.Time) func(es []*records.AllowEntry) error {
 func Enforced(e *records.AllowEntry, now time.Time) bool {
 	return enforced(e.Status) && (e.ExpiresAt == nil || e.ExpiresAt.After(now))
 }
-
-// ParseEndpoint reads an endpoint entry's value, "IP:PORT/PROTO".
-func ParseEndpoint(v string) (netip.Addr, string, uint16, error) {
-	hp, proto, ok := strings.Cut(v, "/")
-	ap, err := netip.ParseAddrPort(hp)
-	if !ok || err != nil || (proto != "tcp" && proto != "udp") {
-		return netip.Addr{}, "", 0, fmt.Errorf("endpoint %q: want IP:PORT/PROTO", v)
-	}
-	return ap.Addr(), proto, ap.Port(), nil
-}

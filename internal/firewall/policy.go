@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"net/netip"
 	"slices"
 	"sort"
@@ -78,19 +79,15 @@ func ParseElement(s string) (Element, error) {
 	if err != nil {
 		return Element{}, err
 	}
-	hostport, proto, ok := strings.Cut(body, "/")
-	if !ok {
-		proto = "tcp"
+	// The one protocol-less form the command line takes: tcp.
+	if !strings.Contains(body, "/") {
+		body += "/tcp"
 	}
-	ap, err := netip.ParseAddrPort(hostport)
+	ep, err := endpoint.Parse(strings.ToLower(body))
 	if err != nil {
-		return Element{}, fmt.Errorf("element %q: want IP:PORT/PROTO[=VERDICT]", s)
+		return Element{}, fmt.Errorf("element %q: want IP:PORT/PROTO[=VERDICT], PROTO tcp or udp", s)
 	}
-	e := Element{Dst: ap.Addr(), Proto: strings.ToLower(proto), Port: ap.Port(), Verdict: verdict}
-	if e.Proto != "tcp" && e.Proto != "udp" {
-		return Element{}, fmt.Errorf("element %q: protocol must be tcp or udp", s)
-	}
-	return e, nil
+	return Element{Dst: ep.Addr, Proto: ep.Proto, Port: ep.Port, Verdict: verdict}, nil
 }
 
 func protoNum(p string) byte {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"io"
 	"strconv"
 	"time"
@@ -268,18 +269,6 @@ func unixNanos(raw []byte) (int64, bool) {
 	return ns, true
 }
 
-// endpointKey is an endpoint's value as the observables and the
-// allow-list write it: "203.0.113.7:443/tcp", "[2001:db8::1]:443/tcp".
-func endpointKey(b, host []byte, port uint16, proto []byte) []byte {
-	if bytes.IndexByte(host, ':') >= 0 {
-		b = append(append(append(b, '['), host...), ']')
-	} else {
-		b = append(b, host...)
-	}
-	b = strconv.AppendUint(append(b, ':'), uint64(port), 10)
-	return append(append(b, '/'), proto...)
-}
-
 // readLog adds one flow log's connections to t.
 func (c *collector) readLog(fr *flowReader, j flowJob, t *tally) error {
 	if err := c.st.EnsureBlob(c.ctx, j.art.SHA256); err != nil {
@@ -295,7 +284,7 @@ func (c *collector) readLog(fr *flowReader, j flowJob, t *tally) error {
 		if n&0xfff == 0 && c.ctx.Err() != nil {
 			return c.ctx.Err()
 		}
-		key = endpointKey(key[:0], cn.host, cn.port, cn.proto)
+		key = endpoint.Append(key[:0], cn.host, cn.port, cn.proto)
 		c.tallyConn(t, cn, j.lease, j.scans, key)
 		return nil
 	})

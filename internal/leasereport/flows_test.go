@@ -2,6 +2,7 @@ package leasereport
 
 import (
 	"bytes"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"net/netip"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestConnParse(t *testing.T) {
 		got[1].established() || string(got[2].host) != "2001:db8::1" || !got[2].established() {
 		t.Errorf("read %+v", got)
 	}
-	if k := endpointKey(nil, got[2].host, got[2].port, got[2].proto); string(k) != "[2001:db8::1]:53/udp" {
+	if k := endpoint.Append(nil, got[2].host, got[2].port, got[2].proto); string(k) != "[2001:db8::1]:53/udp" {
 		t.Errorf("endpoint %s", k)
 	}
 

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"cmp"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"maps"
 	"net/netip"
 	"slices"
@@ -468,7 +469,7 @@ func (t *Dests) out(e *endpointStat) {
 	addr := k.addr.String()
 	first, last := nsTime(e.first), nsTime(e.last)
 	origin := Origin{Cycle: t.cycle, Artifact: e.prov.Artifact, Input: e.prov.Input, Source: e.source}
-	o := origin.New(records.ObsEndpoint, netip.AddrPortFrom(k.addr, k.port).String()+"/"+k.proto, first, e.prov.Packet, e.prov.Line)
+	o := origin.New(records.ObsEndpoint, endpoint.New(k.addr, k.port, k.proto).String(), first, e.prov.Packet, e.prov.Line)
 	o.LastSeen, o.Count = last, e.conns
 	o.Endpoint = &records.EndpointInfo{Proto: k.proto, Addr: addr, Port: k.port, Conns: e.conns, Established: e.established,
 		ConnStates: e.states, Services: e.services, OrigPkts: e.origPkts, OrigBytes: e.origBytes, RespPkts: e.respPkts,
