@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,11 @@ type fakeHost struct {
 	// saves and restores count SaveDomain and RestorePaused calls.
 	saves, restores int
 	unsaveable      bool
+	// scripts are the shell scripts the guests were given (guest-exec of
+	// sh -c); with timersStopped, no guest process ever exits, as in a
+	// guest whose timer interrupts stopped.
+	scripts       []string
+	timersStopped bool
 }
 
 func newFakeHost(uri string, memMiB, freeMiB uint64) *fakeHost {
@@ -90,6 +96,27 @@ func (h *fakeHost) AgentCommand(ctx context.Context, name, cmd string) (string, 
 	}
 	if h.answersAfter == 0 || h.creates < h.answersAfter {
 		return "", guestagent.ErrNotReady
+	}
+	var req struct {
+		Execute   string `json:"execute"`
+		Arguments struct {
+			Arg []string `json:"arg"`
+		} `json:"arguments"`
+	}
+	if err := json.Unmarshal([]byte(cmd), &req); err != nil {
+		return "", err
+	}
+	switch req.Execute {
+	case "guest-exec":
+		if a := req.Arguments.Arg; len(a) == 3 && a[0] == "sh" && a[1] == "-c" {
+			h.scripts = append(h.scripts, a[2])
+		}
+		return `{"return":{"pid":7}}`, nil
+	case "guest-exec-status":
+		if h.timersStopped {
+			return `{"return":{"exited":false}}`, nil
+		}
+		return `{"return":{"exited":true,"exitcode":0}}`, nil
 	}
 	return `{"return":{}}`, nil
 }

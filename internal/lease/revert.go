@@ -16,7 +16,6 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
-	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
 
 // A guest serves one sample. Whatever a sample ran with root in its guest
@@ -140,7 +139,7 @@ func (m *Manager) clean(ctx context.Context, c Host, l *records.SandboxLease, ti
 		start := time.Now()
 		err := files.Copy(disk, l.Overlay)
 		if err == nil {
-			err = m.resumeSaved(ctx, c, l, mem, timeout)
+			err = m.restoreGuest(ctx, c, l, mem, "", timeout)
 		}
 		if err == nil {
 			return "snapshot", time.Since(start).Round(time.Millisecond), nil
@@ -182,23 +181,7 @@ func (m *Manager) saveClean(ctx context.Context, c Host, l *records.SandboxLease
 	if err := files.Copy(l.Overlay, disk); err != nil {
 		return err
 	}
-	return m.resumeSaved(ctx, c, l, mem, timeout)
-}
-
-// resumeSaved restores the lease's guest from its own save file, its tap
-// bound before it runs, and waits for its agent. The saved definition is
-// the lease's own: name, overlay, tap, MAC and address are unchanged.
-func (m *Manager) resumeSaved(ctx context.Context, c Host, l *records.SandboxLease, mem string, timeout time.Duration) error {
-	if err := m.run(ctx, c, l, func() error { return c.RestorePaused(ctx, mem, "") }); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := virt.NewGuest(c, l.VMName, l.ConsoleLog).WaitAgent(wctx); err != nil {
-		c.Destroy(context.WithoutCancel(ctx), l.VMName)
-		return err
-	}
-	return nil
+	return m.restoreGuest(ctx, c, l, mem, "", timeout)
 }
 
 // sampleList is a fresh guest's Samples for a plan.

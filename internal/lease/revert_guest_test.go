@@ -23,6 +23,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/lease"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -100,7 +101,11 @@ func TestRevertRealGuest(t *testing.T) {
 	m := lease.New(st, cfg, cmdout.New("tb-lease", io.Discard, &stderr, nil))
 	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
 	t.Cleanup(m.Close)
-	fw, err := capture.LabFirewall(st, lab.Name)
+	labH, err := netlab.Open(st, lab.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := labH.Firewall()
 	if err != nil {
 		t.Fatal(err)
 	}

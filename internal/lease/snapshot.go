@@ -67,7 +67,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*records.LeaseSnapsh
 	copyErr := files.Copy(l.Overlay, filepath.Join(s.Dir, diskFile))
 	// The lease comes back whatever happened to the copy.
 	rctx := context.WithoutCancel(ctx)
-	if err := m.run(rctx, c, l, func() error { return c.RestorePaused(rctx, mem, "") }); err != nil {
+	if err := m.restoreGuest(rctx, c, l, mem, "", restoredTimeout); err != nil {
 		m.finish(ctx, l.ID, records.LeaseFailed, "could not resume after snapshot: "+err.Error())
 		return nil, fmt.Errorf("lease %s did not resume after its snapshot (now failed): %w", l.ID, err)
 	}
@@ -232,40 +232,27 @@ func (m *Manager) Restore(ctx context.Context, id string, r Request) (*records.S
 	if err := rewriteSaveImage(filepath.Join(s.Dir, memoryFile), own, newXML); err != nil {
 		return fail(err)
 	}
-	// Resumed once its tap is bound: until readdress the guest still has
+	// Resumed once its tap is bound: until it is re-addressed the guest has
 	// the saved guest's MAC and address, whose frames the binding drops.
-	if err := m.run(ctx, c, l, func() error { return c.RestorePaused(ctx, own, "") }); err != nil {
+	if err := m.restoreGuest(ctx, c, l, own, readdressScript(l), r.BootTimeout); err != nil {
 		return fail(err)
 	}
 	os.Remove(own)
 	now := m.St.Now()
 	m.update(ctx, l.ID, func(x *records.SandboxLease) error { x.StartedAt = &now; return nil })
-	g := virt.NewGuest(c, l.VMName, l.ConsoleLog)
-	wctx, cancel := context.WithTimeout(ctx, r.BootTimeout)
-	defer cancel()
-	if err := g.WaitAgent(wctx); err != nil {
-		return fail(err)
-	}
-	if err := readdress(wctx, g, l); err != nil {
+	if err := checkAddress(ctx, virt.NewGuest(c, l.VMName, l.ConsoleLog), l.IP); err != nil {
 		return fail(err)
 	}
 	return m.ready(ctx, l.ID, time.Since(start).Round(time.Millisecond), false)
 }
 
-// readdress moves the restored guest to its lease's MAC and address. The
-// NIC's MAC is part of the saved device state, so the guest sets it (virtio
-// tells QEMU) together with the address.
-func readdress(ctx context.Context, g *virt.Guest, l *records.SandboxLease) error {
-	script := fmt.Sprintf("ip link set dev eth0 down && ip link set dev eth0 address %s && ip addr flush dev eth0 && ip addr add %s/%d dev eth0 && ip link set dev eth0 up && ip route replace default via %s",
+// readdressScript moves a restored guest to its lease's MAC and address
+// (run by settleRestored). The NIC's MAC is part of the saved device
+// state, so the guest sets it (virtio tells QEMU) together with the
+// address.
+func readdressScript(l *records.SandboxLease) string {
+	return fmt.Sprintf("ip link set dev eth0 down && ip link set dev eth0 address %s && ip addr flush dev eth0 && ip addr add %s/%d dev eth0 && ip link set dev eth0 up && ip route replace default via %s",
 		l.MAC, l.IP, l.Prefix, l.Gateway)
-	res, err := g.Run(ctx, "/bin/busybox", "sh", "-c", script)
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("changing the guest's address: exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
-	}
-	return checkAddress(ctx, g, l.IP)
 }
 
 var (

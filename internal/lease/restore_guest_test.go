@@ -1,0 +1,91 @@
+package lease_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/lease"
+	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// TestRestorePseriesRealGuest: a ppc64el guest whose processes sleep in
+// short steps (a timer event is nearly always pending) is snapshotted,
+// which saves it and restores it in place, and the snapshot is restored as
+// a new lease. QEMU 7.2 brings such a pseries guest back under TCG without
+// timer interrupts (timers.go): its agent answers, but the new lease's
+// re-addressing (`ip link set down` waits for an RCU grace period) and any
+// sleep hang. Both guests must come back with timers that run. Without
+// the timer kick, Restore fails with "the restored guest's timers do not
+// run".
+func TestRestorePseriesRealGuest(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the real-guest test needs root (bridges, nftables, VMs); run it with make test")
+	}
+	ctx := context.Background()
+	fix, err := leasetest.ImageFor(ctx, "debian-bookworm-ppc64el")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Join(t.TempDir(), "state")
+	if err := leasetest.Reachable(stateDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := fix.Install(ctx, stateDir); err != nil {
+		t.Fatal(err)
+	}
+	lab, err := leasetest.UpDocumentationLab(ctx, stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Down)
+	t.Cleanup(func() { leasetest.Cleanup(stateDir) })
+	st, err := state.Open(ctx, stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := lease.Options{Bridge: lab.Bridge, LabNet: lab.LabNet.String()}.Load(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	m := lease.New(st, cfg, cmdout.New("tb-lease", io.Discard, &stderr, nil))
+	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
+	t.Cleanup(m.Close)
+
+	p := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "ppc64el"},
+		Lease: records.LeaseNeeds{VCPUs: 1, MemoryMiB: 512, TTL: records.Duration(time.Hour)}}
+	records.Init(p, records.KindPlan, st.Now())
+	if err := st.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	src, err := m.Acquire(ctx, lease.Request{Plan: p, Holder: "cycle_p", Accel: "tcg"})
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	guestSh(t, m, src.ID, "(setsid /bin/busybox sh -c 'while :; do /bin/busybox usleep 3000; done' >/dev/null 2>&1 </dev/null &)")
+	snap, err := m.Snapshot(ctx, src.ID)
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	restored, err := m.Restore(ctx, snap.ID, lease.Request{Holder: "cycle_r"})
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	for _, l := range []*records.SandboxLease{src, restored} {
+		if out := guestSh(t, m, l.ID, "/bin/busybox usleep 1000 && echo slept"); strings.TrimSpace(out) != "slept" {
+			t.Errorf("lease %s: a sleep in its guest: %q", l.ID, out)
+		}
+	}
+	if out := guestSh(t, m, restored.ID, "/bin/busybox ip -4 -o addr show dev eth0"); !strings.Contains(out, restored.IP+"/") {
+		t.Errorf("the restored guest does not have its lease's address %s: %q", restored.IP, out)
+	}
+}
