@@ -272,8 +272,7 @@ func TestRealGuest(t *testing.T) {
 		// under strace (around the emulator for MIPS), kills its tracer or
 		// forges trace lines into the tracer's output; each leaves a
 		// "trace tampered" evasion, which escalates the analysis, and a
-		// clean run of the same binary leaves none (QEMU's own start,
-		// dropped by the check, is not taken for a stranger's lines).
+		// clean run of the same binary leaves none.
 		for _, arch := range []string{"amd64", "mips"} {
 			bin := filepath.Join(t.TempDir(), "beacon")
 			cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../demo/beacon/cmd/beacon")
