@@ -88,11 +88,13 @@ type Cycle struct {
 	StdoutTo   int64 `json:"stdout_to,omitempty"`
 	StderrFrom int64 `json:"stderr_from,omitempty"`
 	StderrTo   int64 `json:"stderr_to,omitempty"`
-	// Tracer is how the sample's system calls are traced in the guest
-	// (plan instrumentation "trace"): "strace", or "qemu" for a sample under
-	// user-mode emulation (QEMU's own log of the emulated calls, since
-	// strace would see the emulator's). TraceFrom/To is the byte range of
-	// the trace this cycle read.
+	// Tracer says the sample's system calls are traced in the guest (plan
+	// instrumentation "trace"): by strace, natively or, for a sample under
+	// user-mode emulation (the plan's emulation), around the emulator.
+	// "strace"; "qemu" on an emulated sample's cycle, whose trace was
+	// QEMU's own log until that log, which lost lines at each exec, gave
+	// way to strace. TraceFrom/To is the byte range of the trace this
+	// cycle read.
 	Tracer    string `json:"tracer,omitempty"`
 	TraceFrom int64  `json:"trace_from,omitempty"`
 	TraceTo   int64  `json:"trace_to,omitempty"`
