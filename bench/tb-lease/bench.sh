@@ -7,27 +7,29 @@
 # ARCH=amd64: any architecture with an image spec)
 # TB_STATE may name a state directory that already has the
 # debian-bookworm-$ARCH image; otherwise one is built (TB_APT_CACHE reused).
+# TB_BIN is where the tools are (default bin, as make build leaves them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${RUNS:-5}
 arch=${ARCH:-amd64}
 accel=${ACCEL:-tcg}
+tb=${TB_BIN:-bin}
 work=$(mktemp -d /var/tmp/tb-lease-bench.XXXXXX)
 chmod 755 "$work"
 if [ -z "${TB_STATE:-}" ]; then
   export TB_STATE=$work/state
-  bin/tb-build build "debian-bookworm-$arch" >"$work/build.out" 2>"$work/build.log"
+  "$tb"/tb-build build "debian-bookworm-$arch" >"$work/build.out" 2>"$work/build.log"
 fi
 # tb-lease starts guests only on a checked lab's bridge: a lab of the
 # bench's own, without services.
 br=tbbench$$ lab=bench$$ labnet=10.217.0.0/24
-bin/tb-capture net up --lab "$lab" --bridge "$br" --lab-net "$labnet" --sink-ns "tbbs$$" --sink-veth "tbbk$$" \
+"$tb"/tb-capture net up --lab "$lab" --bridge "$br" --lab-net "$labnet" --sink-ns "tbbs$$" --sink-veth "tbbk$$" \
   --sink-net 10.218.0.0/24 --table "talkboxb$$" --no-inetsim --no-dns >"$work/net.out"
 export TB_LEASE_BRIDGE=$br TB_LEASE_LAB_NET=$labnet
-tl=bin/tb-lease
+tl="$tb"/tb-lease
 cleanup() {
   $tl list --live 2>/dev/null | grep -o '"id":"lease_[^"]*"' | cut -d'"' -f4 | xargs -r $tl release >/dev/null 2>&1 || true
-  bin/tb-capture net down --lab "$lab" >/dev/null 2>&1 || true
+  "$tb"/tb-capture net down --lab "$lab" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 field() { grep -o "\"$1\":\"[^\"]*\"" | head -1 | cut -d'"' -f4; }
