@@ -38,17 +38,17 @@ func BenchmarkFleetScale(b *testing.B) {
 		}
 		queue = n
 	}
-	pg := pgtest.Start(b)
+	// One queue for every run: each tops it up by what it drives.
+	f := newBenchFleet(b, pgtest.Start(b), queue)
 	for _, workers := range []int{10, 40} {
 		b.Run(fmt.Sprintf("workers=%d/queue=%d", workers, queue), func(b *testing.B) {
-			f := newBenchFleet(b, pg, queue)
 			f.run(b, workers)
 		})
 	}
 }
 
 // benchFleet is a fleet's shared store with its queue of cycles of one
-// plan, kept across the runs of one sub-benchmark.
+// plan, kept across the runs.
 type benchFleet struct {
 	url, blobs string
 	st         *state.Store

@@ -68,6 +68,8 @@ type Worker struct {
 	// waiting holds the waits already logged: a platform no live host
 	// boots, a pinned host that cannot take its cycle.
 	waiting map[string]bool
+	// lookedForWaits is when the worker last looked for them.
+	lookedForWaits time.Time
 }
 
 // replacementIndex keys a dead host's cycle to its replacement.
@@ -99,50 +101,30 @@ func (w *Worker) Run(ctx context.Context) error {
 		"platforms", w.rec.Platforms, "native", w.rec.Native)
 	w.releaseAbandoned(ctx)
 
-	st := w.R.St
-	changed := make(chan struct{}, 1)
-	fl, err := st.FollowJournal(ctx, false)
+	// A cycle queued, taken or ended, a worker's capacity changed: there
+	// may be work to take.
+	wctx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	changed, err := w.R.St.WatchFleet(wctx)
 	if err != nil {
 		return err
 	}
-	defer fl.Close()
-	fctx, stopFollow := context.WithCancel(ctx)
-	defer stopFollow()
-	go func() {
-		// Any commit may have freed work: a new cycle, one ended, a
-		// worker gone.
-		for fctx.Err() == nil {
-			e, err := fl.Next()
-			if err == nil && e == nil {
-				err = fl.Wait(fctx)
-			}
-			if err != nil && fctx.Err() == nil {
-				w.R.Log.Warn("following the journal", "err", err)
-				select {
-				case <-fctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
-			if e != nil && e.Kind != records.KindEvent {
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
 	done := make(chan driven)
 	tick := time.NewTicker(w.heartbeat())
 	defer tick.Stop()
+	look := true
 	for {
-		idle, err := w.take(ctx, done)
-		if err != nil {
-			w.R.Log.Warn("looking for cycles", "err", err)
+		if look {
+			idle, err := w.take(ctx, done)
+			if err != nil {
+				w.R.Log.Warn("looking for cycles", "err", err)
+			}
+			if w.UntilIdle && idle && len(w.running) == 0 {
+				w.R.Log.Info("worker idle: nothing left to drive", "worker", w.rec.ID)
+				return nil
+			}
 		}
-		if w.UntilIdle && idle && len(w.running) == 0 {
-			w.R.Log.Info("worker idle: nothing left to drive", "worker", w.rec.ID)
-			return nil
-		}
+		look = true
 		select {
 		case <-ctx.Done():
 			for range len(w.running) {
@@ -158,6 +140,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.beat(ctx)
 		case <-changed:
+			// A worker with no free slot has nothing to take: the
+			// cycles of dead hosts are looked for every heartbeat, and
+			// an idle check needs every look.
+			look = w.UntilIdle || len(w.running) < w.Slots
 		}
 	}
 }
@@ -298,12 +284,12 @@ func (w *Worker) beat(ctx context.Context) {
 
 // take starts driving the cycles this worker should drive now, as slots
 // allow, and replaces those of dead hosts. idle reports that no open cycle
-// was left undriven.
+// was left undriven. It reads the active cycles (as many as the fleet
+// drives) and the first queued ones this host may take, never the whole
+// queue.
 func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err error) {
 	st := w.R.St
-	open, err := state.FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
-		return !records.CycleTerminal(c.State)
-	})
+	active, err := state.ActiveCycles(ctx, st)
 	if err != nil {
 		return false, err
 	}
@@ -336,14 +322,8 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		}
 	}
 	idle = true
-	for _, c := range open {
+	for _, c := range active {
 		if w.running[c.ID] {
-			continue
-		}
-		if c.State == records.CyclePending && c.Lease == "" {
-			if w.takeUnleased(ctx, c, others, now, done) {
-				idle = false
-			}
 			continue
 		}
 		owner, err := w.ownerOf(c)
@@ -377,61 +357,142 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		// Otherwise another live host's worker takes it, or its host is
 		// not yet silent for long enough.
 	}
-	return idle, nil
+	busy, err := w.takeQueued(ctx, others, now, done)
+	if err != nil {
+		return false, err
+	}
+	return idle && !busy, nil
 }
 
-// takeUnleased starts driving a pending cycle that still needs a lease if
-// it is this worker's: its host boots the plan's platform, the cycle is
+// claimMargin is how many more queued cycles than the fleet's free slots a
+// claim asks for: those another worker took a moment ago are passed over.
+const claimMargin = 4
+
+// takeQueued starts driving queued cycles (pending, needing a lease) this
+// worker should take: its host boots the plan's platform, the cycle is
 // pinned to no other host, and no live worker fits it better. keepsBusy
-// reports that the cycle keeps the worker from being idle: it drives it, or
-// a live host's worker will.
-func (w *Worker) takeUnleased(ctx context.Context, c *records.Cycle, others []*records.Worker, now time.Time, done chan<- driven) (keepsBusy bool) {
-	plat, err := w.platformOf(c.Plan)
+// reports that a queued cycle keeps the worker from being idle: it drives
+// one, or a live host's worker will.
+func (w *Worker) takeQueued(ctx context.Context, others []*records.Worker, now time.Time, done chan<- driven) (keepsBusy bool, err error) {
+	free := w.Slots - len(w.running)
+	if free <= 0 {
+		// No slot: whether someone drives them is asked when one frees.
+		return true, nil
+	}
+	// Enough to pass over those left to the other workers' free slots.
+	othersFree := 0
+	for _, o := range others {
+		othersFree += o.Free()
+	}
+	queued, err := state.Queued(ctx, w.R.St, w.queueFilter(), free+othersFree+claimMargin)
 	if err != nil {
-		w.R.Log.Warn("cycle's plan", "cycle", c.ID, "plan", c.Plan, "err", err)
-		return false
+		return false, err
 	}
-	wait := "platform " + orAnyPlatform(plat)
-	if c.PinnedTo != "" {
-		wait = "host " + c.PinnedTo + " " + wait
-	}
-	if (c.PinnedTo == "" || c.PinnedTo == w.Host) && w.boots(plat) {
-		delete(w.waiting, wait)
+	ahead := map[string]int{}
+	for _, c := range queued {
 		if len(w.running) >= w.Slots {
-			// No slot: whether someone drives it is asked when one frees.
-			return true
+			return true, nil
 		}
-		if w.busy(ctx, c.ID) {
-			return false // driven by someone
+		if w.running[c.ID] || w.busy(ctx, c.ID) {
+			continue // driven by someone (or by this worker, not yet leasing)
 		}
-		if c.PinnedTo == "" && w.yields(plat, c, others, now) {
-			return true
-		}
-		w.start(ctx, c.ID, done)
-		return true
-	}
-	taker := slices.ContainsFunc(others, func(o *records.Worker) bool {
-		return (c.PinnedTo == "" || c.PinnedTo == o.Host) && o.Boots(plat)
-	})
-	if !taker {
-		// Nothing but a host that comes up (or gets the image) takes it:
-		// it does not keep an idle worker running.
-		if !w.waiting[wait] {
-			w.waiting[wait] = true
-			if c.PinnedTo != "" {
-				w.R.Log.Warn("a cycle waits: the host it is pinned to has no live worker with an image for its platform",
-					"cycle", c.ID, "pinned_to", c.PinnedTo, "platform", orAnyPlatform(plat))
-			} else {
-				w.R.Log.Warn("a cycle waits: no live host has an image for its platform",
-					"cycle", c.ID, "platform", orAnyPlatform(plat))
+		keepsBusy = true
+		if c.PinnedTo == "" {
+			plat, err := w.platformOf(c.Plan)
+			if err != nil {
+				w.R.Log.Warn("cycle's plan", "cycle", c.ID, "plan", c.Plan, "err", err)
+				continue
+			}
+			if w.yields(plat, c, others, now, ahead[plat]) {
+				ahead[plat]++
+				continue
 			}
 		}
-		return false
+		w.start(ctx, c.ID, done)
 	}
-	delete(w.waiting, wait)
-	// Another live host's: only an idle check needs to know whether it
-	// is driven, so no lock round trip per cycle otherwise.
-	return w.UntilIdle && !w.busy(ctx, c.ID)
+	if keepsBusy {
+		return true, nil
+	}
+	if w.UntilIdle {
+		// Only an idle check needs to know whether another live host's
+		// worker will take a queued cycle.
+		for _, o := range others {
+			qs, err := state.Queued(ctx, w.R.St, workerFilter(o), claimMargin)
+			if err != nil {
+				return false, err
+			}
+			for _, c := range qs {
+				if !w.busy(ctx, c.ID) {
+					return true, nil
+				}
+			}
+		}
+	}
+	w.noteWaiting(ctx, others, now)
+	return false, nil
+}
+
+// queueFilter is what this worker's host may take.
+func (w *Worker) queueFilter() state.QueueFilter {
+	if w.Capabilities == nil {
+		return state.QueueFilter{Host: w.Host}
+	}
+	return workerFilter(w.rec)
+}
+
+// workerFilter is what a worker's host takes, as its record says.
+func workerFilter(o *records.Worker) state.QueueFilter {
+	return state.QueueFilter{Host: o.Host, Platforms: append([]string{}, o.Platforms...)}
+}
+
+// waitLookAt is how many queued cycles an idle worker looks at, once a
+// heartbeat, for those no live host can take.
+const waitLookAt = 64
+
+// noteWaiting logs, once each, the platforms (and pinned hosts) of queued
+// cycles that no live worker's host can take: nothing but a host that
+// comes up, or gets the image, takes them. An idle worker looks at the
+// first queued cycles once a heartbeat.
+func (w *Worker) noteWaiting(ctx context.Context, others []*records.Worker, now time.Time) {
+	if now.Sub(w.lookedForWaits) < w.heartbeat() {
+		return
+	}
+	w.lookedForWaits = now
+	qs, err := state.Queued(ctx, w.R.St, state.QueueFilter{}, waitLookAt)
+	if err != nil {
+		w.R.Log.Warn("looking for cycles no host takes", "err", err)
+		return
+	}
+	for _, c := range qs {
+		plat, err := w.platformOf(c.Plan)
+		if err != nil {
+			w.R.Log.Warn("cycle's plan", "cycle", c.ID, "plan", c.Plan, "err", err)
+			continue
+		}
+		wait := "platform " + orAnyPlatform(plat)
+		if c.PinnedTo != "" {
+			wait = "host " + c.PinnedTo + " " + wait
+		}
+		taker := (c.PinnedTo == "" || c.PinnedTo == w.Host) && w.boots(plat) ||
+			slices.ContainsFunc(others, func(o *records.Worker) bool {
+				return (c.PinnedTo == "" || c.PinnedTo == o.Host) && o.Boots(plat)
+			})
+		if taker {
+			delete(w.waiting, wait)
+			continue
+		}
+		if w.waiting[wait] {
+			continue
+		}
+		w.waiting[wait] = true
+		if c.PinnedTo != "" {
+			w.R.Log.Warn("a cycle waits: the host it is pinned to has no live worker with an image for its platform",
+				"cycle", c.ID, "pinned_to", c.PinnedTo, "platform", orAnyPlatform(plat))
+		} else {
+			w.R.Log.Warn("a cycle waits: no live host has an image for its platform",
+				"cycle", c.ID, "platform", orAnyPlatform(plat))
+		}
+	}
 }
 
 func orAnyPlatform(p string) string { return cmp.Or(p, "any") }
@@ -474,12 +535,16 @@ func (w *Worker) ownerOf(c *records.Cycle) (string, error) {
 // the platform under KVM before one whose host does not (native-arch-first),
 // then the one with the most free slots (least-loaded placement, with
 // capacities read from the workers' heartbeats), then the first by host
-// name. After DeadAfter the cycle waited, it yields to none.
-func (w *Worker) yields(platform string, c *records.Cycle, others []*records.Worker, now time.Time) bool {
+// name. ahead is how many queued cycles of the platform before this one it
+// already left to others: once they fill the better workers' free slots,
+// it yields no more (a deep queue keeps every worker busy). After
+// DeadAfter the cycle waited, it yields to none.
+func (w *Worker) yields(platform string, c *records.Cycle, others []*records.Worker, now time.Time, ahead int) bool {
 	if now.Sub(c.RequestedAt) > w.deadAfter() {
 		return false
 	}
 	free, native := w.Slots-len(w.running), w.rec.RunsNative(platform)
+	better := 0
 	for _, o := range others {
 		f := o.Free()
 		if f == 0 || !o.Boots(platform) {
@@ -487,15 +552,15 @@ func (w *Worker) yields(platform string, c *records.Cycle, others []*records.Wor
 		}
 		if on := o.RunsNative(platform); on != native {
 			if on {
-				return true
+				better += f
 			}
 			continue
 		}
 		if f > free || f == free && o.Host < w.Host {
-			return true
+			better += f
 		}
 	}
-	return false
+	return better > ahead
 }
 
 // busy tells whether a process drives the cycle now.

@@ -28,7 +28,8 @@ import (
 //	talkbox_journal  puts and deletes; seq is the commit order, because a
 //	                 journal row is inserted under one lock held to commit
 //	talkbox_keys     records by field value (FindBy), exactly the keys
-//	                 of each record's current version
+//	                 of each record's current version, and the fleet's
+//	                 queue (postgres_queue.go)
 //	talkbox_index    unique keys (Claim, Lookup)
 //	talkbox_locks    one row per named lock, held as a row lock by a
 //	                 transaction that the server ends pgLockTimeout after
@@ -97,7 +98,7 @@ CREATE TABLE IF NOT EXISTS talkbox_index (
 	PRIMARY KEY (name, key)
 );
 CREATE TABLE IF NOT EXISTS talkbox_locks (name text PRIMARY KEY);
-`
+` + pgFleetSchema
 
 // pgNotifyChannel is where each commit that appends to the journal
 // notifies followers.
@@ -127,7 +128,7 @@ func openShared(ctx context.Context, url string, dir *dirStore, lockTimeout time
 // take turns.
 func (s *pgStore) migrate(ctx context.Context) error {
 	var have bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('talkbox_locks') IS NOT NULL`).Scan(&have); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('talkbox_fleet_keys') IS NOT NULL`).Scan(&have); err != nil {
 		return err
 	}
 	if have {
@@ -137,8 +138,20 @@ func (s *pgStore) migrate(ctx context.Context) error {
 		if err := xactLock(ctx, tx, "schema", ""); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, pgSchema)
-		return err
+		var had, keyed bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('talkbox_locks') IS NOT NULL, to_regclass('talkbox_fleet_keys') IS NOT NULL`).Scan(&had, &keyed); err != nil {
+			return err
+		}
+		if keyed {
+			return nil // another host migrated it meanwhile
+		}
+		if _, err := tx.Exec(ctx, pgSchema); err != nil {
+			return err
+		}
+		if had {
+			return backfillFleetKeys(ctx, tx)
+		}
+		return nil
 	})
 }
 
@@ -202,6 +215,9 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 			return err
 		}
 		if err := replaceKeys(ctx, tx, kind, id, prev, indexKeys(r)); err != nil {
+			return err
+		}
+		if err := replaceFleetKeys(ctx, tx, kind, id, prev, r); err != nil {
 			return err
 		}
 		if prev == nil {
@@ -381,6 +397,11 @@ func (s *pgStore) Delete(ctx context.Context, id string) error {
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE id = $1`, id); err != nil {
 			return err
+		}
+		if kind == records.KindCycle {
+			if err := notifyFleet(ctx, tx); err != nil {
+				return err
+			}
 		}
 		if err := s.journal(ctx, tx, []entry{{At: s.dir.Now(), Op: opDelete, Kind: kind, ID: id, Rev: rev}}); err != nil {
 			return err

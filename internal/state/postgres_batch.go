@@ -124,6 +124,8 @@ func (b *pgBatch) SetIndex(name, key, id string) error {
 // flush writes what the batch queued into its transaction.
 func (b *pgBatch) flush() error {
 	es := make([]entry, 0, len(b.recs))
+	platforms := map[string]string{}
+	fleet := false // a record the fleet's workers watch for
 	for _, r := range b.recs {
 		tag, err := b.tx.Exec(b.ctx, `INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, 1, $3) ON CONFLICT DO NOTHING`, r.id, r.kind, r.data)
 		if err != nil {
@@ -132,9 +134,14 @@ func (b *pgBatch) flush() error {
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("%s: %w", r.id, ErrExists)
 		}
-		if err := insertKeys(b.ctx, b.tx, r.kind, r.id, indexKeys(r.r)); err != nil {
+		keys, err := fleetKeys(b.ctx, b.tx, r.r, platforms)
+		if err != nil {
 			return err
 		}
+		if err := insertKeys(b.ctx, b.tx, r.kind, r.id, append(indexKeys(r.r), keys...)); err != nil {
+			return err
+		}
+		fleet = fleet || len(keys) > 0 || r.kind == records.KindWorker
 		h := r.r.Header()
 		es = append(es, entry{At: h.UpdatedAt, Op: opPut, Kind: r.kind, ID: r.id, Rev: h.Rev, Record: r.data})
 	}
@@ -145,6 +152,11 @@ func (b *pgBatch) flush() error {
 	}
 	if len(es) == 0 {
 		return nil
+	}
+	if fleet {
+		if err := notifyFleet(b.ctx, b.tx); err != nil {
+			return err
+		}
 	}
 	return b.s.journal(b.ctx, b.tx, es)
 }

@@ -1,0 +1,282 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// The PostgreSQL store keeps two keys of its own on each open cycle, beside
+// the record's IndexKeys, exact as every key there is: a queued cycle has
+// keyQueued = "PLATFORM/PINNED_TO" (its plan's platform, read when the
+// cycle is written), any other open one keyActive = "1". A claim reads the
+// first rows of the key's index for each value a host may take.
+const (
+	keyQueued = "queued"
+	keyActive = "active"
+)
+
+// pgFleetSchema marks a database whose open cycles have their fleet keys:
+// one made before them gets them once, when a newer store first opens it.
+const pgFleetSchema = `CREATE TABLE IF NOT EXISTS talkbox_fleet_keys ();`
+
+type pgQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// fleetKeys are a record's keys of the fleet's queue; platforms caches the
+// plans' platforms a batch has read.
+func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map[string]string) ([]records.IndexKey, error) {
+	c, ok := r.(*records.Cycle)
+	if !ok || records.CycleTerminal(c.State) {
+		return nil, nil
+	}
+	if !queuedCycle(c) {
+		return []records.IndexKey{{Field: keyActive, Value: "1"}}, nil
+	}
+	plat, ok := platforms[c.Plan]
+	if !ok {
+		var data []byte
+		err := q.QueryRow(ctx, `SELECT data FROM talkbox_records WHERE id = $1`, c.Plan).Scan(&data)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// The plan is gone: any host may try, and the cycle fails naming it.
+		case err != nil:
+			return nil, err
+		default:
+			var p records.Plan
+			if err := json.Unmarshal(data, &p); err != nil {
+				return nil, err
+			}
+			plat = p.Image.Platform
+		}
+		if platforms != nil {
+			platforms[c.Plan] = plat
+		}
+	}
+	return []records.IndexKey{{Field: keyQueued, Value: plat + "/" + c.PinnedTo}}, nil
+}
+
+// replaceFleetKeys makes a record's fleet keys those of its new version,
+// and tells the fleet's watchers when they changed (a cycle queued, taken
+// or ended), or a worker's capacity did.
+func replaceFleetKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []byte, r records.Record) error {
+	switch kind {
+	case records.KindWorker:
+		if capacityChanged(prev, r) {
+			return notifyFleet(ctx, tx)
+		}
+		return nil
+	case records.KindCycle:
+	default:
+		return nil
+	}
+	rows, err := tx.Query(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4) RETURNING field, value`,
+		kind, id, keyQueued, keyActive)
+	if err != nil {
+		return err
+	}
+	var had []records.IndexKey
+	var k records.IndexKey
+	if _, err := pgx.ForEachRow(rows, []any{&k.Field, &k.Value}, func() error {
+		had = append(had, k)
+		return nil
+	}); err != nil {
+		return err
+	}
+	keys, err := fleetKeys(ctx, tx, r, nil)
+	if err != nil {
+		return err
+	}
+	if err := insertKeys(ctx, tx, kind, id, keys); err != nil {
+		return err
+	}
+	if slices.Equal(had, keys) {
+		return nil
+	}
+	return notifyFleet(ctx, tx)
+}
+
+// capacityChanged tells whether a worker's new record changes what the
+// fleet's placement reads of it: new, stopped, its slots, its running
+// cycles' number, what its host boots.
+func capacityChanged(prev []byte, r records.Record) bool {
+	w, ok := r.(*records.Worker)
+	if !ok || prev == nil {
+		return true
+	}
+	var old records.Worker
+	if records.Unmarshal(prev, &old) != nil {
+		return true
+	}
+	return old.Stopped != w.Stopped || old.Slots != w.Slots || len(old.Running) != len(w.Running) ||
+		!slices.Equal(old.Platforms, w.Platforms) || !slices.Equal(old.Native, w.Native)
+}
+
+// pgFleetChannel is where the commits that change a fleet's work notify
+// its workers (WatchFleet).
+const pgFleetChannel = "talkbox_fleet"
+
+func notifyFleet(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, pgFleetChannel)
+	return err
+}
+
+func (s *pgStore) listenFleet(ctx context.Context) (*pgxpool.Conn, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	if _, err := c.Exec(ctx, `LISTEN `+pgFleetChannel); err != nil {
+		c.Release()
+		return nil, pgErr(err)
+	}
+	return c, nil
+}
+
+// watchFleet listens on a connection of its own; one lost (the server
+// restarted) is replaced, with a signal for what was committed meanwhile.
+func (s *pgStore) watchFleet(ctx context.Context) (<-chan struct{}, error) {
+	conn, err := s.listenFleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	changed := make(chan struct{}, 1)
+	go func() {
+		defer close(changed)
+		for {
+			if conn == nil {
+				sleepOrDone(ctx, time.Second)
+				if ctx.Err() != nil {
+					return
+				}
+				if conn, err = s.listenFleet(ctx); err != nil {
+					continue
+				}
+				signal(changed)
+			}
+			_, err := conn.Conn().WaitForNotification(ctx)
+			if ctx.Err() != nil {
+				conn.Conn().Exec(context.Background(), `UNLISTEN *`)
+				conn.Release()
+				return
+			}
+			if err != nil {
+				conn.Conn().Close(context.Background())
+				conn.Release()
+				conn = nil
+				continue
+			}
+			signal(changed)
+		}
+	}()
+	return changed, nil
+}
+
+// backfillFleetKeys gives the open cycles of a database made before the
+// fleet keys theirs.
+func backfillFleetKeys(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
+		WHERE k.kind = $1 AND k.field = $2 AND k.value = '1'`, records.KindCycle, records.KeyOpen)
+	if err != nil {
+		return err
+	}
+	var open []*records.Cycle
+	var data []byte
+	if _, err := pgx.ForEachRow(rows, []any{&data}, func() error {
+		var c records.Cycle
+		if records.Unmarshal(data, &c) == nil { // Check reports one that does not decode
+			open = append(open, &c)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	platforms := map[string]string{}
+	for _, c := range open {
+		keys, err := fleetKeys(ctx, tx, c, platforms)
+		if err != nil {
+			return err
+		}
+		if err := insertKeys(ctx, tx, records.KindCycle, c.ID, keys); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errEnough stops reading rows once a claim has what it asked for.
+var errEnough = errors.New("enough rows")
+
+func (s *pgStore) queued(ctx context.Context, f QueueFilter, n int) ([][]byte, error) {
+	var rows pgx.Rows
+	var err error
+	if f.Platforms != nil && f.Host != "" {
+		// One ordered index scan per key value the host may take, each
+		// stopping after n rows: the cost is n per value, whatever the
+		// queue's length.
+		var values []string
+		plats := f.Platforms
+		if len(plats) > 0 {
+			plats = append(slices.Clone(plats), "")
+		}
+		for _, p := range plats {
+			values = append(values, p+"/", p+"/"+f.Host)
+		}
+		rows, err = s.pool.Query(ctx, `SELECT r.data FROM unnest($1::text[]) AS v(value)
+			CROSS JOIN LATERAL (SELECT id FROM talkbox_keys
+				WHERE kind = $2 AND field = $3 AND value = v.value
+				ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) q
+			JOIN talkbox_records r ON r.id = q.id
+			ORDER BY q.id LIMIT $4`, values, records.KindCycle, keyQueued, n)
+	} else {
+		// Any platform, or any pin: filtered as the queue is read, oldest
+		// first (a sort of the whole queue: for a worker that does not say
+		// what it boots, and a look at what no host takes).
+		rows, err = s.pool.Query(ctx, `SELECT r.data, k.value FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
+			WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id FOR UPDATE OF k SKIP LOCKED`, records.KindCycle, keyQueued)
+		if err != nil {
+			return nil, pgErr(err)
+		}
+		var out [][]byte
+		var data []byte
+		var value string
+		_, err = pgx.ForEachRow(rows, []any{&data, &value}, func() error {
+			plat, pin, _ := strings.Cut(value, "/")
+			if f.takes(plat, pin) {
+				out = append(out, append([]byte(nil), data...))
+			}
+			if len(out) == n {
+				return errEnough
+			}
+			return nil
+		})
+		if errors.Is(err, errEnough) {
+			err = nil
+		}
+		return out, pgErr(err)
+	}
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	return out, pgErr(err)
+}
+
+func (s *pgStore) activeCycles(ctx context.Context) ([][]byte, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
+		WHERE k.kind = $1 AND k.field = $2 AND k.value = '1' ORDER BY k.id`, records.KindCycle, keyActive)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	return out, pgErr(err)
+}

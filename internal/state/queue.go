@@ -1,0 +1,130 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// A fleet's cycles are of two sorts for its workers: queued (pending, with
+// no lease yet: any host that boots the plan's platform and that the cycle
+// is not pinned away from may take it) and active (every other open one: a
+// host leases, runs or post-processes it). A worker asks for the first few
+// queued cycles it may take and for the active ones, never for every open
+// cycle: on PostgreSQL both are index reads whose cost does not grow with
+// the queue; the directory reads its open cycles, as it always did.
+
+// QueueFilter says which queued cycles a host may take.
+type QueueFilter struct {
+	// Host: cycles pinned to no host or to this one ("": pinned anywhere).
+	Host string
+	// Platforms the host leases guests of; a plan that names none is
+	// taken by a host that leases any (as records.Worker.Boots says). Nil:
+	// every platform, for a worker that does not say what it boots.
+	Platforms []string
+}
+
+// takes tells whether a host under f may take a queued cycle of a plan of
+// the platform, pinned to pin.
+func (f QueueFilter) takes(platform, pin string) bool {
+	if f.Host != "" && pin != "" && pin != f.Host {
+		return false
+	}
+	if f.Platforms == nil {
+		return true
+	}
+	if platform == "" {
+		return len(f.Platforms) > 0
+	}
+	return slices.Contains(f.Platforms, platform)
+}
+
+// fleetBackend is a store that keeps its cycles' queue in an index.
+type fleetBackend interface {
+	queued(ctx context.Context, f QueueFilter, n int) ([][]byte, error)
+	activeCycles(ctx context.Context) ([][]byte, error)
+}
+
+// Queued returns up to n queued cycles a host under f may take, oldest
+// first. It does not claim them: the cycle's lock taken by whoever drives
+// it does; on PostgreSQL, claims made at the same moment skip each other's
+// rows (FOR UPDATE SKIP LOCKED), so that they do not all return the oldest.
+func Queued(ctx context.Context, st *Store, f QueueFilter, n int) ([]*records.Cycle, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	if fb, ok := st.rec.(fleetBackend); ok {
+		raw, err := fb.queued(ctx, f, n)
+		if err != nil {
+			return nil, err
+		}
+		return decodeCycles(raw)
+	}
+	platforms := map[string]string{}
+	var out []*records.Cycle
+	open, err := FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
+		return c.State == records.CyclePending && c.Lease == ""
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range open {
+		plat, err := planPlatform(st, platforms, c.Plan)
+		if err != nil {
+			return nil, err
+		}
+		if !f.takes(plat, c.PinnedTo) {
+			continue
+		}
+		if out = append(out, c); len(out) == n {
+			break
+		}
+	}
+	return out, nil
+}
+
+// ActiveCycles returns the open cycles that are not queued, by ID.
+func ActiveCycles(ctx context.Context, st *Store) ([]*records.Cycle, error) {
+	if fb, ok := st.rec.(fleetBackend); ok {
+		raw, err := fb.activeCycles(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return decodeCycles(raw)
+	}
+	return FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
+		return !records.CycleTerminal(c.State) && !queuedCycle(c)
+	})
+}
+
+// queuedCycle tells whether a cycle waits for a host to take it.
+func queuedCycle(c *records.Cycle) bool { return c.State == records.CyclePending && c.Lease == "" }
+
+// planPlatform is the platform of a plan's guest ("" when the plan is
+// gone: any host may try, and the cycle fails naming it), cached in seen.
+func planPlatform(st *Store, seen map[string]string, plan string) (string, error) {
+	if p, ok := seen[plan]; ok {
+		return p, nil
+	}
+	var p records.Plan
+	if err := st.Get(plan, &p); err != nil && !errors.Is(err, ErrNotFound) {
+		return "", err
+	}
+	seen[plan] = p.Image.Platform
+	return p.Image.Platform, nil
+}
+
+func decodeCycles(raw [][]byte) ([]*records.Cycle, error) {
+	out := make([]*records.Cycle, 0, len(raw))
+	for _, b := range raw {
+		var c records.Cycle
+		if err := records.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("a stored cycle does not decode: %w", err)
+		}
+		out = append(out, &c)
+	}
+	return out, nil
+}

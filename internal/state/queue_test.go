@@ -1,0 +1,151 @@
+package state
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// TestQueue: a host is offered the queued cycles it may take (its
+// platforms, pinned to none or to it), oldest first and as many as it asks
+// for; the active cycles are the other open ones; a cycle moves between
+// them as it is written, and the fleet's watchers are told; on PostgreSQL, a database made before the queue's
+// keys gets them when a store opens it.
+func TestQueue(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be testBackend) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		st, err := Open(ctx, dir, be.opts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if st != nil {
+				st.Close()
+			}
+		}()
+		plan := map[string]string{}
+		for _, p := range []string{"amd64", "mipsel", ""} {
+			r := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: p}}
+			records.Init(r, records.KindPlan, st.Now())
+			if err := st.Create(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			plan[p] = r.ID
+		}
+		ids := map[string]string{}
+		add := func(name string, c *records.Cycle) {
+			records.Init(c, records.KindCycle, st.Now())
+			if err := st.Create(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			ids[name] = c.ID
+		}
+		add("amd64", &records.Cycle{State: records.CyclePending, Plan: plan["amd64"]})
+		add("mipsel", &records.Cycle{State: records.CyclePending, Plan: plan["mipsel"]})
+		add("pinned-b", &records.Cycle{State: records.CyclePending, Plan: plan["amd64"], PinnedTo: "host-b"})
+		add("any", &records.Cycle{State: records.CyclePending, Plan: plan[""]})
+		add("leasing", &records.Cycle{State: records.CycleLeasing, Plan: plan["amd64"], Host: "host-a"})
+		add("executing", &records.Cycle{State: records.CycleExecuting, Plan: plan["amd64"], Lease: "lease_01JD0000000000000000000000"})
+		add("completed", &records.Cycle{State: records.CycleCompleted, Plan: plan["amd64"]})
+		b := st.NewBatch()
+		batched := &records.Cycle{State: records.CyclePending, Plan: plan["amd64"]}
+		records.Init(batched, records.KindCycle, st.Now())
+		if _, err := b.Create(batched); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		ids["batched"] = batched.ID
+
+		expect := func(what string, got []*records.Cycle, err error, want ...string) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			var wantIDs, gotIDs []string
+			for _, w := range want {
+				wantIDs = append(wantIDs, ids[w])
+			}
+			slices.Sort(wantIDs)
+			for _, c := range got {
+				gotIDs = append(gotIDs, c.ID)
+			}
+			if !slices.Equal(gotIDs, wantIDs) {
+				t.Errorf("%s: got %v, want %v (%v)", what, gotIDs, wantIDs, want)
+			}
+		}
+		queued := func(f QueueFilter, n int) ([]*records.Cycle, error) { return Queued(ctx, st, f, n) }
+		amd64 := []string{"amd64"}
+		c, err := queued(QueueFilter{Host: "host-a", Platforms: amd64}, 10)
+		expect("host-a, amd64", c, err, "amd64", "any", "batched")
+		c, err = queued(QueueFilter{Host: "host-b", Platforms: amd64}, 10)
+		expect("host-b, amd64", c, err, "amd64", "pinned-b", "any", "batched")
+		c, err = queued(QueueFilter{Host: "host-a"}, 10)
+		expect("host-a, any platform", c, err, "amd64", "mipsel", "any", "batched")
+		c, err = queued(QueueFilter{Host: "host-a", Platforms: []string{}}, 10)
+		expect("host-a, no platform", c, err)
+		c, err = queued(QueueFilter{}, 10)
+		expect("every queued cycle", c, err, "amd64", "mipsel", "pinned-b", "any", "batched")
+		c, err = queued(QueueFilter{Host: "host-b", Platforms: amd64}, 2)
+		expect("host-b's first two", c, err, "amd64", "pinned-b")
+		c, err = ActiveCycles(ctx, st)
+		expect("active", c, err, "leasing", "executing")
+
+		// Leasing leaves the queue, which the fleet's watchers hear of;
+		// ending leaves the active cycles.
+		wctx, stopWatching := context.WithCancel(ctx)
+		defer stopWatching()
+		changed, err := st.WatchFleet(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cy records.Cycle
+		if err := st.Update(ctx, ids["amd64"], &cy, func(bool) error { cy.State = records.CycleLeasing; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Minute): // a hang guard: the signal comes at the commit
+			t.Fatal("no signal to the fleet's watchers when a cycle left the queue")
+		}
+		if err := st.Update(ctx, ids["executing"], &cy, func(bool) error { cy.State = records.CycleCompleted; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		c, err = queued(QueueFilter{Host: "host-a", Platforms: amd64}, 10)
+		expect("host-a, amd64, after a lease", c, err, "any", "batched")
+		c, err = ActiveCycles(ctx, st)
+		expect("active, after an end", c, err, "amd64", "leasing")
+
+		// Closing the store waits for the watcher's connection.
+		stopWatching()
+		for range changed {
+		}
+		if be.url == "" {
+			return
+		}
+		// A database made before the queue's keys: none, and no marker.
+		conn, err := pgx.Connect(ctx, be.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DELETE FROM talkbox_keys WHERE field IN ('queued', 'active'); DROP TABLE talkbox_fleet_keys`); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		if st, err = Open(ctx, dir, be.opts()...); err != nil {
+			t.Fatal(err)
+		}
+		c, err = queued(QueueFilter{Host: "host-b", Platforms: amd64}, 10)
+		expect("host-b, amd64, after the migration", c, err, "pinned-b", "any", "batched")
+		c, err = ActiveCycles(ctx, st)
+		expect("active, after the migration", c, err, "amd64", "leasing")
+	})
+}
