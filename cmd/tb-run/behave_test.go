@@ -16,12 +16,15 @@ import (
 
 // behaveArches are where the behaviour trace is proven end to end: amd64
 // (with a memory dump), arm64 and mipsel running the Go beacon natively
-// under strace, and big-endian MIPS (the Go beacon) and powerpc (the C
-// beacon, scripts/demo.sh) under qemu-user in the amd64 guest, traced by
-// the same strace around the emulator. (QEMU's own log, which tb-run read
-// before, lost lines when a process exec'd and named neither prctl's name
-// nor connect's address: both architectures were out of the suite for it.)
-var behaveArches = []string{"amd64", "arm64", "mipsel", "mips", "powerpc"}
+// under strace, and powerpc (the C beacon, scripts/demo.sh) under
+// qemu-user in the amd64 guest, traced by the same strace around the
+// emulator. (QEMU's own log, which tb-run read before, lost lines when a
+// process exec'd and named neither prctl's name nor connect's address.)
+// Big-endian MIPS, the Go beacon under qemu-user, passed here twice and is
+// left out to keep make test in its budget (1–2 minutes): its trace is
+// still proven by internal/cycle's TestRealGuest/tampered_trace, and every
+// architecture's demo cycles run traced in TestDemoEndToEnd.
+var behaveArches = []string{"amd64", "arm64", "mipsel", "powerpc"}
 
 // TestBehaviourEndToEnd runs one traced cycle of the beacon with -behave on
 // a real guest per architecture and asserts each kind of behaviour
@@ -61,7 +64,7 @@ func behaviourEndToEnd(t *testing.T, arch string, r *demoRun) {
 	if err := st.Get(ids[0], &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.State != records.CycleCompleted || c.Tracer == "" {
+	if c.State != records.CycleCompleted || c.Tracer != cycle.TracerStrace {
 		t.Fatalf("cycle %s (%s), tracer %q", c.State, c.Error, c.Tracer)
 	}
 	arts := map[string]int{}

@@ -252,7 +252,7 @@ func traced(t *testing.T, st *state.Store, c *records.Cycle) {
 		}
 		beacon = beacon || o.Process.Exe == c.GuestPath
 	}
-	if c.Tracer == "" || traces != 1 || !beacon {
+	if c.Tracer != cycle.TracerStrace || traces != 1 || !beacon {
 		t.Errorf("cycle %s: tracer %q, %d traces, %d observables, none of the beacon's process (%s)", c.ID, c.Tracer, traces, len(obs), c.GuestPath)
 	}
 }

@@ -177,10 +177,8 @@ func (r *Runner) Create(ctx context.Context, req Request) (*records.Cycle, error
 		Post: []string{StepRotate, StepParse}, FreshLease: req.FreshLease, PinnedTo: req.PinnedTo,
 	}
 	if p.Instruments("trace") {
+		// An emulated sample too: strace runs around its emulator.
 		c.Tracer = TracerStrace
-		if p.Emulation != nil {
-			c.Tracer = TracerQEMU
-		}
 		c.Post = slices.Insert(c.Post, slices.Index(c.Post, StepParse)+1, StepDrops)
 	}
 	if p.Network.Promote {

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,15 +134,6 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result
 			return &guestagent.Result{Stdout: b}, nil
 		}
 		return &guestagent.Result{ExitCode: 3}, nil
-	case len(argv) == 5 && argv[2] == gatherTraceArgv("")[2]:
-		var all []byte
-		for _, name := range slices.Sorted(maps.Keys(f.files)) {
-			if strings.HasPrefix(name, argv[4]+".") {
-				all = append(all, f.files[name]...)
-			}
-		}
-		f.files[argv[4]] = all
-		return &guestagent.Result{}, nil
 	case strings.Contains(strings.Join(argv, " "), "kill -KILL"):
 		pid, _ := strconv.Atoi(argv[4])
 		if p, ok := f.procs[pid]; ok && p.running {
@@ -188,12 +177,6 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string, stdin []byte)
 		f.files[fakeDropped] = []byte("#!/bin/sh\nexit 0\n")
 		if f.tamper == "forge" {
 			f.files[path] = append(f.files[path], "4242 1795500967.2 openat(AT_FDCWD, \"/etc/forged\", O_WRONLY|O_CREAT, 0644) = 3\n"...)
-		}
-	}
-	if path, ok := strings.CutPrefix(trace, TracerQEMU+":"); ok {
-		// QEMU_LOG_FILENAME=path.%d: one log per emulated process.
-		for _, child := range []int{pid, pid + 1} {
-			f.files[fmt.Sprintf("%s.%d", path, child)] = fmt.Appendf(nil, "%d write(1,0x4000,6) = 6\n", child)
 		}
 	}
 	prog := string(f.files[sample])

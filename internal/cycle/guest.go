@@ -123,7 +123,6 @@ exit $x`
 // Tracers (records.Cycle.Tracer).
 const (
 	TracerStrace = "strace"
-	TracerQEMU   = "qemu"
 )
 
 // traceSpec tells the launcher how to trace the sample into path.
@@ -138,29 +137,6 @@ func traceSpec(tracer, path string) string {
 // traceSpec's.
 func launchArgv(workdir, pidfile, stdout, stderr, trace string, argv []string) []string {
 	return append([]string{"/bin/bash", "-c", launcher, "tb-run", workdir, pidfile, stdout, stderr, trace}, argv...)
-}
-
-// gatherTraceArgv appends to path what each log QEMU keeps per emulated
-// process (path.<pid>) gained since the last gather (path.off.<pid> holds
-// how much of it was taken), so that path only grows and the trace of a
-// detached sample goes on across cycles where it stopped. A live process's
-// log is taken up to its last whole line (QEMU writes a call when it starts
-// and its result when it returns); a dead one's to its end.
-func gatherTraceArgv(path string) []string {
-	return []string{"/bin/sh", "-c", `for f in "$1".[0-9]*; do
-  [ -f "$f" ] || continue
-  p=${f##*.} o=0
-  [ -s "$1.off.$p" ] && o=$(cat "$1.off.$p")
-  n=$(( $(wc -c < "$f") - o ))
-  [ "$n" -gt 0 ] || continue
-  tail -c +$((o + 1)) "$f" | head -c "$n" > "$1.new"
-  if [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && [ "$(tail -c 1 "$1.new" | od -An -tx1)" != " 0a" ]; then
-    n=$((n - $(tail -n 1 "$1.new" | wc -c)))
-  fi
-  head -c "$n" "$1.new" >> "$1" && echo $((o + n)) > "$1.off.$p"
-done
-rm -f "$1.new"
-true`, "tb-run", path}
 }
 
 // killArgv kills a sample and all its descendants: each process is

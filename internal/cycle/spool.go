@@ -88,18 +88,8 @@ func (s *spool) stream(typ string) *stream {
 // copies the trace, which is read once, when the cycle stops watching.
 func (s *spool) pull(ctx context.Context, g Guest, final bool) error {
 	for _, st := range s.streams {
-		if st.typ == ArtifactTrace {
-			if !final {
-				continue
-			}
-			if s.c.Tracer == TracerQEMU {
-				// One log per emulated process (QEMU_LOG_FILENAME ends in
-				// %d): gathered into one, in PID order, each line naming
-				// its process.
-				if _, err := g.Run(ctx, gatherTraceArgv(st.path)...); err != nil {
-					return fmt.Errorf("gathering the trace: %w", err)
-				}
-			}
+		if st.typ == ArtifactTrace && !final {
+			continue
 		}
 		if err := s.pullStream(ctx, g, st); err != nil {
 			return err

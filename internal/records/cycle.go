@@ -91,10 +91,9 @@ type Cycle struct {
 	// Tracer says the sample's system calls are traced in the guest (plan
 	// instrumentation "trace"): by strace, natively or, for a sample under
 	// user-mode emulation (the plan's emulation), around the emulator.
-	// "strace"; "qemu" on an emulated sample's cycle, whose trace was
-	// QEMU's own log until that log, which lost lines at each exec, gave
-	// way to strace. TraceFrom/To is the byte range of the trace this
-	// cycle read.
+	// "strace" (an emulated cycle recorded by an older tb-run may say
+	// "qemu": QEMU's own log, which lost lines at each exec). TraceFrom/To
+	// is the byte range of the trace this cycle read.
 	Tracer    string `json:"tracer,omitempty"`
 	TraceFrom int64  `json:"trace_from,omitempty"`
 	TraceTo   int64  `json:"trace_to,omitempty"`
