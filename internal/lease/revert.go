@@ -132,7 +132,8 @@ func goldenPaths(l *records.SandboxLease) (mem, disk string) {
 // clean state when it has one ("snapshot": no boot), else booted on a
 // fresh overlay of its image ("boot") and then saved as its clean state
 // for the next revert. A guest that cannot be saved (the machine's
-// devices do not migrate) reverts by booting each time.
+// devices do not migrate), or whose machine keeps no clean state
+// (keepsCleanState), reverts by booting each time.
 func (m *Manager) clean(ctx context.Context, c Host, l *records.SandboxLease, timeout time.Duration) (string, time.Duration, error) {
 	mem, disk := goldenPaths(l)
 	if _, err := os.Stat(mem); err == nil {
@@ -155,8 +156,8 @@ func (m *Manager) clean(ctx context.Context, c Host, l *records.SandboxLease, ti
 		return "", 0, err
 	}
 	took, err := m.reboot(ctx, l, img, timeout, true)
-	if err != nil {
-		return "", 0, err
+	if err != nil || !keepsCleanState(l) {
+		return "boot", took, err
 	}
 	if err := m.saveClean(ctx, c, l, mem, disk, timeout); err != nil {
 		m.Out.Log.Info("the lease's clean state is not kept: its reverts boot", "lease", l.ID, "err", err)

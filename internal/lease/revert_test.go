@@ -323,3 +323,33 @@ func TestSettleKicksOnlyPseriesUnderTCG(t *testing.T) {
 		}
 	}
 }
+
+// TestMaltaRevertsBoot: a Malta lease keeps no clean state (its restored
+// timer stays stopped, keepsCleanState): each revert boots, nothing is
+// saved.
+func TestMaltaRevertsBoot(t *testing.T) {
+	m, h, l := revertFixture(t)
+	ctx := context.Background()
+	for _, p := range []string{"mipsel", "mips64el"} {
+		l.Platform = p
+		for range 2 {
+			if err := h.Destroy(ctx, l.VMName); err != nil {
+				t.Fatal(err)
+			}
+			how, _, err := m.clean(ctx, h, l, time.Second)
+			if err != nil || how != "boot" {
+				t.Fatalf("%s: revert %q, %v", p, how, err)
+			}
+		}
+	}
+	if mem, _ := goldenPaths(l); h.saves != 0 || fileExists(mem) {
+		t.Errorf("a Malta lease's clean state was saved (%d saves)", h.saves)
+	}
+	l.Platform = "amd64"
+	if err := h.Destroy(ctx, l.VMName); err != nil {
+		t.Fatal(err)
+	}
+	if how, _, err := m.clean(ctx, h, l, time.Second); err != nil || how != "boot" || h.saves != 1 {
+		t.Errorf("amd64: revert %q, %v, %d saves: its clean state is kept", how, err, h.saves)
+	}
+}
