@@ -170,9 +170,15 @@ timeout=180s
 [ -z "$behave$trace" ] || timeout=420s
 count=6 runargs=()
 [ -z "$detach" ] || count=0 runargs=(--detach --window "$detach")
-planned=$(tb-plan --network allowlist --promote --timeout "$timeout" --instrumentation "$instrumentation" \
+# testdata/yara has YARA rules written for the beacon: tb-plan scans it
+# now, and the cycles scan its drops and memory dumps with the same rules.
+planout=$(tb-plan --network allowlist --promote --timeout "$timeout" --instrumentation "$instrumentation" \
+  --yara "$PWD/testdata/yara" \
   --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=2s --arg=-count --arg=$count \
-  "${scanargs[@]}" "${behaveargs[@]}" "$work/beacon" | grep '"kind":"plan"')
+  "${scanargs[@]}" "${behaveargs[@]}" "$work/beacon")
+planned=$(echo "$planout" | grep '"kind":"plan"')
+yara=$(echo "$planout" | grep -o '"type":"yara","value":"[^"]*"' | cut -d'"' -f8 | tr '\n' ' ')
+echo "yara: ${yara:-no rule} matches the sample" >&2
 plan=$(echo "$planned" | idof plan)
 echo "plan $plan" >&2
 # The plan names the guest platform the sample needs (amd64 for the long

@@ -114,6 +114,18 @@ func behaviourEndToEnd(t *testing.T, arch string, r *demoRun) {
 		{"the connect to the C2", has(records.ObsNetcall, func(o *records.Observable) bool { return o.Netcall.Call == "connect" && o.Netcall.Port == 80 })},
 		{"the tracer check", has(records.ObsEvasion, func(o *records.Observable) bool { return o.Value == "tracer-check" })},
 		{"the self-delete", has(records.ObsEvasion, func(o *records.Observable) bool { return o.Evasion.Technique == "self-delete" })},
+		// testdata/yara's rules, which scripts/demo.sh gives tb-plan: the
+		// cycle's drop is scanned with them as it is planned.
+		{"a YARA match on the dropped file", has(records.ObsYara, func(o *records.Observable) bool {
+			return o.Value == "talkbox-beacon:TalkboxBeaconDrop" && o.Yara.Target == "dropped"
+		})},
+	}
+	if arch == "amd64" {
+		// ... and the guest's memory dump (TB_DEMO_MEMORY), where the
+		// beacon's process still is.
+		checks = append(checks, check{"a YARA match in the memory dump", has(records.ObsYara, func(o *records.Observable) bool {
+			return o.Value == "talkbox-beacon:TalkboxBeacon" && o.Yara.Target == "memory"
+		})})
 	}
 	if has(records.ObsEvasion, func(o *records.Observable) bool { return o.Evasion.Technique == behave.TechTraceTampered }) {
 		t.Errorf("%s: the beacon's clean trace seen as tampered", arch)
@@ -126,7 +138,7 @@ func behaviourEndToEnd(t *testing.T, arch string, r *demoRun) {
 		}
 	}
 	if failed {
-		for _, typ := range []string{records.ObsProcess, records.ObsPath, records.ObsNetcall, records.ObsPersistence, records.ObsEvasion} {
+		for _, typ := range []string{records.ObsProcess, records.ObsPath, records.ObsNetcall, records.ObsPersistence, records.ObsEvasion, records.ObsYara} {
 			for _, o := range obs[typ] {
 				t.Logf("%s %s", typ, o.Value)
 			}
@@ -153,7 +165,7 @@ func behaviourEndToEnd(t *testing.T, arch string, r *demoRun) {
 	if a.Behaviour == nil || len(a.Behaviour.Processes) < 2 || a.Recommendation != records.RecommendEscalate {
 		t.Fatalf("analysis: %+v", a)
 	}
-	for _, l := range []string{"persistence", "dropper", "backdoor"} {
+	for _, l := range []string{"persistence", "dropper", "backdoor", "yara-match"} {
 		if !slices.Contains(a.Classification, l) {
 			t.Errorf("classification %v lacks %s", a.Classification, l)
 		}
