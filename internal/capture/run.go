@@ -45,17 +45,6 @@ func (l *Lease) Gone() bool {
 	return false
 }
 
-// LabFirewall is the containment driver of a lab that is up: the firewall
-// of netlab.Open's lab. Only internal/lease's revert_guest_test.go still
-// calls it; the tools open the lab.
-func LabFirewall(st *state.Store, lab string) (*firewall.NFT, error) {
-	l, err := netlab.Open(st, lab)
-	if err != nil {
-		return nil, err
-	}
-	return l.Firewall()
-}
-
 // StartRequest is "tb-capture start".
 type StartRequest struct {
 	Lease, Plan, Cycle, Lab string
