@@ -19,13 +19,23 @@ import (
 // (CheckLab). A lab that fails to build loses its last check, which was of
 // what ran before. The report is nil only when the build failed or the
 // check could not run; a check that ran but failed is in the report
-// (Err says which probe), with the lab left up.
+// (Err says which probe), with the lab left up. A lab that was not up and
+// fails to build is taken down again: never left half up.
 func UpLab(ctx context.Context, st *state.Store, cfg netlab.Config) (*netlab.ProbeReport, error) {
 	cfg.Dir = netlab.Dir(st, cfg.Name)
+	_, before := netlab.Load(cfg.Dir)
 	if _, err := netlab.Up(ctx, cfg); err != nil {
 		// A refused change leaves the running lab, and its check, as they were.
 		var changed *netlab.ConfigChangedError
-		if !errors.As(err, &changed) {
+		switch {
+		case errors.As(err, &changed):
+		case before != nil:
+			// A lab that was not up is not left half up (a bridge, a
+			// namespace, tables, services): what this attempt made goes.
+			if derr := netlab.Down(context.WithoutCancel(ctx), cfg.Dir); derr != nil {
+				err = errors.Join(err, fmt.Errorf("taking down what was made: %w", derr))
+			}
+		default:
 			if rerr := netlab.ForgetCheck(cfg.Dir); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
