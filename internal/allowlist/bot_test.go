@@ -1,9 +1,6 @@
 package allowlist
 
 import (
-	"bytes"
-	"context"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -34,29 +30,7 @@ func parsed(t *testing.T, write func(g *pcapgen.Gen)) []*records.Observable {
 		t.Fatal(err)
 	}
 	f.Close()
-	var out, errb bytes.Buffer
-	job, err := parse.Prepare(parse.Request{Inputs: []string{path}, NoStore: true}, strings.NewReader(""), nil)
-	if err == nil {
-		err = job.Run(context.Background(), nil, cmdout.New("tb-parse", &out, &errb, nil))
-	}
-	if err != nil {
-		t.Fatalf("tb-parse: %v: %s", err, errb.String())
-	}
-	var obs []*records.Observable
-	rd := records.NewReader(&out, "tb-parse")
-	for {
-		l, err := rd.Next()
-		if err == io.EOF {
-			return obs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var o records.Observable
-		if err := records.Unmarshal(l.Data, &o); err == nil && o.Kind == records.KindObservable {
-			obs = append(obs, &o)
-		}
-	}
+	return tbParse(t, parse.Request{Inputs: []string{path}, NoStore: true})
 }
 
 // TestBotChannelAndAttackTarget: a Mirai command channel kept alive over

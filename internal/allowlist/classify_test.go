@@ -132,11 +132,19 @@ func genCapture(t *testing.T, path string) {
 	}
 }
 
-// parseCapture runs tb-parse's library entry point on a file.
+// parseCapture runs tb-parse's library entry point on a file, as the
+// test lease's.
 func parseCapture(t *testing.T, path string) []*records.Observable {
 	t.Helper()
+	return tbParse(t, parse.Request{Inputs: []string{path}, Lease: testLease, NoStore: true})
+}
+
+// tbParse runs tb-parse's library entry point and returns the observables
+// it prints (passing over its other records).
+func tbParse(t *testing.T, req parse.Request) []*records.Observable {
+	t.Helper()
 	var out, errb bytes.Buffer
-	job, err := parse.Prepare(parse.Request{Inputs: []string{path}, Lease: testLease, NoStore: true}, strings.NewReader(""), nil)
+	job, err := parse.Prepare(req, strings.NewReader(""), nil)
 	if err == nil {
 		err = job.Run(context.Background(), nil, cmdout.New("tb-parse", &out, &errb, nil))
 	}
@@ -157,7 +165,9 @@ func parseCapture(t *testing.T, path string) []*records.Observable {
 		if err := records.Unmarshal(l.Data, &o); err != nil {
 			t.Fatal(err)
 		}
-		obs = append(obs, &o)
+		if o.Kind == records.KindObservable {
+			obs = append(obs, &o)
+		}
 	}
 }
 

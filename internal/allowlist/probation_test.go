@@ -42,32 +42,7 @@ func sessions(t *testing.T, lease, cycle string, session func(c *pcapgen.Conn)) 
 		t.Fatal(err)
 	}
 	f.Close()
-	var out, errb bytes.Buffer
-	job, err := parse.Prepare(parse.Request{Inputs: []string{path}, Lease: lease, Cycle: cycle, NoStore: true}, strings.NewReader(""), nil)
-	if err == nil {
-		err = job.Run(context.Background(), nil, cmdout.New("tb-parse", &out, &errb, nil))
-	}
-	if err != nil {
-		t.Fatalf("tb-parse: %v: %s", err, errb.String())
-	}
-	var obs []*records.Observable
-	rd := records.NewReader(&out, "tb-parse")
-	for {
-		l, err := rd.Next()
-		if err == io.EOF {
-			return obs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var o records.Observable
-		if err := records.Unmarshal(l.Data, &o); err != nil {
-			t.Fatal(err)
-		}
-		if o.Kind == records.KindObservable {
-			obs = append(obs, &o)
-		}
-	}
+	return tbParse(t, parse.Request{Inputs: []string{path}, Lease: lease, Cycle: cycle, NoStore: true})
 }
 
 // What the far side of probed:443 does on each connection.
