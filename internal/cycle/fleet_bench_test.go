@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
@@ -55,11 +57,13 @@ type benchFleet struct {
 	plan       string
 	sample     string
 	queued     int
+	runs       int
 }
 
 func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int) *benchFleet {
 	ctx := context.Background()
-	f := &benchFleet{url: pg.NewDatabase(b) + "&pool_max_conns=4", blobs: b.TempDir()}
+	db := pg.NewDatabase(b)
+	f := &benchFleet{url: db + "&pool_max_conns=4", blobs: b.TempDir()}
 	st, err := state.Open(ctx, b.TempDir(), state.WithShared(f.url), state.WithSharedBlobs(f.blobs))
 	if err != nil {
 		b.Fatal(err)
@@ -81,6 +85,19 @@ func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int) *benchFleet {
 	start := time.Now()
 	f.enqueue(b, queue)
 	b.Logf("queued %d cycles in %s", queue, time.Since(start).Round(time.Millisecond))
+	// A fleet's database has its statistics and its pages written out as
+	// autovacuum and the checkpointer leave them, not those of a bulk
+	// insert a moment ago.
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{`VACUUM ANALYZE`, `CHECKPOINT`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
 	return f
 }
 
@@ -145,6 +162,7 @@ func (h drivingHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (f *benchFleet) run(b *testing.B, workers int) {
+	f.runs++
 	f.enqueue(b, b.N)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -157,7 +175,9 @@ func (f *benchFleet) run(b *testing.B, workers int) {
 	)
 	var ws []*Worker
 	for i := range workers {
-		host := fmt.Sprintf("host-%03d", i)
+		// Hosts of a run of their own: the cycles an earlier run left
+		// mid-way are a dead host's, not this one's to resume.
+		host := fmt.Sprintf("run%d-host-%03d", f.runs, i)
 		st, err := state.Open(ctx, filepath.Join(b.TempDir(), host), state.WithShared(f.url), state.WithSharedBlobs(f.blobs))
 		if err != nil {
 			b.Fatal(err)
