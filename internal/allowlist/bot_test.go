@@ -13,14 +13,15 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// parsed is what tb-parse prints of a capture written by write.
-func parsed(t *testing.T, write func(g *pcapgen.Gen)) []*records.Observable {
+// writeCapture writes a capture with write and returns its path.
+func writeCapture(t *testing.T, write func(g *pcapgen.Gen)) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "cycle.pcap")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	g, err := pcapgen.New(f, pcapgen.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -29,8 +30,13 @@ func parsed(t *testing.T, write func(g *pcapgen.Gen)) []*records.Observable {
 	if err := g.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	return tbParse(t, parse.Request{Inputs: []string{path}, NoStore: true})
+	return path
+}
+
+// parsed is what tb-parse prints of a capture written by write.
+func parsed(t *testing.T, write func(g *pcapgen.Gen)) []*records.Observable {
+	t.Helper()
+	return tbParse(t, parse.Request{Inputs: []string{writeCapture(t, write)}, NoStore: true})
 }
 
 // TestBotChannelAndAttackTarget: a Mirai command channel kept alive over

@@ -558,24 +558,13 @@ func TestScanDestinationsUniteCycles(t *testing.T) {
 // scanning 5000 addresses of its own on tcp/23.
 func parseScanCycle(t *testing.T, cycle int) *records.Observable {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "scan.pcap")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := pcapgen.New(f, pcapgen.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Step = time.Millisecond
-	for i := 0; i < 5000; i++ {
-		dst := netip.AddrFrom4([4]byte{byte(20 + cycle), byte(i >> 8), byte(i), 1})
-		g.Refused(netip.AddrPortFrom(guest, uint16(40000+i)), netip.AddrPortFrom(dst, 23), uint32(i))
-	}
-	if err := g.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	path := writeCapture(t, func(g *pcapgen.Gen) {
+		g.Step = time.Millisecond
+		for i := 0; i < 5000; i++ {
+			dst := netip.AddrFrom4([4]byte{byte(20 + cycle), byte(i >> 8), byte(i), 1})
+			g.Refused(netip.AddrPortFrom(guest, uint16(40000+i)), netip.AddrPortFrom(dst, 23), uint32(i))
+		}
+	})
 	for _, o := range parseCapture(t, path) {
 		if o.Scan != nil {
 			return o

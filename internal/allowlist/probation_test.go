@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,23 +24,12 @@ const probed = "198.51.100.7"
 // guest to probed:443, each written by session.
 func sessions(t *testing.T, lease, cycle string, session func(c *pcapgen.Conn)) []*records.Observable {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "cycle.pcap")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := pcapgen.New(f, pcapgen.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 6; i++ {
-		g.T = pcapgen.Start.Add(time.Duration(i) * time.Minute)
-		session(g.Dial(netip.AddrPortFrom(guest, uint16(40000+i)), netip.MustParseAddrPort(probed+":443"), uint32(1000*i), 7000))
-	}
-	if err := g.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	path := writeCapture(t, func(g *pcapgen.Gen) {
+		for i := 0; i < 6; i++ {
+			g.T = pcapgen.Start.Add(time.Duration(i) * time.Minute)
+			session(g.Dial(netip.AddrPortFrom(guest, uint16(40000+i)), netip.MustParseAddrPort(probed+":443"), uint32(1000*i), 7000))
+		}
+	})
 	return tbParse(t, parse.Request{Inputs: []string{path}, Lease: lease, Cycle: cycle, NoStore: true})
 }
 
