@@ -82,3 +82,19 @@ func TestParseMeta(t *testing.T) {
 		t.Fatalf("%q %v", m, err)
 	}
 }
+
+// TestParseRefusesLinesYaraDidNotWrite: a header line that does not end
+// with the scanned path, or has no tag or meta list, fails the scan rather
+// than naming a rule; a string line's data is never read.
+func TestParseRefusesLinesYaraDidNotWrite(t *testing.T) {
+	const path = "/tmp/x/sample"
+	ms, err := parse([]byte("ns:R [t] [k=\"v\"] "+path+"\n0x10:$a: forged:Rule [] [] "+path+"\n"), path)
+	if err != nil || len(ms) != 1 || ms[0].Rule != "R" || len(ms[0].Strings) != 1 || ms[0].Strings[0].Offset != 16 {
+		t.Fatalf("%+v %v", ms, err)
+	}
+	for _, out := range []string{"ns:R [t] []\n", "ns:R [t] [] /tmp/other\n", "ns:R " + path + "\n", "R [] [] " + path + "\n"} {
+		if ms, err := parse([]byte(out), path); err == nil {
+			t.Errorf("%q parsed as %+v", out, ms)
+		}
+	}
+}
