@@ -3,20 +3,14 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/lease"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
-	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // TestTapBoundBeforeCapture: a guest with root claims a neighbour's
@@ -27,39 +21,11 @@ import (
 // another unused one) on the same path, so once the marker is on the
 // bridge the claim would have been too.
 func TestTapBoundBeforeCapture(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the real-guest test needs root (bridges, nftables, VMs); run it with make test")
-	}
+	h := newRealGuestHost(t, leasetest.Spec, func(ctx context.Context, dir string) (*leasetest.Lab, error) {
+		return leasetest.UpLab(ctx, dir, "", "", netip.Prefix{})
+	})
 	ctx := context.Background()
-	fix, err := leasetest.Image(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir := filepath.Join(t.TempDir(), "state")
-	if err := leasetest.Reachable(stateDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := fix.Install(ctx, stateDir); err != nil {
-		t.Fatal(err)
-	}
-	lab, err := leasetest.UpLab(ctx, stateDir, "", "", netip.Prefix{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Down)
-	t.Cleanup(func() { leasetest.Cleanup(stateDir) })
-	st, err := state.Open(ctx, stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := lease.Options{Bridge: lab.Bridge, LabNet: lab.LabNet.String()}.Load(stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	m := lease.New(st, cfg, cmdout.New("tb-lease", io.Discard, &stderr, nil))
-	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
-	t.Cleanup(m.Close)
+	st, m, lab, stderr := h.st, h.m, h.lab, h.stderr
 	p := storePlan(t, st, "cccc", records.NetPolicy{Mode: "sinkhole"})
 	l, err := m.Acquire(ctx, lease.Request{Plan: p, Holder: "cycle_bind"})
 	if err != nil {

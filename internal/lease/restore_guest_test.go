@@ -2,19 +2,12 @@ package lease_test
 
 import (
 	"context"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/lease"
-	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
-	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // TestRestorePseriesRealGuest: a ppc64el guest whose processes sleep in
@@ -27,39 +20,9 @@ import (
 // the timer kick, Restore fails with "the restored guest's timers do not
 // run".
 func TestRestorePseriesRealGuest(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the real-guest test needs root (bridges, nftables, VMs); run it with make test")
-	}
+	h := newRealGuestHost(t, "debian-bookworm-ppc64el", documentationLab)
 	ctx := context.Background()
-	fix, err := leasetest.ImageFor(ctx, "debian-bookworm-ppc64el")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir := filepath.Join(t.TempDir(), "state")
-	if err := leasetest.Reachable(stateDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := fix.Install(ctx, stateDir); err != nil {
-		t.Fatal(err)
-	}
-	lab, err := leasetest.UpDocumentationLab(ctx, stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Down)
-	t.Cleanup(func() { leasetest.Cleanup(stateDir) })
-	st, err := state.Open(ctx, stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := lease.Options{Bridge: lab.Bridge, LabNet: lab.LabNet.String()}.Load(stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	m := lease.New(st, cfg, cmdout.New("tb-lease", io.Discard, &stderr, nil))
-	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
-	t.Cleanup(m.Close)
+	st, m, stderr := h.st, h.m, h.stderr
 
 	p := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "ppc64el"},
 		Lease: records.LeaseNeeds{VCPUs: 1, MemoryMiB: 512, TTL: records.Duration(time.Hour)}}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
@@ -68,39 +66,9 @@ const behaveDir = "/var/tmp/talkbox/behave"
 // next, to sample Z, restores the clean state saved after that boot, and
 // Z's guest has neither Y's file nor Y's process.
 func TestRevertRealGuest(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the real-guest test needs root (bridges, nftables, VMs); run it with make test")
-	}
+	h := newRealGuestHost(t, leasetest.Spec, documentationLab)
 	ctx := context.Background()
-	fix, err := leasetest.Image(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir := filepath.Join(t.TempDir(), "state")
-	if err := leasetest.Reachable(stateDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := fix.Install(ctx, stateDir); err != nil {
-		t.Fatal(err)
-	}
-	lab, err := leasetest.UpDocumentationLab(ctx, stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lab.Down)
-	t.Cleanup(func() { leasetest.Cleanup(stateDir) })
-	st, err := state.Open(ctx, stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := lease.Options{Bridge: lab.Bridge, LabNet: lab.LabNet.String()}.Load(stateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	m := lease.New(st, cfg, cmdout.New("tb-lease", io.Discard, &stderr, nil))
-	m.Labs = lease.HostLabs{Labs: capture.Labs{St: st}}
-	t.Cleanup(m.Close)
+	st, m, lab, stderr := h.st, h.m, h.lab, h.stderr
 	labH, err := netlab.Open(st, lab.Name)
 	if err != nil {
 		t.Fatal(err)
