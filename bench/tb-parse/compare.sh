@@ -25,16 +25,7 @@ day=$out/day-$conns
 [ -s "$day/day.json" ] || go run ./bench/tb-parse/day -o "$day" -conns "$conns"
 day_files=("$day"/hour-*.pcap)
 
-# build REV: tb-parse as committed at REV, in $out/tb-parse-REV.
-build() {
-  local rev src
-  rev=$(git rev-parse --short "$1")
-  src=$(mktemp -d)
-  git archive "$rev" | tar -x -C "$src"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$OLDPWD/$out/tb-parse-$rev" ./cmd/tb-parse)
-  rm -rf "$src"
-  echo "$out/tb-parse-$rev"
-}
+. bench/tb-parse/build.sh
 bin_before=$(build "$before")
 bin_after=$(build "$after")
 

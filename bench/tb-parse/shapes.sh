@@ -35,17 +35,7 @@ mixed=$out/tb-parse-mixed-20000000-x0.1.pcap
 scan=$out/day-2000000/hour-00.pcap
 day_files=("$out"/day-20000/hour-*.pcap)
 
-# build REV: tb-parse as committed at REV (git archive: the checkout is not
-# touched), in $out/tb-parse-REV.
-build() {
-  local rev src
-  rev=$(git rev-parse --short "$1")
-  src=$(mktemp -d)
-  git archive "$rev" | tar -x -C "$src"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$OLDPWD/$out/tb-parse-$rev" ./cmd/tb-parse)
-  rm -rf "$src"
-  echo "$out/tb-parse-$rev"
-}
+. bench/tb-parse/build.sh
 bin_before=$(build "$before")
 bin_after=$(build "$after")
 
