@@ -15,10 +15,12 @@ import (
 )
 
 // behaveArches are where the behaviour trace is proven end to end: amd64
-// (with a memory dump), arm64 and mipsel running the Go beacon natively
-// under strace, and powerpc (the C beacon, scripts/demo.sh) under
-// qemu-user in the amd64 guest, traced by the same strace around the
-// emulator. (QEMU's own log, which tb-run read before, lost lines when a
+// (with a memory dump) and arm64 running the Go beacon natively under
+// strace, mipsel running the C beacon natively (a traced Go beacon left the
+// one-vCPU Malta guest's agent unanswered past tb-run's two-minute grace
+// when make test ran other guests beside it; scripts/demo.sh), and powerpc
+// (the C beacon) under qemu-user in the amd64 guest, traced by the same
+// strace around the emulator. (QEMU's own log, which tb-run read before, lost lines when a
 // process exec'd and named neither prctl's name nor connect's address.)
 // Big-endian MIPS, the Go beacon under qemu-user, passed here twice and is
 // left out to keep make test in its budget (1–2 minutes): its trace is
