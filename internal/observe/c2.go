@@ -64,6 +64,11 @@ func mergeAttack(dst, src *records.Observable) {
 	d.Ports = union(d.Ports, s.Ports, MaxList)
 	d.Sources = union(d.Sources, s.Sources, MaxList)
 	d.Reflectors = union(d.Reflectors, s.Reflectors, MaxList)
+	// Of two sightings' orders, the one closer to its attack (then the
+	// smaller value): the same whichever sighting is merged first.
+	if s.Order != "" && (d.Order == "" || s.OrderDelay < d.OrderDelay || s.OrderDelay == d.OrderDelay && s.Order < d.Order) {
+		d.Order, d.OrderDelay = s.Order, s.OrderDelay
+	}
 	if span := dst.LastSeen.Sub(dst.FirstSeen).Seconds(); span > 0 {
 		d.PPS = Rate(d.Packets, span)
 		d.BPS = Rate(d.Bytes, span)
@@ -78,7 +83,7 @@ func Rate(n int64, span float64) float64 {
 func sizeOfC2(o *records.Observable) int {
 	n := 0
 	if a := o.Attack; a != nil {
-		n += 192 + len(a.Vector) + len(a.Target) + strs(a.Ports) + strs(a.Sources) + strs(a.Reflectors)
+		n += 192 + len(a.Vector) + len(a.Target) + len(a.Order) + strs(a.Ports) + strs(a.Sources) + strs(a.Reflectors)
 	}
 	if c := o.C2Channel; c != nil {
 		n += 128 + len(c.Family) + len(c.Protocol) + len(c.Server) + strs(c.Clients) + strs(c.Identities) + strs(c.Channels) + strs(c.Reports)

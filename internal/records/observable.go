@@ -357,6 +357,14 @@ type AttackInfo struct {
 	// Reflectors are the first servers amp-* requests (or dns queries)
 	// went to.
 	Reflectors []string `json:"reflectors,omitempty"`
+	// Order is the value of the c2-command observable this attack
+	// carried out, and OrderDelay the seconds from the order to the
+	// attack's start: the latest order in the same capture, at most 30 s
+	// before, aimed at the target, of a vector the attack's carries out
+	// (order_delay is left out when 0). A sample can forge both sides of a
+	// sinkholed channel: this describes, it proves nothing.
+	Order      string  `json:"order,omitempty"`
+	OrderDelay float64 `json:"order_delay,omitempty"`
 }
 
 // AppendJSON appends the JSON encoding of o to b: the same bytes Marshal
@@ -622,6 +630,11 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 		e.strs("sources", a.Sources)
 		e.int("source_count", a.SourceCount, false)
 		e.strs("reflectors", a.Reflectors)
+		e.str("order", a.Order, true)
+		if a.OrderDelay != 0 {
+			e.key("order_delay")
+			e.b = appendFloat(e.b, a.OrderDelay)
+		}
 		e.close()
 	}
 	e.behaviour(o)

@@ -19,6 +19,9 @@ func TestC2ObservableJSONMatchesEncodingJSON(t *testing.T) {
 			o.Attack = &AttackInfo{Vector: randString(r), Target: randString(r), Names: r.Int63n(3), Ports: randStrings(r), PortCount: r.Int63n(9),
 				Packets: r.Int63n(9), Bytes: r.Int63n(9), PPS: secs[r.Intn(len(secs))], BPS: secs[r.Intn(len(secs))],
 				Spoofed: r.Intn(2) == 0, Sources: randStrings(r), SourceCount: r.Int63n(9), Reflectors: randStrings(r)}
+			if r.Intn(2) == 0 {
+				o.Attack.Order, o.Attack.OrderDelay = randString(r), secs[r.Intn(len(secs))]
+			}
 		case 1:
 			o.C2Channel = &C2ChannelInfo{Family: randString(r), Protocol: randString(r), Server: randString(r), Clients: randStrings(r),
 				Identities: randStrings(r), Channels: randStrings(r), KeepAlives: r.Int63n(9), KeepAlivePeriod: secs[r.Intn(len(secs))],

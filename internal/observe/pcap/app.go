@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/talkbox-sandbox/talkbox/internal/observe/botproto"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/dns"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/httpmsg"
 	"github.com/talkbox-sandbox/talkbox/internal/observe/tlsfp"
@@ -441,12 +442,13 @@ func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pk
 		}
 		off += resp.HeadLen
 		method := ""
+		var polled *poll // the poll the request answered counts towards
 		if p := f.pend; p != nil && p.statusAt < len(p.reqs) {
 			r := &p.reqs[p.statusAt]
 			method = r.req.Method
 			if resp.Status >= 200 || resp.Status == 101 {
 				r.status = resp.Status
-				d.emitHTTP(f, r)
+				polled = d.emitHTTP(f, r)
 				p.statusAt++
 				if p.statusAt == len(p.reqs) {
 					p.reqs, p.statusAt = p.reqs[:0], 0
@@ -473,6 +475,11 @@ func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pk
 			return off, false
 		}
 		if int64(len(b)-off) >= resp.BodyLen {
+			if polled != nil && resp.BodyLen <= botproto.MaxOrderBody {
+				// A short answer to what may be a bot's poll, whole
+				// with its head: it may carry an order.
+				d.pollAnswer(polled, b[off:off+int(resp.BodyLen)], k)
+			}
 			off += int(resp.BodyLen)
 			continue
 		}
@@ -796,6 +803,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 				o.Count = count
 				if answered {
 					addAnswers(o.Domain, m.Answers)
+					d.orders.answered(name, m.Answers)
 				} else {
 					o.Domain.Unsolicited = answerCount(m.Answers)
 				}

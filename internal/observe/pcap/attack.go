@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -257,12 +258,15 @@ func (d *Decoder) emitFloods() {
 		case key.vec == vecDNS:
 			a.Names, a.PortCount = a.PortCount, 0
 			a.Reflectors = srcs
+			d.attribute(a, netip.Addr{}, f.name, f.first)
 		case reflection(key.vec):
 			a.Reflectors = srcs
+			d.attribute(a, key.target.netip(key.v6), "", f.first)
 		default:
 			a.Sources = srcs
 			a.SourceCount = count(f.srcSeen[:], f.nsrcs)
 			a.Spoofed = a.SourceCount > 1
+			d.attribute(a, key.target.netip(key.v6), "", f.first)
 		}
 		o.Attack = a
 		d.cfg.Sink.Add(o)

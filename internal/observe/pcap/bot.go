@@ -1,7 +1,9 @@
 package pcap
 
 import (
+	"cmp"
 	"hash/maphash"
+	"slices"
 	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe/botproto"
@@ -123,10 +125,18 @@ func (d *Decoder) Command(dir int, c *botproto.Command) {
 	if dir == 1 {
 		c2, bot, c2p = bot, c2, f.respPort()
 	}
-	o := d.cfg.Origin.New(records.ObsC2Command, c.Protocol.Family()+" "+c.Text, tsTime(d.botTS), d.botN, 0)
-	o.C2Command = &records.C2CommandInfo{Family: c.Protocol.Family(), Protocol: c.Protocol.String(), Vector: c.Vector,
+	d.command(c.Protocol.Family(), c.Protocol.String(), c, d.botTS, d.botN, d.hostPort(c2, v6, c2p), d.addrString(bot, v6))
+}
+
+// command reports an order the C2 at server sent the bot at client, in
+// the packet numbered n at ts, and keeps it for the attacks that may carry
+// it out.
+func (d *Decoder) command(family, protocol string, c *botproto.Command, ts, n int64, server, client string) {
+	o := d.cfg.Origin.New(records.ObsC2Command, family+" "+c.Text, tsTime(ts), n, 0)
+	o.C2Command = &records.C2CommandInfo{Family: family, Protocol: protocol, Vector: c.Vector,
 		Targets: c.Targets, Ports: c.Ports, Duration: c.Duration, Options: c.Options, Raw: c.Raw,
-		Servers: []string{d.hostPort(c2, v6, c2p)}, Clients: []string{d.addrString(bot, v6)}}
+		Servers: []string{server}, Clients: []string{client}}
+	d.orders.add(ts, n, o.Value, c)
 	d.cfg.Sink.Add(o)
 }
 
@@ -163,13 +173,14 @@ type poll struct {
 	botproto.Poll
 	request, server, client string
 	n                       int64 // the first request's packet
+	orders                  []pollOrder
 }
 
 // pollRequest counts an HTTP request towards its resource's poll: the
 // client, the server's endpoint, and the request ("METHOD url", the http
 // observable's value) without its query, in which a bot's requests
-// differ.
-func (d *Decoder) pollRequest(r *httpReq, request, server, client string) {
+// differ. It returns the poll, nil when too many are followed.
+func (d *Decoder) pollRequest(r *httpReq, request, server, client string) *poll {
 	request, _, _ = strings.Cut(request, "?")
 	var h maphash.Hash
 	h.SetSeed(d.seed)
@@ -182,27 +193,39 @@ func (d *Decoder) pollRequest(r *httpReq, request, server, client string) {
 	p := d.polls[key]
 	if p == nil {
 		if len(d.polls) >= maxPolls {
-			return
+			return nil
 		}
 		p = &poll{request: request, server: server, client: client, n: r.n}
 		d.polls[key] = p
 	}
 	p.Add(r.ts)
+	return p
 }
 
-// emitPolls reports the resources polled regularly as HTTP channels; it
-// runs at the end of the capture, when the requests are all counted.
+// emitPolls reports the resources polled regularly as HTTP channels, and
+// the orders their answers carried; it runs at the end of the capture,
+// when the requests are all counted, in the order of the polls' first
+// packets.
 func (d *Decoder) emitPolls() {
+	regular := make([]*poll, 0, len(d.polls))
 	for k, p := range d.polls {
 		delete(d.polls, k)
-		if !p.Regular() {
-			continue
+		if p.Regular() {
+			regular = append(regular, p)
 		}
+	}
+	slices.SortFunc(regular, func(a, b *poll) int { return cmp.Compare(a.n, b.n) })
+	for _, p := range regular {
 		o := d.cfg.Origin.New(records.ObsC2Channel, "http "+p.request, tsTime(p.First), p.n, 0)
 		o.LastSeen = tsTime(p.Last)
 		o.Count = 1
 		o.C2Channel = &records.C2ChannelInfo{Family: "http-poll", Protocol: "http", Server: p.server, Clients: []string{p.client},
-			KeepAlives: p.N, KeepAlivePeriod: round3(p.Period())}
+			KeepAlives: p.N, KeepAlivePeriod: round3(p.Period()), Commands: int64(len(p.orders))}
 		d.cfg.Sink.Add(o)
+		for i := range p.orders {
+			po := &p.orders[i]
+			d.command("http-poll", "http", &po.cmd, po.ts, po.n, p.server, p.client)
+		}
 	}
+	d.orders.pending = 0
 }

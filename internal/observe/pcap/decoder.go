@@ -105,6 +105,7 @@ type Decoder struct {
 	botTS     int64 // and the packet's time and number
 	botN      int64
 	polls     map[uint64]*poll
+	orders    orderBook // the capture's orders, for the attacks that carry them out
 	floods    map[uint64]*flood
 	hot       [hotSlots]hotSlot
 

@@ -89,16 +89,19 @@ func (d *Decoder) emitFlow(f *flow) {
 	}
 }
 
-func (d *Decoder) emitHTTP(f *flow, r *httpReq) {
+// emitHTTP reports a request; it returns the poll the request counts
+// towards (nil when none is followed).
+func (d *Decoder) emitHTTP(f *flow, r *httpReq) *poll {
 	v6 := f.key.v6
 	server := d.hostPort(f.respAddr(), v6, f.respPort())
 	host := cmp.Or(r.req.Host, server)
 	value, client := HTTPValue(r.req.Method, host, r.req.URI), d.addrString(f.origAddr(), v6)
-	d.pollRequest(r, value, server, client)
+	p := d.pollRequest(r, value, server, client)
 	d.floodPacket(vecHTTP, f.respAddr(), f.origAddr(), v6, f.respPort(), 0, r.ts, r.n)
 	o, _ := d.cfg.Origin.NewHTTP(value, tsTime(r.ts), r.n, 0,
 		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, client)
 	d.cfg.Sink.Add(o)
+	return p
 }
 
 // HTTPValue is the value of an http observable: "METHOD http://host/uri",
