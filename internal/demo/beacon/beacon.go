@@ -1,11 +1,20 @@
 // Package beacon is Talkbox's benign test sample: it behaves like a small
-// bot (resolves its C2 name, beacons over HTTP on a period with jitter,
-// retries when the C2 does not answer, runs a telnet scan, short or, for a
-// soak, repeated over hundreds of addresses) so that the whole loop can be
-// exercised, and it is harmless by construction: it
-// only ever contacts the C2, the scan targets and the hostile modes'
-// targets (hostile.go) given as arguments, and it refuses any address
-// outside the documentation ranges and the lab.
+// bot (resolves its C2 name, beacons on a period with jitter, retries when
+// the C2 does not answer, runs a telnet scan, short or, for a soak,
+// repeated over hundreds of addresses) so that the whole loop can be
+// exercised. With -c2-proto it speaks one of four bot protocols to its C2
+// (botwire): HTTP check-ins (the default), or one long-lived session in
+// Mirai's binary protocol, a Gafgyt/Bashlite text channel or IRC, with
+// registration and keep-alives; an attack order from the C2 makes it send
+// a short, paced UDP flood (attack.go).
+//
+// It is harmless by construction: it only ever contacts the C2, the scan
+// targets and the hostile modes' targets (hostile.go) given as arguments,
+// and it refuses any address outside the documentation ranges and the
+// lab; an attack goes only to the documentation ranges, at 200 packets a
+// second for 5 s at most, 1,000 packets in all. Every byte from the C2 is
+// read as hostile: bounded reads, checked lengths, nothing allocated by a
+// size it sent.
 package beacon
 
 import (
@@ -23,6 +32,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon/botwire"
 )
 
 // scanNets are the only networks a scan may touch: the three documentation
@@ -61,7 +72,9 @@ func inNets(addr netip.Addr, nets []netip.Prefix) bool {
 
 // Config is what the beacon does.
 type Config struct {
-	C2 string // host name or address
+	// Proto is the bot protocol spoken to the C2 (botwire.Protocols).
+	Proto string
+	C2    string // host name or address
 	// C2Addr is a hard-coded address of the C2, contacted whatever the
 	// name resolves to (the name is still resolved, and sent as the HTTP
 	// Host), as bots that carry both do.
@@ -106,8 +119,9 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 		scan = append(scan, strings.Split(v, ",")...)
 		return nil
 	})
+	fs.StringVar(&c.Proto, "c2-proto", botwire.HTTP, "bot protocol spoken to the C2: http (check-ins), mirai, gafgyt or irc (one long-lived session)")
 	fs.StringVar(&c.C2, "c2", "", "C2 host name or address (required unless -hostile is given)")
-	fs.IntVar(&c.Port, "port", 80, "C2 HTTP port")
+	fs.IntVar(&c.Port, "port", 80, "C2 port")
 	fs.StringVar(&c.Path, "path", "/gate", "C2 HTTP path")
 	fs.StringVar(&c.ID, "id", "tb-beacon", "bot identifier sent with each beacon")
 	fs.DurationVar(&c.Interval, "interval", 5*time.Second, "beacon period")
@@ -130,6 +144,10 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 		return nil, err
 	}
 	switch {
+	case !botwire.Known(c.Proto):
+		return nil, fmt.Errorf("-c2-proto %q: want one of %s", c.Proto, strings.Join(botwire.Protocols, ", "))
+	case c.Proto != botwire.HTTP && !botwire.ValidID(c.ID):
+		return nil, fmt.Errorf("-id %q: the bot protocols announce 1-%d printable bytes without spaces", c.ID, botwire.MaxID)
 	case c.C2 == "" && c.Hostile == nil:
 		return nil, errors.New("-c2 is required (unless -hostile is given)")
 	case c.Port < 1 || c.Port > 65535 || c.ScanPort < 1 || c.ScanPort > 65535:
@@ -224,7 +242,12 @@ type Beacon struct {
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	Log    io.Writer
 	Rand   *rand.Rand
-	logMu  sync.Mutex // parallel probes log
+	// PacketConn opens an attack's socket (nil: a UDP socket).
+	PacketConn func(ctx context.Context) (net.PacketConn, error)
+	logMu      sync.Mutex // parallel probes log
+	atkMu      sync.Mutex
+	atk        attacks
+	atkWG      sync.WaitGroup // the attack running
 }
 
 // New returns a Beacon on the real network.
@@ -245,11 +268,23 @@ type Stats struct {
 }
 
 // Run scans (ScanRounds times), then beacons until Count beacons were sent
-// or ctx ends.
+// or ctx ends, and waits for an attack the C2 ordered to end.
 func (b *Beacon) Run(ctx context.Context) Stats {
 	var st Stats
 	b.Logf("start c2=%s port=%d interval=%s jitter=%.2f scan=%d", b.Cfg.C2, b.Cfg.Port, b.Cfg.Interval, b.Cfg.Jitter, len(b.Cfg.Scan))
 	st.Scanned, st.Open = b.scan(ctx)
+	if b.Cfg.Proto == "" || b.Cfg.Proto == botwire.HTTP {
+		b.checkIns(ctx, &st)
+	} else {
+		b.runChannel(ctx, &st)
+	}
+	b.atkWG.Wait()
+	b.Logf("done sent=%d answered=%d failed=%d scanned=%d open=%d", st.Sent, st.Answered, st.Failed, st.Scanned, st.Open)
+	return st
+}
+
+// checkIns is Run for HTTP: one check-in a period.
+func (b *Beacon) checkIns(ctx context.Context, st *Stats) {
 	for seq := 1; b.Cfg.Count == 0 || seq <= b.Cfg.Count; seq++ {
 		st.Sent++
 		if b.beacon(ctx, seq) {
@@ -264,8 +299,6 @@ func (b *Beacon) Run(ctx context.Context) Stats {
 			break
 		}
 	}
-	b.Logf("done sent=%d answered=%d failed=%d scanned=%d open=%d", st.Sent, st.Answered, st.Failed, st.Scanned, st.Open)
-	return st
 }
 
 func (b *Beacon) period() time.Duration {
@@ -356,7 +389,8 @@ func (b *Beacon) beacon(ctx context.Context, seq int) bool {
 // task (the C2's, not a sinkhole's page), the beacon reports it done on
 // the same connection, as a bot answers its C2: that turn is what
 // confirms a C2 on probation (tb-allow(1)), since any server a sample
-// aims at answers a request.
+// aims at answers a request. A task other than "sleep" is an attack
+// order (botwire.ParseOrder), carried out beside the check-ins.
 func (b *Beacon) checkIn(ctx context.Context, seq, attempt int) (int, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, b.Cfg.Timeout)
 	defer cancel()
@@ -382,6 +416,13 @@ func (b *Beacon) checkIn(ctx context.Context, seq, attempt int) (int, string, er
 		return 0, "", err
 	}
 	if task := readTask(r, length); task != "" {
+		if task != "sleep" {
+			if o, err := botwire.ParseOrder(task); err != nil {
+				b.Logf("task ignored: %v", err)
+			} else {
+				b.order(ctx, o)
+			}
+		}
 		done := fmt.Sprintf(`{"id":%q,"seq":%d,"attempt":%d,"done":%q}`, b.Cfg.ID, seq, attempt, task)
 		// The report's own answer does not change the check-in's outcome.
 		if _, err := io.WriteString(c, b.post(done, true)); err == nil {

@@ -1,6 +1,8 @@
 // Command beacon is the benign test sample Talkbox runs in its demo and
 // end-to-end test (see internal/demo/beacon). It contacts only the C2 and
-// the scan targets it is given, within the documentation ranges and the lab.
+// the scan targets it is given, within the documentation ranges and the
+// lab, and aims the short UDP flood its C2 may order only at the
+// documentation ranges.
 package main
 
 import (
