@@ -1,11 +1,13 @@
 package beacon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
@@ -170,7 +172,8 @@ func startC2(t *testing.T, proto string, o botwire.Order) (port string, log *wat
 // carries out the attack (into a test socket: no packet leaves), and the
 // bytes of the session are what tb-parse's recognisers take for that
 // protocol's channel, with the bot's identity, its keep-alives and the
-// order decoded. An order against an address outside the documentation
+// order decoded (over HTTP, the answer carrying the order is what
+// botproto.HTTPOrder reads as one). An order against an address outside the documentation
 // ranges is refused: no attack socket is even opened.
 func TestChannelsCarryTheC2sOrderToTheAttack(t *testing.T) {
 	type want struct {
@@ -239,14 +242,24 @@ func TestChannelsCarryTheC2sOrderToTheAttack(t *testing.T) {
 				if tc.proto == botwire.HTTP {
 					// Each check-in is a connection; the first carried
 					// the order, which the beacon reports done.
-					var sent []byte
+					var sent, got []byte
 					for _, c := range streams[0] {
 						if c.dir == 0 {
 							sent = append(sent, c.data...)
+						} else {
+							got = append(got, c.data...)
 						}
 					}
 					if !bytes.Contains(sent, []byte(`"done":"`+o.String()+`"`)) {
 						t.Errorf("first check-in: %q", sent)
+					}
+					resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(got)), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					if c, ok := botproto.HTTPOrder(body); !ok || c.Vector != "udp" || !slices.Equal(c.Targets, []string{target}) || !slices.Equal(c.Ports, []string{"9"}) || c.Duration != 1 {
+						t.Errorf("the answer %q decoded as %+v, %v", body, c, ok)
 					}
 					return
 				}
