@@ -771,22 +771,31 @@ func addText(list []string, s string) []string {
 }
 
 // Poll follows the requests of one client to one HTTP resource (the query
-// left out) to tell a bot's polling: at least MinPolls requests, at least
-// a second apart, no gap more than twice the shortest.
+// left out) to tell a bot's polling: at least MinPolls turns, at least a
+// second apart, no gap more than twice the shortest. Requests less than a
+// second after the last turn's first are that turn's (a bot reporting its
+// task on the check-in's connection, a retry), not turns of their own.
 type Poll struct {
 	N              int64
 	First, Last    int64 // Unix nanoseconds
 	MinGap, MaxGap int64
 }
 
-// MinPolls is how many requests make a poll.
-const MinPolls = 4
+// MinPolls is how many turns make a poll; sameTurn is how soon after a
+// turn's first request another is part of it.
+const (
+	MinPolls = 4
+	sameTurn = 1e9
+)
 
 // Add counts a request at ts; requests out of time order make the poll
 // irregular.
 func (p *Poll) Add(ts int64) {
 	if p.N == 0 {
 		p.First, p.Last, p.N = ts, ts, 1
+		return
+	}
+	if ts >= p.Last && ts-p.Last < sameTurn {
 		return
 	}
 	g := max(ts-p.Last, 0)
@@ -800,7 +809,7 @@ func (p *Poll) Add(ts int64) {
 
 // Regular reports whether the requests are a poll.
 func (p *Poll) Regular() bool {
-	return p.N >= MinPolls && p.MinGap >= 1e9 && p.MaxGap <= 2*p.MinGap
+	return p.N >= MinPolls && p.MinGap >= sameTurn && p.MaxGap <= 2*p.MinGap
 }
 
 // Period is the mean interval between the requests, in seconds.

@@ -63,21 +63,27 @@ func orderSession(t *testing.T, g *pcapgen.Gen, proto, to string) time.Time {
 
 // httpPolls writes n check-ins of the bot (POST /checkin), 10 s apart,
 // each on its own connection; the C2 answers {"task":"sleep"} but to
-// check-in number nth, which it answers with body. It returns the time of
-// that answer; the capture's clock is left just after the last check-in.
+// check-in number nth, which it answers with body; as the demo's beacon
+// does, the bot reports the task done on the same connection. It returns
+// the time of the answer with body; the capture's clock is left just
+// after the last check-in.
 func httpPolls(g *pcapgen.Gen, c2 netip.AddrPort, n, nth int, body string) time.Time {
+	post := func(b string) []byte {
+		return []byte("POST /checkin HTTP/1.1\r\nHost: c2.example\r\nContent-Type: application/json\r\nContent-Length: " +
+			strconv.Itoa(len(b)) + "\r\n\r\n" + b)
+	}
 	var at time.Time
 	for i := 0; i < n; i++ {
 		start := g.T
 		c := g.Dial(ap(client, uint16(41000+i)), c2, uint32(100*i), 9000)
-		b := `{"id":"tb","seq":` + strconv.Itoa(i) + `}`
-		c.Send([]byte("POST /checkin HTTP/1.1\r\nHost: c2.example\r\nContent-Type: application/json\r\nContent-Length: " +
-			strconv.Itoa(len(b)) + "\r\n\r\n" + b))
+		c.Send(post(`{"id":"tb","seq":` + strconv.Itoa(i) + `}`))
 		answer := `{"task":"sleep"}`
 		if i == nth {
 			answer, at = body, g.T
 		}
 		c.Reply(pcapgen.HTTPResponse(200, "OK", []byte(answer)))
+		c.Send(post(`{"id":"tb","seq":` + strconv.Itoa(i) + `,"done":"task"}`))
+		c.Reply(pcapgen.HTTPResponse(200, "OK", []byte(`{"ok":true}`)))
 		c.Close()
 		if i < n-1 {
 			g.T = start.Add(10 * time.Second)
@@ -243,7 +249,7 @@ func TestHTTPOrders(t *testing.T) {
 			k.Clients[0] != client.String() || !o.FirstSeen.Equal(pcapgen.Start.Add(30*time.Second+5*time.Millisecond)) {
 			t.Fatalf("%q: %+v at %v", body, k, o.FirstSeen)
 		}
-		if ch := r.get(t, records.ObsC2Channel, "http POST http://c2.example/checkin").C2Channel; ch.Commands != 1 {
+		if ch := r.get(t, records.ObsC2Channel, "http POST http://c2.example/checkin").C2Channel; ch.Commands != 1 || ch.KeepAlives != 5 {
 			t.Fatalf("%+v", ch)
 		}
 	}
