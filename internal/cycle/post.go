@@ -117,6 +117,9 @@ func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, er
 	return r.transition(ctx, c, to, a.Recommendation+": "+strings.Join(a.Reasons, "; "), nil)
 }
 
+// maxCarried bounds the floods an analysis names as carrying out an order.
+const maxCarried = 4
+
 // Analyse sums a cycle up from its execution, its observables and the
 // allow-list revision post-processing wrote, and recommends what to do next.
 func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
@@ -126,10 +129,13 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	if err != nil {
 		return nil, err
 	}
-	var tampered []string
+	var tampered, carried []string
 	droppedMatch := false
 	for _, o := range seen {
 		a.Observables[o.Type]++
+		if k := o.Attack; k != nil && k.Order != "" {
+			carried = append(carried, fmt.Sprintf("%s after %q (%g s)", o.Value, k.Order, k.OrderDelay))
+		}
 		if o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered {
 			tampered = append(tampered, o.Evasion.Paths...)
 		}
@@ -300,6 +306,18 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		default:
 			a.Reasons = append(a.Reasons, "nothing new to allow; the allow-list in force is unchanged")
 		}
+	}
+	if len(carried) > 0 {
+		// What the bot did with what it was told; tb-parse's
+		// attribution, which the sample could have staged, is told and
+		// decides nothing.
+		sort.Strings(carried)
+		more := ""
+		if len(carried) > maxCarried {
+			more = fmt.Sprintf(" and %d more", len(carried)-maxCarried)
+			carried = carried[:maxCarried]
+		}
+		a.Reasons = append(a.Reasons, "floods carrying out an order: "+strings.Join(carried, ", ")+more)
 	}
 	if len(confirmed) > 0 {
 		a.Reasons = append(a.Reasons, "confirmed "+strings.Join(confirmed, ", ")+": its far side answered as a C2 while let through on probation")

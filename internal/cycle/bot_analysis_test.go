@@ -1,0 +1,40 @@
+package cycle
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// TestAnalysisNamesOrderedAttacks: the analysis says which floods carried
+// out which order (tb-parse's attack.order), and nothing of a flood that
+// carried out none.
+func TestAnalysisNamesOrderedAttacks(t *testing.T) {
+	e := setup(t, "out hello")
+	c := e.run(t, Request{})
+	ctx := context.Background()
+	order := "mirai udpplain 203.0.113.77/32 4s dport=9 len=64"
+	for _, o := range []*records.Observable{
+		{Type: records.ObsC2Command, Value: order, C2Command: &records.C2CommandInfo{Family: "mirai", Vector: "udpplain"}},
+		{Type: records.ObsAttack, Value: "udp 203.0.113.77", Attack: &records.AttackInfo{Vector: "udp", Target: "203.0.113.77",
+			Order: order, OrderDelay: 0.25}},
+		{Type: records.ObsAttack, Value: "syn 198.51.100.9", Attack: &records.AttackInfo{Vector: "syn", Target: "198.51.100.9"}},
+	} {
+		o.Lease, o.Cycle, o.Count = c.Lease, c.ID, 1
+		records.Init(o, records.KindObservable, e.st.Now())
+		if err := e.st.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := Analyse(e.st, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `floods carrying out an order: udp 203.0.113.77 after "` + order + `" (0.25 s)`
+	if !slices.Contains(a.Reasons, want) || a.Recommendation != records.RecommendEscalate ||
+		!slices.Contains(a.Classification, "ordered") || !slices.Contains(a.Classification, "attacking") {
+		t.Fatalf("analysis %+v", a)
+	}
+}
