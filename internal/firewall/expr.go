@@ -115,6 +115,8 @@ func accept() *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictAccept} }
 func drop() *expr.Verdict   { return &expr.Verdict{Kind: expr.VerdictDrop} }
 func ret() *expr.Verdict    { return &expr.Verdict{Kind: expr.VerdictReturn} }
 
+func gotoChain(name string) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: name} }
+
 // rule joins match expressions, a counter and the final statements.
 func rule(t *nftables.Table, c *nftables.Chain, label string, parts ...[]expr.Any) *nftables.Rule {
 	var ex []expr.Any

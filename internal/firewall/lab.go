@@ -46,7 +46,8 @@ func (f *NFT) Up(ctx context.Context) error {
 	cfg := f.cfg
 	t := c.AddTable(f.inet())
 	pre, fwd, in, post := f.baseChains(t)
-	for _, ch := range []*nftables.Chain{pre, fwd, in, post} {
+	sink := &nftables.Chain{Name: chSink, Table: t}
+	for _, ch := range []*nftables.Chain{pre, fwd, in, post, sink} {
 		c.AddChain(ch)
 		c.FlushChain(ch)
 	}
@@ -90,8 +91,13 @@ func (f *NFT) Up(ctx context.Context) error {
 		then(&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)}),
 		then(accept())))
-	add(rule(t, pre, "guest to sinkhole", iif(br), ipv4(), daddrIs(cfg.Sinkhole), then(accept())))
-	add(rule(t, pre, "guest to anywhere: sinkhole", iif(br), ipv4(), dnatTo(cfg.Sinkhole, 0)))
+	// A guest that resolved a name gets the sinkhole's address: it goes
+	// through the catch-all as one sent anywhere else does.
+	add(rule(t, pre, "guest to sinkhole", iif(br), ipv4(), daddrIs(cfg.Sinkhole), then(gotoChain(chSink))))
+	add(rule(t, pre, "guest to anywhere: sinkhole", iif(br), ipv4(), then(gotoChain(chSink))))
+	if err := f.sinkRules(c, t, sink); err != nil {
+		return err
+	}
 
 	// forward (filter): replies, sinkholed traffic, lease rules; the rest of
 	// the lab's traffic is dropped. Other interfaces are left alone.
@@ -147,6 +153,46 @@ func (f *NFT) Up(ctx context.Context) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: programming table %s: %w", cfg.Table, err)
 	}
+	return nil
+}
+
+// sinkRules queues the sets of the ports the sinkhole serves and the rules
+// of the chain that translates to it: TCP and UDP to a port it does not
+// serve go to its catch-all (one set lookup each, whatever the number of
+// ports), the rest keeps its port.
+func (f *NFT) sinkRules(c *nftables.Conn, t *nftables.Table, sink *nftables.Chain) error {
+	for _, ca := range []struct {
+		set   string
+		proto byte
+		cfg   *CatchAll
+	}{{setSinkTCP, unix.IPPROTO_TCP, f.cfg.CatchAllTCP}, {setSinkUDP, unix.IPPROTO_UDP, f.cfg.CatchAllUDP}} {
+		s := &nftables.Set{Table: t, Name: ca.set, KeyType: nftables.TypeInetService}
+		if err := c.AddSet(s, nil); err != nil {
+			return err
+		}
+		c.FlushSet(s)
+		if ca.cfg == nil {
+			continue
+		}
+		var served []nftables.SetElement
+		for _, p := range ca.cfg.Served {
+			served = append(served, nftables.SetElement{Key: binary.BigEndian.AppendUint16(nil, p)})
+		}
+		if len(served) > 0 {
+			if err := c.SetAddElements(s, served); err != nil {
+				return err
+			}
+		}
+		name := "unserved tcp port: catch-all"
+		if ca.proto == unix.IPPROTO_UDP {
+			name = "unserved udp port: catch-all"
+		}
+		c.AddRule(rule(t, sink, name, l4(ca.proto),
+			then(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Lookup{SourceRegister: 1, SetName: ca.set, Invert: true}),
+			dnatTo(f.cfg.Sinkhole, ca.cfg.Port)))
+	}
+	c.AddRule(rule(t, sink, "sinkhole, port kept", dnatTo(f.cfg.Sinkhole, 0)))
 	return nil
 }
 

@@ -132,7 +132,7 @@ func (f *NFT) ApplyLease(ctx context.Context, lr LeaseRules) error {
 	// pre_<lease>: which destinations escape the default DNAT.
 	c.AddRule(rule(t, o.pre, "forward: not translated", elemLookup(set(Forward)), then(accept())))
 	c.AddRule(rule(t, o.pre, "rate-limit: not translated", elemLookup(set(RateLimit)), then(accept())))
-	c.AddRule(rule(t, o.pre, "redirect: sinkhole", elemLookup(set(Redirect)), dnatTo(f.cfg.Sinkhole, 0)))
+	c.AddRule(rule(t, o.pre, "redirect: sinkhole", elemLookup(set(Redirect)), then(gotoChain(chSink))))
 	c.AddRule(rule(t, o.pre, "drop", elemLookup(set(Drop)), then(drop())))
 	// fwd_<lease>: what may leave by the uplink.
 	if f.cfg.Uplink != "" {

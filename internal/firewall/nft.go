@@ -39,6 +39,11 @@ type Config struct {
 	Upstream netip.Addr `json:"upstream,omitempty"`
 	// SMTPPorts are never forwarded unless a lease forces them.
 	SMTPPorts []uint16 `json:"smtp_ports"`
+	// CatchAllTCP and CatchAllUDP, when set, send a guest's TCP or UDP
+	// bound for the sinkhole to a port the sinkhole serves nothing on to
+	// its catch-all listener instead; unset, the port is kept.
+	CatchAllTCP *CatchAll `json:"catch_all_tcp,omitempty"`
+	CatchAllUDP *CatchAll `json:"catch_all_udp,omitempty"`
 	// DHCP accepts guests' DHCP requests to the gateway.
 	DHCP bool `json:"dhcp"`
 	// Documentation lets documentation ranges stand in for the internet.
@@ -48,6 +53,18 @@ type Config struct {
 	MaxElements uint32 `json:"max_elements,omitempty"`
 	// Limits bound each guest's load (DefaultLimits where zero).
 	Limits Limits `json:"limits,omitzero"`
+}
+
+// CatchAll is the sinkhole's listener for the ports it serves nothing on:
+// a bot whose C2 listens on any port gets its connection accepted and sends
+// its first bytes (which the capture on its tap sees with the port it
+// asked for) where it would otherwise get a reset and send nothing.
+type CatchAll struct {
+	// Port is where the catch-all listens.
+	Port uint16 `json:"port"`
+	// Served are the ports the sinkhole's services listen on: a packet to
+	// one of them keeps its port.
+	Served []uint16 `json:"served"`
 }
 
 // LeaseRules is what one lease gets.
@@ -184,6 +201,11 @@ const (
 	setSMTP    = "smtp_ports"
 	mapLeasePr = "lease_pre"
 	mapLeaseFw = "lease_fwd"
+	// chSink sends a packet to the sinkhole: the lab's default and a
+	// lease's redirect verdict both go there, so they cannot differ.
+	chSink     = "to_sinkhole"
+	setSinkTCP = "sink_tcp"
+	setSinkUDP = "sink_udp"
 )
 
 // leaseTag is the short name of a lease in chain and set names: the

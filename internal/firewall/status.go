@@ -68,7 +68,7 @@ func (f *NFT) Status(ctx context.Context) (*Status, error) {
 	}
 	defer done()
 	t := f.inet()
-	for _, ch := range []string{chPre, chFwd, chIn, chPost} {
+	for _, ch := range []string{chPre, chSink, chFwd, chIn, chPost} {
 		rules, err := c.GetRules(t, &nftables.Chain{Name: ch, Table: t})
 		if err != nil {
 			return nil, err

@@ -102,6 +102,12 @@ func (c *Config) Check() error {
 	if c.Dir == "" {
 		errs = append(errs, "no lab directory")
 	}
+	listen := inetsimListen()
+	for _, s := range c.INetSimServices {
+		if _, ok := listen[s]; !ok {
+			errs = append(errs, fmt.Sprintf("INetSim service %q unknown", s))
+		}
+	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
@@ -135,10 +141,12 @@ func (c *Config) HostNSPath() string { return netns.Path(c.HostNS) }
 
 // Firewall is the lab's containment driver.
 func (c *Config) Firewall() (*firewall.NFT, error) {
+	tcp, udp := c.catchAll()
 	return firewall.New(firewall.Config{
 		Table: c.Table, NetNS: c.HostNSPath(), Bridge: c.Bridge, LabNet: c.LabNet, Gateway: c.Gateway(),
 		SinkIface: c.SinkVeth, SinkNet: c.SinkNet, Sinkhole: c.Sinkhole(), Uplink: c.Uplink, Upstream: c.Upstream,
 		SMTPPorts: c.SMTPPorts, DHCP: c.DHCP, Documentation: c.Documentation, Limits: c.Limits,
+		CatchAllTCP: tcp, CatchAllUDP: udp,
 	})
 }
 

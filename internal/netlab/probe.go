@@ -559,9 +559,13 @@ func timedOut(err error) bool {
 
 // sinkholeTCP: a connection to a public address is answered by a listener
 // of the probe's own in the sinkhole namespace, with a nonce nothing
-// outside could send.
+// outside could send; in a lab with a catch-all, the port it asks for is
+// one the sinkhole does not serve, so it lands on the catch-all.
 func (p *prober) sinkholeTCP(ctx context.Context) ProbeResult {
 	const name = "sinkhole-tcp"
+	if tcp, _ := p.cfg.catchAll(); tcp != nil {
+		return p.sinkholeCatchAll(ctx, name, tcp.Port)
+	}
 	sink := p.cfg.Sinkhole()
 	var ln net.Listener
 	if err := netns.Do(netns.Path(p.cfg.SinkNS), func() (err error) {
@@ -600,6 +604,58 @@ func (p *prober) sinkholeTCP(ctx context.Context) ProbeResult {
 		return fail(name, "%s answered, but not by the sinkhole (%q, %v)", dst, got, err)
 	}
 	return pass(name, "%s was answered by the sinkhole %s", dst, sink)
+}
+
+// probeUnservedPort is a port no sinkhole service listens on.
+const probeUnservedPort = 48101
+
+// sinkholeCatchAll: a connection to a public address on a port the sinkhole
+// serves nothing on is held by the sinkhole namespace on the catch-all's
+// port, with the probe guest's address and port at the other end. The
+// catch-all sends nothing, so the sinkhole's socket table is the proof.
+func (p *prober) sinkholeCatchAll(ctx context.Context, name string, port uint16) ProbeResult {
+	dst := netip.AddrPortFrom(probeTCPDst, probeUnservedPort).String()
+	c, err := dialFrom(ctx, &p.a, "tcp4", dst, answerWait)
+	if err != nil {
+		return fail(name, "connecting to %s: %v", dst, err)
+	}
+	defer c.Close()
+	at := &net.TCPAddr{IP: p.cfg.Sinkhole().AsSlice(), Port: int(port)}
+	from := c.LocalAddr().(*net.TCPAddr)
+	held := func() (found bool, err error) {
+		// The sock_diag socket is opened in the sinkhole's namespace.
+		err = netns.Do(netns.Path(p.cfg.SinkNS), func() error {
+			// INetSim may listen on an IPv6 socket that takes IPv4 too.
+			for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+				socks, err := netlink.SocketDiagTCP(family)
+				if err != nil {
+					return err
+				}
+				for _, s := range socks {
+					if s.State == unix.BPF_TCP_ESTABLISHED && s.ID.Source.Equal(at.IP) && int(s.ID.SourcePort) == at.Port &&
+						s.ID.Destination.Equal(from.IP) && int(s.ID.DestinationPort) == from.Port {
+						found = true
+						return nil
+					}
+				}
+			}
+			return nil
+		})
+		return found, err
+	}
+	deadline := time.Now().Add(answerWait)
+	for {
+		ok, err := held()
+		if ok {
+			// The same words as the listener's pass: whichever of the
+			// sinkhole's listeners took it, the sinkhole answered.
+			return pass(name, "%s was answered by the sinkhole %s", dst, p.cfg.Sinkhole())
+		}
+		if err != nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return fail(name, "%s was accepted, but not by the sinkhole's catch-all %s (%v)", dst, at, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the sinkhole's sockets: an accept sends no event
+	}
 }
 
 // sinkholeHTTP: INetSim answers HTTP for a public address.

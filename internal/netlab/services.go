@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 )
 
@@ -34,12 +35,96 @@ type ServiceStatus struct {
 var DefaultINetSimServices = []string{"http", "https", "smtp", "smtps", "pop3", "pop3s", "ftp", "ftps",
 	"irc", "ntp", "ident", "finger", "syslog", "tftp", "echo_tcp", "echo_udp", "dummy_tcp", "dummy_udp"}
 
+// inetsimListen is where each INetSim service listens: INetSim's own
+// defaults (INetSim/Config.pm), which the generated configuration keeps,
+// and the one table the lab's firewall reads the sinkhole's served ports
+// from. DNS is dnsmasq's, not INetSim's. dummy_tcp and dummy_udp are the
+// catch-all, which takes what is sent to every other port
+// (Config.catchAll); INetSim binds both to one port.
+func inetsimListen() map[string]inetsimPort {
+	return map[string]inetsimPort{
+		"http": {"tcp", 80}, "https": {"tcp", 443}, "smtp": {"tcp", 25}, "smtps": {"tcp", 465},
+		"pop3": {"tcp", 110}, "pop3s": {"tcp", 995}, "ftp": {"tcp", 21}, "ftps": {"tcp", 990},
+		"irc": {"tcp", 6667}, "ntp": {"udp", 123}, "ident": {"tcp", 113}, "finger": {"tcp", 79},
+		"syslog": {"udp", 514}, "tftp": {"udp", 69},
+		"echo_tcp": {"tcp", 7}, "echo_udp": {"udp", 7}, "discard_tcp": {"tcp", 9}, "discard_udp": {"udp", 9},
+		"chargen_tcp": {"tcp", 19}, "chargen_udp": {"udp", 19}, "daytime_tcp": {"tcp", 13}, "daytime_udp": {"udp", 13},
+		"time_tcp": {"tcp", 37}, "time_udp": {"udp", 37}, "quotd_tcp": {"tcp", 17}, "quotd_udp": {"udp", 17},
+		"dummy_tcp": {"tcp", inetsimCatchAllPort}, "dummy_udp": {"udp", inetsimCatchAllPort},
+	}
+}
+
+// inetsimPort is a service's protocol and port.
+type inetsimPort struct {
+	proto string
+	port  uint16
+}
+
+// inetsimCatchAllPort is INetSim's own default for dummy_bind_port.
+const inetsimCatchAllPort = 1
+
+// inetsimReady are the sinkhole's addresses of every TCP service INetSim
+// starts: INetSim forks a process per service, and neither a guest nor the
+// containment check may find one still missing once the lab is up.
+func (c *Config) inetsimReady() []string {
+	listen := inetsimListen()
+	var out []string
+	for _, s := range c.inetsimServices() {
+		if l, ok := listen[s]; ok && l.proto == "tcp" {
+			out = append(out, net.JoinHostPort(c.Sinkhole().String(), strconv.Itoa(int(l.port))))
+		}
+	}
+	return out
+}
+
+// inetsimServices are the INetSim services the lab starts.
+func (c *Config) inetsimServices() []string {
+	if len(c.INetSimServices) > 0 {
+		return c.INetSimServices
+	}
+	return DefaultINetSimServices
+}
+
+// catchAll is where the sinkhole takes TCP and UDP to the ports it serves
+// nothing on (nil: such a packet keeps its port): INetSim's dummy_tcp and
+// dummy_udp, when the lab runs them. The served ports are those of the
+// services started and the DNS sinkhole's.
+func (c *Config) catchAll() (tcp, udp *firewall.CatchAll) {
+	if !c.INetSim {
+		return nil, nil
+	}
+	served := map[string][]uint16{}
+	if c.DNS {
+		served["tcp"] = append(served["tcp"], 53)
+		served["udp"] = append(served["udp"], 53)
+	}
+	listen := inetsimListen()
+	for _, s := range c.inetsimServices() {
+		if l, ok := listen[s]; ok {
+			served[l.proto] = append(served[l.proto], l.port)
+		}
+	}
+	for proto, ports := range served {
+		slices.Sort(ports)
+		served[proto] = slices.Compact(ports)
+	}
+	for _, s := range c.inetsimServices() {
+		switch s {
+		case "dummy_tcp":
+			tcp = &firewall.CatchAll{Port: inetsimCatchAllPort, Served: served["tcp"]}
+		case "dummy_udp":
+			udp = &firewall.CatchAll{Port: inetsimCatchAllPort, Served: served["udp"]}
+		}
+	}
+	return tcp, udp
+}
+
 type service struct {
 	name    string
 	ns      string // namespace path
 	enabled bool
-	// ready is an address that accepts connections once the service is up.
-	ready string
+	// ready are addresses that accept connections once the service is up.
+	ready []string
 	argv  func(cfg *Config, dir string) ([]string, error)
 	// log, when set, is the directory where multilog keeps the service's
 	// stderr, capped.
@@ -55,14 +140,14 @@ func services(cfg *Config) []service {
 	return []service{
 		// The answerer comes first: the front resolver sends it the
 		// subdomains of forwarded names.
-		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(dnsAnswerer, "53"), argv: dnsAnswerArgs,
+		{name: "dns-answer", ns: sink, enabled: cfg.DNS, ready: []string{net.JoinHostPort(dnsAnswerer, "53")}, argv: dnsAnswerArgs,
 			confine: confinement{writable: []string{cfg.Dir}}},
-		{name: "dns", ns: sink, enabled: cfg.DNS, ready: net.JoinHostPort(cfg.Sinkhole().String(), "53"), argv: dnsArgs,
+		{name: "dns", ns: sink, enabled: cfg.DNS, ready: []string{net.JoinHostPort(cfg.Sinkhole().String(), "53")}, argv: dnsArgs,
 			log: LogDir(cfg, "dns"), confine: confinement{writable: []string{cfg.Dir}}},
 		// INetSim stores what guests upload (HTTP POST bodies, mail, FTP
 		// and TFTP uploads) and its POP3 and FTP sessions in its data
 		// directory: each lab's INetSim gets its own capped copy.
-		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: net.JoinHostPort(cfg.Sinkhole().String(), "80"), argv: inetsimArgs,
+		{name: "inetsim", ns: sink, enabled: cfg.INetSim, ready: cfg.inetsimReady(), argv: inetsimArgs,
 			confine: confinement{writable: []string{cfg.Dir, LogDir(cfg, "inetsim")},
 				private: inetsimData, privateSize: INetSimDataSize}},
 		{name: "dhcp", ns: cfg.HostNSPath(), enabled: cfg.DHCP, argv: dhcpArgs,
@@ -168,17 +253,18 @@ func dnsArgs(cfg *Config, dir string) ([]string, error) {
 }
 
 func inetsimArgs(cfg *Config, dir string) ([]string, error) {
-	svcs := cfg.INetSimServices
-	if len(svcs) == 0 {
-		svcs = DefaultINetSimServices
-	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# generated by tb-capture for lab %s\n", cfg.Name)
-	for _, s := range svcs {
+	for _, s := range cfg.inetsimServices() {
 		fmt.Fprintf(&b, "start_service %s\n", s)
 	}
 	fmt.Fprintf(&b, "service_bind_address %s\n", cfg.Sinkhole())
 	fmt.Fprintf(&b, "dns_default_ip %s\n", cfg.Sinkhole())
+	// The catch-all never speaks: a bot that waits for its C2 to speak
+	// first would otherwise take INetSim's banner ("220 ESMTP FTP +OK
+	// POP3 200 OK", sent after 5 silent seconds) for its C2's words.
+	fmt.Fprintf(&b, "dummy_bind_port %d\n", inetsimCatchAllPort)
+	b.WriteString("dummy_banner_wait 0\n")
 	b.WriteString("create_reports no\n")
 	conf := filepath.Join(dir, "inetsim.conf")
 	if err := writeAtomic(conf, b.Bytes(), 0o644); err != nil {
@@ -311,6 +397,9 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 		}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
+	// Each address is dialled until it first accepts, and not again: a
+	// connection to an INetSim service holds one of its few processes.
+	pending := s.ready
 	for {
 		// dnsmasq daemonizes unless kept in the foreground: its first
 		// process exits once the daemon is up.
@@ -326,7 +415,11 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if pid := filePID(pidFile(dir, s.name)); pid > 0 {
-			if st, alive := procStart(pid); alive && (s.ready == "" || dialIn(s.ns, s.ready)) {
+			st, alive := procStart(pid)
+			if alive {
+				pending = dialIn(s.ns, pending)
+			}
+			if alive && len(pending) == 0 {
 				ok = true
 				return writeAtomic(pidFile(dir, s.name)+".start", []byte(st), 0o644)
 			}
@@ -365,18 +458,22 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
-func dialIn(ns, addr string) bool {
-	ok := false
+// dialIn connects to each address in turn and returns those from the first
+// that did not accept on.
+func dialIn(ns string, addrs []string) []string {
 	_ = netns.Do(ns, func() error {
 		// dnsmasq answers DNS over TCP too, so every service is probed by TCP.
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			ok = true
+		for len(addrs) > 0 {
+			c, err := net.DialTimeout("tcp", addrs[0], 200*time.Millisecond)
+			if err != nil {
+				return nil
+			}
 			c.Close()
+			addrs = addrs[1:]
 		}
 		return nil
 	})
-	return ok
+	return addrs
 }
 
 // runningPID is the service's pid when its pid file names a live process
