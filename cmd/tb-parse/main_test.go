@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/hex"
 	"net/netip"
 	"os"
 	"strconv"
@@ -28,6 +29,7 @@ func TestScripts(t *testing.T) {
 	cmds["mkbotpcap"] = mkbotpcap
 	cmds["putblob"] = putblob
 	cmds["cut"] = cut
+	cmds["poke"] = poke
 	cmds["expand"] = expand
 	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: clitest.Setup, Cmds: cmds})
 }
@@ -189,6 +191,28 @@ func cut(ts *testscript.TestScript, neg bool, args []string) {
 		n = int(fi.Size()) + n
 	}
 	ts.Check(os.Truncate(path, int64(n)))
+}
+
+// poke FILE OFFSET HEX: overwrites FILE's bytes at OFFSET (from its end
+// when negative) with HEX.
+func poke(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: poke FILE OFFSET HEX")
+	}
+	at, err := strconv.ParseInt(args[1], 10, 64)
+	ts.Check(err)
+	b, err := hex.DecodeString(args[2])
+	ts.Check(err)
+	f, err := os.OpenFile(ts.MkAbs(args[0]), os.O_WRONLY, 0)
+	ts.Check(err)
+	defer f.Close()
+	if at < 0 {
+		fi, err := f.Stat()
+		ts.Check(err)
+		at += fi.Size()
+	}
+	_, err = f.WriteAt(b, at)
+	ts.Check(err)
 }
 
 // expand IN OUT: writes IN to OUT with $VARS replaced from the script's

@@ -318,10 +318,11 @@ func (r *Reader) nextNG(p *Packet) error {
 				return r.errf("block type %#x: absurd block length %d", typ, blen)
 			}
 			n, err := r.br.Discard(int(blen))
-			r.off += int64(n)
 			if err != nil {
-				return r.cutf("block of type %#x", typ)
+				// Named at the block's start, as every other cut is.
+				return r.cutf("block of type %#x: %d of %d bytes", typ, n, blen)
 			}
+			r.off += int64(n)
 			continue
 		}
 		if blen > maxBlock {
@@ -373,10 +374,15 @@ func (r *Reader) sectionHeader() error {
 		return r.errf("section header: bad block length %d", blen)
 	}
 	n, err := r.br.Discard(int(blen))
-	r.off += int64(n)
 	if err != nil {
+		if r.off > 0 {
+			// A later section (captures appended to one file) whose
+			// header the writer did not finish.
+			return r.cutf("section header: %d of %d bytes", n, blen)
+		}
 		return r.errf("truncated section header")
 	}
+	r.off += int64(n)
 	r.ifaces = r.ifaces[:0]
 	return nil
 }

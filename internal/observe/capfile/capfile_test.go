@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,18 +125,24 @@ func TestBadFiles(t *testing.T) {
 	}
 	// A file that ends inside a record is cut short, not bad: what came
 	// before the cut is returned whole.
+	// The offset named is the cut record's.
 	two := pcapFile(binary.LittleEndian, false, 1, []byte("0123456789"), []byte("abcdefghij"))
+	stats := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 5), 32) // an interface statistics block, skipped unread
 	for name, c := range map[string]struct {
 		data []byte
 		want int
+		at   int
 	}{
-		"inside a packet":        {two[:len(two)-3], 1},
-		"inside a record header": {good[:30], 0},
-		"pcapng inside a block":  {ngb[:len(ngb)-10], 0},
+		"inside a packet":                {two[:len(two)-3], 1, 24 + 16 + 10},
+		"inside a record header":         {good[:30], 0, 24},
+		"pcapng inside a block":          {ngb[:len(ngb)-10], 0, len(ngb) - 92},
+		"pcapng inside a skipped block":  {append(slices.Clone(ngb), append(stats, 0, 0, 0, 0)...), 1, len(ngb)},
+		"pcapng inside a second section": {append(slices.Clone(ngb), ngb[:20]...), 1, len(ngb)},
 	} {
 		pkts, err := readAll(t, c.data)
-		if !errors.Is(err, ErrCutShort) || errors.Is(err, ErrBadData) || len(pkts) != c.want {
-			t.Errorf("%s: %d packets, %v; want %d and a cut-short error", name, len(pkts), err, c.want)
+		if !errors.Is(err, ErrCutShort) || errors.Is(err, ErrBadData) || len(pkts) != c.want ||
+			!strings.Contains(err.Error(), fmt.Sprintf(" at offset %d:", c.at)) {
+			t.Errorf("%s: %d packets, %v; want %d and a cut-short error at offset %d", name, len(pkts), err, c.want, c.at)
 		}
 	}
 	if _, err := NewReader(bytes.NewReader([]byte("hello world, not a capture"))); !errors.Is(err, ErrBadData) {
