@@ -46,7 +46,7 @@ bin/beacon/beacon-%: FORCE
 # too), with Debian's cross compilers (scripts/deps.sh installs them).
 CBEACON_ARCHES := armel armhf mips mipsel powerpc sh4 m68k sparc64 i386
 CBEACON_DIR ?= bin/beacon
-CBEACON_SRC := $(addprefix internal/demo/cbeacon/,beacon.c policy.c)
+CBEACON_SRC := $(addprefix internal/demo/cbeacon/,beacon.c policy.c proto.c)
 CBEACON_CFLAGS := -std=c99 -Os -Wall -Wextra -s
 cc_armel   := arm-linux-gnueabi-gcc -march=armv5te -mfloat-abi=soft
 cc_armhf   := arm-linux-gnueabihf-gcc

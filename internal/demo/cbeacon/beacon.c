@@ -8,7 +8,10 @@
 // 3: none; 2: usage):
 // resolves its C2 name, checks in over HTTP on a period with jitter,
 // retrying when the C2 does not answer, and runs a short telnet connect
-// scan; with -behave DIR it first does what the Go beacon's -behave does
+// scan; with -c2-proto mirai, gafgyt or irc it keeps one session with its C2
+// in that bot protocol instead (run_session, proto.c), and carries out the
+// C2's UDP attack orders, against the documentation ranges alone, paced and
+// bounded (attack_start); with -behave DIR it first does what the Go beacon's -behave does
 // (behave below), for the behaviour trace's tests, and with -hostile MODES
 // what the Go beacon's hostile modes do (run_hostile below), for the
 // containment battery. It is harmless by construction: the address policy
@@ -23,7 +26,7 @@
 // modules at run time, which a bare guest or a qemu-user run lacks.
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE // struct ifreq, for the hostile modes' interface
-#include "policy.h"
+#include "proto.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,6 +37,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,29 +77,6 @@ static void logf_(const char *fmt, ...) {
 	va_end(ap);
 	putchar('\n');
 	fflush(stdout); // tb-run reads the output as it comes
-}
-
-static int listener = -1; // -behave-listen's, non-blocking: see sleep_ns
-
-// sleep_ns waits d or until a signal asks to stop; 0 means stop. With a
-// listener open it waits in poll instead, accepting and closing whatever
-// connects, as the Go beacon's listener does.
-static int sleep_ns(int64_t d) {
-	struct timespec ts = {(time_t)(d / 1000000000LL), (long)(d % 1000000000LL)};
-	if (listener < 0) {
-		while (!stopping && nanosleep(&ts, &ts) == -1 && errno == EINTR)
-			;
-		return !stopping;
-	}
-	for (int64_t deadline = now_ns() + d, left; !stopping && (left = deadline - now_ns()) > 0;) {
-		struct pollfd p = {listener, POLLIN, 0};
-		if (poll(&p, 1, left > 3600000000000LL ? 3600000 : (int)((left + 999999) / 1000000)) > 0) {
-			int fd = accept(listener, NULL, NULL);
-			if (fd >= 0)
-				close(fd);
-		}
-	}
-	return !stopping;
 }
 
 // Go's Duration.String, near enough for the log.
@@ -214,6 +195,165 @@ static int dial(uint32_t a, int port, int (*allowed)(uint32_t), int64_t deadline
 		return -1;
 	}
 	return fd;
+}
+
+static int listener = -1; // -behave-listen's, non-blocking: see wait_io
+
+// The attack a C2's order started (attack_start), paced by wait_io beside
+// whatever else the beacon waits for: one at a time, and never more than
+// ATTACK_MAX_PACKETS in the beacon's life (attack_budget), however many
+// orders a C2 sends.
+static struct {
+	int fd; // -1: none running
+	struct attack_plan p;
+	long sent, errors;
+	int64_t next, end;
+} attack = {-1, {0}, 0, 0, 0, 0};
+static long attack_budget = ATTACK_MAX_PACKETS;
+
+// attack_open opens a UDP socket connected to a:port, first checking that
+// a may be attacked: every attack packet leaves by one of these.
+static int attack_open(uint32_t a, int port, char *err, size_t errlen) {
+	char ip[16];
+	ip_format(a, ip);
+	if (!attack_allowed(a)) {
+		snprintf(err, errlen, "refusing attack on %s: outside the documentation ranges", ip);
+		return -1;
+	}
+	struct sockaddr_in sa = {0};
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(a);
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		snprintf(err, errlen, "dial udp %s:%d: %s", ip, port, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void attack_stop(void) {
+	char ip[16];
+	ip_format(attack.p.target, ip);
+	logf_("attack %s %s:%d sent=%ld errors=%ld", attack.p.random ? "udp" : "udpplain", ip, attack.p.port, attack.sent, attack.errors);
+	close(attack.fd);
+	attack.fd = -1;
+}
+
+// attack_start carries out a C2's order if the policy lets it: order_check,
+// no attack running, the budget. Its log lines are the Go beacon's.
+static void attack_start(const struct order *o) {
+	char err[256], ip[16], text[80];
+	struct attack_plan p;
+	if (o->bad[0] != '\0') {
+		logf_("order ignored: %s", o->bad);
+		return;
+	}
+	ip_format(o->target, ip);
+	snprintf(text, sizeof text, "%s %s %ld %lu", o->vector, ip, o->port, (unsigned long)o->seconds);
+	if (order_check(o, err, sizeof err) < 0) {
+		logf_("order \"%s\" refused: %s", text, err);
+		return;
+	}
+	if (attack.fd >= 0) {
+		logf_("order \"%s\" refused: an attack is running", text);
+		return;
+	}
+	if (attack_plan_for(o, attack_budget, &p) < 0) {
+		logf_("order \"%s\" refused: the %d-packet budget is spent", text, ATTACK_MAX_PACKETS);
+		return;
+	}
+	int fd = attack_open(p.target, p.port, err, sizeof err);
+	if (fd < 0) {
+		logf_("order \"%s\" refused: %s", text, err);
+		return;
+	}
+	attack_budget -= p.packets;
+	attack.fd = fd, attack.p = p, attack.sent = 0, attack.errors = 0;
+	attack.next = now_ns(), attack.end = attack.next + p.duration_ns;
+	logf_("order \"%s\": attack %s:%d, %ld packets", text, ip, p.port, p.packets);
+}
+
+// attack_step sends the attack's packets that are due and returns when the
+// next one is (INT64_MAX: none running).
+static int64_t attack_step(void) {
+	if (attack.fd < 0)
+		return INT64_MAX;
+	int64_t now = now_ns();
+	// A stall longer than a tenth of a second is not made up, so the pace
+	// never bursts far past ATTACK_PPS.
+	if (attack.next < now - 100000000LL)
+		attack.next = now;
+	while (attack.fd >= 0 && attack.next <= now) {
+		if (now >= attack.end) {
+			attack_stop();
+			break;
+		}
+		unsigned char b[ATTACK_PAYLOAD];
+		for (size_t i = 0; i < sizeof b; i++)
+			b[i] = attack.p.random ? (unsigned char)(rand01() * 256) : (unsigned char)('A' + i % 26);
+		// The lab drops or sinkholes the flood: a refusal it sends back
+		// fails a send, which is counted and not retried.
+		if (send(attack.fd, b, sizeof b, 0) < 0)
+			attack.errors++;
+		attack.sent++;
+		attack.next += attack.p.gap_ns;
+		if (attack.sent == attack.p.packets)
+			attack_stop();
+	}
+	return attack.fd >= 0 ? attack.next : INT64_MAX;
+}
+
+// wait_io waits until deadline (0), until fd, when not -1, is readable (1)
+// or until a signal asks to stop (-1); meanwhile it paces the attack and
+// accepts and closes whatever connects to -behave-listen's listener, as the
+// Go beacon's does.
+static int wait_io(int fd, int64_t deadline) {
+	while (!stopping) {
+		int64_t wake = attack_step(), now = now_ns();
+		if (now >= deadline)
+			return 0;
+		if (wake > deadline)
+			wake = deadline;
+		struct pollfd p[2];
+		nfds_t n = 0;
+		if (fd >= 0)
+			p[n++] = (struct pollfd){fd, POLLIN, 0};
+		if (listener >= 0)
+			p[n++] = (struct pollfd){listener, POLLIN, 0};
+		int64_t left = wake - now;
+		int ms = left <= 0 ? 0 : left > 3600000000000LL ? 3600000 : (int)((left + 999999) / 1000000);
+		if (poll(p, n, ms) <= 0)
+			continue; // the time, or a signal: both checked above
+		if (fd >= 0 && p[0].revents != 0)
+			return 1;
+		if (listener >= 0 && p[n - 1].revents != 0) {
+			int a = accept(listener, NULL, NULL);
+			if (a >= 0)
+				close(a);
+		}
+	}
+	return -1;
+}
+
+// sleep_ns waits d or until a signal asks to stop; 0 means stop.
+static int sleep_ns(int64_t d) { return wait_io(-1, now_ns() + d) == 0; }
+
+// send_all sends n bytes of b on fd by deadline; 0, or -1 with err.
+static int send_all(int fd, const void *b, size_t n, int64_t deadline, char *err, size_t errlen) {
+	for (size_t o = 0; o < n;) {
+		ssize_t w = wait_fd(fd, POLLOUT, deadline) < 0 ? -1 : send(fd, (const char *)b + o, n - o, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			snprintf(err, errlen, "write: %s", strerror(errno));
+			return -1;
+		}
+		o += (size_t)w;
+	}
+	return 0;
 }
 
 // read_until reads into buf until it holds stop, fills, or the peer closes
@@ -463,17 +603,7 @@ static int post(int fd, const struct config *c, const char *body, int last, int6
 		"POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tb-beacon/1\r\nContent-Type: application/json\r\n"
 		"Content-Length: %d\r\nConnection: %s\r\n\r\n%s",
 		c->path, c->c2, (int)strlen(body), last ? "close" : "keep-alive", body);
-	for (int o = 0; o < rl;) {
-		ssize_t w = wait_fd(fd, POLLOUT, deadline) < 0 ? -1 : send(fd, req + o, (size_t)(rl - o), MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			snprintf(err, errlen, "write: %s", strerror(errno));
-			return -1;
-		}
-		o += (int)w;
-	}
-	return 0;
+	return send_all(fd, req, (size_t)rl, deadline, err, errlen);
 }
 
 // read_head reads an HTTP response's status line and headers from fd: the
@@ -629,6 +759,9 @@ static int check_in(const struct config *c, long seq, long attempt, int *status,
 			read_head(fd, deadline, &st, sv, sizeof sv, &length, got, sizeof got, &glen, ignored, sizeof ignored);
 	}
 	close(fd);
+	struct order o;
+	if (task[0] != '\0' && order_from_task(task, &o) == 0)
+		attack_start(&o); // paced while the beacon sleeps
 	return 0;
 }
 
@@ -646,6 +779,132 @@ static int beacon(const struct config *c, long seq) {
 			return 0;
 	}
 	return 0;
+}
+
+// session_open resolves and dials the C2 as a check-in does (retrying
+// the same way) and opens a bot session with the bot's hello; the socket,
+// or -1.
+static int session_open(const struct config *c, long seq, struct chan *ch) {
+	for (long attempt = 1; attempt <= c->retries; attempt++) {
+		char err[512] = "", ip[16];
+		unsigned char hello[MAX_REPLY];
+		int64_t deadline = now_ns() + c->timeout_ns;
+		uint32_t addr;
+		int fd = -1;
+		if (resolve(c, deadline, &addr, err, sizeof err) == 0 && (fd = dial(addr, c->port, c2_allowed, deadline, err, sizeof err)) >= 0 &&
+			send_all(fd, hello, chan_hello(c->proto, c->id, hello, sizeof hello), deadline, err, sizeof err) == 0) {
+			memset(ch, 0, sizeof *ch);
+			ch->proto = c->proto;
+			ip_format(addr, ip);
+			logf_("session seq=%ld attempt=%ld proto=%s to %s:%d", seq, attempt, proto_names[c->proto], ip, c->port);
+			return fd;
+		}
+		if (fd >= 0)
+			close(fd);
+		logf_("session seq=%ld attempt=%ld failed: %s", seq, attempt, err);
+		if (attempt < c->retries && !sleep_ns(c->retry_ns))
+			break;
+	}
+	return -1;
+}
+
+// What one session reads of a C2's noise: at most MAX_NOISE_LOGGED
+// messages it does not act on are logged, at most MAX_ORDERS orders are
+// read (each logged); a C2's bytes must not flood the log.
+#define MAX_NOISE_LOGGED 16
+#define MAX_ORDERS 16
+struct noise {
+	int ignored, orders;
+};
+
+// session_period runs one period of a bot session until until: the bot's
+// keep-alive, then the C2's messages as they come (answers, orders). It
+// returns 1 when a keep-alive of the C2 came in the period (Mirai's echo,
+// a PING), as the Go beacon counts an answer, else 0; when the session
+// ended, *fd is closed and -1.
+static int session_period(const struct config *c, int *fd, struct chan *ch, int64_t until, struct noise *noise) {
+	unsigned char out[MAX_REPLY];
+	char err[256] = "", why[128];
+	int heard = 0;
+	size_t n = chan_keepalive(c->proto, out);
+	if (n > 0 && send_all(*fd, out, n, now_ns() + c->timeout_ns, err, sizeof err) < 0)
+		goto end;
+	for (;;) {
+		int r = wait_io(*fd, until);
+		if (r <= 0)
+			return heard;
+		ssize_t got = recv(*fd, ch->buf + ch->n, chan_room(ch), 0);
+		if (got < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (got <= 0) {
+			snprintf(err, sizeof err, "%s", got == 0 ? "closed by the C2" : strerror(errno));
+			goto end;
+		}
+		ch->n += (size_t)got;
+		for (;;) {
+			struct order o;
+			size_t rlen;
+			int ev = chan_next(ch, &o, out, &rlen, why, sizeof why);
+			if (ev == EV_NEED)
+				break;
+			if (ev == EV_BAD) {
+				snprintf(err, sizeof err, "%s", why);
+				goto end;
+			}
+			if (ev == EV_OTHER) {
+				if (noise->ignored < MAX_NOISE_LOGGED) {
+					noise->ignored++;
+					logf_("session ignored: %s%s", why, noise->ignored == MAX_NOISE_LOGGED ? " (no more logged)" : "");
+				}
+				continue;
+			}
+			heard |= ev == EV_KEEPALIVE || ev == EV_PING;
+			if (ev == EV_ORDER && noise->orders < MAX_ORDERS) {
+				attack_start(&o);
+				if (++noise->orders == MAX_ORDERS)
+					logf_("session ignores further orders (%d read)", MAX_ORDERS);
+			}
+			if (rlen > 0 && send_all(*fd, out, rlen, now_ns() + c->timeout_ns, err, sizeof err) < 0)
+				goto end;
+		}
+	}
+end:
+	logf_("session ended: %s", err);
+	close(*fd);
+	*fd = -1;
+	return heard;
+}
+
+// run_session is the beacon of -c2-proto mirai, gafgyt or irc, as the Go
+// beacon's runChannel: one session kept open (opened again, a period
+// later, when it ends), a period per -count. It returns the number of
+// answered periods.
+static long run_session(const struct config *c, long *sent, long *failed) {
+	struct chan ch;
+	long answered = 0;
+	int fd = -1;
+	struct noise noise = {0, 0};
+	for (long seq = 1; c->count == 0 || seq <= c->count; seq++) {
+		(*sent)++;
+		if (fd < 0) {
+			fd = session_open(c, seq, &ch);
+			noise = (struct noise){0, 0};
+		}
+		double j = (double)c->interval_ns * c->jitter;
+		int64_t until = now_ns() + c->interval_ns + (int64_t)((rand01() * 2 - 1) * j);
+		int ok = fd >= 0 && session_period(c, &fd, &ch, until, &noise);
+		logf_("beacon seq=%ld proto=%s answered=%s", seq, proto_names[c->proto], ok ? "yes" : "no");
+		if (ok)
+			answered++;
+		else
+			(*failed)++;
+		// A session that ended waits out its period before the next.
+		if (stopping || (c->count != 0 && seq == c->count) || !sleep_ns(until - now_ns()))
+			break;
+	}
+	if (fd >= 0)
+		close(fd);
+	return answered;
 }
 
 // probe connects to the scan port of a target and reads a banner line, as a
@@ -1288,12 +1547,15 @@ int main(int argc, char **argv) {
 	}
 
 	long sent = 0, answered = 0, failed = 0, scanned = 0, open_ = 0;
-	logf_("start c2=%s port=%d interval=%s jitter=%.2f scan=%d", c.c2, c.port, fmt_duration(c.interval_ns, d, sizeof d), c.jitter, c.nscan);
+	logf_("start c2=%s port=%d proto=%s interval=%s jitter=%.2f scan=%d", c.c2, c.port, proto_names[c.proto],
+		fmt_duration(c.interval_ns, d, sizeof d), c.jitter, c.nscan);
 	for (int i = 0; i < c.nscan; i++) {
 		scanned++;
 		open_ += probe(&c, c.scan[i]);
 	}
-	for (long seq = 1; c.count == 0 || seq <= c.count; seq++) {
+	if (c.proto != PROTO_HTTP)
+		answered = run_session(&c, &sent, &failed);
+	for (long seq = 1; c.proto == PROTO_HTTP && (c.count == 0 || seq <= c.count); seq++) {
 		sent++;
 		if (beacon(&c, seq))
 			answered++;
@@ -1305,6 +1567,9 @@ int main(int argc, char **argv) {
 		if (!sleep_ns(c.interval_ns + (int64_t)((rand01() * 2 - 1) * j)))
 			break;
 	}
+	// An attack the C2 ordered runs to its end, as the Go beacon waits for it.
+	while (attack.fd >= 0 && wait_io(-1, attack.next) >= 0)
+		;
 	logf_("done sent=%ld answered=%ld failed=%ld scanned=%ld open=%ld", sent, answered, failed, scanned, open_);
 	return answered == 0 ? 3 : 0;
 }

@@ -1,9 +1,13 @@
-// Package cbeacon tests the C beacon (beacon.c, policy.c): its cross builds
-// as Talkbox's triage sees them, and its address policy, command line
-// (-hostile's included) and hostile frames against the Go beacon's. The beacon itself never runs on the host, natively or under
+// Package cbeacon tests the C beacon (beacon.c, policy.c, proto.c): its
+// cross builds as Talkbox's triage sees them, and its address policy,
+// command line (-hostile's included) and hostile frames against the Go
+// beacon's. The beacon itself never runs on the host, natively or under
 // qemu-user: the policy tests compile a host driver (testdata/policy_driver.c)
 // that links policy.c alone, without the beacon's networking, and compare
-// its answers with internal/demo/beacon's.
+// its answers with internal/demo/beacon's; the bot protocols' tests
+// (proto_test.go) compile one (testdata/proto_driver.c) that links proto.c
+// and policy.c, and compare its bytes and its decoding of a C2's orders with
+// the spec and with tb-parse's recognisers (internal/observe/botproto).
 package cbeacon
 
 import (
@@ -422,8 +426,11 @@ func TestResolvedAddressesAreChecked(t *testing.T) {
 }
 
 // TestEveryConnectionIsChecked reads beacon.c, whose networking the host
-// never runs: its only two connect calls (TCP in dial, UDP to the
-// resolver) each come after the policy check, and nothing sends otherwise.
+// never runs: its only three connect calls (TCP in dial, UDP to the
+// resolver, UDP to an attack's target) each come after the policy check,
+// and nothing sends otherwise; an attack starts only once its order passed
+// order_check and the budget (TestMiraiOrdersDecodeAsBotproto,
+// TestAttackBudget), and its packets stop at the plan's count and end.
 func TestEveryConnectionIsChecked(t *testing.T) {
 	b, err := os.ReadFile("beacon.c")
 	if err != nil {
@@ -435,10 +442,11 @@ func TestEveryConnectionIsChecked(t *testing.T) {
 			t.Errorf("beacon.c calls %s", bad)
 		}
 	}
-	if n := strings.Count(src, "connect("); n != 2 {
-		t.Errorf("beacon.c has %d connect calls, want the two this test checks", n)
+	if n := strings.Count(src, "connect("); n != 3 {
+		t.Errorf("beacon.c has %d connect calls, want the three this test checks", n)
 	}
-	for fn, guard := range map[string]string{"static int dial_start(": "if (!allowed(a))", "static int udp_open(": "if (!resolver_allowed(ns))"} {
+	for fn, guard := range map[string]string{"static int dial_start(": "if (!allowed(a))", "static int udp_open(": "if (!resolver_allowed(ns))",
+		"static int attack_open(": "if (!attack_allowed(a))"} {
 		i := strings.Index(src, fn)
 		if i < 0 {
 			t.Fatalf("beacon.c has no %s", fn)
@@ -449,6 +457,33 @@ func TestEveryConnectionIsChecked(t *testing.T) {
 		if g < 0 || c < 0 || g > c {
 			t.Errorf("%s…: %q must come before connect", fn, guard)
 		}
+	}
+	body := func(fn string) string {
+		i := strings.Index(src, fn)
+		if i < 0 {
+			t.Fatalf("beacon.c has no %s", fn)
+		}
+		b := src[i:]
+		return b[:strings.Index(b, "\n}\n")]
+	}
+	// The attack: opened in attack_start alone, after the order's checks;
+	// sent in attack_step alone, which stops at the plan's packets and end.
+	if strings.Count(src, "attack_open(") != 2 {
+		t.Error("beacon.c opens an attack socket outside attack_start")
+	}
+	start := body("static void attack_start(")
+	if c, b, o := strings.Index(start, "order_check(o,"), strings.Index(start, "attack_plan_for(o, attack_budget,"),
+		strings.Index(start, "attack_open(p.target, p.port,"); c < 0 || b < c || o < b || !strings.Contains(start, "attack_budget -= p.packets;") {
+		t.Error("attack_start opens its socket before order_check and the budget, or spends no budget")
+	}
+	step := body("static int64_t attack_step(")
+	for _, bound := range []string{"if (now >= attack.end) {", "if (attack.sent == attack.p.packets)", "attack.next += attack.p.gap_ns;"} {
+		if !strings.Contains(step, bound) {
+			t.Errorf("attack_step lacks %q", bound)
+		}
+	}
+	if n := strings.Count(src, "send(attack.fd,"); n != 1 || !strings.Contains(step, "send(attack.fd,") {
+		t.Error("attack packets are sent outside attack_step")
 	}
 	// dial's callers pass the policy for what they contact: the hostile
 	// modes the documentation ranges alone.

@@ -174,6 +174,7 @@ static int set_text(char *dst, const char *v) {
 
 static const char usage[] =
 	"usage: beacon -c2 NAME [-c2-addr IP] [-port 80] [-path /gate] [-id tb-beacon]\n"
+	"  [-c2-proto http|mirai|gafgyt|irc]\n"
 	"  [-interval 5s] [-jitter 0.2] [-count 0] [-retry 1s] [-retries 3] [-timeout 3s]\n"
 	"  [-scan IP,IP...] [-scan-port 23] [-behave DIR [-behave-listen PORT]]\n"
 	"  [-hostile names,spoof,arp,aim,spray [-iface IF] [-gateway IP] [-gateway-mac MAC]\n"
@@ -184,7 +185,10 @@ static const char usage[] =
 	"Contacts only the C2 and the scan targets given, within 192.0.2.0/24,\n"
 	"198.51.100.0/24, 203.0.113.0/24 and the lab (the C2 also on the sinkhole\n"
 	"link 10.13.38.0/24 or loopback); the hostile modes only the documentation\n"
-	"ranges and the guest's own link inside 10.0.0.0/8.\n";
+	"ranges and the guest's own link inside 10.0.0.0/8; a C2's attack order only\n"
+	"the documentation ranges, at most 1,000 packets in all.\n";
+
+const char *const proto_names[PROTO_COUNT] = {"http", "mirai", "gafgyt", "irc"};
 
 const char *const hostile_mode_names[HOSTILE_MODES] = {"names", "spoof", "arp", "aim", "spray"};
 const char *const unresolved_hosts[] = {"com", "a/b#c", "bad name.example", "cdn-update.example", NULL};
@@ -204,6 +208,8 @@ int hostile_doc_allowed(uint32_t a) {
 }
 
 int hostile_lab_allowed(uint32_t a) { return (a & lab_range.mask) == lab_range.addr; }
+
+int attack_allowed(uint32_t a) { return hostile_doc_allowed(a); }
 
 void mac_format(const unsigned char m[6], char buf[18]) {
 	snprintf(buf, 18, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
@@ -535,7 +541,7 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 			"count", "retry", "retries", "timeout", "scan", "scan-port", "behave", "behave-listen",
 			"hostile", "iface", "gateway", "gateway-mac", "neighbour", "neighbour-mac", "neighbour-c2", "hostile-http",
 			"hostile-aim", "hostile-aim-count", "hostile-aim-interval", "hostile-spray", "hostile-spray-ports",
-			"hostile-dns", "hostile-dns-domain"};
+			"hostile-dns", "hostile-dns-domain", "c2-proto"};
 		int k = -1;
 		for (size_t j = 0; j < sizeof known / sizeof known[0]; j++)
 			if (strcmp(name, known[j]) == 0)
@@ -607,6 +613,12 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 		case 27: bad = parse_int(v, INT_MIN, INT_MAX, &h->spray_ports); break;
 		case 28: bad = parse_int(v, INT_MIN, INT_MAX, &h->dns_burst); break;
 		case 29: bad = set_text(h->dns_domain, v); break;
+		case 30:
+			bad = 1;
+			for (int j = 0; j < PROTO_COUNT; j++)
+				if (strcmp(v, proto_names[j]) == 0)
+					c->proto = j, bad = 0;
+			break;
 		}
 		if (bad) {
 			fputs(usage, stderr);
@@ -629,6 +641,16 @@ int parse_args(int argc, char **argv, struct config *c, char *err, size_t errlen
 		return fail(err, errlen, "-behave-listen needs -behave and a port 1-65535");
 	if (strpbrk(c->c2, " \r\n") || strpbrk(c->path, " \r\n") || strpbrk(c->id, " \r\n"))
 		return fail(err, errlen, "-c2, -path and -id must not contain spaces or line breaks");
+	if (c->proto != PROTO_HTTP) {
+		// Announced as Mirai's length-prefixed ID and as IRC's nick (and
+		// checked for Gafgyt too, as the Go beacon checks it).
+		size_t l = strlen(c->id);
+		int graphic = l >= 1 && l <= MAX_BOT_ID;
+		for (size_t i = 0; i < l; i++)
+			graphic &= c->id[i] > ' ' && c->id[i] < 0x7f;
+		if (!graphic)
+			return fail(err, errlen, "-id must be 1-%d printable ASCII bytes with -c2-proto %s", MAX_BOT_ID, proto_names[c->proto]);
+	}
 	int lit = ip_parse(c->c2, &a);
 	if (lit == 2 || (lit == 1 && !c2_allowed(a)))
 		return fail(err, errlen, "refusing C2 %s: outside the documentation ranges and the lab", c->c2);

@@ -54,8 +54,16 @@ struct hostile {
 	char dns_domain[MAX_TEXT];
 };
 
+// The C2 protocols of -c2-proto, as the Go beacon and the demo C2 server
+// (internal/demo/c2) speak them: HTTP check-ins, or one long-lived session
+// speaking Mirai's, Gafgyt's or IRC's command channel (proto.h).
+enum c2_proto { PROTO_HTTP, PROTO_MIRAI, PROTO_GAFGYT, PROTO_IRC, PROTO_COUNT };
+extern const char *const proto_names[PROTO_COUNT];
+#define MAX_BOT_ID 32 // Mirai's ID and IRC's nick: at most this many graphic bytes
+
 struct config {
 	char c2[MAX_TEXT];     // host name or address
+	int proto;             // enum c2_proto
 	int has_c2addr;        // -c2-addr given: contacted whatever -c2 resolves to
 	uint32_t c2addr;       // host byte order, as every address here
 	int port;
@@ -103,6 +111,10 @@ void mac_format(const unsigned char mac[6], char buf[18]);
 // where the gateway and the neighbour must be.
 int hostile_doc_allowed(uint32_t a);
 int hostile_lab_allowed(uint32_t a);
+// attack_allowed: the documentation ranges alone, the only targets of an
+// attack order the beacon carries out (never the lab, the sinkhole link or
+// loopback).
+int attack_allowed(uint32_t a);
 // hostile_link_check is the Go beacon's checkLink: raw frames go out only
 // on a link whose IPv4 network (own address ip, prefix length bits) is
 // inside 10.0.0.0/8 and holds the gateway and the neighbour (where given).

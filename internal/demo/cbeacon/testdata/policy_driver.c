@@ -58,6 +58,9 @@ static void print_config(const struct config *c) {
 			ap[0], ap[1], ap[2], h->aim_count, (long long)h->aim_interval_ns, h->has_spray ? ip : "", h->spray_ports,
 			h->dns_burst, h->dns_domain);
 	}
+	// Only a session protocol is printed: the HTTP line is the Go beacon's.
+	if (c->proto != PROTO_HTTP)
+		printf(" proto=%s", proto_names[c->proto]);
 	printf("\n");
 }
 
