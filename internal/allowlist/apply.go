@@ -141,7 +141,7 @@ func (b *Book) LabNames(ctx context.Context, fw firewall.Firewall, now time.Time
 		if err := b.St.Get(lease, &l); err == nil && records.LeaseGone(l.State) {
 			continue
 		}
-		names, err := b.LeaseNames(lease, now, warnf)
+		names, err := b.LeaseNames(ctx, lease, now, warnf)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lease %s: %w", lease, err)
 		}
@@ -157,8 +157,8 @@ func (b *Book) LabNames(ctx context.Context, fw firewall.Firewall, now time.Time
 
 // LeaseNames are the names enforced for one lease now, read from the
 // enforced lists of its chains' heads, each checked by dnsname.
-func (b *Book) LeaseNames(lease string, now time.Time, warnf func(string, ...any)) ([]string, error) {
-	heads, err := b.heads(lease)
+func (b *Book) LeaseNames(ctx context.Context, lease string, now time.Time, warnf func(string, ...any)) ([]string, error) {
+	heads, err := b.heads(ctx, lease)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (b *Book) LeaseNames(lease string, now time.Time, warnf func(string, ...any
 		if h.Active == h.Endpoints {
 			continue // no names
 		}
-		data, err := b.blob(h.ID, h.Enforce, h.EnforceSHA256)
+		data, err := b.blob(ctx, h.ID, h.Enforce, h.EnforceSHA256)
 		if err != nil {
 			return nil, err
 		}

@@ -47,7 +47,7 @@ func BenchmarkDesired100k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := bk.Desired(testLease, time.Now()); err != nil {
+		if _, err := bk.DesiredContext(ctx, testLease, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -106,7 +106,7 @@ func benchRevisions(b testing.TB, bk *Book, contents ...[]*records.AllowEntry) [
 	c := Chain{Scope: records.ScopeLease, Lease: testLease}
 	var refs []*revRef
 	for _, es := range contents {
-		head, cur, err := bk.Head(c)
+		head, cur, err := bk.HeadContext(ctx, c)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func benchRevisions(b testing.TB, bk *Book, contents ...[]*records.AllowEntry) [
 		if err != nil {
 			b.Fatal(err)
 		}
-		ref, err := bk.refOf(r, nil)
+		ref, err := bk.refOf(ctx, r, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -183,6 +183,43 @@ func BenchmarkUpdateOne(b *testing.B) {
 		b.StartTimer()
 		res, err := bk.Update(ctx, fw, testLease)
 		if err != nil || res.Added != 1 || res.Deleted != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+}
+
+// BenchmarkPromoteOne is the whole in-process promote path of a one-entry
+// change to a 100,000-entry list: the revision written (its blobs, record
+// and head) and pushed to nftables by Update, as tb-allow promote does.
+func BenchmarkPromoteOne(b *testing.B) {
+	ctx := context.Background()
+	const n = 100000
+	fw := benchFirewall(b, 2*n+16)
+	st, _ := state.Open(ctx, b.TempDir())
+	bk := &Book{St: st}
+	c := Chain{Scope: records.ScopeLease, Lease: testLease}
+	base := benchEntries(0, n)
+	head, _, err := bk.Write(ctx, Commit{Chain: c, Cause: "bench"}, nil, nil, base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := bk.Reconcile(ctx, fw, testLease); err != nil {
+		b.Fatal(err)
+	}
+	cur := base
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// One entry comes, then goes: every revision differs from its head.
+		next := append(base[:n:n], benchEntries(n, 1)...)
+		if i%2 == 1 {
+			next = base
+		}
+		if head, _, err = bk.Write(ctx, Commit{Chain: c, Cause: "bench"}, head, cur, next); err != nil {
+			b.Fatal(err)
+		}
+		cur = next
+		res, err := bk.Update(ctx, fw, testLease)
+		if err != nil || res.Added+res.Deleted != 1 {
 			b.Fatalf("%+v %v", res, err)
 		}
 	}

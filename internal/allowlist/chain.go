@@ -60,7 +60,9 @@ func (c Chain) Check() error {
 	return nil
 }
 
-func (c Chain) indexKey() string { return strings.ReplaceAll(c.Key(), "_", ".") }
+func (c Chain) indexKey() string { return indexKeyOf(c.Key()) }
+
+func indexKeyOf(chainKey string) string { return strings.ReplaceAll(chainKey, "_", ".") }
 
 func chainOf(r *records.AllowRevision) Chain {
 	return Chain{Scope: r.Scope, Lease: r.Lease, Sample: r.Sample}
@@ -76,21 +78,60 @@ func (b *Book) Lock(ctx context.Context, c Chain) (func(), error) {
 	return b.St.Lock(ctx, "allow-"+c.indexKey())
 }
 
-// Head returns a chain's latest revision and its entries (nil and none for
-// a chain without revisions).
+// Head is HeadContext without a context.
+//
+// Deprecated: for the callers outside tb-allow not yet given one (lease
+// revert, cycle report, tests); a fleet's blob fetch under it cannot be
+// stopped. Use HeadContext.
 func (b *Book) Head(c Chain) (*records.AllowRevision, []*records.AllowEntry, error) {
-	id, err := b.St.Lookup(headIndex, c.indexKey())
-	if errors.Is(err, state.ErrNotFound) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return b.Revision(id)
+	return b.HeadContext(context.Background(), c)
 }
 
-// Revision reads a revision and its entries.
+// HeadContext returns a chain's latest revision and its entries (nil and
+// none for a chain without revisions).
+func (b *Book) HeadContext(ctx context.Context, c Chain) (*records.AllowRevision, []*records.AllowEntry, error) {
+	id, err := b.headID(c.Key())
+	if err != nil || id == "" {
+		return nil, nil, err
+	}
+	return b.RevisionContext(ctx, id)
+}
+
+// headID is the ID of the latest revision of the chain with this key, ""
+// when it has none.
+func (b *Book) headID(chainKey string) (string, error) {
+	id, err := b.St.Lookup(headIndex, indexKeyOf(chainKey))
+	if errors.Is(err, state.ErrNotFound) {
+		return "", nil
+	}
+	return id, err
+}
+
+// HeadRevision is the record of the latest revision of the chain with this
+// key (Chain.Key, a revision's chain), nil when it has none: found by the
+// head index, its entries not read.
+func (b *Book) HeadRevision(chainKey string) (*records.AllowRevision, error) {
+	id, err := b.headID(chainKey)
+	if err != nil || id == "" {
+		return nil, err
+	}
+	var r records.AllowRevision
+	if err := b.St.Get(id, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Revision is RevisionContext without a context.
+//
+// Deprecated: as Head. Use RevisionContext.
 func (b *Book) Revision(id string) (*records.AllowRevision, []*records.AllowEntry, error) {
+	return b.RevisionContext(context.Background(), id)
+}
+
+// RevisionContext reads a revision and its entries; ctx bounds the fetch
+// of its content blob from the fleet host that wrote it.
+func (b *Book) RevisionContext(ctx context.Context, id string) (*records.AllowRevision, []*records.AllowEntry, error) {
 	if records.KindOf(id) != records.KindRevision {
 		return nil, nil, fmt.Errorf("%q is not a revision ID", id)
 	}
@@ -98,7 +139,7 @@ func (b *Book) Revision(id string) (*records.AllowRevision, []*records.AllowEntr
 	if err := b.St.Get(id, &r); err != nil {
 		return nil, nil, err
 	}
-	entries, err := b.content(&r)
+	entries, err := b.content(ctx, &r)
 	if err != nil {
 		return &r, nil, err
 	}
@@ -106,8 +147,8 @@ func (b *Book) Revision(id string) (*records.AllowRevision, []*records.AllowEntr
 }
 
 // content reads a revision's entries from its blob, checking the digest.
-func (b *Book) content(r *records.AllowRevision) ([]*records.AllowEntry, error) {
-	data, err := b.blob(r.ID, r.Content, r.ContentSHA256)
+func (b *Book) content(ctx context.Context, r *records.AllowRevision) ([]*records.AllowEntry, error) {
+	data, err := b.blob(ctx, r.ID, r.Content, r.ContentSHA256)
 	if err != nil {
 		return nil, err
 	}
@@ -115,14 +156,13 @@ func (b *Book) content(r *records.AllowRevision) ([]*records.AllowEntry, error) 
 }
 
 // blob reads one of a revision's blobs and checks it against its digest.
-func (b *Book) blob(rev, uri, sha string) ([]byte, error) {
+func (b *Book) blob(ctx context.Context, rev, uri, sha string) ([]byte, error) {
 	if strings.TrimPrefix(uri, "blob:sha256:") != sha || sha == "" {
 		return nil, &TamperError{Revision: rev, Reason: fmt.Sprintf("blob URI %q and digest %q differ", uri, sha)}
 	}
-	// A revision written on another host of a fleet has its blobs there.
-	// Book's readers take no context: the fetch is bounded by the
-	// fetcher's own timeouts.
-	if err := b.St.EnsureBlob(context.Background(), sha); err != nil {
+	// A revision written on another host of a fleet has its blobs there:
+	// an HTTP fetch, which the caller's ctx (a command's Ctrl-C) stops.
+	if err := b.St.EnsureBlob(ctx, sha); err != nil {
 		return nil, fmt.Errorf("revision %s: %w", rev, err)
 	}
 	f, err := b.St.OpenBlob(sha)
@@ -368,7 +408,7 @@ func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision,
 		return nil, false, err
 	}
 	rev.EnforceDelta, rev.EnforceDeltaSHA256 = db.URI(), db.SHA256
-	ref, err := b.refOf(rev, enforced)
+	ref, err := b.refOf(ctx, rev, enforced)
 	if err != nil {
 		return nil, false, err
 	}
@@ -398,11 +438,8 @@ func (e *TamperError) Error() string {
 // Chain returns a chain's revisions, oldest first, following Previous back
 // from the head.
 func (b *Book) Chain(c Chain) ([]*records.AllowRevision, error) {
-	head, err := b.St.Lookup(headIndex, c.indexKey())
-	if errors.Is(err, state.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	head, err := b.headID(c.Key())
+	if err != nil || head == "" {
 		return nil, err
 	}
 	var out []*records.AllowRevision
@@ -433,7 +470,7 @@ func (b *Book) Chain(c Chain) ([]*records.AllowRevision, error) {
 // Verify checks a chain: every revision's own hash, the hash of its
 // predecessor it records, its sequence number, its content against its
 // digest, and its changeset against the contents it joins.
-func (b *Book) Verify(c Chain) ([]*records.AllowRevision, error) {
+func (b *Book) Verify(ctx context.Context, c Chain) ([]*records.AllowRevision, error) {
 	revs, err := b.Chain(c)
 	if err != nil {
 		return nil, err
@@ -459,11 +496,11 @@ func (b *Book) Verify(c Chain) ([]*records.AllowRevision, error) {
 				return revs, &TamperError{Revision: r.ID, Reason: fmt.Sprintf("sequence %d follows %d", r.Seq, prev.Seq)}
 			}
 		}
-		content, err := b.content(r)
+		content, err := b.content(ctx, r)
 		if err != nil {
 			return revs, err
 		}
-		enf, err := b.blob(r.ID, r.Enforce, r.EnforceSHA256)
+		enf, err := b.blob(ctx, r.ID, r.Enforce, r.EnforceSHA256)
 		if err != nil {
 			return revs, err
 		}
@@ -471,7 +508,7 @@ func (b *Book) Verify(c Chain) ([]*records.AllowRevision, error) {
 			return revs, &TamperError{Revision: r.ID, Reason: "its enforced list does not match its content"}
 		}
 		if r.EnforceDelta != "" {
-			delta, err := b.blob(r.ID, r.EnforceDelta, r.EnforceDeltaSHA256)
+			delta, err := b.blob(ctx, r.ID, r.EnforceDelta, r.EnforceDeltaSHA256)
 			if err != nil {
 				return revs, err
 			}

@@ -19,7 +19,6 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
-	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
 // encodeEnforced is the compact list of a content's enforced entries
@@ -223,7 +222,7 @@ func parseLine4(l []byte) (line, bool) {
 // the entries whose expiry is still to come at now (every entry with now
 // zero). It reads the compact lines in place: apply of 100,000 entries
 // parses 100,000 lines.
-func (b *Book) live(lease string, revs []*revRef, now time.Time) (*Live, error) {
+func (b *Book) live(ctx context.Context, lease string, revs []*revRef, now time.Time) (*Live, error) {
 	l := &Live{Lease: lease}
 	total := 0
 	for _, r := range revs {
@@ -238,7 +237,7 @@ func (b *Book) live(lease string, revs []*revRef, now time.Time) (*Live, error) 
 	t := unixOf(now)
 	for _, r := range revs {
 		l.Revisions = append(l.Revisions, r.ID)
-		data, err := b.blob(r.ID, r.Enforce, r.EnforceSHA256)
+		data, err := b.blob(ctx, r.ID, r.Enforce, r.EnforceSHA256)
 		if err != nil {
 			return nil, err
 		}
@@ -309,20 +308,27 @@ func splitEnforced(line []byte) (typ, value, verdict []byte, exp int64, ok bool)
 	return f[0], f[1], f[2], exp, true
 }
 
-// Desired computes a lease's live allow list now from the heads of its
-// chains.
+// Desired is DesiredContext without a context.
+//
+// Deprecated: as Head (bench/tb-allow). Use DesiredContext.
 func (b *Book) Desired(lease string, now time.Time) (*Live, error) {
-	heads, err := b.heads(lease)
+	return b.DesiredContext(context.Background(), lease, now)
+}
+
+// DesiredContext computes a lease's live allow list now from the heads of
+// its chains.
+func (b *Book) DesiredContext(ctx context.Context, lease string, now time.Time) (*Live, error) {
+	heads, err := b.heads(ctx, lease)
 	if err != nil {
 		return nil, err
 	}
-	return b.live(lease, heads, now)
+	return b.live(ctx, lease, heads, now)
 }
 
-func (b *Book) heads(lease string) ([]*revRef, error) {
+func (b *Book) heads(ctx context.Context, lease string) ([]*revRef, error) {
 	var out []*revRef
 	for _, c := range b.ChainsOf(lease) {
-		h, err := b.headRef(c)
+		h, err := b.headRef(ctx, c)
 		if err != nil {
 			return nil, err
 		}
@@ -357,12 +363,12 @@ type revRef struct {
 const refVersion = 2
 
 // refOf is a revision's ref, with the counts of its enforced list.
-func (b *Book) refOf(r *records.AllowRevision, enforced []byte) (*revRef, error) {
+func (b *Book) refOf(ctx context.Context, r *records.AllowRevision, enforced []byte) (*revRef, error) {
 	ref := &revRef{ID: r.ID, Chain: r.Chain, Previous: r.Previous, Enforce: r.Enforce, EnforceSHA256: r.EnforceSHA256,
 		Delta: r.EnforceDelta, DeltaSHA256: r.EnforceDeltaSHA256, Active: r.Active, V: refVersion}
 	if enforced == nil {
 		var err error
-		if enforced, err = b.blob(r.ID, r.Enforce, r.EnforceSHA256); err != nil {
+		if enforced, err = b.blob(ctx, r.ID, r.Enforce, r.EnforceSHA256); err != nil {
 			return nil, err
 		}
 	}
@@ -382,12 +388,9 @@ func (b *Book) writeHeadRef(c Chain, ref *revRef) error {
 }
 
 // headRef is the head revision of a chain (nil when it has none).
-func (b *Book) headRef(c Chain) (*revRef, error) {
-	id, err := b.St.Lookup(headIndex, c.indexKey())
-	if err != nil {
-		if isNotFound(err) {
-			return nil, nil
-		}
+func (b *Book) headRef(ctx context.Context, c Chain) (*revRef, error) {
+	id, err := b.headID(c.Key())
+	if err != nil || id == "" {
 		return nil, err
 	}
 	var ref revRef
@@ -398,7 +401,7 @@ func (b *Book) headRef(c Chain) (*revRef, error) {
 	if err := b.St.Get(id, &r); err != nil {
 		return nil, err
 	}
-	h, err := b.refOf(&r, nil)
+	h, err := b.refOf(ctx, &r, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -497,12 +500,12 @@ func (b *Book) Reconcile(ctx context.Context, fw firewall.Firewall, lease string
 }
 
 func (b *Book) reconcile(ctx context.Context, fw firewall.Firewall, lease string) (Applied, error) {
-	heads, err := b.heads(lease)
+	heads, err := b.heads(ctx, lease)
 	if err != nil {
 		return Applied{Lease: lease}, err
 	}
 	now := b.St.Now()
-	l, err := b.live(lease, heads, now)
+	l, err := b.live(ctx, lease, heads, now)
 	if err != nil {
 		return Applied{Lease: lease}, err
 	}
@@ -535,7 +538,7 @@ func (b *Book) Update(ctx context.Context, fw firewall.Firewall, lease string) (
 		return b.reconcile(ctx, fw, lease)
 	}
 	now := b.St.Now()
-	heads, err := b.heads(lease)
+	heads, err := b.heads(ctx, lease)
 	if err != nil {
 		return Applied{Lease: lease}, err
 	}
@@ -543,7 +546,7 @@ func (b *Book) Update(ctx context.Context, fw firewall.Firewall, lease string) (
 	for _, h := range heads {
 		res.Revisions = append(res.Revisions, h.ID)
 	}
-	add, del, total, err := b.changeSince(lease, prev, heads, now)
+	add, del, total, err := b.changeSince(ctx, lease, prev, heads, now)
 	if err != nil {
 		return b.reconcile(ctx, fw, lease)
 	}
@@ -578,7 +581,7 @@ func sameRevisions(a, b []*revRef) bool {
 // enforce nothing, it is the head's stored delta if the head follows the
 // revision last applied and none of its endpoints has expired, else the
 // merge of the two enforced lists; otherwise both sides are folded whole.
-func (b *Book) changeSince(lease string, prev *appliedState, heads []*revRef, now time.Time) (add, del []firewall.Element, total int, err error) {
+func (b *Book) changeSince(ctx context.Context, lease string, prev *appliedState, heads []*revRef, now time.Time) (add, del []firewall.Element, total int, err error) {
 	oldBy := map[string]*revRef{}
 	for _, r := range prev.Revisions {
 		oldBy[r.Chain] = r
@@ -610,17 +613,17 @@ func (b *Book) changeSince(lease string, prev *appliedState, heads []*revRef, no
 		h := changedNew
 		follows := changedOld == nil && h.Previous == "" || changedOld != nil && h.Previous == changedOld.ID
 		if h.Delta != "" && follows && !expiring {
-			return b.deltaChange(h, at)
+			return b.deltaChange(ctx, h, at)
 		}
 		if changedOld != nil {
-			return b.mergeDiff(changedOld, h, at, t)
+			return b.mergeDiff(ctx, changedOld, h, at, t)
 		}
 	}
-	had, err := b.live(lease, prev.Revisions, prev.At)
+	had, err := b.live(ctx, lease, prev.Revisions, prev.At)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	want, err := b.live(lease, heads, now)
+	want, err := b.live(ctx, lease, heads, now)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -679,8 +682,8 @@ func parseLine(l []byte, rev string) (line, bool, error) {
 // deltaChange reads a head's stored delta: its "+" lines are all wanted
 // (none has expired), its "-" lines leave the sets unless they had
 // expired when they were applied.
-func (b *Book) deltaChange(h *revRef, at int64) (add, del []firewall.Element, total int, err error) {
-	data, err := b.blob(h.ID, h.Delta, h.DeltaSHA256)
+func (b *Book) deltaChange(ctx context.Context, h *revRef, at int64) (add, del []firewall.Element, total int, err error) {
+	data, err := b.blob(ctx, h.ID, h.Delta, h.DeltaSHA256)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -724,12 +727,12 @@ func (b *Book) deltaChange(h *revRef, at int64) (add, del []firewall.Element, to
 
 // mergeDiff walks two enforced lists of one chain (both in key order),
 // parsing only the lines that differ, or whose expiry has come.
-func (b *Book) mergeDiff(from, to *revRef, at, t int64) (add, del []firewall.Element, total int, err error) {
-	od, err := b.blob(from.ID, from.Enforce, from.EnforceSHA256)
+func (b *Book) mergeDiff(ctx context.Context, from, to *revRef, at, t int64) (add, del []firewall.Element, total int, err error) {
+	od, err := b.blob(ctx, from.ID, from.Enforce, from.EnforceSHA256)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	nd, err := b.blob(to.ID, to.Enforce, to.EnforceSHA256)
+	nd, err := b.blob(ctx, to.ID, to.Enforce, to.EnforceSHA256)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -791,5 +794,3 @@ func (b *Book) mergeDiff(from, to *revRef, at, t int64) (add, del []firewall.Ele
 	}
 	return p.add, p.del, p.total, nil
 }
-
-func isNotFound(err error) bool { return errors.Is(err, state.ErrNotFound) }

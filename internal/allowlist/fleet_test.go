@@ -2,7 +2,10 @@ package allowlist
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +32,20 @@ func TestChainsAcrossHosts(t *testing.T) {
 	}
 	a := open()
 	b := open(state.WithBlobFetcher(blobshare.FromWorkers(blobshare.NewClient(), "b")))
-	srv := httptest.NewServer(blobshare.Handler(a))
+	// hold, when set, makes the blob server take a request and answer
+	// nothing until its client hangs up, signalling that it arrived.
+	var hold atomic.Pointer[chan struct{}]
+	var served atomic.Int64
+	blobs := blobshare.Handler(a)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived := hold.Load(); arrived != nil {
+			*arrived <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
+		served.Add(1)
+		blobs.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	w := &records.Worker{Host: "a", BlobURL: srv.URL, Slots: 1, Heartbeat: a.Now(), DeadAfter: records.Duration(time.Hour)}
 	records.Init(w, records.KindWorker, a.Now())
@@ -44,15 +60,48 @@ func TestChainsAcrossHosts(t *testing.T) {
 		t.Fatal("the hosts share a blob directory")
 	}
 	onB := &Book{St: b}
-	head, entries, err := onB.Head(c)
+	head, entries, err := onB.HeadContext(ctx, c)
 	if err != nil || head.ID != written.ID || len(entries) != 1 || entries[0].Value != "45.1.0.1:443/tcp" {
 		t.Fatalf("host b reads the chain: %v, %v, %v", head, entries, err)
 	}
-	if _, err := onB.Verify(c); err != nil {
+	if _, err := onB.Verify(ctx, c); err != nil {
 		t.Fatalf("host b verifies the chain: %v", err)
 	}
-	live, err := onB.Desired(testLease, time.Now())
+	live, err := onB.DesiredContext(ctx, testLease, time.Now())
 	if err != nil || len(live.Elements) != 1 {
 		t.Fatalf("host b's enforced set: %+v, %v", live, err)
+	}
+
+	// A read that needs a fetch stops with its context: one cancelled
+	// before it asks no blob server at all, one cancelled while a server
+	// holds its request returns then (a fleet's Ctrl-C), not when the
+	// transfer gives up an hour later.
+	second := writeContent(t, &Book{St: a}, c, []*records.AllowEntry{activeEndpoint(1, firewall.RateLimit, expires),
+		activeEndpoint(2, firewall.RateLimit, expires)})
+	before := served.Load()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := onB.HeadContext(cancelled, c); !errors.Is(err, context.Canceled) {
+		t.Errorf("a read under a cancelled context: %v, want context.Canceled", err)
+	}
+	if n := served.Load() - before; n != 0 || b.HasBlob(second.ContentSHA256) {
+		t.Errorf("a read under a cancelled context fetched %d blobs", n)
+	}
+	arrived := make(chan struct{})
+	hold.Store(&arrived)
+	inFlight, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := onB.DesiredContext(inFlight, testLease, time.Now())
+		done <- err
+	}()
+	<-arrived
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("a read cancelled while its fetch waits: %v, want context.Canceled", err)
+	}
+	hold.Store(nil)
+	if head, _, err := onB.HeadContext(ctx, c); err != nil || head.ID != second.ID {
+		t.Fatalf("host b reads the chain after the cancelled reads: %v, %v", head, err)
 	}
 }

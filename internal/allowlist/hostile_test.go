@@ -108,10 +108,10 @@ func TestHostileNamesNeverFailAWrite(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promote: %v", err)
 	}
-	if _, err := b.Verify(c); err != nil {
+	if _, err := b.Verify(ctx, c); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	_, entries, err := b.Head(c)
+	_, entries, err := b.HeadContext(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestHostileNamesNeverFailAWrite(t *testing.T) {
 	if refused != len(hostileNames)-1 {
 		t.Errorf("refused %d names, want %d: %+v", refused, len(hostileNames)-1, rev.Refusals)
 	}
-	names, err := b.LeaseNames(testLease, now, func(f string, a ...any) { t.Errorf(f, a...) })
+	names, err := b.LeaseNames(ctx, testLease, now, func(f string, a ...any) { t.Errorf(f, a...) })
 	if err != nil || strings.Join(names, ",") != "evil.example.org" {
 		t.Errorf("forward list %v, %v", names, err)
 	}
@@ -188,7 +188,7 @@ func TestHostileValuesNeverFailAWriteOrAnExport(t *testing.T) {
 		t.Fatalf("promote: %v", err)
 	}
 	// Old content with hostile values, written again (as a rollback does).
-	head, cur, err := b.Head(c)
+	head, cur, err := b.HeadContext(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,13 +203,13 @@ func TestHostileValuesNeverFailAWriteOrAnExport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("writing old hostile content: %v", err)
 	}
-	if _, err := b.Verify(c); err != nil {
+	if _, err := b.Verify(ctx, c); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	if _, err := b.Desired(testLease, now); err != nil {
+	if _, err := b.DesiredContext(ctx, testLease, now); err != nil {
 		t.Fatalf("the enforced list: %v", err)
 	}
-	_, entries, err := b.Head(c)
+	_, entries, err := b.HeadContext(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,14 +323,15 @@ func TestHostileRequestsThroughTheParser(t *testing.T) {
 	now := pcapgen.Start.Add(time.Hour)
 	b := testBook(t, &now)
 	c := Chain{Scope: records.ScopeLease, Lease: testLease}
-	rev, _, err := b.Promote(context.Background(), Promotion{Chain: c, Dests: Classify(obs, &pol), Policy: &pol, Validator: v, Now: now})
+	ctx := context.Background()
+	rev, _, err := b.Promote(ctx, Promotion{Chain: c, Dests: Classify(obs, &pol), Policy: &pol, Validator: v, Now: now})
 	if err != nil {
 		t.Fatalf("promote: %v", err)
 	}
-	if _, err := b.Verify(c); err != nil {
+	if _, err := b.Verify(ctx, c); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	_, entries, err := b.Head(c)
+	_, entries, err := b.HeadContext(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -289,7 +289,7 @@ func TestLive(t *testing.T) {
 		t.Fatalf("packets reached the internet that were not allowed: %v", leaked)
 	}
 	b := &allowlist.Book{St: st}
-	if revs, err := b.Verify(allowlist.Chain{Scope: records.ScopeLease, Lease: lease}); err != nil || len(revs) != 3 {
+	if revs, err := b.Verify(ctx, allowlist.Chain{Scope: records.ScopeLease, Lease: lease}); err != nil || len(revs) != 3 {
 		t.Fatalf("verify: %d %v", len(revs), err)
 	}
 }

@@ -75,14 +75,14 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 			batch.Add(err)
 			continue
 		}
-		inForce, err := b.InForce(cyclesOf(groups[lease], req.Cycle))
+		inForce, err := b.InForce(ctx, cyclesOf(groups[lease], req.Cycle))
 		if err != nil {
 			return Fault(fmt.Errorf("lease %s: %w", lease, err))
 		}
 		p := Promotion{Chain: c, Cycle: req.Cycle, Dests: Classify(groups[lease], &pol), Policy: &pol, Validator: v, Guard: guard,
 			InForce: inForce, Now: b.St.Now()}
 		if req.DryRun {
-			_, cur, err := b.Head(c)
+			_, cur, err := b.HeadContext(ctx, c)
 			if err != nil {
 				return Fault(err)
 			}

@@ -1,6 +1,7 @@
 package allowlist
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -14,7 +15,7 @@ import (
 // it runs). A cycle without a record, or whose record names no revision,
 // ran with nothing let through. This is what tells an answer of the real
 // far side (the endpoint was let through) from the sinkhole's.
-func (b *Book) InForce(cycles []string) (map[string]map[string]bool, error) {
+func (b *Book) InForce(ctx context.Context, cycles []string) (map[string]map[string]bool, error) {
 	out := map[string]map[string]bool{}
 	byRev := map[string]map[string]bool{}
 	for _, id := range cycles {
@@ -35,7 +36,7 @@ func (b *Book) InForce(cycles []string) (map[string]map[string]bool, error) {
 		}
 		keys, ok := byRev[c.Revision]
 		if !ok {
-			_, entries, err := b.Revision(c.Revision)
+			_, entries, err := b.RevisionContext(ctx, c.Revision)
 			if err != nil {
 				return nil, fmt.Errorf("cycle %s: the revision in force: %w", id, err)
 			}

@@ -145,7 +145,7 @@ func TestProbation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("promote: %v\n%s", err, stderr.String())
 		}
-		rev, entries, err := b.Head(Chain{Scope: records.ScopeLease, Lease: lease})
+		rev, entries, err := b.HeadContext(ctx, Chain{Scope: records.ScopeLease, Lease: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestProbation(t *testing.T) {
 		return rev, nil
 	}
 	verdictNow := func(lease string) firewall.Verdict {
-		l, err := b.Desired(lease, now)
+		l, err := b.DesiredContext(ctx, lease, now)
 		if err != nil || len(l.Elements) > 1 {
 			t.Fatalf("live set of %s: %+v %v", lease, l, err)
 		}
@@ -268,7 +268,7 @@ func TestProbation(t *testing.T) {
 	if _, e := promote(lease, "", sessions(t, "", "", conversation)); e == nil || e.Status != records.StatusActive {
 		t.Errorf("offline capture with a conversation: %+v", e)
 	}
-	if _, err := b.Verify(Chain{Scope: records.ScopeLease, Lease: lease}); err != nil {
+	if _, err := b.Verify(ctx, Chain{Scope: records.ScopeLease, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	lease = records.NewID("lease", now)

@@ -290,15 +290,32 @@ func (t *Tools) Parse(ctx context.Context, artifacts []string) (int, error) {
 	return n, nil
 }
 
-// Promote is "tb-allow promote --lease L --cycle C".
+// Promote is "tb-allow promote --lease L --cycle C", whose output tb-run
+// does not read: it returns the revision left in force, found in the
+// state. That is the one of the lease's chain stored with the cycle's key
+// (the one this promote wrote), else, when nothing changed, the chain's
+// head; a cycle without observables promoted nothing ("").
 func (t *Tools) Promote(ctx context.Context, lease, cycle string) (string, error) {
-	recs, err := t.run(ctx, nil, "tb-allow", "promote", "--lab", t.lab(), "--lease", lease, "--cycle", cycle)
-	if err != nil {
+	if err := t.exec(ctx, nil, nil, "tb-allow", "promote", "--lab", t.lab(), "--lease", lease, "--cycle", cycle); err != nil {
 		return "", err
 	}
-	rv := ids(recs, records.KindRevision)
-	if len(rv) == 0 {
-		return "", nil // no observables: nothing to promote
+	chain := "lease:" + lease
+	rev, err := state.LatestBy(t.St, records.KindRevision, records.KeyCycle, cycle, func(r *records.AllowRevision) bool {
+		return r.Chain == chain
+	})
+	if err == nil {
+		return rev.ID, nil
 	}
-	return rv[len(rv)-1], nil
+	if !errors.Is(err, state.ErrNotFound) {
+		return "", err
+	}
+	obs, err := t.St.ByKey(records.KindObservable, records.KeyCycle, cycle)
+	if err != nil || len(obs) == 0 {
+		return "", err
+	}
+	head, err := currentRevision(t.St, chain)
+	if err != nil || head == nil {
+		return "", err
+	}
+	return head.ID, nil
 }

@@ -50,7 +50,9 @@ func (c *Cycle) IndexKeys() []IndexKey {
 	return keysOf(KeyLease, c.Lease, KeySample, c.Sample, KeyOpen, open)
 }
 
-func (r *AllowRevision) IndexKeys() []IndexKey { return keysOf(KeyChain, r.Chain) }
+// A revision is found by the cycle whose promote wrote it (tb-run reads
+// it back instead of tb-allow's output).
+func (r *AllowRevision) IndexKeys() []IndexKey { return keysOf(KeyChain, r.Chain, KeyCycle, r.Cycle) }
 
 func (l *SandboxLease) IndexKeys() []IndexKey { return keysOf(KeyHolder, l.Holder) }
 
