@@ -6,10 +6,6 @@
 package flowlog
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
-	"fmt"
 	"io"
 	"strconv"
 
@@ -144,34 +140,4 @@ func appendSeconds(b []byte, ns int64) []byte {
 	frac := us % 1e6
 	return append(b, '.', byte('0'+frac/1e5), byte('0'+frac/1e4%10), byte('0'+frac/1e3%10),
 		byte('0'+frac/100%10), byte('0'+frac/10%10), byte('0'+frac%10))
-}
-
-// Each calls fn with every line of a flow log (without its newline; the
-// slice is reused), numbered from 1.
-func Each(r io.Reader, fn func(n int64, line []byte) error) error {
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return fmt.Errorf("flow log: %w", err)
-	}
-	defer zr.Close()
-	br := bufio.NewReaderSize(zr, 256<<10)
-	var n int64
-	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return fmt.Errorf("flow log line %d: longer than %d bytes", n+1, br.Size())
-		}
-		if len(line) > 0 {
-			n++
-			if ferr := fn(n, bytes.TrimSuffix(line, []byte{'\n'})); ferr != nil {
-				return ferr
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("flow log line %d: %w", n+1, err)
-		}
-	}
 }

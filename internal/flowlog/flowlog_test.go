@@ -73,10 +73,10 @@ func TestLinesAreZeekConnJSON(t *testing.T) {
 	conns := scanConns(1000, 2)
 	conns[3].Service = "ssl"
 	var got []map[string]any
-	err := Each(bytes.NewReader(encode(t, conns)), func(n int64, line []byte) error {
+	err := Each(bytes.NewReader(encode(t, conns)), func(n int64, rec *Record) error {
 		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("line %d: %v: %s", n, err, line)
+		if err := json.Unmarshal(rec.Line, &m); err != nil {
+			t.Fatalf("line %d: %v: %s", n, err, rec.Line)
 		}
 		got = append(got, m)
 		return nil

@@ -7,10 +7,9 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -56,50 +55,43 @@ func Logs(st *state.Store, q Query) ([]*records.Artifact, error) {
 	return out, nil
 }
 
-// match reports whether a conn.log line passes the address and port
-// filters.
-func (q *Query) match(line []byte) bool {
-	if len(q.Addrs) == 0 && len(q.Ports) == 0 {
-		return true
+// match reports whether a connection passes the address and port filters.
+func (q *Query) match(rec *Record) bool {
+	if len(q.Addrs) > 0 && !q.matchAddr(rec.OrigH) && !q.matchAddr(rec.RespH) {
+		return false
 	}
-	r := gjson.GetManyBytes(line, `id\.orig_h`, `id\.resp_h`, `id\.orig_p`, `id\.resp_p`)
-	if len(q.Addrs) > 0 {
-		ok := false
-		for _, s := range []string{r[0].Str, r[1].Str} {
-			if a, err := netip.ParseAddr(s); err == nil && slices.Contains(q.Addrs, a.Unmap()) {
-				ok = true
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	if len(q.Ports) > 0 {
-		return slices.Contains(q.Ports, uint16(r[2].Uint())) || slices.Contains(q.Ports, uint16(r[3].Uint()))
-	}
-	return true
+	return len(q.Ports) == 0 || slices.Contains(q.Ports, rec.OrigP) || slices.Contains(q.Ports, rec.RespP)
 }
 
-// Each calls fn with every connection the query selects, log by log, as
-// its conn.log JSON line.
-func (q *Query) Each(ctx context.Context, st *state.Store, logs []*records.Artifact, fn func(a *records.Artifact, line []byte) error) error {
+func (q *Query) matchAddr(text []byte) bool {
+	a, err := netip.ParseAddr(string(text))
+	return err == nil && slices.Contains(q.Addrs, a.Unmap())
+}
+
+// Each calls fn with every connection the query selects, log by log.
+func (q *Query) Each(ctx context.Context, st *state.Store, logs []*records.Artifact, fn func(a *records.Artifact, rec *Record) error) error {
+	r, err := NewReader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
 	for _, a := range logs {
 		f, err := st.OpenBlob(a.SHA256)
 		if err != nil {
-			return fmt.Errorf("%s: %w", a.ID, err)
+			return fmt.Errorf("flow log %s: %w", a.ID, err)
 		}
-		err = Each(f, func(n int64, line []byte) error {
+		err = r.Each(f, func(n int64, rec *Record) error {
 			if n&0xfff == 0 && ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !q.match(line) {
+			if !q.match(rec) {
 				return nil
 			}
-			return fn(a, line)
+			return fn(a, rec)
 		})
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("%s: %w", a.ID, err)
+			return fmt.Errorf("flow log %s: %w", a.ID, err)
 		}
 	}
 	return nil
@@ -127,8 +119,8 @@ var zeekFields = []struct{ name, typ string }{
 // TSVWriter writes conn.log in Zeek's TSV format, header and footer
 // included, so that zeek-cut and Zeek's readers take it.
 type TSVWriter struct {
-	w     *bufio.Writer
-	paths []string
+	w   *bufio.Writer
+	buf []byte
 }
 
 // NewTSVWriter writes the header, opened at now.
@@ -138,37 +130,60 @@ func NewTSVWriter(w io.Writer, now time.Time) (*TSVWriter, error) {
 		now.UTC().Format("2006-01-02-15-04-05"))
 	names, types := make([]string, len(zeekFields)), make([]string, len(zeekFields))
 	for i, f := range zeekFields {
-		t.paths = append(t.paths, strings.ReplaceAll(f.name, ".", `\.`))
 		names[i], types[i] = f.name, f.typ
 	}
 	_, err := fmt.Fprintf(t.w, "#fields\t%s\n#types\t%s\n", strings.Join(names, "\t"), strings.Join(types, "\t"))
 	return t, err
 }
 
-// Write writes one conn.log JSON line as a TSV row: fields it lacks are
-// unset ("-").
-func (t *TSVWriter) Write(line []byte) error {
-	vals := gjson.GetManyBytes(line, t.paths...)
-	for i, v := range vals {
-		if i > 0 {
-			t.w.WriteByte('\t')
-		}
-		switch {
-		case !v.Exists():
-			t.w.WriteByte('-')
-		case v.Type == gjson.String && v.Str == "":
-			t.w.WriteString("(empty)")
-		case v.Type == gjson.String:
-			t.w.WriteString(strings.NewReplacer("\t", `\x09`, "\n", `\x0a`).Replace(v.Str))
-		case v.Type == gjson.True:
-			t.w.WriteByte('T')
-		case v.Type == gjson.False:
-			t.w.WriteByte('F')
+// Write writes one connection as a TSV row in zeekFields' order: the
+// fields flowlog does not write (local_orig, local_resp, missed_bytes,
+// tunnel_parents) and a missing service or history are unset ("-").
+func (t *TSVWriter) Write(rec *Record) error {
+	b := appendSeconds(t.buf[:0], rec.TS)
+	b = appendTSVString(append(b, '\t'), rec.UID)
+	b = appendTSVString(append(b, '\t'), rec.OrigH)
+	b = strconv.AppendUint(append(b, '\t'), uint64(rec.OrigP), 10)
+	b = appendTSVString(append(b, '\t'), rec.RespH)
+	b = strconv.AppendUint(append(b, '\t'), uint64(rec.RespP), 10)
+	b = appendTSVString(append(b, '\t'), rec.Proto)
+	b = appendTSVString(append(b, '\t'), rec.Service)
+	b = appendSeconds(append(b, '\t'), rec.Duration)
+	b = strconv.AppendInt(append(b, '\t'), rec.OrigBytes, 10)
+	b = strconv.AppendInt(append(b, '\t'), rec.RespBytes, 10)
+	b = appendTSVString(append(b, '\t'), rec.ConnState)
+	b = append(b, "\t-\t-\t-"...)
+	b = appendTSVString(append(b, '\t'), rec.History)
+	b = strconv.AppendInt(append(b, '\t'), rec.OrigPkts, 10)
+	b = strconv.AppendInt(append(b, '\t'), rec.OrigIPBytes, 10)
+	b = strconv.AppendInt(append(b, '\t'), rec.RespPkts, 10)
+	b = strconv.AppendInt(append(b, '\t'), rec.RespIPBytes, 10)
+	b = append(b, "\t-\n"...)
+	t.buf = b
+	_, err := t.w.Write(b)
+	return err
+}
+
+// appendTSVString writes a string field: unset when absent, "(empty)"
+// when empty, tabs and newlines escaped as Zeek escapes them.
+func appendTSVString(b, s []byte) []byte {
+	switch {
+	case s == nil:
+		return append(b, '-')
+	case len(s) == 0:
+		return append(b, "(empty)"...)
+	}
+	for _, c := range s {
+		switch c {
+		case '\t':
+			b = append(b, `\x09`...)
+		case '\n':
+			b = append(b, `\x0a`...)
 		default:
-			t.w.WriteString(v.Raw)
+			b = append(b, c)
 		}
 	}
-	return t.w.WriteByte('\n')
+	return b
 }
 
 // Close writes the footer.

@@ -152,8 +152,8 @@ func Flows(ctx context.Context, st *state.Store, req FlowsRequest, out cmdout.Si
 	}
 	w := bufio.NewWriterSize(out.Stdout, 256<<10)
 	var buf []byte
-	err = req.Each(ctx, st, logs, func(_ *records.Artifact, line []byte) error {
-		buf = append(flowlog.RecordLine(buf[:0], line), '\n')
+	err = req.Each(ctx, st, logs, func(_ *records.Artifact, rec *flowlog.Record) error {
+		buf = append(flowlog.RecordLine(buf[:0], rec.Line), '\n')
 		_, err := w.Write(buf)
 		return err
 	})
@@ -174,7 +174,7 @@ func writeZeekTSV(ctx context.Context, st *state.Store, req FlowsRequest, logs [
 		if err != nil {
 			return err
 		}
-		if err := req.Each(ctx, st, logs, func(_ *records.Artifact, line []byte) error { return t.Write(line) }); err != nil {
+		if err := req.Each(ctx, st, logs, func(_ *records.Artifact, rec *flowlog.Record) error { return t.Write(rec) }); err != nil {
 			return err
 		}
 		return t.Close(st.Now())
