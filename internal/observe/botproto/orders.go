@@ -66,6 +66,10 @@ func HTTPOrder(body []byte) (Command, bool) {
 	if body[0] != '{' {
 		return textTask(body)
 	}
+	if !quotesVector(body) {
+		// Most answers to a poll hold no order: they cost no decoding.
+		return Command{}, false
+	}
 	var members map[string]json.RawMessage
 	if json.Unmarshal(body, &members) != nil {
 		return Command{}, false
@@ -89,10 +93,51 @@ func HTTPOrder(body []byte) (Command, bool) {
 	return Command{}, false
 }
 
+// maxVectorWord is the longest word the order table has, "!" aside.
+const maxVectorWord = 8
+
+// startsVector reports whether b starts with a word of the order table
+// and a space, the word in any case with "!" allowed before it. It
+// allocates nothing.
+func startsVector(b []byte) bool {
+	b = bytes.TrimPrefix(b, []byte("!"))
+	var w [maxVectorWord]byte
+	for i := 0; i < len(b) && i <= maxVectorWord; i++ {
+		c := b[i]
+		if c == ' ' {
+			return i > 0 && orderVectors[string(w[:i])] != nil
+		}
+		if i == maxVectorWord {
+			return false
+		}
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		w[i] = c
+	}
+	return false
+}
+
+// quotesVector reports whether a JSON string in b starts with a word of
+// the order table and a space, as a member holding an order does.
+func quotesVector(b []byte) bool {
+	for i := bytes.IndexByte(b, '"'); i >= 0 && i+1 < len(b); {
+		if startsVector(b[i+1:]) {
+			return true
+		}
+		j := bytes.IndexByte(b[i+1:], '"')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
+}
+
 // textTask reads one line of words VECTOR TARGET [PORT [SECONDS]].
 func textTask(b []byte) (Command, bool) {
 	b = bytes.TrimSpace(b)
-	if len(b) > MaxOrderBody || bytes.ContainsAny(b, "\r\n") {
+	if len(b) > MaxOrderBody || !startsVector(b) || bytes.ContainsAny(b, "\r\n") {
 		return Command{}, false
 	}
 	f := strings.Fields(string(b))

@@ -2,6 +2,7 @@ package botproto
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -33,6 +34,8 @@ func TestHTTPOrder(t *testing.T) {
 		`{"z":"syn 198.51.100.0/24 80","a":"http http://victim.example/ 80 60","n":3}`: {Vector: "http",
 			Targets: []string{"http://victim.example/"}, Ports: []string{"80"}, Duration: 60,
 			Raw: "http http://victim.example/ 80 60", Text: "http http://victim.example/ 80 60"},
+		`{"cmd":"!UDPPLAIN 203.0.113.77 9"}`: {Vector: "!UDPPLAIN", Targets: []string{"203.0.113.77"}, Ports: []string{"9"},
+			Raw: "!UDPPLAIN 203.0.113.77 9", Text: "!UDPPLAIN 203.0.113.77 9"},
 		"  SYN victim.example\r\n": {Vector: "SYN", Targets: []string{"victim.example"}, Raw: "SYN victim.example",
 			Text: "SYN victim.example"},
 	} {
@@ -50,5 +53,19 @@ func TestHTTPOrder(t *testing.T) {
 	}
 	if got := TargetHost("https://victim.example:8443/x"); got != "victim.example" {
 		t.Errorf("TargetHost: %q", got)
+	}
+}
+
+// What reading an answer for an order costs: a poll's usual answer, a
+// small page, an order.
+func BenchmarkHTTPOrder(b *testing.B) {
+	for name, body := range map[string]string{"sleep": `{"task":"sleep"}`, "page": "<html><body>" + strings.Repeat("<p>welcome</p>\n", 30) + "</body></html>",
+		"order": `{"task":"udp 203.0.113.77 9 4"}`} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				HTTPOrder([]byte(body))
+			}
+		})
 	}
 }
