@@ -184,11 +184,24 @@ func timelineChart(r *Report) chart {
 	if botH > 0 {
 		botY := top + 34
 		c.Texts = append(c.Texts, text{X: 8, Y: botY + 12, Class: "row", Text: "bot"})
+		orderAt := map[string]time.Time{}
+		for _, o := range r.Orders {
+			orderAt[o.Observable] = o.At
+		}
 		for _, a := range r.Attacks {
 			x0, x1 := ax.x(a.Start), ax.x(a.End)
+			carried := ""
+			if a.Order != "" {
+				carried = fmt.Sprintf(", carrying out the order %s (%s s after it)", a.Order, num(a.OrderDelay))
+			}
+			if at, ok := orderAt[a.OrderObservable]; ok {
+				// order -> attack: a line from the order's marker to
+				// the flood it was carried out by.
+				c.Lines = append(c.Lines, line{X1: ax.x(at), Y1: botY + 9, X2: x0, Y2: botY + 9, Stroke: orderColour})
+			}
 			c.Rects = append(c.Rects, rect{X: x0, Y: botY + 2, W: math.Max(x1-x0, 2), H: 14, Fill: attackColour,
-				Title: fmt.Sprintf("attack: %s flood on %s, %d packets (%s/s)%s, %s to %s", a.Vector, a.Target, a.Packets, num(a.PPS),
-					map[bool]string{true: ", spoofed", false: ""}[a.Spoofed], stamp(a.Start), stamp(a.End))})
+				Title: fmt.Sprintf("attack: %s flood on %s, %d packets (%s/s)%s, %s to %s%s", a.Vector, a.Target, a.Packets, num(a.PPS),
+					map[bool]string{true: ", spoofed", false: ""}[a.Spoofed], stamp(a.Start), stamp(a.End), carried)})
 		}
 		for _, o := range r.Orders {
 			x := ax.x(o.At)

@@ -96,6 +96,13 @@ type Attack struct {
 	PPS        float64   `json:"pps"`
 	Spoofed    bool      `json:"spoofed,omitempty"`
 	Observable string    `json:"observable"`
+	// Order is the value of the c2-command the flood carried out and
+	// OrderDelay the seconds from it (tb-parse's attribution, which the
+	// sample could have staged: it describes, it proves nothing);
+	// OrderObservable is that order's record when the report shows it.
+	Order           string  `json:"order,omitempty"`
+	OrderDelay      float64 `json:"order_delay,omitempty"`
+	OrderObservable string  `json:"order_observable,omitempty"`
 }
 
 // File is the sample the cycles ran (Role "sample") or a file one of them

@@ -60,18 +60,20 @@ func (c *collector) observables() {
 	}
 	all := c.loaded
 	names := map[string]*Name{}
+	orderOf := map[string][]*records.Observable{} // c2-commands by value
 	for _, o := range all {
 		switch {
 		case o.Type == records.ObsEndpoint && c.isC2[o.Value]:
 			c.eps[o.Value] = append(c.eps[o.Value], o)
 		case o.Type == records.ObsC2Command && o.C2Command != nil && c.in(o.FirstSeen):
+			orderOf[o.Value] = append(orderOf[o.Value], o)
 			k := o.C2Command
 			c.r.Orders = append(c.r.Orders, Order{At: o.FirstSeen, Cycle: o.Cycle, Family: k.Family, Vector: k.Vector, Targets: k.Targets,
 				Ports: k.Ports, Duration: k.Duration, Servers: k.Servers, Observable: o.ID})
 		case o.Type == records.ObsAttack && o.Attack != nil && c.in(o.FirstSeen):
 			a := o.Attack
 			c.r.Attacks = append(c.r.Attacks, Attack{Start: o.FirstSeen, End: o.LastSeen, Cycle: o.Cycle, Vector: a.Vector, Target: a.Target,
-				Packets: a.Packets, PPS: a.PPS, Spoofed: a.Spoofed, Observable: o.ID})
+				Packets: a.Packets, PPS: a.PPS, Spoofed: a.Spoofed, Observable: o.ID, Order: a.Order, OrderDelay: a.OrderDelay})
 		case o.Type == records.ObsScan && o.Scan != nil:
 			if _, ok := c.cycleIdx[o.Cycle]; ok {
 				c.scans[o.Cycle] = append(c.scans[o.Cycle], scanKey{target: o.Value, proto: o.Scan.Proto, port: o.Scan.Port, addr: o.Scan.Addr, obs: o})
@@ -100,6 +102,26 @@ func (c *collector) observables() {
 	slices.SortFunc(c.r.Attacks, func(a, b Attack) int {
 		return cmp.Or(a.Start.Compare(b.Start), strings.Compare(a.Observable, b.Observable))
 	})
+	for i := range c.r.Attacks {
+		c.r.Attacks[i].OrderObservable = orderRecord(orderOf[c.r.Attacks[i].Order], &c.r.Attacks[i])
+	}
+}
+
+// orderRecord is the record of the order an attack carried out, among the
+// c2-commands of its value: the one of the attack's cycle first sighted
+// last before the attack, none if there is none.
+func orderRecord(orders []*records.Observable, a *Attack) string {
+	best := ""
+	var bestAt time.Time
+	for _, o := range orders {
+		if o.Cycle != a.Cycle || o.FirstSeen.After(a.Start) {
+			continue
+		}
+		if best == "" || o.FirstSeen.After(bestAt) || o.FirstSeen.Equal(bestAt) && o.ID < best {
+			best, bestAt = o.ID, o.FirstSeen
+		}
+	}
+	return best
 }
 
 // tally is what some connections add up to, by hour (Unix hours).
