@@ -585,6 +585,11 @@ func (f *fixture) run(t *testing.T, text string, parsed parsedLine) error {
 	if strings.TrimSpace(stdout.String()) == "" {
 		return fmt.Errorf("%s printed nothing: the fixture lacks what it shows\nstderr:\n%s", b.String(), stderr.String())
 	}
+	// A field a jq filter picks that no line has (renamed, or never
+	// printed) is null in every line.
+	if p.top != nil && p.top[len(p.top)-1][0] == "jq" && !slices.ContainsFunc(strings.Split(strings.TrimSpace(stdout.String()), "\n"), func(l string) bool { return !nullWord.MatchString(l) }) {
+		return fmt.Errorf("%s: every line it printed holds a null: a field it picks is missing\n%s", b.String(), stdout.String())
+	}
 	for i := range p.bars {
 		k, s, _ := stageKey(p.top[i])
 		data, err := os.ReadFile(filepath.Join(tmp, fmt.Sprint(i)))
@@ -597,6 +602,8 @@ func (f *fixture) run(t *testing.T, text string, parsed parsedLine) error {
 	}
 	return nil
 }
+
+var nullWord = regexp.MustCompile(`\bnull\b`)
 
 // withVar is a copy of m with k set to v.
 func withVar(m map[string]string, k, v string) map[string]string {
