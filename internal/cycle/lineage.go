@@ -1,12 +1,13 @@
 package cycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -102,9 +103,11 @@ func (r *Runner) previous(c *records.Cycle) (string, error) {
 	return o.ID, nil
 }
 
-// currentRevision is the latest revision of an allow-list chain (named by
-// its key, "lease:<id>"), or nil: the chain's head, by tb-allow's head
-// index rather than every revision of the chain read to find it.
+// currentRevision is the latest revision of an allow-list chain, or nil.
 func currentRevision(st *state.Store, chain string) (*records.AllowRevision, error) {
-	return (&allowlist.Book{St: st}).HeadRevision(chain)
+	revs, err := state.FindBy[records.AllowRevision](st, records.KindRevision, records.KeyChain, chain, nil)
+	if err != nil || len(revs) == 0 {
+		return nil, err
+	}
+	return slices.MaxFunc(revs, func(a, b *records.AllowRevision) int { return cmp.Compare(a.Seq, b.Seq) }), nil
 }
