@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 )
 
 // Compaction keeps the journal proportional to the records it describes.
@@ -308,38 +310,29 @@ func (s *dirStore) tombstoneNeeded(id string) bool {
 // eachLine calls fn with each complete line of r (its newline included) and
 // the line's offset, and returns the offset after the last one. A last line
 // without its newline is the tail of a write cut short: it carries no
-// committed entry and is skipped. line is valid only during the call.
+// committed entry and is skipped. line is valid only during the call. The
+// journal's lines have no bound: the store alone writes them, each a whole
+// record, and a compaction must not drop a committed entry for its length.
 func eachLine(ctx context.Context, r io.Reader, fn func(off int64, line []byte) error) (int64, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
-	var off int64
-	var long []byte
+	lr := lines.NewReader(bufio.NewReaderSize(r, 1<<20), 0)
+	var end int64
 	for n := 0; ; n++ {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
-				return off, err
+				return end, err
 			}
 		}
-		chunk, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long, chunk...)
-			continue
-		}
-		if err == io.EOF {
-			return off, nil
+		line, err := lr.Next()
+		if err == io.EOF || err == nil && !lines.Complete(line) {
+			return end, nil
 		}
 		if err != nil {
-			return off, err
+			return end, err
 		}
-		line := chunk
-		if len(long) > 0 {
-			long = append(long, chunk...)
-			line = long
+		if err := fn(lr.Offset(), line); err != nil {
+			return end, err
 		}
-		if err := fn(off, line); err != nil {
-			return off, err
-		}
-		off += int64(len(line))
-		long = long[:0]
+		end = lr.Offset() + int64(len(line))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -192,48 +193,27 @@ func Parse(ctx context.Context, r io.Reader, origin observe.Origin, sink observe
 	return t.res, err
 }
 
-// read feeds every line to the trace.
+// read feeds every line to the trace; a line over observe.MaxLogLine is
+// counted bad and skipped without being held.
 func (t *trace) read(ctx context.Context, br *bufio.Reader) error {
-	var buf []byte
-	var n int64
+	lr := lines.NewReader(br, observe.MaxLogLine)
 	for {
-		buf = buf[:0]
-		long, complete := false, false
-		var err error
-		for {
-			var chunk []byte
-			chunk, err = br.ReadSlice('\n')
-			if !long {
-				if len(buf)+len(chunk) > observe.MaxLogLine {
-					long, buf = true, buf[:0]
-				} else {
-					buf = append(buf, chunk...)
-				}
-			}
-			if errors.Is(err, bufio.ErrBufferFull) {
-				continue
-			}
-			complete = err == nil
-			break
-		}
-		if err != nil && err != io.EOF {
+		line, err := lr.Next()
+		n := lr.Line()
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil && !errors.Is(err, lines.ErrTooLong):
 			return err
 		}
-		if len(buf) == 0 && !long && err == io.EOF {
-			return nil
-		}
-		n++
 		if n&0xfff == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		t.res.Stats.Lines++
-		if long {
+		if err != nil {
 			t.res.Stats.AddBad(n, observe.ErrLongLine)
-		} else if b := bytes.TrimRight(buf, "\r\n"); len(bytes.TrimSpace(b)) > 0 {
-			t.line(b, n, complete)
-		}
-		if err == io.EOF {
-			return nil
+		} else if b := lines.Trim(line); len(bytes.TrimSpace(b)) > 0 {
+			t.line(b, n, lines.Complete(line))
 		}
 	}
 }
