@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -218,6 +219,14 @@ func (c *startCmd) Run(env *cli.Env) (err error) {
 		Iface: c.Iface, IP: c.IP, NetNS: c.NetNS, Snaplen: c.Snaplen, Filter: c.Filter, BPF: c.BPF,
 		RotateSize: c.RotateSize, RotateEvery: c.RotateEvery, Sensors: c.Sensors, Spool: c.Spool, NoRules: c.NoRules,
 		Retention: c.retention(), MinFree: diskspace.Threshold{Bytes: int64(c.MinFree), Percent: c.MinFreePercent}}
+	if req.Lease == "" && req.Iface == "" && env.StdinPiped() {
+		// A pipeline's "tb-lease acquire | tb-capture start": the lease
+		// is the first lease record (or a capture's), other kinds are
+		// passed over.
+		if req.Lease, err = leaseFromStdin(env.Stdin); err != nil {
+			return err
+		}
+	}
 	st, err := env.OpenState()
 	if err != nil {
 		return err
@@ -239,6 +248,33 @@ func (c *startCmd) Run(env *cli.Env) (err error) {
 	w := records.NewWriter(env.Stdout)
 	defer w.Finish(&err)
 	return w.Write(rec)
+}
+
+// leaseFromStdin is the lease of the first lease or capture record on in,
+// which it reads to the end (so that the tool before it never sees a closed
+// pipe).
+func leaseFromStdin(in io.Reader) (string, error) {
+	rd := records.NewReader(in, "stdin")
+	lease := ""
+	for {
+		rec, err := rd.Record()
+		if errors.Is(err, io.EOF) {
+			return lease, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		switch v := rec.(type) {
+		case *records.Capture:
+			if lease == "" {
+				lease = v.Lease
+			}
+		default:
+			if rec.Header().Kind == records.KindLease && lease == "" {
+				lease = rec.Header().ID
+			}
+		}
+	}
 }
 
 // daemonArgv is how "start" runs the daemon: this same program.

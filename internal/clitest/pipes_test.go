@@ -72,7 +72,7 @@ var stages = map[string]stage{
 	"tb-lease acquire": {reads: []string{records.KindPlan}, passesOver: true, prints: []string{records.KindLease},
 		needs: always("boots a VM")},
 	// startCmd.Run takes its lease from --lease or --iface only.
-	"tb-capture start":  {prints: []string{records.KindCapture}, needs: always("captures on a running lease's tap")},
+	"tb-capture start":  {reads: []string{records.KindLease, records.KindCapture}, passesOver: true, prints: []string{records.KindCapture}, needs: always("captures on a running lease's tap")},
 	"tb-capture rotate": {prints: []string{records.KindArtifact}, needs: always("rotates a running capture daemon's file")},
 	// tb-run's fromStdin: the first plan, and a lease or a capture's lease;
 	// printCycle prints the cycle, its execution and its analysis.
@@ -760,11 +760,4 @@ func TestDocumentedPipes(t *testing.T) {
 // knownFalse are documented pipes that do not compose today, in files
 // this test's owner may not change, with what must change. Each must still
 // fail; once fixed, its entry goes.
-var knownFalse = map[string]string{
-	// README's loop and talkbox(7)'s pipeline: tb-capture start takes its
-	// lease only from --lease or --iface, so the lease tb-lease acquire
-	// prints is lost and start exits 2. To fix, tb-capture start reads a
-	// lease record from stdin when neither is given (cmd/tb-capture), or
-	// the two pages pass the lease by ID.
-	"tb-plan sample.elf | tb-lease acquire | tb-capture start | tb-run": "tb-capture start does not read stdin",
-}
+var knownFalse = map[string]string{}
