@@ -3,7 +3,7 @@ package clitest
 // The pipes the documentation shows are a contract between the seven tools:
 // this file runs every one of them. It lives here, beside the helpers all
 // the tools' CLI tests share, because a pipe belongs to no one tool: it
-// builds all seven, reads README.md, the man pages and every command's
+// builds all seven, reads README.md, the man pages, docs/guide and every command's
 // --help, and checks each pipe against one table of what each stage reads
 // and prints (stages, below).
 
@@ -661,6 +661,11 @@ func TestDocumentedPipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	guides, err := filepath.Glob(filepath.Join(root, "docs", "guide", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, guides...)
 	for _, p := range append([]string{filepath.Join(root, "README.md")}, docs...) {
 		b, err := os.ReadFile(p)
 		if err != nil {
