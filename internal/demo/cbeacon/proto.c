@@ -95,7 +95,7 @@ static void order_init(struct order *o, int proto) {
 
 int mirai_order(const unsigned char *b, size_t l, struct order *o) {
 	const unsigned char *p = b + 2;
-	size_t left = l - 2;
+	size_t left = l < 2 ? 0 : l - 2;
 	int has_port = 0, has_len = 0;
 	order_init(o, PROTO_MIRAI);
 	if (left < 7)

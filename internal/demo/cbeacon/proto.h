@@ -78,7 +78,7 @@ size_t chan_room(const struct chan *c);
 // reply); why gets a reason for EV_OTHER and EV_BAD.
 int chan_next(struct chan *c, struct order *o, unsigned char *reply, size_t *rlen, char *why, size_t wlen);
 
-// mirai_order decodes one order of l bytes (2 or more), its length
+// mirai_order decodes one order of l bytes, its length
 // included: duration, vector, targets (address, prefix length), options
 // (key, length, value). As Mirai's bot (and botproto) read it, an order
 // whose parts do not add up to l exactly is not one: 0 decoded, -1 not an
