@@ -168,18 +168,18 @@ func (b *Book) LeaseNames(ctx context.Context, lease string, now time.Time, warn
 		if h.Active == h.Endpoints {
 			continue // no names
 		}
-		data, err := b.blob(ctx, h.ID, h.Enforce, h.EnforceSHA256)
+		data, err := b.enforcedBlob(ctx, h.ID, h.Enforce, h.EnforceSHA256)
 		if err != nil {
 			return nil, err
 		}
 		for len(data) > 0 {
 			var l []byte
 			l, data = nextLine(data)
-			typ, value, _, exp, ok := splitEnforced(l)
-			if !ok || string(typ) != records.AllowDomain || !liveAt(exp, t) {
+			x, err := parseEnforced(l)
+			if err != nil || string(x.typ) != records.AllowDomain || !liveAt(x.exp, t) {
 				continue
 			}
-			n, err := dnsname.Forwardable(string(value))
+			n, err := dnsname.Forwardable(string(x.value))
 			if err != nil {
 				warnf("revision %s: name left out of the DNS forward list: %v", h.ID, err)
 				continue

@@ -35,16 +35,17 @@ func benchEntries(from, n int) []*records.AllowEntry {
 }
 
 // BenchmarkDesired100k reads the live list of a lease whose revision has
-// 100,000 active entries (apply's own part; bench/tb-allow measures the
-// whole path against nft).
+// 100,000 active entries from the store, as tb-allow apply does in a
+// process that did not write it (apply's own part; bench/tb-allow
+// measures the whole path against nft).
 func BenchmarkDesired100k(b *testing.B) {
 	ctx := context.Background()
 	st, _ := state.Open(ctx, b.TempDir())
-	bk := &Book{St: st}
 	c := Chain{Scope: records.ScopeLease, Lease: testLease}
-	if _, _, err := bk.Write(ctx, Commit{Chain: c, Cause: "bench"}, nil, nil, benchEntries(0, 100000)); err != nil {
+	if _, _, err := (&Book{St: st}).Write(ctx, Commit{Chain: c, Cause: "bench"}, nil, nil, benchEntries(0, 100000)); err != nil {
 		b.Fatal(err)
 	}
+	bk := &Book{St: st}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := bk.DesiredContext(ctx, testLease, time.Now()); err != nil {
@@ -123,14 +124,26 @@ func benchRevisions(b testing.TB, bk *Book, contents ...[]*records.AllowEntry) [
 	return refs
 }
 
+// benchSize is the entries of the benchmarks' big lists.
+const benchSize = 100000
+
+// benchLab is a firewall with room for two big lists and a Book on a
+// fresh state.
+func benchLab(b *testing.B) (*firewall.NFT, *Book) {
+	fw := benchFirewall(b, 2*benchSize+16)
+	st, err := state.Open(context.Background(), b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return fw, &Book{St: st}
+}
+
 // BenchmarkUpdate100k is the promote path of a 100,000-entry revision onto
 // an empty live set: from the stored revisions to nftables.
 func BenchmarkUpdate100k(b *testing.B) {
 	ctx := context.Background()
-	const n = 100000
-	fw := benchFirewall(b, 2*n+16)
-	st, _ := state.Open(ctx, b.TempDir())
-	bk := &Book{St: st}
+	const n = benchSize
+	fw, bk := benchLab(b)
 	refs := benchRevisions(b, bk, []*records.AllowEntry{}, benchEntries(0, n))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -159,10 +172,8 @@ func BenchmarkUpdate100k(b *testing.B) {
 // 100,000-entry list: from the stored revisions to nftables.
 func BenchmarkUpdateOne(b *testing.B) {
 	ctx := context.Background()
-	const n = 100000
-	fw := benchFirewall(b, 2*n+16)
-	st, _ := state.Open(ctx, b.TempDir())
-	bk := &Book{St: st}
+	const n = benchSize
+	fw, bk := benchLab(b)
 	refs := benchRevisions(b, bk, benchEntries(0, n), benchEntries(0, n+1))
 	if _, err := bk.Reconcile(ctx, fw, testLease); err != nil {
 		b.Fatal(err)
@@ -193,10 +204,8 @@ func BenchmarkUpdateOne(b *testing.B) {
 // and head) and pushed to nftables by Update, as tb-allow promote does.
 func BenchmarkPromoteOne(b *testing.B) {
 	ctx := context.Background()
-	const n = 100000
-	fw := benchFirewall(b, 2*n+16)
-	st, _ := state.Open(ctx, b.TempDir())
-	bk := &Book{St: st}
+	const n = benchSize
+	fw, bk := benchLab(b)
 	c := Chain{Scope: records.ScopeLease, Lease: testLease}
 	base := benchEntries(0, n)
 	head, _, err := bk.Write(ctx, Commit{Chain: c, Cause: "bench"}, nil, nil, base)

@@ -1,5 +1,45 @@
 package allowlist
 
+// The forms of one allow list. Each revision Write stores is kept in six
+// forms, and each lease in one more. Each but the delta has a reader that
+// would otherwise pay far more; the delta only just earns its place:
+//
+//   - The revision record, with its changeset: the chain's link (sequence,
+//     predecessor and hashes) and what changed, which tb-allow revisions
+//     and show print, and tb-run's analysis and the lease report read,
+//     without decoding two contents.
+//   - The content blob: every entry, one JSON line each in key order, the
+//     entries' only copy (100,000 entries are one blob, not 100,000
+//     records).
+//   - The enforced blob: the enforced entries as "TYPE VALUE VERDICT
+//     EXPIRES" lines, which apply parses in place (parseEnforced, the one
+//     reader of the line) instead of decoding the content's JSON.
+//   - The enforced delta blob: the lines that went and came since the
+//     previous revision. In the process that writes a revision, apply
+//     takes it as written; it is read from the store only by Verify and
+//     by an apply in another process (a promote or rollback that changed
+//     nothing, after a write with --no-apply), which pushes a one-entry
+//     change without reading two 100,000-line lists. It is the one form
+//     apply could do without (mergeDiff finds the same change).
+//   - The head index (allow_head in the state): which revision is a
+//     chain's current one, shared by a fleet's hosts.
+//   - The head-ref file (allow/heads/CHAIN.json, this host's): the head's
+//     blob digests and counts, so that apply does not decode a record
+//     whose changeset is megabytes after a 100,000-entry change; rebuilt
+//     from the record when missing or stale.
+//   - Per lease, the applied sidecar (allow/applied/LEASE.json): what the
+//     last apply left in the lease's sets, so that the next one sends
+//     only the change without reading the kernel's set.
+//
+// Within a process, what Write stored goes to apply as written
+// (Book.wrote): nothing just written is read back or hashed again. Apply
+// finds the change from what was applied three ways, cheapest first: the
+// head's delta (it follows the revision applied, nothing expired, the
+// lease's other chains enforce no endpoint); the merge of the old and new
+// enforced lists of the one chain that changed (walkEnforced, the one
+// merge, which also makes the delta); else both sides folded whole, the
+// only way to a union of several chains.
+
 import (
 	"bytes"
 	"context"
@@ -14,6 +54,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -71,6 +112,64 @@ func chainOf(r *records.AllowRevision) Chain {
 // Book is the allow lists kept in a state directory.
 type Book struct {
 	St *state.Store
+
+	// wrote is, per chain, what this Book's Write last stored: the head's
+	// ref, enforced list and delta, which the apply that follows in the
+	// same process (promote, approve, revoke, expire, rollback) takes as
+	// written instead of reading them back and hashing them again.
+	mu    sync.Mutex
+	wrote map[string]*written
+}
+
+// written is what Write stored of one revision for apply.
+type written struct {
+	ref             *revRef
+	enforced, delta []byte
+}
+
+func (b *Book) remember(chainKey string, w *written) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.wrote == nil {
+		b.wrote = map[string]*written{}
+	}
+	b.wrote[chainKey] = w
+}
+
+// written is the enforced list or delta with this digest if this Book
+// wrote it, else nil.
+func (b *Book) written(sha string) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.wrote {
+		switch sha {
+		case w.ref.EnforceSHA256:
+			return w.enforced
+		case w.ref.DeltaSHA256:
+			return w.delta
+		}
+	}
+	return nil
+}
+
+// writtenRef is the ref of the revision this Book last wrote of a chain,
+// if it is still the head (id), else nil.
+func (b *Book) writtenRef(chainKey, id string) *revRef {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w := b.wrote[chainKey]; w != nil && w.ref.ID == id {
+		return w.ref
+	}
+	return nil
+}
+
+// enforcedBlob is apply's read of an enforced list or delta: as written,
+// when this Book wrote it, else from the store. Verify reads the store.
+func (b *Book) enforcedBlob(ctx context.Context, rev, uri, sha string) ([]byte, error) {
+	if data := b.written(sha); data != nil && uri == "blob:sha256:"+sha {
+		return data, nil
+	}
+	return b.blob(ctx, rev, uri, sha)
 }
 
 // Lock serialises the writers of one chain (across processes).
@@ -105,21 +204,6 @@ func (b *Book) headID(chainKey string) (string, error) {
 		return "", nil
 	}
 	return id, err
-}
-
-// HeadRevision is the record of the latest revision of the chain with this
-// key (Chain.Key, a revision's chain), nil when it has none: found by the
-// head index, its entries not read.
-func (b *Book) HeadRevision(chainKey string) (*records.AllowRevision, error) {
-	id, err := b.headID(chainKey)
-	if err != nil || id == "" {
-		return nil, err
-	}
-	var r records.AllowRevision
-	if err := b.St.Get(id, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
 }
 
 // Revision is RevisionContext without a context.
@@ -400,10 +484,18 @@ func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision,
 		return nil, false, err
 	}
 	rev.Enforce, rev.EnforceSHA256 = eb.URI(), eb.SHA256
-	if !slices.IsSortedFunc(prev, cmpEntries) {
-		sortEntries(prev)
+	var was []byte
+	if head != nil {
+		was = b.written(head.EnforceSHA256)
 	}
-	db, err := b.St.PutBlob(ctx, bytes.NewReader(enforcedDelta(encodeEnforced(prev), enforced)))
+	if was == nil {
+		if !slices.IsSortedFunc(prev, cmpEntries) {
+			sortEntries(prev)
+		}
+		was = encodeEnforced(prev)
+	}
+	delta := enforcedDelta(was, enforced)
+	db, err := b.St.PutBlob(ctx, bytes.NewReader(delta))
 	if err != nil {
 		return nil, false, err
 	}
@@ -422,6 +514,7 @@ func (b *Book) Write(ctx context.Context, c Commit, head *records.AllowRevision,
 	if err := b.writeHeadRef(c.Chain, ref); err != nil {
 		return nil, false, err
 	}
+	b.remember(c.Chain.Key(), &written{ref: ref, enforced: enforced, delta: delta})
 	return rev, true, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -642,16 +643,20 @@ func TestUpdateMatchesChains(t *testing.T) {
 	}
 }
 
+// updateTest is the start of a test of Update: a Book whose clock stands
+// an hour into the test capture, an empty fake firewall, the test lease's
+// chain and an expiry a day later.
+func updateTest(t *testing.T) (*Book, *fakeFW, Chain, time.Time) {
+	now := pcapgen.Start.Add(time.Hour)
+	return testBook(t, &now), &fakeFW{set: map[string]firewall.Element{}}, Chain{Scope: records.ScopeLease, Lease: testLease}, now.Add(24 * time.Hour)
+}
+
 // TestUpdateReadsOnlyTheDelta: a one-entry promote after an apply is
 // pushed from the new revision's delta alone, without reading either
 // enforced list or the live set.
 func TestUpdateReadsOnlyTheDelta(t *testing.T) {
 	ctx := context.Background()
-	now := pcapgen.Start.Add(time.Hour)
-	b := testBook(t, &now)
-	fw := &fakeFW{set: map[string]firewall.Element{}}
-	c := Chain{Scope: records.ScopeLease, Lease: testLease}
-	exp := now.Add(24 * time.Hour)
+	b, fw, c, exp := updateTest(t)
 	var es []*records.AllowEntry
 	for i := 0; i < 50; i++ {
 		es = append(es, activeEndpoint(i, firewall.RateLimit, exp))
@@ -672,6 +677,36 @@ func TestUpdateReadsOnlyTheDelta(t *testing.T) {
 		t.Fatalf("update: %+v %v, %d reads", res, err, fw.reads)
 	}
 	if len(fw.set) != 50 || fw.set["45.1.0.50/tcp/443"].Verdict != firewall.Forward {
+		t.Fatalf("set: %v", fw.set)
+	}
+}
+
+// TestUpdateTakesWhatWriteWrote: the apply after a write in the same
+// process takes the head's ref, enforced list and delta as written: with
+// all three gone from the disk it still pushes the change, where a Book
+// of another process (which reads them back) cannot.
+func TestUpdateTakesWhatWriteWrote(t *testing.T) {
+	ctx := context.Background()
+	b, fw, c, exp := updateTest(t)
+	es := []*records.AllowEntry{activeEndpoint(1, firewall.RateLimit, exp), activeEndpoint(2, firewall.RateLimit, exp)}
+	writeContent(t, b, c, es)
+	if _, err := b.Update(ctx, fw, testLease); err != nil {
+		t.Fatal(err)
+	}
+	r2 := writeContent(t, b, c, append(es[1:], activeEndpoint(3, firewall.Forward, exp)))
+	for _, p := range []string{b.St.BlobPath(r2.EnforceSHA256), b.St.BlobPath(r2.EnforceDeltaSHA256), b.headRefPath(c)} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := (&Book{St: b.St}).Update(ctx, &fakeFW{set: map[string]firewall.Element{}}, testLease); err == nil {
+		t.Fatal("another process's Book applied a revision whose blobs are gone")
+	}
+	res, err := b.Update(ctx, fw, testLease)
+	if err != nil || res.Added != 1 || res.Deleted != 1 || res.Elements != 2 || fw.reads != 1 {
+		t.Fatalf("update: %+v %v, %d reads", res, err, fw.reads)
+	}
+	if len(fw.set) != 2 || fw.set["45.1.0.3/tcp/443"].Verdict != firewall.Forward {
 		t.Fatalf("set: %v", fw.set)
 	}
 }
@@ -735,9 +770,11 @@ func TestUpdateRenewsExpired(t *testing.T) {
 	}
 }
 
-// TestParseLine4: the one-pass reader of IPv4 endpoint lines reads what
-// the general one does, and leaves it every other line.
-func TestParseLine4(t *testing.T) {
+// TestParseEnforced: the one reader of an enforced line reads an
+// endpoint's value as the endpoint package does, "-" as rate-limit, and
+// refuses a line that is not four fields with a decimal expiry; the
+// lines of big lists (IPv4 endpoints) are read without allocating.
+func TestParseEnforced(t *testing.T) {
 	for _, l := range []string{
 		"endpoint 45.13.7.9:443/tcp rate-limit 1763856000",
 		"endpoint 45.13.7.9:53/udp forward 0",
@@ -748,33 +785,48 @@ func TestParseLine4(t *testing.T) {
 		"endpoint 45.256.7.9:443/tcp rate-limit 1",
 		"endpoint 45.13.7.9:65536/tcp rate-limit 1",
 		"endpoint 45.13.7.9:443/sctp rate-limit 1",
-		"endpoint 45.13.7.9:443/tcp redirect 1",
 		"endpoint 45.13.7.9:443/tcp rate-limit 1x",
 		"endpoint 45.13.7.9:443/tcp rate-limit ",
+		"endpoint 45.13.7.9:443/tcp rate-limit 1234567890123456789",
 		"endpoint 45.13.7:443/tcp rate-limit 1",
 		"endpoint [2001:db8::1]:443/tcp rate-limit 1",
+		"endpoint 45.13.7.9:443/tcp rate-limit 1 extra",
 		"domain c2.example - 1763856000",
 	} {
-		fast, fastOK := parseLine4([]byte(l))
-		slow, slowOK, err := func() (line, bool, error) {
-			typ, value, verdict, exp, ok := splitEnforced([]byte(l))
-			if !ok || string(typ) != records.AllowEndpoint {
-				return line{}, false, nil
+		got, err := parseEnforced([]byte(l))
+		f := strings.Split(l, " ")
+		digits := len(f) == 4 && f[3] != "" && len(f[3]) <= 18 && strings.Trim(f[3], "0123456789") == ""
+		if !digits {
+			if err == nil {
+				t.Errorf("%q: read as %+v, want malformed", l, got)
 			}
-			ep, err := endpt.Parse(string(value))
-			a, proto, port := ep.Addr, ep.Proto, ep.Port
-			v := firewall.Verdict(verdict)
-			if v == "-" {
-				v = firewall.RateLimit
-			}
-			return line{firewall.Element{Dst: a, Proto: proto, Port: port, Verdict: v}, exp}, err == nil, err
-		}()
-		if fastOK && (!slowOK || fast != slow) {
-			t.Errorf("%q: one pass reads %+v, the general reader %+v %v", l, fast, slow, err)
+			continue
 		}
-		canonical := strings.HasPrefix(l, "endpoint 45.13.7.9:443/tcp rate-limit 17") || strings.HasPrefix(l, "endpoint 45.13.7.9:53/udp")
-		if canonical && !fastOK {
-			t.Errorf("%q: not read in one pass", l)
+		exp, _ := strconv.ParseInt(f[3], 10, 64)
+		if f[0] != records.AllowEndpoint {
+			if err != nil || string(got.typ) != f[0] || string(got.value) != f[1] || got.exp != exp {
+				t.Errorf("%q: %+v %v", l, got, err)
+			}
+			continue
+		}
+		ep, perr := endpt.Parse(f[1])
+		if (err != nil) != (perr != nil) {
+			t.Errorf("%q: %v, the endpoint package says %v", l, err, perr)
+			continue
+		}
+		verdict := firewall.Verdict(f[2])
+		if f[2] == "-" {
+			verdict = firewall.RateLimit
+		}
+		want := firewall.Element{Dst: ep.Addr, Proto: ep.Proto, Port: ep.Port, Verdict: verdict}
+		if err == nil && (got.el != want || got.exp != exp) {
+			t.Errorf("%q: %+v, want %+v expiring %d", l, got, want, exp)
+		}
+	}
+	for _, l := range []string{"endpoint 45.13.7.9:443/tcp rate-limit 1763856000", "endpoint 45.13.7.9:53/udp forward 0", "endpoint 45.13.7.9:53/udp - 0"} {
+		b := []byte(l)
+		if n := testing.AllocsPerRun(100, func() { parseEnforced(b) }); n != 0 {
+			t.Errorf("%q: %v allocations", l, n)
 		}
 	}
 }

@@ -72,16 +72,11 @@ func lineKey(l []byte) []byte {
 	return l
 }
 
-// enforcedDelta is the change from one enforced list to another (both in
-// key order): "-" and the line for each line that went, "+" and the line
-// for each that came; a changed line is its "-" then its "+".
-func enforcedDelta(from, to []byte) []byte {
-	var out bytes.Buffer
-	put := func(sign byte, l []byte) {
-		out.WriteByte(sign)
-		out.Write(l)
-		out.WriteByte('\n')
-	}
+// walkEnforced walks two enforced lists of one chain, both in key order,
+// calling visit once a key with its line in each (nil in the one that
+// has none): the one merge of two lists, for their stored delta and for
+// the change of the sets between them.
+func walkEnforced(from, to []byte, visit func(old, new []byte) error) error {
 	var ol, nl []byte
 	ol, from = nextLine(from)
 	nl, to = nextLine(to)
@@ -95,22 +90,44 @@ func enforcedDelta(from, to []byte) []byte {
 		default:
 			c = bytes.Compare(lineKey(ol), lineKey(nl))
 		}
-		switch c {
-		case 0:
-			if !bytes.Equal(ol, nl) {
-				put('-', ol)
-				put('+', nl)
-			}
+		var o, n []byte
+		if c <= 0 {
+			o = ol
 			ol, from = nextLine(from)
-			nl, to = nextLine(to)
-		case -1:
-			put('-', ol)
-			ol, from = nextLine(from)
-		case 1:
-			put('+', nl)
+		}
+		if c >= 0 {
+			n = nl
 			nl, to = nextLine(to)
 		}
+		if err := visit(o, n); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// enforcedDelta is the change from one enforced list to another (both in
+// key order): "-" and the line for each line that went, "+" and the line
+// for each that came; a changed line is its "-" then its "+".
+func enforcedDelta(from, to []byte) []byte {
+	var out bytes.Buffer
+	put := func(sign byte, l []byte) {
+		out.WriteByte(sign)
+		out.Write(l)
+		out.WriteByte('\n')
+	}
+	walkEnforced(from, to, func(o, n []byte) error {
+		if o != nil && n != nil && bytes.Equal(o, n) {
+			return nil
+		}
+		if o != nil {
+			put('-', o)
+		}
+		if n != nil {
+			put('+', n)
+		}
+		return nil
+	})
 	return out.Bytes()
 }
 
@@ -118,18 +135,18 @@ func enforcedDelta(from, to []byte) []byte {
 // of their expiries (Unix seconds, 0 when none expires).
 func enforcedStats(data []byte, rev string) (endpoints int, expires int64, err error) {
 	for n := 1; len(data) > 0; n++ {
-		var line []byte
-		line, data = nextLine(data)
-		typ, _, _, exp, ok := splitEnforced(line)
-		if !ok {
-			return 0, 0, &TamperError{Revision: rev, Reason: fmt.Sprintf("enforced list line %d is malformed", n)}
+		var l []byte
+		l, data = nextLine(data)
+		x, err := parseEnforced(l)
+		if err != nil {
+			return 0, 0, badLine(rev, "enforced list", n, err)
 		}
-		if string(typ) != records.AllowEndpoint {
+		if !x.endpoint() {
 			continue
 		}
 		endpoints++
-		if exp != 0 && (expires == 0 || exp < expires) {
-			expires = exp
+		if x.exp != 0 && (expires == 0 || x.exp < expires) {
+			expires = x.exp
 		}
 	}
 	return endpoints, expires, nil
@@ -178,44 +195,55 @@ func endpointElem(value, verdict []byte) (firewall.Element, error) {
 	return el, nil
 }
 
-// parseLine4 reads the line of an IPv4 endpoint in one pass, the lines
-// of 100,000-entry lists; ok is false for any other line (which the
-// general parser reads or refuses).
-func parseLine4(l []byte) (line, bool) {
-	rest, ok := bytes.CutPrefix(l, []byte(records.AllowEndpoint+" "))
-	if !ok {
-		return line{}, false
+// enforcedLine is one line of an enforced list, "TYPE VALUE VERDICT
+// EXPIRES" with the expiry in Unix seconds (0 for none), read in place.
+type enforcedLine struct {
+	typ, value []byte
+	// el is an endpoint's element, its verdict the line's ("-" and
+	// probation's are rate-limit).
+	el  firewall.Element
+	exp int64
+}
+
+func (x *enforcedLine) endpoint() bool { return string(x.typ) == records.AllowEndpoint }
+
+var errMalformed = errors.New("not TYPE VALUE VERDICT EXPIRES")
+
+// parseEnforced is the one reader of an enforced line: an IPv4 endpoint,
+// every line of a 100,000-entry list, is read without allocating.
+func parseEnforced(l []byte) (x enforcedLine, err error) {
+	var f [4][]byte
+	n := 0
+	for n < 4 && len(l) > 0 {
+		i := bytes.IndexByte(l, ' ')
+		if i < 0 {
+			f[n], l = l, nil
+		} else {
+			f[n], l = l[:i], l[i+1:]
+		}
+		n++
 	}
-	sp := bytes.IndexByte(rest, ' ')
-	if sp < 0 {
-		return line{}, false
+	// 18 digits: no expiry overflows.
+	if n != 4 || len(l) > 0 || len(f[3]) == 0 || len(f[3]) > 18 {
+		return x, errMalformed
 	}
-	ep, ok := endpt.ParseIPv4(rest[:sp])
-	if !ok {
-		return line{}, false
-	}
-	rest = rest[sp+1:]
-	x := line{el: firewall.Element{Dst: ep.Addr, Proto: ep.Proto, Port: ep.Port}}
-	switch {
-	case bytes.HasPrefix(rest, []byte("rate-limit ")):
-		x.el.Verdict, rest = firewall.RateLimit, rest[len("rate-limit "):]
-	case bytes.HasPrefix(rest, []byte("forward ")):
-		x.el.Verdict, rest = firewall.Forward, rest[len("forward "):]
-	case bytes.HasPrefix(rest, []byte("- ")):
-		x.el.Verdict, rest = firewall.RateLimit, rest[2:]
-	default:
-		return line{}, false
-	}
-	if len(rest) == 0 || len(rest) > 18 {
-		return line{}, false
-	}
-	for _, c := range rest {
+	for _, c := range f[3] {
 		if c < '0' || c > '9' {
-			return line{}, false
+			return x, errMalformed
 		}
 		x.exp = x.exp*10 + int64(c-'0')
 	}
-	return x, true
+	x.typ, x.value = f[0], f[1]
+	if x.endpoint() {
+		x.el, err = endpointElem(f[1], f[2])
+	}
+	return x, err
+}
+
+// badLine is the tamper error of line n of a revision's enforced list or
+// delta.
+func badLine(rev, list string, n int, err error) error {
+	return &TamperError{Revision: rev, Reason: fmt.Sprintf("%s line %d: %v", list, n, err)}
 }
 
 // live folds the enforced lists of revisions into a lease's live list,
@@ -237,75 +265,37 @@ func (b *Book) live(ctx context.Context, lease string, revs []*revRef, now time.
 	t := unixOf(now)
 	for _, r := range revs {
 		l.Revisions = append(l.Revisions, r.ID)
-		data, err := b.blob(ctx, r.ID, r.Enforce, r.EnforceSHA256)
+		data, err := b.enforcedBlob(ctx, r.ID, r.Enforce, r.EnforceSHA256)
 		if err != nil {
 			return nil, err
 		}
 		for n := 1; len(data) > 0; n++ {
 			var line []byte
 			line, data = nextLine(data)
-			if x, ok := parseLine4(line); ok {
-				if liveAt(x.exp, t) && (seen == nil || !seen[keyOf(x.el)]) {
-					if seen != nil {
-						seen[keyOf(x.el)] = true
-					}
-					l.Elements = append(l.Elements, x.el)
-				}
+			x, err := parseEnforced(line)
+			if err != nil {
+				return nil, badLine(r.ID, "enforced list", n, err)
+			}
+			if !liveAt(x.exp, t) {
 				continue
 			}
-			typ, value, verdict, exp, ok := splitEnforced(line)
-			if !ok {
-				return nil, &TamperError{Revision: r.ID, Reason: fmt.Sprintf("enforced list line %d is malformed", n)}
-			}
-			if !liveAt(exp, t) {
-				continue
-			}
-			switch string(typ) {
-			case records.AllowEndpoint:
-				el, err := endpointElem(value, verdict)
-				if err != nil {
-					return nil, &TamperError{Revision: r.ID, Reason: err.Error()}
-				}
+			switch {
+			case x.endpoint():
 				if seen != nil {
-					k := keyOf(el)
+					k := keyOf(x.el)
 					if seen[k] {
 						continue
 					}
 					seen[k] = true
 				}
-				l.Elements = append(l.Elements, el)
-			case records.AllowDomain:
-				l.Names = append(l.Names, string(value))
+				l.Elements = append(l.Elements, x.el)
+			case string(x.typ) == records.AllowDomain:
+				l.Names = append(l.Names, string(x.value))
 			}
 		}
 	}
 	sort.Strings(l.Names)
 	return l, nil
-}
-
-// splitEnforced splits "TYPE VALUE VERDICT EXPIRES" without allocating.
-func splitEnforced(line []byte) (typ, value, verdict []byte, exp int64, ok bool) {
-	var f [4][]byte
-	n := 0
-	for n < 4 && len(line) > 0 {
-		i := bytes.IndexByte(line, ' ')
-		if i < 0 {
-			f[n], line = line, nil
-		} else {
-			f[n], line = line[:i], line[i+1:]
-		}
-		n++
-	}
-	if n != 4 || len(line) > 0 || len(f[3]) == 0 {
-		return nil, nil, nil, 0, false
-	}
-	for _, c := range f[3] {
-		if c < '0' || c > '9' {
-			return nil, nil, nil, 0, false
-		}
-		exp = exp*10 + int64(c-'0')
-	}
-	return f[0], f[1], f[2], exp, true
 }
 
 // Desired is DesiredContext without a context.
@@ -368,7 +358,7 @@ func (b *Book) refOf(ctx context.Context, r *records.AllowRevision, enforced []b
 		Delta: r.EnforceDelta, DeltaSHA256: r.EnforceDeltaSHA256, Active: r.Active, V: refVersion}
 	if enforced == nil {
 		var err error
-		if enforced, err = b.blob(ctx, r.ID, r.Enforce, r.EnforceSHA256); err != nil {
+		if enforced, err = b.enforcedBlob(ctx, r.ID, r.Enforce, r.EnforceSHA256); err != nil {
 			return nil, err
 		}
 	}
@@ -392,6 +382,9 @@ func (b *Book) headRef(ctx context.Context, c Chain) (*revRef, error) {
 	id, err := b.headID(c.Key())
 	if err != nil || id == "" {
 		return nil, err
+	}
+	if ref := b.writtenRef(c.Key(), id); ref != nil {
+		return ref, nil
 	}
 	var ref revRef
 	if data, err := os.ReadFile(b.headRefPath(c)); err == nil && json.Unmarshal(data, &ref) == nil && ref.ID == id && ref.V == refVersion {
@@ -631,12 +624,6 @@ func (b *Book) changeSince(ctx context.Context, lease string, prev *appliedState
 	return add, del, len(want.Elements), nil
 }
 
-// line is one parsed endpoint line of an enforced list.
-type line struct {
-	el  firewall.Element
-	exp int64
-}
-
 // pairs collects what the sets need, from the old and new lines of each
 // endpoint (either absent): at is when the old lines were applied (which
 // of them are in the sets), t is now.
@@ -646,7 +633,7 @@ type pairs struct {
 	total    int
 }
 
-func (p *pairs) visit(old line, hasOld bool, new line, hasNew bool) {
+func (p *pairs) visit(old enforcedLine, hasOld bool, new enforcedLine, hasNew bool) {
 	in := hasOld && liveAt(old.exp, p.at)
 	want := hasNew && liveAt(new.exp, p.t)
 	switch {
@@ -660,54 +647,35 @@ func (p *pairs) visit(old line, hasOld bool, new line, hasNew bool) {
 	}
 }
 
-// parseLine reads an enforced line; ok is false for a name.
-func parseLine(l []byte, rev string) (line, bool, error) {
-	if x, ok := parseLine4(l); ok {
-		return x, true, nil
-	}
-	typ, value, verdict, exp, ok := splitEnforced(l)
-	if !ok {
-		return line{}, false, &TamperError{Revision: rev, Reason: fmt.Sprintf("enforced line %q is malformed", l)}
-	}
-	if string(typ) != records.AllowEndpoint {
-		return line{}, false, nil
-	}
-	el, err := endpointElem(value, verdict)
-	if err != nil {
-		return line{}, false, &TamperError{Revision: rev, Reason: err.Error()}
-	}
-	return line{el, exp}, true, nil
-}
-
 // deltaChange reads a head's stored delta: its "+" lines are all wanted
 // (none has expired), its "-" lines leave the sets unless they had
 // expired when they were applied.
 func (b *Book) deltaChange(ctx context.Context, h *revRef, at int64) (add, del []firewall.Element, total int, err error) {
-	data, err := b.blob(ctx, h.ID, h.Delta, h.DeltaSHA256)
+	data, err := b.enforcedBlob(ctx, h.ID, h.Delta, h.DeltaSHA256)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	p := pairs{at: at, add: make([]firewall.Element, 0, bytes.Count(data, []byte("\n+"))+1)}
-	var gone line
+	var gone enforcedLine
 	var goneKey []byte
 	hasGone := false
-	for len(data) > 0 {
+	for n := 1; len(data) > 0; n++ {
 		var l []byte
 		l, data = nextLine(data)
 		if len(l) < 2 || (l[0] != '-' && l[0] != '+') {
-			return nil, nil, 0, &TamperError{Revision: h.ID, Reason: fmt.Sprintf("enforced delta line %q is malformed", l)}
+			return nil, nil, 0, badLine(h.ID, "enforced delta", n, errors.New("no - or +"))
 		}
-		x, ok, err := parseLine(l[1:], h.ID)
+		x, err := parseEnforced(l[1:])
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, badLine(h.ID, "enforced delta", n, err)
 		}
-		if !ok {
+		if !x.endpoint() {
 			continue
 		}
 		// A changed line's "-" comes just before its "+".
 		paired := hasGone && l[0] == '+' && bytes.Equal(goneKey, lineKey(l[1:]))
 		if hasGone && !paired {
-			p.visit(gone, true, line{}, false)
+			p.visit(gone, true, enforcedLine{}, false)
 		}
 		hasGone = false
 		switch {
@@ -716,81 +684,52 @@ func (b *Book) deltaChange(ctx context.Context, h *revRef, at int64) (add, del [
 		case paired:
 			p.visit(gone, true, x, true)
 		default:
-			p.visit(line{}, false, x, true)
+			p.visit(enforcedLine{}, false, x, true)
 		}
 	}
 	if hasGone {
-		p.visit(gone, true, line{}, false)
+		p.visit(gone, true, enforcedLine{}, false)
 	}
 	return p.add, p.del, h.Endpoints, nil
 }
 
-// mergeDiff walks two enforced lists of one chain (both in key order),
-// parsing only the lines that differ, or whose expiry has come.
+// mergeDiff is the change of the sets between two enforced lists of one
+// chain, merged by walkEnforced; an unchanged line is parsed once.
 func (b *Book) mergeDiff(ctx context.Context, from, to *revRef, at, t int64) (add, del []firewall.Element, total int, err error) {
-	od, err := b.blob(ctx, from.ID, from.Enforce, from.EnforceSHA256)
+	od, err := b.enforcedBlob(ctx, from.ID, from.Enforce, from.EnforceSHA256)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	nd, err := b.blob(ctx, to.ID, to.Enforce, to.EnforceSHA256)
+	nd, err := b.enforcedBlob(ctx, to.ID, to.Enforce, to.EnforceSHA256)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	p := pairs{at: at, t: t}
-	expiry := func(l []byte) int64 {
-		var e int64
-		for _, c := range l[bytes.LastIndexByte(l, ' ')+1:] {
-			e = e*10 + int64(c-'0')
+	parse := func(l []byte, rev string) (enforcedLine, bool, error) {
+		if l == nil {
+			return enforcedLine{}, false, nil
 		}
-		return e
+		x, err := parseEnforced(l)
+		if err != nil {
+			return x, false, &TamperError{Revision: rev, Reason: fmt.Sprintf("enforced line %q: %v", l, err)}
+		}
+		return x, x.endpoint(), nil
 	}
-	endpoint := []byte(records.AllowEndpoint + " ")
-	parse := func(l []byte, rev string) (line, bool, error) {
-		if !bytes.HasPrefix(l, endpoint) {
-			return line{}, false, nil
+	err = walkEnforced(od, nd, func(o, n []byte) error {
+		old, hasOld, err := parse(o, from.ID)
+		if err != nil {
+			return err
 		}
-		return parseLine(l, rev)
-	}
-	var ol, nl []byte
-	ol, od = nextLine(od)
-	nl, nd = nextLine(nd)
-	for len(ol) > 0 || len(nl) > 0 {
-		var c int
-		switch {
-		case len(ol) == 0:
-			c = 1
-		case len(nl) == 0:
-			c = -1
-		default:
-			c = bytes.Compare(lineKey(ol), lineKey(nl))
-		}
-		if c == 0 && bytes.Equal(ol, nl) && bytes.HasPrefix(nl, endpoint) {
-			// An unchanged endpoint that was in the sets and is still
-			// wanted needs only counting.
-			if e := expiry(nl); liveAt(e, at) && liveAt(e, t) {
-				p.total++
-				ol, od = nextLine(od)
-				nl, nd = nextLine(nd)
-				continue
+		nw, hasNew := old, hasOld
+		if n == nil || !bytes.Equal(o, n) {
+			if nw, hasNew, err = parse(n, to.ID); err != nil {
+				return err
 			}
 		}
-		var o, n line
-		var hasO, hasN bool
-		if c <= 0 {
-			if o, hasO, err = parse(ol, from.ID); err != nil {
-				return nil, nil, 0, err
-			}
-			ol, od = nextLine(od)
+		if hasOld || hasNew {
+			p.visit(old, hasOld, nw, hasNew)
 		}
-		if c >= 0 {
-			if n, hasN, err = parse(nl, to.ID); err != nil {
-				return nil, nil, 0, err
-			}
-			nl, nd = nextLine(nd)
-		}
-		if hasO || hasN {
-			p.visit(o, hasO, n, hasN)
-		}
-	}
-	return p.add, p.del, p.total, nil
+		return nil
+	})
+	return p.add, p.del, p.total, err
 }
