@@ -81,8 +81,15 @@ func TestRecordsReadBack(t *testing.T) {
 		if got[i] != want {
 			t.Errorf("line %d: %+v, want %+v", i+1, got[i], want)
 		}
-		// The same line read by encoding/json.
+		// The same line read by its layout (the fast path), and by
+		// encoding/json.
 		line := AppendJSON(nil, &c, "Cx1", int64(i+1))
+		if byLayout := (Record{Line: line}); !byLayout.parseLayout() || copyRecord(&byLayout) != want {
+			t.Errorf("line %d not read by its layout: %s", i+1, line)
+		}
+		if odd := (Record{Line: bytes.Replace(line, []byte(`"proto"`), []byte(`"prot0"`), 1)}); odd.parseLayout() {
+			t.Errorf("line %d read by its layout with a key changed", i+1)
+		}
 		r := &Reader{}
 		r.rec = Record{Line: line}
 		if !r.parseJSON(line) || copyRecord(&r.rec) != want {
