@@ -30,12 +30,16 @@ deps:
 # The whole loop on this host: lab, image, lease, two cycles of the beacon,
 # on ARCH's guest (amd64 i386 arm64 armhf armel mipsel mips64el ppc64el
 # s390x, or the long tail mips powerpc sh4 m68k sparc64 under qemu-user in
-# the amd64 guest).
+# the amd64 guest). PROTO=http|mirai|gafgyt|irc: the bot's channel speaks
+# that protocol and its C2 orders a UDP flood of a documentation address,
+# which the lab must keep from the uplink (the Go beacon's architectures;
+# without PROTO, HTTP check-ins and no order).
 ARCH ?= amd64
+PROTO ?=
 demo:
 	scripts/deps.sh demo
 	$(MAKE) build beacons
-	ARCH=$(ARCH) scripts/demo.sh
+	ARCH=$(ARCH) TB_DEMO_PROTO=$(PROTO) scripts/demo.sh
 
 beacons: $(addprefix bin/beacon/beacon-,$(BEACON_ARCHES)) bin/c2server cbeacons
 bin/beacon/beacon-%: FORCE

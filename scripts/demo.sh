@@ -42,6 +42,19 @@
 #                      beaconing until the lease ends (-count 0).
 #   TB_DEMO_REPORT=F   where the lease's HTML report goes (default
 #                      $TB_STATE/reports/LEASE.html).
+#   TB_DEMO_PROTO=P    the bot's command channel speaks P (http, mirai,
+#                      gafgyt or irc; make demo PROTO=P) to a C2 on P's
+#                      port (80, 23, 666, 6667) that sends it one order, a
+#                      UDP flood of 203.0.113.77 port 9 for 4 s, which the
+#                      beacon carries out at up to 200 packets/s. Cycle 1
+#                      sinkholes the C2; cycle 2 lets it through and the
+#                      bot attacks. A capture on the uplink's far side,
+#                      from before cycle 1 to after the last, counts the
+#                      attack's packets that left the lab (none should)
+#                      into a line on stderr:
+#   uplink: N packets to the attack's target 203.0.113.77 reached the uplink
+#                      Without it, the beacon checks in over HTTP and is
+#                      sent no order (the demo as it was before PROTO).
 # After each cycle a line on stderr says how big the state is (see
 # state_line) and how the cycle was classified:
 #   state: cycle N bytes B files F blob_bytes … classification C1,C2
@@ -78,6 +91,7 @@ cleanup() {
   [ -n "$lease" ] && { tb-capture stop --lease "$lease" >/dev/null; tb-lease release "$lease" >/dev/null; }
   tb-capture net down --lab "$lab" >/dev/null 2>&1
   [ -f "$work/c2.pid" ] && kill "$(cat "$work/c2.pid")" 2>/dev/null
+  [ -f "$work/uplink.pid" ] && kill "$(cat "$work/uplink.pid")" 2>/dev/null
   [ -f "$work/dns.pid" ] && kill "$(cat "$work/dns.pid")" 2>/dev/null
   demo_net_down "$inet" "$uplink"
   if [ -n "${TB_DEMO_OUT:-}" ]; then
@@ -129,6 +143,19 @@ if [ -n "$behave" ]; then
 fi
 [ -z "$memory" ] || instrumentation=$instrumentation+memory
 [ "$scanmode" = short ] || [ -n "$goarch" ] || { echo "demo: TB_DEMO_SCAN=wide needs the Go beacon (not ARCH=$arch)" >&2; exit 2; }
+# The bot protocol's C2 port (the ports botwire's demo uses) and the order
+# the C2 sends: an attack on a documentation address that is not the C2's,
+# so that only the lab's sinkhole stands between it and the uplink.
+proto=${TB_DEMO_PROTO:-} c2port=80 target=203.0.113.77 order=""
+case "$proto" in
+  "") ;;
+  http) c2port=80 ;;
+  mirai) c2port=23 ;;
+  gafgyt) c2port=666 ;;
+  irc) c2port=6667 ;;
+  *) echo "demo: TB_DEMO_PROTO must be http, mirai, gafgyt or irc, not '$proto'" >&2; exit 2 ;;
+esac
+[ -z "$proto" ] || order="udp $target 9 4"
 say "sample: the ${goarch:+Go}${cbeacon:+C} beacon for $arch, cross-compiled (harmless: it refuses any address outside the documentation ranges and the lab)"
 if [ -n "$goarch" ]; then
   CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=7 GOMIPS=softfloat $GO build -trimpath -ldflags='-s -w' -o "$work/beacon" ./internal/demo/beacon/cmd/beacon
@@ -140,8 +167,10 @@ CGO_ENABLED=0 $GO build -trimpath -o "$work/c2server" ./internal/demo/c2/cmd/c2s
 
 demo_net_up "$inet" "$uplink"
 demo_net_internet "$inet" "$uplink"
-say "internet: namespace $inet with the C2 on $c2 (HTTP) and a resolver for $c2name on $resolver"
-ip netns exec "$inet" "$work/c2server" -listen "$c2:80" -log "$work/c2.log" -ready "$work/c2.ready" &
+c2args=()
+[ -z "$proto" ] || c2args=(-proto "$proto" -order "$order")
+say "internet: namespace $inet with the C2 on $c2:$c2port (${proto:-http}${order:+, ordering \"$order\"}) and a resolver for $c2name on $resolver"
+ip netns exec "$inet" "$work/c2server" -listen "$c2:$c2port" "${c2args[@]}" -log "$work/c2.log" -ready "$work/c2.ready" &
 echo $! > "$work/c2.pid"
 ip netns exec "$inet" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --bind-interfaces \
   --listen-address="$resolver" --address="/$c2name/$c2" --pid-file="$work/dns.pid" --user=root
@@ -155,6 +184,14 @@ export TB_LEASE_BRIDGE=$bridge TB_LEASE_LAB_NET=$labnet
 printf '{"documentation": true}\n' > "$work/policy.json"
 export TB_ALLOW_POLICY=$work/policy.json
 
+protoargs=() interval=2s
+[ -z "$proto" ] || protoargs=(--arg=-c2-proto "--arg=$proto" --arg=-port "--arg=$c2port")
+# tb-parse tells HTTP polling by requests at least 1 s apart, none more
+# than twice the shortest, in the capture's (the host's) time; a loaded
+# TCG guest's clock ran 3-4.7 times as fast as the host's in the
+# end-to-end test (2 s beacons 0.54-0.84 s apart on the wire), so the
+# http bot beacons every 6 s of its own time, without jitter.
+if [ "$proto" = http ]; then interval=6s protoargs+=(--arg=-jitter --arg=0); fi
 scanargs=()
 if [ "$scanmode" = wide ]; then
   # Every address of two documentation /24s but the C2's, in ranges the
@@ -178,8 +215,8 @@ count=6 runargs=()
 # now, and the cycles scan its drops and memory dumps with the same rules.
 planout=$(tb-plan --network allowlist --promote --timeout "$timeout" --instrumentation "$instrumentation" \
   --yara "$PWD/testdata/yara" \
-  --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=2s --arg=-count --arg=$count \
-  "${scanargs[@]}" "${behaveargs[@]}" "$work/beacon")
+  --arg=-c2 --arg=$c2name --arg=-c2-addr --arg=$c2 --arg=-interval --arg=$interval --arg=-count --arg=$count \
+  "${protoargs[@]}" "${scanargs[@]}" "${behaveargs[@]}" "$work/beacon")
 planned=$(echo "$planout" | grep '"kind":"plan"')
 yara=$(echo "$planout" | grep -o '"type":"yara","value":"[^"]*"' | cut -d'"' -f8 | tr '\n' ' ')
 echo "yara: ${yara:-no rule} matches the sample" >&2
@@ -244,12 +281,38 @@ state_line() {
   echo "state: cycle $1 $sizes classification ${class:-none}" >&2
 }
 
+if [ -n "$proto" ]; then
+  # The attack's packets that reach the uplink's far side: none should, in
+  # any cycle. Immediate mode, so that stopping the capture loses nothing
+  # still buffered in the kernel.
+  say "uplink: capturing what reaches $inet from the lab for $target"
+  ip netns exec "$inet" tcpdump -i up0 -n -U --immediate-mode -w "$work/uplink.pcap" host "$target" 2> "$work/uplink.err" &
+  echo $! > "$work/uplink.pid"
+  for _ in $(seq 100); do grep -q '^tcpdump: listening on' "$work/uplink.err" && break; sleep 0.1; done # a child's readiness: no event to wait on
+  grep -q '^tcpdump: listening on' "$work/uplink.err" || { echo "demo: the uplink capture did not start: $(cat "$work/uplink.err")" >&2; exit 1; }
+fi
+
 say "cycle 1: the C2 is sinkholed"
 cycle 1
 for n in $(seq 2 "$cycles"); do
   say "cycle $n: with the revised allow-list in force"
   cycle "$n"
 done
+
+if [ -n "$proto" ]; then
+  pid=$(cat "$work/uplink.pid")
+  kill -INT "$pid"
+  wait "$pid" || true
+  rm "$work/uplink.pid"
+  # A count is only as good as the capture: packets the kernel dropped
+  # for it could have been the attack's.
+  dropped=$(sed -n 's/^\([0-9]*\) packets\{0,1\} dropped by kernel$/\1/p' "$work/uplink.err")
+  [ "$dropped" = 0 ] || { echo "demo: the uplink capture lost packets: $(cat "$work/uplink.err")" >&2; exit 1; }
+  leaked=$(tcpdump -r "$work/uplink.pcap" -n "dst host $target" 2>/dev/null | wc -l)
+  echo "uplink: $leaked packets to the attack's target $target reached the uplink" >&2
+  say "the orders the C2 sent"
+  grep '"order"' "$work/c2.log" >&2 || echo "none" >&2
+fi
 
 say "the C2 server's log ($c2)"
 hits=$(grep -c '"bot"' "$work/c2.log" || true)
