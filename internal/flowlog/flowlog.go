@@ -2,7 +2,9 @@
 // line each in Zeek conn.log's field names and semantics, compressed with
 // zstd, so that `zstdcat | jq` and Zeek's JSON tooling read it as it is.
 // tb-parse writes one per capture artifact into the blob store; the
-// observables keep only what is meaningful.
+// observables keep only what is meaningful. The package owns the flow
+// record: its writer, the one reader of its lines (Reader, Record), the
+// query over a lease's logs and the Zeek TSV written from them.
 package flowlog
 
 import (

@@ -46,9 +46,6 @@ func (r *Reader) Reset(src io.Reader) {
 	r.line, r.start, r.off, r.skipping = 0, 0, 0, false
 }
 
-// Max is the bound on a line's length.
-func (r *Reader) Max() int { return r.max }
-
 // Line is the 1-based number of the line Next last returned (or refused
 // with ErrTooLong).
 func (r *Reader) Line() int64 { return r.line }
