@@ -16,7 +16,7 @@ import (
 // line counts (Line numbers it) and the next call goes on after it.
 var ErrTooLong = errors.New("line too long")
 
-// Reader reads lines of at most Max bytes, their newline not counted.
+// Reader reads lines of a bounded length, their newline not counted.
 type Reader struct {
 	br  *bufio.Reader
 	max int
