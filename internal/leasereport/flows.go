@@ -8,20 +8,8 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 )
 
-// flowReader is the flow-log reader each of readLogs' workers keeps for
-// its logs (zr is the name readLogs closes it by).
-type flowReader struct{ zr *flowlog.Reader }
-
-func newFlowReader() (*flowReader, error) {
-	r, err := flowlog.NewReader()
-	if err != nil {
-		return nil, err
-	}
-	return &flowReader{zr: r}, nil
-}
-
 // readLog adds one flow log's connections to t.
-func (c *collector) readLog(fr *flowReader, j flowJob, t *tally) error {
+func (c *collector) readLog(fr *flowlog.Reader, j flowJob, t *tally) error {
 	if err := c.st.EnsureBlob(c.ctx, j.art.SHA256); err != nil {
 		return fmt.Errorf("flow log %s: %w", j.art.ID, err)
 	}
@@ -31,7 +19,7 @@ func (c *collector) readLog(fr *flowReader, j flowJob, t *tally) error {
 	}
 	defer f.Close()
 	var key []byte
-	err = fr.zr.Each(f, func(n int64, rec *flowlog.Record) error {
+	err = fr.Each(f, func(n int64, rec *flowlog.Record) error {
 		if n&0xfff == 0 && c.ctx.Err() != nil {
 			return c.ctx.Err()
 		}

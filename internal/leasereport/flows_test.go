@@ -32,7 +32,7 @@ func BenchmarkFlowRead(b *testing.B) {
 	if err := w.Close(); err != nil {
 		b.Fatal(err)
 	}
-	fr, err := newFlowReader()
+	fr, err := flowlog.NewReader()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func BenchmarkFlowRead(b *testing.B) {
 	for range b.N {
 		var key []byte
 		est := 0
-		err := fr.zr.Each(bytes.NewReader(buf.Bytes()), func(_ int64, rec *flowlog.Record) error {
+		err := fr.Each(bytes.NewReader(buf.Bytes()), func(_ int64, rec *flowlog.Record) error {
 			key = endpoint.Append(key[:0], rec.RespH, rec.RespP, rec.Proto)
 			if rec.Established() {
 				est++

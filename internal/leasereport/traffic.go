@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -289,7 +290,7 @@ func (c *collector) readLogs(jobs []flowJob) (*tally, error) {
 		go func() {
 			defer wg.Done()
 			t := newTally()
-			fr, err := newFlowReader()
+			fr, err := flowlog.NewReader()
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
@@ -306,7 +307,7 @@ func (c *collector) readLogs(jobs []flowJob) (*tally, error) {
 				}
 			}
 			if fr != nil {
-				fr.zr.Close()
+				fr.Close()
 			}
 			mu.Lock()
 			total.merge(t)
