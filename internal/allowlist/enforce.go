@@ -173,26 +173,31 @@ func unixOf(t time.Time) int64 {
 	return t.Unix()
 }
 
-// endpointElem is the element of an endpoint's value and verdict, read
-// without allocating for IPv4 (every address the validator lets through).
-func endpointElem(value, verdict []byte) (firewall.Element, error) {
-	el := firewall.Element{Verdict: firewall.RateLimit}
-	switch string(verdict) {
+// verdictOf is an enforced line's verdict: "-" (no verdict of its own,
+// or probation's) is rate-limit.
+func verdictOf(v []byte) firewall.Verdict {
+	switch string(v) {
 	case "-", string(firewall.RateLimit):
+		return firewall.RateLimit
 	case string(firewall.Forward):
-		el.Verdict = firewall.Forward
-	default:
-		el.Verdict = firewall.Verdict(verdict)
+		return firewall.Forward
 	}
-	ep, ok := endpt.ParseIPv4(value)
-	if !ok {
-		var err error
-		if ep, err = endpt.Parse(string(value)); err != nil {
-			return el, err
+	return firewall.Verdict(v)
+}
+
+// expiryOf reads an enforced line's expiry: decimal digits, at most 18
+// (none overflows).
+func expiryOf(d []byte) (exp int64, ok bool) {
+	if len(d) == 0 || len(d) > 18 {
+		return 0, false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
 		}
+		exp = exp*10 + int64(c-'0')
 	}
-	el.Dst, el.Proto, el.Port = ep.Addr, ep.Proto, ep.Port
-	return el, nil
+	return exp, true
 }
 
 // enforcedLine is one line of an enforced list, "TYPE VALUE VERDICT
@@ -209,9 +214,27 @@ func (x *enforcedLine) endpoint() bool { return string(x.typ) == records.AllowEn
 
 var errMalformed = errors.New("not TYPE VALUE VERDICT EXPIRES")
 
-// parseEnforced is the one reader of an enforced line: an IPv4 endpoint,
-// every line of a 100,000-entry list, is read without allocating.
+var endpointPrefix = []byte(records.AllowEndpoint + " ")
+
+// parseEnforced is the one reader of an enforced line. The lines of big
+// lists, IPv4 endpoints, take the first branch: a few calls and no
+// allocation. Any other line, or one that branch does not take, is read
+// field by field with the same meaning (TestParseEnforced).
 func parseEnforced(l []byte) (x enforcedLine, err error) {
+	if rest, ok := bytes.CutPrefix(l, endpointPrefix); ok {
+		if sp := bytes.IndexByte(rest, ' '); sp > 0 {
+			value, tail := rest[:sp], rest[sp+1:]
+			if ep, ok := endpt.ParseIPv4(value); ok {
+				if sp = bytes.IndexByte(tail, ' '); sp > 0 {
+					if exp, ok := expiryOf(tail[sp+1:]); ok {
+						x.typ, x.value, x.exp = l[:len(records.AllowEndpoint)], value, exp
+						x.el = firewall.Element{Dst: ep.Addr, Proto: ep.Proto, Port: ep.Port, Verdict: verdictOf(tail[:sp])}
+						return x, nil
+					}
+				}
+			}
+		}
+	}
 	var f [4][]byte
 	n := 0
 	for n < 4 && len(l) > 0 {
@@ -223,21 +246,22 @@ func parseEnforced(l []byte) (x enforcedLine, err error) {
 		}
 		n++
 	}
-	// 18 digits: no expiry overflows.
-	if n != 4 || len(l) > 0 || len(f[3]) == 0 || len(f[3]) > 18 {
+	var ok bool
+	if n != 4 || len(l) > 0 {
 		return x, errMalformed
 	}
-	for _, c := range f[3] {
-		if c < '0' || c > '9' {
-			return x, errMalformed
-		}
-		x.exp = x.exp*10 + int64(c-'0')
+	if x.exp, ok = expiryOf(f[3]); !ok {
+		return x, errMalformed
 	}
 	x.typ, x.value = f[0], f[1]
 	if x.endpoint() {
-		x.el, err = endpointElem(f[1], f[2])
+		ep, err := endpt.Parse(string(f[1]))
+		if err != nil {
+			return x, err
+		}
+		x.el = firewall.Element{Dst: ep.Addr, Proto: ep.Proto, Port: ep.Port, Verdict: verdictOf(f[2])}
 	}
-	return x, err
+	return x, nil
 }
 
 // badLine is the tamper error of line n of a revision's enforced list or
