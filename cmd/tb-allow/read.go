@@ -75,7 +75,7 @@ func (c *listCmd) Run(env *cli.Env) (err error) {
 	w := records.NewWriter(env.Stdout)
 	defer w.Finish(&err)
 	for _, ch := range cs {
-		_, entries, err := b.HeadContext(env.Ctx, ch)
+		_, entries, err := b.Head(env.Ctx, ch)
 		if err != nil {
 			return allowlist.Fault(err)
 		}
@@ -114,7 +114,7 @@ func (c *getCmd) Run(env *cli.Env) (err error) {
 		}
 		var rec records.Record
 		if records.KindOf(id) == records.KindAllow {
-			_, e, err := b.FindEntryContext(env.Ctx, id)
+			_, e, err := b.FindEntry(env.Ctx, id)
 			if err != nil {
 				err = allowlist.Fault(err)
 				env.Warnf("%v", err)
@@ -167,7 +167,7 @@ func (c *showCmd) Run(env *cli.Env) (err error) {
 		return nil
 	}
 	if c.Revision != "" {
-		r, es, err := b.RevisionContext(env.Ctx, c.Revision)
+		r, es, err := b.Revision(env.Ctx, c.Revision)
 		if err != nil {
 			return allowlist.Fault(err)
 		}
@@ -178,7 +178,7 @@ func (c *showCmd) Run(env *cli.Env) (err error) {
 		return allowlist.Fault(err)
 	}
 	for _, ch := range cs {
-		r, es, err := b.HeadContext(env.Ctx, ch)
+		r, es, err := b.Head(env.Ctx, ch)
 		if err != nil {
 			return allowlist.Fault(err)
 		}
@@ -266,7 +266,7 @@ func (c *diffCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	ra, ea, err := bk.RevisionContext(env.Ctx, c.From)
+	ra, ea, err := bk.Revision(env.Ctx, c.From)
 	if err != nil {
 		return allowlist.Fault(err)
 	}
@@ -274,13 +274,13 @@ func (c *diffCmd) Run(env *cli.Env) error {
 	if c.To == "" {
 		to = ea
 		if ra.Previous != "" {
-			if _, from, err = bk.RevisionContext(env.Ctx, ra.Previous); err != nil {
+			if _, from, err = bk.Revision(env.Ctx, ra.Previous); err != nil {
 				return allowlist.Fault(err)
 			}
 		}
 	} else {
 		from = ea
-		if _, to, err = bk.RevisionContext(env.Ctx, c.To); err != nil {
+		if _, to, err = bk.Revision(env.Ctx, c.To); err != nil {
 			return allowlist.Fault(err)
 		}
 	}
@@ -330,7 +330,7 @@ func (c *exportCmd) Run(env *cli.Env) error {
 	opts := allowlist.ExportOptions{Format: c.Format, Table: c.Table, Set: c.Set, SIDBase: c.SIDBase, Now: b.St.Now()}
 	var es []*records.AllowEntry
 	for _, ch := range cs {
-		_, entries, err := b.HeadContext(env.Ctx, ch)
+		_, entries, err := b.Head(env.Ctx, ch)
 		if err != nil {
 			return allowlist.Fault(err)
 		}

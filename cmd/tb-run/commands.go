@@ -506,7 +506,7 @@ func (c *reportCmd) Run(env *cli.Env) error {
 		w := records.NewWriter(out)
 		var batch fault.Batch
 		for _, id := range ids {
-			r, err := cycle.Summarise(st, id)
+			r, err := cycle.Summarise(env.Ctx, st, id)
 			if err == nil && c.Format == "json" {
 				err = w.Line(records.LineCycleReport, r)
 			} else if err == nil {

@@ -177,7 +177,7 @@ func TestHostileGuest(t *testing.T) {
 		t.Errorf("the polite lease's cycle 1 promoted %v, not %s", a1.Promoted, c2Key)
 	}
 	// Its far side answered while it was let through: active.
-	_, entries, err := book.Head(allowlist.Chain{Scope: records.ScopeLease, Lease: good.ID})
+	_, entries, err := book.Head(t.Context(), allowlist.Chain{Scope: records.ScopeLease, Lease: good.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func checkForwardedNames(t *testing.T, l *hostileLab, cycle int) {
 // on probation after cycle 2, the web server's revoked for what it lacked.
 func checkUnanswered(t *testing.T, book *allowlist.Book, lease string, cycle int) {
 	t.Helper()
-	_, entries, err := book.Head(allowlist.Chain{Scope: records.ScopeLease, Lease: lease})
+	_, entries, err := book.Head(t.Context(), allowlist.Chain{Scope: records.ScopeLease, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func checkNothingPromotedByName(t *testing.T, st *state.Store, book *allowlist.B
 		t.Fatal(err)
 	}
 	for _, r := range revs {
-		_, entries, err := book.Revision(r.ID)
+		_, entries, err := book.Revision(t.Context(), r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -545,7 +545,7 @@ func enforcedEver(t *testing.T, book *allowlist.Book) map[string]bool {
 			t.Fatal(err)
 		}
 		for _, r := range revs {
-			_, entries, err := book.Revision(r.ID)
+			_, entries, err := book.Revision(t.Context(), r.ID)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -48,7 +48,7 @@ func BenchmarkDesired100k(b *testing.B) {
 	bk := &Book{St: st}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := bk.DesiredContext(ctx, testLease, time.Now()); err != nil {
+		if _, err := bk.Desired(ctx, testLease, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -107,7 +107,7 @@ func benchRevisions(b testing.TB, bk *Book, contents ...[]*records.AllowEntry) [
 	c := Chain{Scope: records.ScopeLease, Lease: testLease}
 	var refs []*revRef
 	for _, es := range contents {
-		head, cur, err := bk.HeadContext(ctx, c)
+		head, cur, err := bk.Head(ctx, c)
 		if err != nil {
 			b.Fatal(err)
 		}

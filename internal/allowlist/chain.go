@@ -177,23 +177,14 @@ func (b *Book) Lock(ctx context.Context, c Chain) (func(), error) {
 	return b.St.Lock(ctx, "allow-"+c.indexKey())
 }
 
-// Head is HeadContext without a context.
-//
-// Deprecated: for the callers outside tb-allow not yet given one (lease
-// revert, cycle report, tests); a fleet's blob fetch under it cannot be
-// stopped. Use HeadContext.
-func (b *Book) Head(c Chain) (*records.AllowRevision, []*records.AllowEntry, error) {
-	return b.HeadContext(context.Background(), c)
-}
-
-// HeadContext returns a chain's latest revision and its entries (nil and
+// Head returns a chain's latest revision and its entries (nil and
 // none for a chain without revisions).
-func (b *Book) HeadContext(ctx context.Context, c Chain) (*records.AllowRevision, []*records.AllowEntry, error) {
+func (b *Book) Head(ctx context.Context, c Chain) (*records.AllowRevision, []*records.AllowEntry, error) {
 	id, err := b.headID(c.Key())
 	if err != nil || id == "" {
 		return nil, nil, err
 	}
-	return b.RevisionContext(ctx, id)
+	return b.Revision(ctx, id)
 }
 
 // headID is the ID of the latest revision of the chain with this key, ""
@@ -206,16 +197,9 @@ func (b *Book) headID(chainKey string) (string, error) {
 	return id, err
 }
 
-// Revision is RevisionContext without a context.
-//
-// Deprecated: as Head. Use RevisionContext.
-func (b *Book) Revision(id string) (*records.AllowRevision, []*records.AllowEntry, error) {
-	return b.RevisionContext(context.Background(), id)
-}
-
-// RevisionContext reads a revision and its entries; ctx bounds the fetch
+// Revision reads a revision and its entries; ctx bounds the fetch
 // of its content blob from the fleet host that wrote it.
-func (b *Book) RevisionContext(ctx context.Context, id string) (*records.AllowRevision, []*records.AllowEntry, error) {
+func (b *Book) Revision(ctx context.Context, id string) (*records.AllowRevision, []*records.AllowEntry, error) {
 	if records.KindOf(id) != records.KindRevision {
 		return nil, nil, fmt.Errorf("%q is not a revision ID", id)
 	}

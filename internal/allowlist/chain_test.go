@@ -75,7 +75,7 @@ func TestRevisionChain(t *testing.T) {
 	if err != nil || !created || r1.Seq != 1 || r1.PrevHash != "" {
 		t.Fatalf("first promote: %+v %v %v", r1, created, err)
 	}
-	_, e1, _ := b.RevisionContext(ctx, r1.ID)
+	_, e1, _ := b.Revision(ctx, r1.ID)
 	want := map[string]string{
 		"endpoint 91.92.240.11:8443/tcp":   records.StatusActive,
 		"endpoint 185.199.108.133:443/tcp": records.StatusPending,
@@ -116,7 +116,7 @@ func TestRevisionChain(t *testing.T) {
 		cs.Changed[0].To != records.StatusActive || len(cs.Added)+len(cs.Removed) != 0 {
 		t.Fatalf("approve changeset: %+v", cs)
 	}
-	if _, stored, err := b.FindEntryContext(ctx, cs.Changed[0].Entry); err != nil || stored.Status != records.StatusActive || stored.Revision != r2.ID || stored.Note != "checked by hand" {
+	if _, stored, err := b.FindEntry(ctx, cs.Changed[0].Entry); err != nil || stored.Status != records.StatusActive || stored.Revision != r2.ID || stored.Note != "checked by hand" {
 		t.Fatalf("entry after approve: %+v %v", stored, err)
 	}
 
@@ -126,7 +126,7 @@ func TestRevisionChain(t *testing.T) {
 	if err != nil || !created || r3.RollbackOf != r1.ID || r3.Seq != 3 || r3.Previous != r2.ID {
 		t.Fatalf("rollback: %+v %v", r3, err)
 	}
-	_, e3, _ := b.RevisionContext(ctx, r3.ID)
+	_, e3, _ := b.Revision(ctx, r3.ID)
 	if got := statuses(e3); got["domain raw.githubusercontent.com"] != records.StatusPending {
 		t.Fatalf("after rollback: %v", got)
 	}
@@ -143,12 +143,12 @@ func TestRevisionChain(t *testing.T) {
 
 	// Expiry: past the TTL, the live set is empty even before "expire"
 	// marks the entries; then expire writes a revision.
-	live, err := b.DesiredContext(ctx, testLease, now)
+	live, err := b.Desired(ctx, testLease, now)
 	if err != nil || len(live.Elements) != 1 {
 		t.Fatalf("live before expiry: %+v %v", live, err)
 	}
 	later := now.Add(25 * time.Hour)
-	if live, _ := b.DesiredContext(ctx, testLease, later); len(live.Elements) != 0 || len(live.Names) != 0 {
+	if live, _ := b.Desired(ctx, testLease, later); len(live.Elements) != 0 || len(live.Names) != 0 {
 		t.Fatalf("live after the TTL: %+v", live)
 	}
 	now = later
@@ -156,7 +156,7 @@ func TestRevisionChain(t *testing.T) {
 	if err != nil || !created {
 		t.Fatalf("expire: %v %v", created, err)
 	}
-	_, e4, _ := b.RevisionContext(ctx, r4.ID)
+	_, e4, _ := b.Revision(ctx, r4.ID)
 	for k, s := range statuses(e4) {
 		if s != records.StatusExpired {
 			t.Errorf("%s: %s after expire", k, s)
@@ -177,7 +177,7 @@ func TestRevisionChain(t *testing.T) {
 func mustContent(t *testing.T, b *Book, id string) []*records.AllowEntry {
 	t.Helper()
 	ctx := t.Context()
-	_, es, err := b.RevisionContext(ctx, id)
+	_, es, err := b.Revision(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestApplyIdempotent(t *testing.T) {
 	b := testBook(t, &now)
 	pinned, _ := firewall.ParseElement("45.9.9.9:80/tcp=drop")
 	fw := &fakeFW{set: map[string]firewall.Element{pinned.Key(): pinned}}
-	live, _ := b.DesiredContext(ctx, testLease, now)
+	live, _ := b.Desired(ctx, testLease, now)
 	if res, err := ApplyLease(ctx, fw, live); err != nil || !res.Unchanged || fw.batches != 0 {
 		t.Fatalf("empty apply: %+v %v", res, err)
 	}
@@ -332,7 +332,7 @@ func TestApplyIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, _ = b.DesiredContext(ctx, testLease, now)
+	live, _ = b.Desired(ctx, testLease, now)
 	res, err := ApplyLease(ctx, fw, live)
 	if err != nil || res.Added != 1 || res.Deleted != 0 || fw.batches != 1 {
 		t.Fatalf("apply: %+v %v", res, err)
@@ -353,14 +353,14 @@ func TestApplyIdempotent(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	live, _ = b.DesiredContext(ctx, testLease, now)
+	live, _ = b.Desired(ctx, testLease, now)
 	if res, err := ApplyLease(ctx, fw, live); err != nil || res.Deleted != 1 || len(fw.set) != 1 {
 		t.Fatalf("after revoke: %+v %v %v", res, err, fw.set)
 	}
 	if _, _, err := b.Rollback(ctx, r1.ID); err != nil {
 		t.Fatal(err)
 	}
-	live, _ = b.DesiredContext(ctx, testLease, now)
+	live, _ = b.Desired(ctx, testLease, now)
 	if res, err := ApplyLease(ctx, fw, live); err != nil || res.Added != 1 || len(fw.set) != 2 {
 		t.Fatalf("after rollback: %+v %v %v", res, err, fw.set)
 	}
@@ -448,18 +448,18 @@ func TestScopes(t *testing.T) {
 			t.Fatalf("%s: %v %v", c.Key(), created, err)
 		}
 		if c.Scope == records.ScopeSample {
-			if l, _ := b.DesiredContext(ctx, testLease, now); len(l.Elements) != 1 || len(l.Revisions) != 1 {
+			if l, _ := b.Desired(ctx, testLease, now); len(l.Elements) != 1 || len(l.Revisions) != 1 {
 				t.Fatalf("lease of the sample: %+v", l)
 			}
-			if l, _ := b.DesiredContext(ctx, other, now); len(l.Elements) != 0 {
+			if l, _ := b.Desired(ctx, other, now); len(l.Elements) != 0 {
 				t.Fatalf("another lease got the sample's entries: %+v", l)
 			}
 		}
 	}
-	if l, _ := b.DesiredContext(ctx, other, now); len(l.Elements) != 1 || len(l.Revisions) != 1 {
+	if l, _ := b.Desired(ctx, other, now); len(l.Elements) != 1 || len(l.Revisions) != 1 {
 		t.Fatalf("global entries on another lease: %+v", l)
 	}
-	if l, _ := b.DesiredContext(ctx, testLease, now); len(l.Elements) != 1 || len(l.Revisions) != 2 {
+	if l, _ := b.Desired(ctx, testLease, now); len(l.Elements) != 1 || len(l.Revisions) != 2 {
 		t.Fatalf("the lease's chains: %+v", l)
 	}
 }
@@ -521,7 +521,7 @@ func activeEndpoint(i int, verdict firewall.Verdict, expires time.Time) *records
 func writeContent(t *testing.T, b *Book, c Chain, es []*records.AllowEntry) *records.AllowRevision {
 	t.Helper()
 	ctx := t.Context()
-	head, cur, err := b.HeadContext(ctx, c)
+	head, cur, err := b.Head(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func writeContent(t *testing.T, b *Book, c Chain, es []*records.AllowEntry) *rec
 func checkSet(t *testing.T, b *Book, fw *fakeFW, now time.Time, what string) {
 	t.Helper()
 	ctx := t.Context()
-	live, err := b.DesiredContext(ctx, testLease, now)
+	live, err := b.Desired(ctx, testLease, now)
 	if err != nil {
 		t.Fatal(err)
 	}

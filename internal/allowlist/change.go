@@ -38,7 +38,7 @@ func ChangeEntries(ctx context.Context, b *Book, op string, req ChangeRequest, o
 	for _, t := range req.Targets {
 		var cs []Chain
 		if records.KindOf(t) == records.KindAllow && records.CheckID(t) == nil {
-			c, _, err := b.FindEntryContext(ctx, t)
+			c, _, err := b.FindEntry(ctx, t)
 			if err != nil {
 				err = Fault(err)
 				out.Warnf("%v", err)
@@ -168,7 +168,7 @@ func Expire(ctx context.Context, b *Book, sel Selector, at time.Time, lab string
 	defer w.Finish(&err)
 	var touched []Chain
 	for _, c := range cs {
-		if h, _, err := b.HeadContext(ctx, c); err != nil || h == nil {
+		if h, _, err := b.Head(ctx, c); err != nil || h == nil {
 			if err != nil {
 				return Fault(err)
 			}
@@ -217,22 +217,15 @@ func Rollback(ctx context.Context, b *Book, id, lab string, noApply bool, out cm
 	return applyChains(ctx, b, lab, []Chain{chainOf(rev)}, out)
 }
 
-// FindEntry is FindEntryContext without a context.
-//
-// Deprecated: as Head (leasereport's tests). Use FindEntryContext.
-func (b *Book) FindEntry(id string) (Chain, *records.AllowEntry, error) {
-	return b.FindEntryContext(context.Background(), id)
-}
-
-// FindEntryContext finds an entry by ID in the current revisions of every
+// FindEntry finds an entry by ID in the current revisions of every
 // chain.
-func (b *Book) FindEntryContext(ctx context.Context, id string) (Chain, *records.AllowEntry, error) {
+func (b *Book) FindEntry(ctx context.Context, id string) (Chain, *records.AllowEntry, error) {
 	chains, err := b.Chains()
 	if err != nil {
 		return Chain{}, nil, err
 	}
 	for _, c := range chains {
-		_, es, err := b.HeadContext(ctx, c)
+		_, es, err := b.Head(ctx, c)
 		if err != nil {
 			return c, nil, err
 		}

@@ -322,16 +322,9 @@ func (b *Book) live(ctx context.Context, lease string, revs []*revRef, now time.
 	return l, nil
 }
 
-// Desired is DesiredContext without a context.
-//
-// Deprecated: as Head (bench/tb-allow). Use DesiredContext.
-func (b *Book) Desired(lease string, now time.Time) (*Live, error) {
-	return b.DesiredContext(context.Background(), lease, now)
-}
-
-// DesiredContext computes a lease's live allow list now from the heads of
+// Desired computes a lease's live allow list now from the heads of
 // its chains.
-func (b *Book) DesiredContext(ctx context.Context, lease string, now time.Time) (*Live, error) {
+func (b *Book) Desired(ctx context.Context, lease string, now time.Time) (*Live, error) {
 	heads, err := b.heads(ctx, lease)
 	if err != nil {
 		return nil, err

@@ -60,14 +60,14 @@ func TestChainsAcrossHosts(t *testing.T) {
 		t.Fatal("the hosts share a blob directory")
 	}
 	onB := &Book{St: b}
-	head, entries, err := onB.HeadContext(ctx, c)
+	head, entries, err := onB.Head(ctx, c)
 	if err != nil || head.ID != written.ID || len(entries) != 1 || entries[0].Value != "45.1.0.1:443/tcp" {
 		t.Fatalf("host b reads the chain: %v, %v, %v", head, entries, err)
 	}
 	if _, err := onB.Verify(ctx, c); err != nil {
 		t.Fatalf("host b verifies the chain: %v", err)
 	}
-	live, err := onB.DesiredContext(ctx, testLease, time.Now())
+	live, err := onB.Desired(ctx, testLease, time.Now())
 	if err != nil || len(live.Elements) != 1 {
 		t.Fatalf("host b's enforced set: %+v, %v", live, err)
 	}
@@ -81,7 +81,7 @@ func TestChainsAcrossHosts(t *testing.T) {
 	before := served.Load()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, _, err := onB.HeadContext(cancelled, c); !errors.Is(err, context.Canceled) {
+	if _, _, err := onB.Head(cancelled, c); !errors.Is(err, context.Canceled) {
 		t.Errorf("a read under a cancelled context: %v, want context.Canceled", err)
 	}
 	if n := served.Load() - before; n != 0 || b.HasBlob(second.ContentSHA256) {
@@ -92,7 +92,7 @@ func TestChainsAcrossHosts(t *testing.T) {
 	inFlight, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := onB.DesiredContext(inFlight, testLease, time.Now())
+		_, err := onB.Desired(inFlight, testLease, time.Now())
 		done <- err
 	}()
 	<-arrived
@@ -101,7 +101,7 @@ func TestChainsAcrossHosts(t *testing.T) {
 		t.Errorf("a read cancelled while its fetch waits: %v, want context.Canceled", err)
 	}
 	hold.Store(nil)
-	if head, _, err := onB.HeadContext(ctx, c); err != nil || head.ID != second.ID {
+	if head, _, err := onB.Head(ctx, c); err != nil || head.ID != second.ID {
 		t.Fatalf("host b reads the chain after the cancelled reads: %v, %v", head, err)
 	}
 }

@@ -111,7 +111,7 @@ func TestHostileNamesNeverFailAWrite(t *testing.T) {
 	if _, err := b.Verify(ctx, c); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	_, entries, err := b.HeadContext(ctx, c)
+	_, entries, err := b.Head(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestHostileValuesNeverFailAWriteOrAnExport(t *testing.T) {
 		t.Fatalf("promote: %v", err)
 	}
 	// Old content with hostile values, written again (as a rollback does).
-	head, cur, err := b.HeadContext(ctx, c)
+	head, cur, err := b.Head(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,10 +206,10 @@ func TestHostileValuesNeverFailAWriteOrAnExport(t *testing.T) {
 	if _, err := b.Verify(ctx, c); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	if _, err := b.DesiredContext(ctx, testLease, now); err != nil {
+	if _, err := b.Desired(ctx, testLease, now); err != nil {
 		t.Fatalf("the enforced list: %v", err)
 	}
-	_, entries, err := b.HeadContext(ctx, c)
+	_, entries, err := b.Head(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestHostileRequestsThroughTheParser(t *testing.T) {
 	if _, err := b.Verify(ctx, c); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	_, entries, err := b.HeadContext(ctx, c)
+	_, entries, err := b.Head(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

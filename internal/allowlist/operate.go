@@ -82,7 +82,7 @@ func Promote(ctx context.Context, b *Book, req PromoteRequest, out cmdout.Sink) 
 		p := Promotion{Chain: c, Cycle: req.Cycle, Dests: Classify(groups[lease], &pol), Policy: &pol, Validator: v, Guard: guard,
 			InForce: inForce, Now: b.St.Now()}
 		if req.DryRun {
-			_, cur, err := b.HeadContext(ctx, c)
+			_, cur, err := b.Head(ctx, c)
 			if err != nil {
 				return Fault(err)
 			}

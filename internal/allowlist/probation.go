@@ -36,7 +36,7 @@ func (b *Book) InForce(ctx context.Context, cycles []string) (map[string]map[str
 		}
 		keys, ok := byRev[c.Revision]
 		if !ok {
-			_, entries, err := b.RevisionContext(ctx, c.Revision)
+			_, entries, err := b.Revision(ctx, c.Revision)
 			if err != nil {
 				return nil, fmt.Errorf("cycle %s: the revision in force: %w", id, err)
 			}

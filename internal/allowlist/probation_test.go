@@ -145,7 +145,7 @@ func TestProbation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("promote: %v\n%s", err, stderr.String())
 		}
-		rev, entries, err := b.HeadContext(ctx, Chain{Scope: records.ScopeLease, Lease: lease})
+		rev, entries, err := b.Head(ctx, Chain{Scope: records.ScopeLease, Lease: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestProbation(t *testing.T) {
 		return rev, nil
 	}
 	verdictNow := func(lease string) firewall.Verdict {
-		l, err := b.DesiredContext(ctx, lease, now)
+		l, err := b.Desired(ctx, lease, now)
 		if err != nil || len(l.Elements) > 1 {
 			t.Fatalf("live set of %s: %+v %v", lease, l, err)
 		}

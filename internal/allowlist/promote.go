@@ -432,7 +432,7 @@ func (b *Book) Promote(ctx context.Context, p Promotion) (*records.AllowRevision
 		return nil, false, err
 	}
 	defer unlock()
-	head, cur, err := b.HeadContext(ctx, p.Chain)
+	head, cur, err := b.Head(ctx, p.Chain)
 	if err != nil {
 		return nil, false, err
 	}
@@ -456,7 +456,7 @@ func (b *Book) Change(ctx context.Context, c Chain, cause string, fn func(es []*
 		return nil, false, err
 	}
 	defer unlock()
-	head, cur, err := b.HeadContext(ctx, c)
+	head, cur, err := b.Head(ctx, c)
 	if err != nil {
 		return nil, false, err
 	}
@@ -476,7 +476,7 @@ func (b *Book) Change(ctx context.Context, c Chain, cause string, fn func(es []*
 
 // Rollback writes a new revision of rev's chain whose content is rev's.
 func (b *Book) Rollback(ctx context.Context, revID string) (*records.AllowRevision, bool, error) {
-	target, content, err := b.RevisionContext(ctx, revID)
+	target, content, err := b.Revision(ctx, revID)
 	if err != nil {
 		return nil, false, err
 	}
@@ -486,7 +486,7 @@ func (b *Book) Rollback(ctx context.Context, revID string) (*records.AllowRevisi
 		return nil, false, err
 	}
 	defer unlock()
-	head, cur, err := b.HeadContext(ctx, c)
+	head, cur, err := b.Head(ctx, c)
 	if err != nil {
 		return nil, false, err
 	}

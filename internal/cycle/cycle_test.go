@@ -669,7 +669,7 @@ func TestTraceReachesTheAnalysis(t *testing.T) {
 	if a.Recommendation != records.RecommendEscalate {
 		t.Errorf("recommendation %s: %v", a.Recommendation, a.Reasons)
 	}
-	s, err := Summarise(e.st, c.ID)
+	s, err := Summarise(t.Context(), e.st, c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package cycle
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -59,8 +60,9 @@ type Promoted struct {
 	Reason string `json:"reason"`
 }
 
-// Summarise gathers what a report says about one cycle.
-func Summarise(st *state.Store, id string) (*Summary, error) {
+// Summarise gathers what a report says about one cycle; ctx bounds the
+// fetch of its revision's content from the fleet host that wrote it.
+func Summarise(ctx context.Context, st *state.Store, id string) (*Summary, error) {
 	var c records.Cycle
 	if err := st.Get(id, &c); err != nil {
 		return nil, notFound("cycle", id, err)
@@ -89,7 +91,7 @@ func Summarise(st *state.Store, id string) (*Summary, error) {
 	r.Analysis, r.Seen, r.Names, r.Refused, r.Connections = a.ID, a.Observables, a.Domains, a.Refused, a.Connections
 	r.Classification, r.Recommendation, r.Reasons = a.Classification, a.Recommendation, a.Reasons
 	r.Behaviour = a.Behaviour
-	reasons := entryReasons(st, a.Revision)
+	reasons := entryReasons(ctx, st, a.Revision)
 	for _, k := range a.Promoted {
 		r.Promoted = append(r.Promoted, Promoted{Key: k, Reason: reasons[k]})
 	}
@@ -184,14 +186,14 @@ func (r *Summary) Text(w io.Writer) {
 
 // entryReasons maps "type value" keys of a revision's entries to the
 // classifier's reasons.
-func entryReasons(st *state.Store, rev string) map[string]string {
+func entryReasons(ctx context.Context, st *state.Store, rev string) map[string]string {
 	out := map[string]string{}
 	if rev == "" {
 		return out
 	}
 	// Read as tb-allow reads it: digest checked, fetched from the host
 	// that wrote it if need be.
-	_, entries, err := (&allowlist.Book{St: st}).Revision(rev)
+	_, entries, err := (&allowlist.Book{St: st}).Revision(ctx, rev)
 	if err != nil {
 		return out
 	}

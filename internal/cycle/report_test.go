@@ -45,7 +45,7 @@ func TestReportTextEscapesSampleBytes(t *testing.T) {
 	if err := st.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Summarise(st, c.ID)
+	s, err := Summarise(t.Context(), st, c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func (m *Manager) stopCaptures(ctx context.Context, lease string) ([]string, err
 func (m *Manager) closeAllowChain(ctx context.Context, lease, to string) (string, error) {
 	b := &allowlist.Book{St: m.St}
 	ch := allowlist.Chain{Scope: records.ScopeLease, Lease: lease}
-	head, _, err := b.Head(ch)
+	head, _, err := b.Head(ctx, ch)
 	if err != nil || head == nil {
 		return "", err
 	}

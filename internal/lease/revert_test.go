@@ -176,7 +176,7 @@ func TestRevertForAnotherSample(t *testing.T) {
 		rv.Revision == "" || !slices.Equal(rv.Captures, []string{capRec.ID}) {
 		t.Errorf("revert record: %+v", rv)
 	}
-	head, es, err := b.Head(ch)
+	head, es, err := b.Head(ctx, ch)
 	if err != nil || head.ID != rv.Revision || head.Cause != "revert" || len(es) != 3 {
 		t.Fatalf("the lease chain after the revert: %+v %+v %v", head, es, err)
 	}

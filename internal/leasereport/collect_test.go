@@ -254,7 +254,7 @@ func TestCollectLease(t *testing.T) {
 	book := &allowlist.Book{St: st}
 	for _, id := range r.Records() {
 		if records.KindOf(id) == records.KindAllow {
-			if _, _, err := book.FindEntry(id); err != nil {
+			if _, _, err := book.FindEntry(t.Context(), id); err != nil {
 				t.Errorf("entry %s: %v", id, err)
 			}
 		} else if !st.Exists(id) {

@@ -131,7 +131,7 @@ func run(n, runs int) error {
 	plusOne := append(append([]*records.AllowEntry(nil), big...), entry(n))
 	plusOne[n].Lease = lease
 	write := func(es []*records.AllowEntry) (time.Duration, error) {
-		head, cur, err := book.Head(chain)
+		head, cur, err := book.Head(ctx, chain)
 		if err != nil {
 			return 0, err
 		}
@@ -206,7 +206,7 @@ func run(n, runs int) error {
 		}
 		// The parts of a one-entry change through the whole path.
 		t0 := time.Now()
-		if _, err := book.Desired(lease, time.Now()); err != nil {
+		if _, err := book.Desired(ctx, lease, time.Now()); err != nil {
 			return err
 		}
 		m["desired"] = append(m["desired"], time.Since(t0))

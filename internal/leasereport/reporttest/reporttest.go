@@ -389,7 +389,7 @@ func (b *builder) leaseDone() error {
 func (b *builder) cycle(i int, prev string) (string, error) {
 	start, end := b.cycleStart(i), b.cycleEnd(i)
 	b.clk.Set(start)
-	head, _, err := b.book.Head(b.chain)
+	head, _, err := b.book.Head(b.ctx, b.chain)
 	if err != nil {
 		return "", err
 	}
@@ -436,7 +436,7 @@ func (b *builder) cycle(i int, prev string) (string, error) {
 	// under, which is what lets a C2 on probation be confirmed.
 	inForce := map[string]map[string]bool{c.ID: nil}
 	if head != nil {
-		_, es, err := b.book.Revision(head.ID)
+		_, es, err := b.book.Revision(b.ctx, head.ID)
 		if err != nil {
 			return "", err
 		}
@@ -698,7 +698,7 @@ func (b *builder) parse(artifacts []string) error {
 // approve is the operator approving every pending entry of the lease.
 func (b *builder) approve(at time.Time) error {
 	b.clk.Set(at)
-	_, cur, err := b.book.Head(b.chain)
+	_, cur, err := b.book.Head(b.ctx, b.chain)
 	if err != nil {
 		return err
 	}
@@ -717,7 +717,7 @@ func (b *builder) approve(at time.Time) error {
 	if err != nil {
 		return err
 	}
-	head, _, err := b.book.Head(b.chain)
+	head, _, err := b.book.Head(b.ctx, b.chain)
 	if err != nil {
 		return err
 	}
