@@ -20,8 +20,9 @@ import (
 // Tools runs the other tb-* binaries: tb-lease for leasing, tb-capture,
 // tb-parse and tb-allow for post-processing. Records go to a tool as JSON
 // lines, as in a shell pipeline, and the IDs a tool prints of the few
-// records it made are taken from its output; what a tool stores in bulk
-// (tb-parse's observables) is read from the state, by key.
+// records it made are taken from its output, except promote's revision,
+// which is found in the state by the cycle key on revisions; what a tool
+// stores in bulk (tb-parse's observables) is read from the state, by key.
 type Tools struct {
 	// Dir holds the binaries (default: tb-run's own directory, then $PATH).
 	Dir string
