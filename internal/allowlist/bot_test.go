@@ -83,3 +83,38 @@ func TestBotChannelAndAttackTarget(t *testing.T) {
 		t.Errorf("the attack's target: %+v", victimDest)
 	}
 }
+
+// TestBotChannelOnTheScannedPort: Mirai's C2 listens on the telnet port
+// its bots scan; a live channel to it stands out from the scan, while the
+// scanned addresses stay a scan.
+func TestBotChannelOnTheScannedPort(t *testing.T) {
+	c2 := netip.MustParseAddrPort("198.51.100.242:23")
+	obs := parsed(t, func(g *pcapgen.Gen) {
+		g.T = pcapgen.Start
+		g.MiraiSession(netip.AddrPortFrom(guest, 40001), c2, "bot-7", 4, nil, 1460)
+		for i := 1; i <= 64; i++ {
+			g.Unanswered(netip.AddrPortFrom(guest, uint16(42000+i)), netip.AddrPortFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), 23), uint32(i), 1)
+		}
+	})
+	pol, err := LoadPolicy("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Documentation = true
+	var c2Dest *Dest
+	scanned := 0
+	for _, d := range Classify(obs, &pol) {
+		switch {
+		case d.Value == c2.String()+"/tcp":
+			c2Dest = &d
+		case d.Class == ClassScan:
+			scanned++
+		}
+	}
+	if c2Dest == nil || c2Dest.Class != ClassC2 || !strings.Contains(c2Dest.Reason, "a mirai command channel") || !strings.Contains(c2Dest.Reason, "stands out from the scan") {
+		t.Errorf("the C2 on the scanned port: %+v", c2Dest)
+	}
+	if scanned == 0 {
+		t.Error("the scan was not classified as one")
+	}
+}

@@ -497,8 +497,15 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 		score, why, beacon := c2Evidence(e, pol, fewDests, few)
 		if d.Class == ClassScan {
 			// A destination on a scanned port stands out from the scan
-			// only with a name and a beacon or a long session.
-			if len(e.names)+len(e.claimed) == 0 || beacon == nil && e.maxDur < pol.LongSession.D().Seconds() || e.established == 0 {
+			// only with a name and a beacon or a long session, or as a
+			// live command channel: Mirai's C2 listens on the telnet port
+			// its bots scan. (A channel the sample speaks to a scanned
+			// address still goes through probation: its far side must
+			// answer as a C2.) A channel's bytes crossed an established
+			// connection even when tb-parse folded it into the scan's
+			// summary and no endpoint counts it.
+			named := len(e.names)+len(e.claimed) > 0 && (beacon != nil || e.maxDur >= pol.LongSession.D().Seconds())
+			if !named && !e.channelLive || e.established == 0 && e.channel == "" {
 				continue
 			}
 			why = append(why, "stands out from the "+d.group)
