@@ -51,6 +51,7 @@ bin/beacon/beacon-%: FORCE
 CBEACON_ARCHES := armel armhf mips mipsel powerpc sh4 m68k sparc64 i386
 CBEACON_DIR ?= bin/beacon
 CBEACON_SRC := $(addprefix internal/demo/cbeacon/,beacon.c policy.c proto.c)
+CBEACON_HDR := $(addprefix internal/demo/cbeacon/,policy.h proto.h)
 CBEACON_CFLAGS := -std=c99 -Os -Wall -Wextra -s
 cc_armel   := arm-linux-gnueabi-gcc -march=armv5te -mfloat-abi=soft
 cc_armhf   := arm-linux-gnueabihf-gcc
@@ -62,7 +63,7 @@ cc_m68k    := m68k-linux-gnu-gcc
 cc_sparc64 := sparc64-linux-gnu-gcc
 cc_i386    := i686-linux-gnu-gcc
 cbeacons: $(addprefix $(CBEACON_DIR)/cbeacon-,$(CBEACON_ARCHES))
-$(CBEACON_DIR)/cbeacon-%: $(CBEACON_SRC) internal/demo/cbeacon/policy.h
+$(CBEACON_DIR)/cbeacon-%: $(CBEACON_SRC) $(CBEACON_HDR)
 	@mkdir -p $(CBEACON_DIR)
 	$(or $(cc_$*),$(error no C compiler for '$*' (one of $(CBEACON_ARCHES)))) $(CBEACON_CFLAGS) -static -o $@ $(CBEACON_SRC)
 # sh4: bookworm's sh4 gcc 12 miscompiles tests against zero at -O1 and up, and
@@ -73,7 +74,7 @@ $(CBEACON_DIR)/cbeacon-%: $(CBEACON_SRC) internal/demo/cbeacon/policy.h
 CBEACON_SH4_ROOT ?= bin/sh4-sysroot
 $(CBEACON_SH4_ROOT)/.complete: internal/demo/cbeacon/sh4-sysroot.sh
 	sh internal/demo/cbeacon/sh4-sysroot.sh $(CBEACON_SH4_ROOT)
-$(CBEACON_DIR)/cbeacon-sh4: $(CBEACON_SRC) internal/demo/cbeacon/policy.h $(CBEACON_SH4_ROOT)/.complete
+$(CBEACON_DIR)/cbeacon-sh4: $(CBEACON_SRC) $(CBEACON_HDR) $(CBEACON_SH4_ROOT)/.complete
 	@mkdir -p $(CBEACON_DIR)
 	$(cc_sh4) $(CBEACON_CFLAGS) -O0 -nostdinc -isystem "$$($(cc_sh4) -print-file-name=include)" \
 	  -isystem $(CBEACON_SH4_ROOT)/include -static -nostdlib -o $@ \
@@ -81,7 +82,7 @@ $(CBEACON_DIR)/cbeacon-sh4: $(CBEACON_SRC) internal/demo/cbeacon/policy.h $(CBEA
 	  -Wl,--start-group $(addprefix $(CBEACON_SH4_ROOT)/,lib/libc.a gcc/libgcc.a gcc/libgcc_eh.a) -Wl,--end-group \
 	  $(addprefix $(CBEACON_SH4_ROOT)/,gcc/crtend.o lib/crtn.o)
 # armel's dynamic one needs armel's own libraries (the demo runs it so).
-$(CBEACON_DIR)/cbeacon-armel-dynamic: $(CBEACON_SRC) internal/demo/cbeacon/policy.h
+$(CBEACON_DIR)/cbeacon-armel-dynamic: $(CBEACON_SRC) $(CBEACON_HDR)
 	@mkdir -p $(CBEACON_DIR)
 	$(cc_armel) $(CBEACON_CFLAGS) -o $@ $(CBEACON_SRC)
 bin/c2server: FORCE
