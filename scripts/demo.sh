@@ -192,10 +192,6 @@ protoargs=() interval=2s
 # end-to-end test (2 s beacons 0.54-0.84 s apart on the wire), so the
 # http bot beacons every 6 s of its own time, without jitter.
 if [ "$proto" = http ]; then interval=6s protoargs+=(--arg=-jitter --arg=0); fi
-# Mirai's C2 listens on the port its bots scan (23): tb-allow takes the
-# C2 for one more scanned destination of tcp/23 and refuses it, so this
-# bot scans 2323, Mirai's other telnet port.
-if [ "$proto" = mirai ]; then protoargs+=(--arg=-scan-port --arg=2323); fi
 scanargs=()
 if [ "$scanmode" = wide ]; then
   # Every address of two documentation /24s but the C2's, in ranges the
