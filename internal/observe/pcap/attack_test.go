@@ -84,6 +84,47 @@ func TestFloodVectors(t *testing.T) {
 	}
 }
 
+// TestUDPServiceVectors: VSE queries to a game server, and requests sent
+// in the victim's name to the reflectors of each amplifying service tb-parse
+// names (NTP's monlist, memcached, chargen, CLDAP, SNMP), each a flood of
+// its own vector against the victim.
+func TestUDPServiceVectors(t *testing.T) {
+	reflected := []struct {
+		vector  string
+		port    uint16
+		payload []byte
+	}{
+		{"amp-ntp", 123, append([]byte{0x17, 0x00, 0x03, 0x2a}, make([]byte, 4)...)},
+		{"amp-memcached", 11211, []byte("\x00\x01\x00\x00\x00\x01\x00\x00stats\r\n")},
+		{"amp-chargen", 19, []byte{0x01}},
+		{"amp-cldap", 389, []byte{0x30, 0x25, 0x02, 0x01, 0x01, 0x63, 0x20}},
+		{"amp-snmp", 161, []byte{0x30, 0x26, 0x02, 0x01, 0x01, 0x04, 0x06, 'p', 'u', 'b', 'l', 'i', 'c', 0xa5}},
+	}
+	vse := []byte("\xff\xff\xff\xffTSource Engine Query\x00")
+	res := run(t, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		for i := 0; i < 1000; i++ {
+			g.UDP(ap(client, 40000), ap(victim, 27015), vse)
+		}
+		for _, v := range reflected {
+			for i := 0; i < 1000; i++ {
+				g.UDP(ap(victim, 40001), ap(netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + i%100)}), v.port), v.payload)
+			}
+		}
+	})
+	if a := attackOf(t, res, "vse 198.51.100.9"); a.Packets != 1000 || !slices.Equal(a.Ports, []string{"27015"}) {
+		t.Errorf("vse %+v", a)
+	}
+	for _, v := range reflected {
+		a := attackOf(t, res, v.vector+" 198.51.100.9")
+		if a.Packets != 1000 || len(a.Reflectors) == 0 || !slices.Equal(a.Ports, []string{strconv.Itoa(int(v.port))}) {
+			t.Errorf("%s %+v", v.vector, a)
+		}
+	}
+	if n := res.count(records.ObsAttack); n != 1+len(reflected) {
+		t.Errorf("%d attacks, want %d", n, 1+len(reflected))
+	}
+}
+
 func TestHTTPFlood(t *testing.T) {
 	res := run(t, pcapgen.Options{}, func(g *pcapgen.Gen) {
 		c := g.Dial(ap(client, 40000), ap(victim, 80), 1, 1)
