@@ -47,33 +47,6 @@ func demoCases() []demoCase {
 	return out
 }
 
-// promotedOnReturn says whether the bot's channel is promoted only when it
-// comes back, after cycle 2, rather than after cycle 1: a Gafgyt or IRC
-// bot registers and then waits for its C2's PING, so that with the C2
-// sinkholed its side of the channel is one registration on one silent
-// connection, which tb-allow does not promote on first sight (a Mirai
-// bot sends its own keep-alives, an HTTP bot polls). Its demo runs a
-// cycle more, and the test checks the first cycle then the two after it
-// as the others' two.
-func (c demoCase) promotedOnReturn() bool { return c.proto == "gafgyt" || c.proto == "irc" }
-
-// firstSight checks the first cycle of a channel promoted on its return:
-// the channel recognised, nothing promoted.
-func firstSight(t *testing.T, st *state.Store, id string) {
-	t.Helper()
-	var c records.Cycle
-	var a records.RunAnalysis
-	if err := st.Get(id, &c); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Get(c.Analysis, &a); err != nil {
-		t.Fatal(err)
-	}
-	if c.State != records.CycleCompleted || c.Revision != "" || a.Observables[records.ObsC2Channel] == 0 || len(a.Promoted) != 0 {
-		t.Fatalf("cycle 1: %s, revision %q, observables %v, promoted %v", c.State, c.Revision, a.Observables, a.Promoted)
-	}
-}
-
 func (c demoCase) name() string {
 	if c.proto == "" || demoProto[c.arch] == c.proto {
 		return c.arch

@@ -146,9 +146,6 @@ func demoEndToEnd(t *testing.T, c demoCase, bin, goBin string) {
 	if c.proto != "" {
 		env = append(env, "TB_DEMO_PROTO="+c.proto)
 	}
-	if c.promotedOnReturn() {
-		env = append(env, "TB_DEMO_CYCLES=3")
-	}
 	r := runDemo(t, arch, bin, goBin, env...)
 	stateDir, outDir, out := r.stateDir, r.outDir, r.out
 	st, err := state.Open(ctx, stateDir)
@@ -156,10 +153,6 @@ func demoEndToEnd(t *testing.T, c demoCase, bin, goBin string) {
 		t.Fatal(err)
 	}
 	ids, err := st.List(records.KindCycle)
-	if c.promotedOnReturn() && err == nil && len(ids) == 3 {
-		firstSight(t, st, ids[0])
-		ids = ids[1:]
-	}
 	if err != nil || len(ids) != 2 {
 		t.Fatalf("cycles %v, %v", ids, err)
 	}
@@ -198,10 +191,9 @@ func demoEndToEnd(t *testing.T, c demoCase, bin, goBin string) {
 		}
 	}
 	// Cycle 1: everything sinkholed; the name and the scan seen; the C2
-	// promoted, the scan refused. (A channel promoted on its return: the
-	// cycle after it, under a revision that lets nothing through.)
+	// promoted, the scan refused.
 	a1 := as[0]
-	if (cs[0].Revision != "" && !c.promotedOnReturn()) || cs[0].Allowed != 0 || !slices.Contains(a1.Domains, "c2.example") ||
+	if cs[0].Revision != "" || cs[0].Allowed != 0 || !slices.Contains(a1.Domains, "c2.example") ||
 		a1.Recommendation != records.RecommendRerun {
 		t.Fatalf("cycle 1 analysis = %+v", a1)
 	}

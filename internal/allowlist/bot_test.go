@@ -118,3 +118,44 @@ func TestBotChannelOnTheScannedPort(t *testing.T) {
 		t.Error("the scan was not classified as one")
 	}
 }
+
+// TestBotRegistrationAlone: a Gafgyt or IRC bot registers, then waits for
+// its C2's PING; with the C2 sinkholed (a silent connection) that is all a
+// cycle shows, and it is enough for probation.
+func TestBotRegistrationAlone(t *testing.T) {
+	for _, tc := range []struct {
+		proto string
+		write func(g *pcapgen.Gen, bot, c2 netip.AddrPort)
+	}{
+		{"gafgyt", func(g *pcapgen.Gen, bot, c2 netip.AddrPort) {
+			c := g.Dial(bot, c2, 100, 9000)
+			c.Send([]byte("BUILD TALKBOX\n"))
+		}},
+		{"irc", func(g *pcapgen.Gen, bot, c2 netip.AddrPort) {
+			c := g.Dial(bot, c2, 100, 9000)
+			c.Send([]byte("NICK bot-7\r\nUSER bot-7 0 * :talkbox\r\n"))
+		}},
+	} {
+		t.Run(tc.proto, func(t *testing.T) {
+			c2 := netip.MustParseAddrPort("198.51.100.242:666")
+			obs := parsed(t, func(g *pcapgen.Gen) {
+				g.T = pcapgen.Start
+				tc.write(g, netip.AddrPortFrom(guest, 40001), c2)
+			})
+			pol, err := LoadPolicy("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pol.Documentation = true
+			var c2Dest *Dest
+			for _, d := range Classify(obs, &pol) {
+				if d.Value == c2.String()+"/tcp" {
+					c2Dest = &d
+				}
+			}
+			if c2Dest == nil || c2Dest.Class != ClassC2 || c2Dest.Score < pol.PromoteScore || !strings.Contains(c2Dest.Reason, "the bot registered") {
+				t.Errorf("the C2 after the bot's registration alone: %+v", c2Dest)
+			}
+		})
+	}
+}

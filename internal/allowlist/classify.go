@@ -302,8 +302,13 @@ func collect(obs []*records.Observable, pol *Policy) *evidence {
 
 // bot notes the recognised command channels on their servers' endpoints
 // and the targets of the bot's floods: a channel kept alive (two
-// keep-alives or more, or orders) or seen in two cycles is strong C2
-// evidence; an address the bot flooded is never promoted.
+// keep-alives or more, or orders), seen in two cycles, or on which the bot
+// registered (announced its identity: Mirai's hello, IRC's NICK and USER,
+// Gafgyt's BUILD) is strong C2 evidence; an address the bot flooded is
+// never promoted. A Gafgyt or IRC bot registers and then waits for its
+// C2's PING, so a sinkholed cycle shows it registering and nothing more;
+// that is the bot's side alone, which earns probation like any other, and
+// only its C2 answering in the protocol while let through confirms it.
 func (ev *evidence) bot(channels, attacks []*records.Observable) {
 	for _, o := range channels {
 		c := o.C2Channel
@@ -312,7 +317,8 @@ func (ev *evidence) bot(channels, attacks []*records.Observable) {
 			continue
 		}
 		e := ev.endpoint(ap.Addr().Unmap(), "tcp", ap.Port())
-		live := c.KeepAlives >= 2 || c.Commands > 0 || len(obsCycles(o)) >= 2
+		registered := len(c.Identities) > 0
+		live := c.KeepAlives >= 2 || c.Commands > 0 || len(obsCycles(o)) >= 2 || registered
 		if e.channel == "" || live && !e.channelLive {
 			what := fmt.Sprintf("a %s command channel (%s", cmp.Or(c.Family, c.Protocol), c.Protocol)
 			switch {
@@ -320,6 +326,8 @@ func (ev *evidence) bot(channels, attacks []*records.Observable) {
 				what += fmt.Sprintf(", %d keep-alives", c.KeepAlives)
 			case c.Commands > 0:
 				what += fmt.Sprintf(", %d orders", c.Commands)
+			case registered:
+				what += ", the bot registered"
 			}
 			e.channel, e.channelLive = what+")", live
 		}
