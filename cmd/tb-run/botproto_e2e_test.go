@@ -152,6 +152,12 @@ func botProtoEndToEnd(t *testing.T, st *state.Store, r *demoRun, proto, c2addr s
 		as[1].Recommendation != records.RecommendEscalate {
 		t.Errorf("%s: classification %v, recommendation %s", cs[1].ID, as[1].Classification, as[1].Recommendation)
 	}
+	// ... and says the rules in force sent the flood to the sinkhole,
+	// which the uplink's count below measures.
+	if i := slices.IndexFunc(as[1].Attacks, func(o records.AttackOutcome) bool { return o.Attack == attack.ID }); i < 0 ||
+		as[1].Attacks[i].Contained != "sinkholed" {
+		t.Errorf("%s: the attack's outcome in the analysis: %+v", cs[1].ID, as[1].Attacks)
+	}
 	for _, a := range as {
 		for _, p := range a.Promoted {
 			if strings.Contains(p, demoTarget) {

@@ -28,7 +28,7 @@ func TestAnalysisNamesOrderedAttacks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := Analyse(e.st, c)
+	a, err := Analyse(t.Context(), e.st, c)
 	if err != nil {
 		t.Fatal(err)
 	}

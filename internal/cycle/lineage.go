@@ -71,8 +71,20 @@ func (r *Runner) lease(ctx context.Context, c *records.Cycle, unlock *func()) (*
 	if err != nil {
 		return c, err
 	}
+	// The sample's and the global chains are enforced too: what the
+	// analysis says of the cycle's floods reads them (containment.go).
+	var enforced []string
+	for _, chain := range []string{"sample:" + c.Sample, records.ScopeGlobal} {
+		cr, err := currentRevision(r.St, chain)
+		if err != nil {
+			return c, err
+		}
+		if cr != nil {
+			enforced = append(enforced, cr.ID)
+		}
+	}
 	return r.transition(ctx, c, records.CyclePreparing, "", func(n *records.Cycle) error {
-		n.Previous = prev
+		n.Previous, n.Enforced = prev, enforced
 		if rev != nil {
 			n.Revision, n.Forwarding, n.Allowed = rev.ID, rev.EnforceSHA256, rev.Active
 		}

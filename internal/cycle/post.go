@@ -96,7 +96,7 @@ func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, er
 		}
 	}
 	start := time.Now()
-	a, err := Analyse(r.St, c)
+	a, err := Analyse(ctx, r.St, c)
 	if err != nil {
 		return c, err
 	}
@@ -121,8 +121,10 @@ func (r *Runner) post(ctx context.Context, c *records.Cycle) (*records.Cycle, er
 const maxCarried = 4
 
 // Analyse sums a cycle up from its execution, its observables and the
-// allow-list revision post-processing wrote, and recommends what to do next.
-func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
+// allow-list revision post-processing wrote, and recommends what to do
+// next; ctx bounds reading the allow lists in force (a fleet fetches their
+// content from the host that wrote it).
+func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 	a := &records.RunAnalysis{Cycle: c.ID, Lease: c.Lease, Sample: c.Sample, Plan: c.Plan, Previous: c.Previous,
 		Observables: map[string]int{}, Revision: c.Promoted}
 	seen, err := state.FindBy[records.Observable](st, records.KindObservable, records.KeyCycle, c.ID, nil)
@@ -130,9 +132,13 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 		return nil, err
 	}
 	var tampered, carried []string
+	var attacks []*records.Observable
 	droppedMatch := false
 	for _, o := range seen {
 		a.Observables[o.Type]++
+		if o.Attack != nil {
+			attacks = append(attacks, o)
+		}
 		if k := o.Attack; k != nil && k.Order != "" {
 			carried = append(carried, fmt.Sprintf("%s after %q (%g s)", o.Value, k.Order, k.OrderDelay))
 		}
@@ -151,6 +157,9 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 			}
 		}
 		behaviourOf(a, o)
+	}
+	if a.Attacks, err = attackOutcomes(ctx, st, c, attacks); err != nil {
+		return nil, err
 	}
 	sort.Strings(a.Domains)
 	sort.Strings(a.Destinations)
@@ -318,6 +327,18 @@ func Analyse(st *state.Store, c *records.Cycle) (*records.RunAnalysis, error) {
 			carried = carried[:maxCarried]
 		}
 		a.Reasons = append(a.Reasons, "floods carrying out an order: "+strings.Join(carried, ", ")+more)
+	}
+	if len(a.Attacks) > 0 {
+		// Where the floods went: the lab's rules in force, not a
+		// measurement (the capture is on the tap, before them).
+		var where []string
+		for _, o := range a.Attacks[:min(len(a.Attacks), maxCarried)] {
+			where = append(where, fmt.Sprintf("%s (%d packets) %s", o.Value, o.Packets, o.Contained))
+		}
+		if len(a.Attacks) > maxCarried {
+			where = append(where, fmt.Sprintf("and %d more", len(a.Attacks)-maxCarried))
+		}
+		a.Reasons = append(a.Reasons, "floods under the rules in force: "+strings.Join(where, ", "))
 	}
 	if len(confirmed) > 0 {
 		a.Reasons = append(a.Reasons, "confirmed "+strings.Join(confirmed, ", ")+": its far side answered as a C2 while let through on probation")

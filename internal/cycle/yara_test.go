@@ -24,7 +24,7 @@ func TestYaraMatchOnADroppedFileEscalates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := Analyse(e.st, c)
+			a, err := Analyse(t.Context(), e.st, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,7 +55,7 @@ func TestOrdersEscalate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := Analyse(e.st, c)
+	a, err := Analyse(t.Context(), e.st, c)
 	if err != nil {
 		t.Fatal(err)
 	}

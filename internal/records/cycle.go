@@ -54,12 +54,13 @@ type Cycle struct {
 	// Previous is the cycle this one follows on the same lease and sample
 	// (lineage); Revision the lease chain's allow-list revision in force
 	// when it started and Forwarding the digest of that chain's enforced
-	// set with its element count (the sample and global chains, enforced
-	// too, are not recorded here).
-	Previous   string `json:"previous,omitempty"`
-	Revision   string `json:"revision,omitempty"`
-	Forwarding string `json:"forwarding,omitempty"`
-	Allowed    int    `json:"allowed"`
+	// set with its element count; Enforced the revisions of the sample's
+	// and the global chains in force then (enforced too).
+	Previous   string   `json:"previous,omitempty"`
+	Revision   string   `json:"revision,omitempty"`
+	Forwarding string   `json:"forwarding,omitempty"`
+	Allowed    int      `json:"allowed"`
+	Enforced   []string `json:"enforced,omitempty"`
 	// What runs: the sample's path in the guest, its arguments, environment
 	// and working directory, and the bounds.
 	GuestPath string `json:"guest_path,omitempty"`
@@ -193,11 +194,27 @@ type RunAnalysis struct {
 	// Techniques are the MITRE ATT&CK technique IDs the cycle's
 	// observables show (internal/mitre's table).
 	Techniques []string `json:"techniques,omitempty"`
+	// Attacks are the cycle's floods (attack observables) and where each
+	// went under the allow lists in force when the cycle started.
+	Attacks []AttackOutcome `json:"attacks,omitempty"`
 	// Classification sums the run up (beaconing, scanning, silent,
 	// crashed, wrong-architecture, persistence, evasion, dropper, …).
 	Classification []string `json:"classification"`
 	Recommendation string   `json:"recommendation"`
 	Reasons        []string `json:"reasons"`
+}
+
+// AttackOutcome is one flood of a cycle and where the lab sent it.
+type AttackOutcome struct {
+	Attack  string `json:"attack"` // the attack observable
+	Value   string `json:"value"`
+	Packets int64  `json:"packets"`
+	Order   string `json:"order,omitempty"` // the order it carried out (tb-parse's attribution)
+	// Contained is what the rules in force did with its packets:
+	// sinkholed (no entry let it out), dropped, reflected, rate-limited,
+	// forwarded, or partly let out (some of its ports or reflectors let
+	// out, or ports beyond those tb-parse listed).
+	Contained string `json:"contained"`
 }
 
 // Event is one transition of a cycle (or another notable step), in the

@@ -471,7 +471,7 @@ func (b *builder) cycle(i int, prev string) (string, error) {
 		return "", err
 	}
 	c.Execution, c.ExitCode, c.TimedOut = ex.ID, ex.ExitCode, ex.TimedOut
-	a, err := cycle.Analyse(b.st, c)
+	a, err := cycle.Analyse(b.ctx, b.st, c)
 	if err != nil {
 		return "", err
 	}
