@@ -349,6 +349,13 @@ func (b *Beacon) scan(ctx context.Context) (scanned, open int) {
 
 // probe connects to the scan port of a (already checked) target and reads a
 // banner line, as a telnet scanner does; it sends nothing.
+// bannerWait bounds how long a scan probe waits for a banner once
+// connected: a telnet server sends one at once, and the lab's sinkhole
+// accepts every port and says nothing (its silent catch-all), where the
+// connection's whole timeout per address would stretch a short scan past a
+// detached cycle's window.
+const bannerWait = 500 * time.Millisecond
+
 func (b *Beacon) probe(ctx context.Context, a netip.Addr) bool {
 	if !ScanAllowed(a) { // Parse checked already; a Config built in code is checked too
 		b.Logf("scan %s refused", a)
@@ -363,7 +370,7 @@ func (b *Beacon) probe(ctx context.Context, a netip.Addr) bool {
 		return false
 	}
 	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(b.Cfg.Timeout))
+	c.SetReadDeadline(time.Now().Add(min(b.Cfg.Timeout, bannerWait)))
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	b.Logf("scan %s open banner=%q", addr, strings.TrimSpace(line))
 	return true

@@ -922,7 +922,12 @@ static int probe(const struct config *c, uint32_t a) {
 		logf_("scan %s:%d closed: %s", ip, c->scan_port, err);
 		return 0;
 	}
-	size_t n = read_until(fd, banner, sizeof banner, "\n", deadline);
+	// A telnet server sends its banner at once; the lab's sinkhole accepts
+	// every port and says nothing (the Go beacon's bannerWait).
+	int64_t banner_deadline = now_ns() + 500 * 1000000LL;
+	if (banner_deadline > deadline)
+		banner_deadline = deadline;
+	size_t n = read_until(fd, banner, sizeof banner, "\n", banner_deadline);
 	close(fd);
 	while (n > 0 && strchr(" \t\r\n", banner[n - 1]))
 		n--;
