@@ -1,7 +1,6 @@
 package cycle
 
 import (
-	"context"
 	"slices"
 	"testing"
 
@@ -14,20 +13,13 @@ import (
 func TestAnalysisNamesOrderedAttacks(t *testing.T) {
 	e := setup(t, "out hello")
 	c := e.run(t, Request{})
-	ctx := context.Background()
 	order := "mirai udpplain 203.0.113.77/32 4s dport=9 len=64"
-	for _, o := range []*records.Observable{
-		{Type: records.ObsC2Command, Value: order, C2Command: &records.C2CommandInfo{Family: "mirai", Vector: "udpplain"}},
-		{Type: records.ObsAttack, Value: "udp 203.0.113.77", Attack: &records.AttackInfo{Vector: "udp", Target: "203.0.113.77",
+	e.observe(t, c,
+		&records.Observable{Type: records.ObsC2Command, Value: order, C2Command: &records.C2CommandInfo{Family: "mirai", Vector: "udpplain"}},
+		&records.Observable{Type: records.ObsAttack, Value: "udp 203.0.113.77", Attack: &records.AttackInfo{Vector: "udp", Target: "203.0.113.77",
 			Order: order, OrderDelay: 0.25}},
-		{Type: records.ObsAttack, Value: "syn 198.51.100.9", Attack: &records.AttackInfo{Vector: "syn", Target: "198.51.100.9"}},
-	} {
-		o.Lease, o.Cycle, o.Count = c.Lease, c.ID, 1
-		records.Init(o, records.KindObservable, e.st.Now())
-		if err := e.st.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+		&records.Observable{Type: records.ObsAttack, Value: "syn 198.51.100.9", Attack: &records.AttackInfo{Vector: "syn", Target: "198.51.100.9"}},
+	)
 	a, err := Analyse(t.Context(), e.st, c)
 	if err != nil {
 		t.Fatal(err)

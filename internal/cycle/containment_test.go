@@ -58,11 +58,7 @@ func TestAttackContainment(t *testing.T) {
 		"icmp 203.0.113.77":     ContainedSinkholed,
 	}
 	for v, a := range floods {
-		o := &records.Observable{Type: records.ObsAttack, Value: v, Attack: a, Lease: c.Lease, Cycle: c.ID, Count: 1}
-		records.Init(o, records.KindObservable, e.st.Now())
-		if err := e.st.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
+		e.observe(t, c, &records.Observable{Type: records.ObsAttack, Value: v, Attack: a})
 	}
 	a, err := Analyse(ctx, e.st, c)
 	if err != nil {

@@ -62,6 +62,18 @@ func setup(t *testing.T, prog string) *env {
 	return e
 }
 
+// observe stores obs as observables of cycle c, as tb-parse would.
+func (e *env) observe(t *testing.T, c *records.Cycle, obs ...*records.Observable) {
+	t.Helper()
+	for _, o := range obs {
+		o.Lease, o.Cycle, o.Count = c.Lease, c.ID, 1
+		records.Init(o, records.KindObservable, e.st.Now())
+		if err := e.st.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func (e *env) run(t *testing.T, req Request) *records.Cycle {
 	t.Helper()
 	if req.Plan == "" {

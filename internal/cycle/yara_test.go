@@ -44,17 +44,10 @@ func TestYaraMatchOnADroppedFileEscalates(t *testing.T) {
 func TestOrdersEscalate(t *testing.T) {
 	e := setup(t, "out hello")
 	c := e.run(t, Request{})
-	ctx := context.Background()
-	for _, o := range []*records.Observable{
-		{Type: records.ObsC2Command, Value: "mirai udpplain 203.0.113.9/32", C2Command: &records.C2CommandInfo{Family: "mirai", Vector: "udpplain"}},
-		{Type: records.ObsAttack, Value: "udpplain 203.0.113.9", Attack: &records.AttackInfo{Vector: "udpplain", Target: "203.0.113.9"}},
-	} {
-		o.Lease, o.Cycle, o.Count = c.Lease, c.ID, 1
-		records.Init(o, records.KindObservable, e.st.Now())
-		if err := e.st.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.observe(t, c,
+		&records.Observable{Type: records.ObsC2Command, Value: "mirai udpplain 203.0.113.9/32", C2Command: &records.C2CommandInfo{Family: "mirai", Vector: "udpplain"}},
+		&records.Observable{Type: records.ObsAttack, Value: "udpplain 203.0.113.9", Attack: &records.AttackInfo{Vector: "udpplain", Target: "203.0.113.9"}},
+	)
 	a, err := Analyse(t.Context(), e.st, c)
 	if err != nil {
 		t.Fatal(err)
