@@ -259,6 +259,9 @@ func leaseFromStdin(in io.Reader) (string, error) {
 	for {
 		rec, err := rd.Record()
 		if errors.Is(err, io.EOF) {
+			if lease == "" {
+				return "", fault.DataErr(errors.New("stdin: no lease or capture record (give --lease or --iface)"))
+			}
 			return lease, nil
 		}
 		if err != nil {
