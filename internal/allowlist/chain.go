@@ -187,6 +187,10 @@ func (b *Book) Head(ctx context.Context, c Chain) (*records.AllowRevision, []*re
 	return b.Revision(ctx, id)
 }
 
+// HeadID is the ID of a chain's latest revision from the head index (one
+// lookup, the revision not read), "" when it has none.
+func (b *Book) HeadID(c Chain) (string, error) { return b.headID(c.Key()) }
+
 // headID is the ID of the latest revision of the chain with this key, ""
 // when it has none.
 func (b *Book) headID(chainKey string) (string, error) {

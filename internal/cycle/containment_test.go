@@ -76,3 +76,30 @@ func TestAttackContainment(t *testing.T) {
 		t.Errorf("reasons %v", a.Reasons)
 	}
 }
+
+// TestAttackContainmentReadsTheGlobalChain: a cycle records the sample's
+// and the global chains' heads when it starts, and the analysis reads what
+// they let out as it reads the lease's.
+func TestAttackContainmentReadsTheGlobalChain(t *testing.T) {
+	e := setup(t, "out hello")
+	book := &allowlist.Book{St: e.st}
+	rev, _, err := book.Write(t.Context(), allowlist.Commit{Chain: allowlist.Chain{Scope: records.ScopeGlobal}, Cause: "test"}, nil, nil,
+		[]*records.AllowEntry{{Type: records.AllowEndpoint, Value: "203.0.113.90:9/udp", Scope: records.ScopeGlobal,
+			Status: records.StatusActive, Class: "c2", Score: 1, Reason: "test", Verdict: string(firewall.Forward)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.run(t, Request{})
+	if !slices.Contains(c.Enforced, rev.ID) {
+		t.Fatalf("the cycle's enforced revisions %v lack the global head %s", c.Enforced, rev.ID)
+	}
+	e.observe(t, c, &records.Observable{Type: records.ObsAttack, Value: "udp 203.0.113.90",
+		Attack: &records.AttackInfo{Vector: "udp", Target: "203.0.113.90", Ports: []string{"9"}, PortCount: 1, Packets: 700}})
+	a, err := Analyse(t.Context(), e.st, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Attacks) != 1 || a.Attacks[0].Contained != ContainedForwarded {
+		t.Fatalf("attacks %+v", a.Attacks)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -73,14 +74,17 @@ func (r *Runner) lease(ctx context.Context, c *records.Cycle, unlock *func()) (*
 	}
 	// The sample's and the global chains are enforced too: what the
 	// analysis says of the cycle's floods reads them (containment.go).
+	// Their heads come from tb-allow's head index, one lookup each, not a
+	// read of every revision a fleet's global chain ever had.
 	var enforced []string
-	for _, chain := range []string{"sample:" + c.Sample, records.ScopeGlobal} {
-		cr, err := currentRevision(r.St, chain)
+	book := &allowlist.Book{St: r.St}
+	for _, chain := range []allowlist.Chain{{Scope: records.ScopeSample, Sample: c.Sample}, {Scope: records.ScopeGlobal}} {
+		id, err := book.HeadID(chain)
 		if err != nil {
 			return c, err
 		}
-		if cr != nil {
-			enforced = append(enforced, cr.ID)
+		if id != "" {
+			enforced = append(enforced, id)
 		}
 	}
 	return r.transition(ctx, c, records.CyclePreparing, "", func(n *records.Cycle) error {
