@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"github.com/talkbox-sandbox/talkbox/internal/mitre"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -195,12 +195,11 @@ func mispInfo(r *Report) string {
 
 // mispEndpoint is ADDR:PORT/PROTO as MISP's ip-dst|port, "ADDR|PORT".
 func mispEndpoint(v string) (string, bool) {
-	ep, _, _ := strings.Cut(v, "/")
-	ap, err := netip.ParseAddrPort(ep)
+	ep, err := endpoint.Parse(v)
 	if err != nil {
 		return "", false
 	}
-	return ap.Addr().String() + "|" + strconv.Itoa(int(ap.Port())), true
+	return ep.Addr.String() + "|" + strconv.Itoa(int(ep.Port)), true
 }
 
 // mispTime is MISP's first_seen/last_seen form; "" for none.

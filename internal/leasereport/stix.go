@@ -3,11 +3,10 @@ package leasereport
 import (
 	"cmp"
 	"io"
-	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"github.com/talkbox-sandbox/talkbox/internal/mitre"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/stix"
@@ -54,8 +53,7 @@ func WriteSTIX(w io.Writer, r *Report) error {
 		if c.Status != records.StatusActive && c.Status != records.StatusProbation {
 			continue
 		}
-		addr, proto, _ := strings.Cut(c.Value, "/")
-		ap, err := netip.ParseAddrPort(addr)
+		ep, err := endpoint.Parse(c.Value)
 		if err != nil {
 			continue
 		}
@@ -72,7 +70,7 @@ func WriteSTIX(w io.Writer, r *Report) error {
 		in := b.Add(infra, at)
 		b.Relate(malware, "beacons-to", in, at)
 		ind := b.Add(stix.Object{Type: "indicator", ID: stix.ID("indicator", r.ID, c.Value), Name: "traffic to C2 " + c.Value,
-			IndicatorTypes: []string{"malicious-activity"}, Pattern: stix.EndpointPattern(ap.Addr(), ap.Port(), proto),
+			IndicatorTypes: []string{"malicious-activity"}, Pattern: stix.EndpointPattern(ep.Addr, ep.Port, ep.Proto),
 			PatternType: "stix", ValidFrom: stix.Time(first)}, at)
 		b.Relate(ind, "indicates", in, at)
 		for _, n := range c.Names {
