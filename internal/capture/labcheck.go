@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,17 +73,9 @@ func CheckLab(ctx context.Context, st *state.Store, lab string) (*netlab.ProbeRe
 	return rep, nil
 }
 
-// LastCheck is the lab's last recorded check, nil when it has none.
-func LastCheck(st *state.Store, lab string) (*netlab.ProbeReport, error) {
-	rep, err := netlab.LoadCheck(netlab.Dir(st, lab))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	return rep, err
-}
-
-// NotContainedError is a lab no lease may be placed on: not up, or its
-// containment unchecked or failing. It is exit 69, a service missing.
+// NotContainedError is a lab that is up but on which no lease may be
+// placed: only partly up, or its containment unchecked or failing. It is
+// exit 69, a service missing, like a lab that is not up at all.
 type NotContainedError struct {
 	Lab    string
 	Reason string
@@ -102,30 +93,31 @@ func (e *NotContainedError) FaultCode() int { return fault.ExitUnavailable }
 
 // LabContained is nil only when the lab is up, every part of it, and its
 // last containment check passed: what a host must show before a lease is
-// placed on it. Otherwise it is a *NotContainedError saying what to run.
-func LabContained(ctx context.Context, st *state.Store, lab string) error {
-	lab = cmp.Or(lab, netlab.DefaultName)
-	dir := netlab.Dir(st, lab)
-	s, err := netlab.Inspect(ctx, dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("not up (run tb-capture net up --lab %s)", lab)}
+// placed on it. A lab that is not up is netlab's one not-up error
+// (*netlab.NotUpError); one that is up but not contained a
+// *NotContainedError saying what to run.
+func LabContained(ctx context.Context, st *state.Store, name string) error {
+	lab, err := netlab.Open(st, name)
+	if err != nil {
+		return err
 	}
+	s, err := lab.Status(ctx)
 	if err != nil {
 		return err
 	}
 	if !s.Up {
-		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("only partly up (see tb-capture net status --lab %s)", lab)}
+		return &NotContainedError{Lab: lab.Name, Reason: fmt.Sprintf("only partly up (see tb-capture net status --lab %s)", lab.Name)}
 	}
-	rep, err := LastCheck(st, lab)
+	rep, err := lab.LastCheck()
 	if err != nil {
 		return err
 	}
 	if rep == nil {
-		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("containment not checked (run tb-capture net check --lab %s)", lab)}
+		return &NotContainedError{Lab: lab.Name, Reason: fmt.Sprintf("containment not checked (run tb-capture net check --lab %s)", lab.Name)}
 	}
 	if f := rep.Failed(); f != nil {
-		return &NotContainedError{Lab: lab, Reason: fmt.Sprintf("containment check failed probe %s at %s: %s (tb-capture net check --lab %s)",
-			f.Name, rep.At.Format(time.RFC3339), f.Detail, lab)}
+		return &NotContainedError{Lab: lab.Name, Reason: fmt.Sprintf("containment check failed probe %s at %s: %s (tb-capture net check --lab %s)",
+			f.Name, rep.At.Format(time.RFC3339), f.Detail, lab.Name)}
 	}
 	return nil
 }

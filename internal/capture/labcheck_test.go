@@ -36,6 +36,14 @@ func TestLabContained(t *testing.T) {
 			t.Fatalf("LabContained: %v (exit %d), want a refusal saying %q", err, fault.Code(err), want)
 		}
 	}
+	notUp := func() {
+		t.Helper()
+		err := capture.LabContained(ctx, st, cfg.Name)
+		want := (&netlab.NotUpError{Lab: cfg.Name}).Error()
+		if !errors.Is(err, netlab.ErrNotUp) || err.Error() != want || fault.Code(err) != fault.ExitUnavailable {
+			t.Fatalf("LabContained: %v (exit %d), want the one not-up error %q, exit 69", err, fault.Code(err), want)
+		}
+	}
 	check := func(wantFailed string) {
 		t.Helper()
 		rep, err := capture.CheckLab(ctx, st, cfg.Name)
@@ -51,7 +59,7 @@ func TestLabContained(t *testing.T) {
 		}
 	}
 
-	refused("not up (run tb-capture net up --lab " + cfg.Name + ")")
+	notUp()
 	rep, err := capture.UpLab(ctx, st, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +95,7 @@ func TestLabContained(t *testing.T) {
 	if err := netlab.Down(ctx, netlab.Dir(st, cfg.Name)); err != nil {
 		t.Fatal(err)
 	}
-	refused("not up")
+	notUp()
 	if _, err := capture.CheckLab(ctx, st, cfg.Name); !errors.Is(err, netlab.ErrNotUp) || fault.Code(err) != fault.ExitUnavailable {
 		t.Fatalf("checking a lab that is down: %v", err)
 	}
