@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${1:-10s}
 export PATH=$PATH:/usr/local/go/bin
-for target in FuzzInspect:./internal/triage FuzzPcap:./internal/observe/pcap FuzzDNS:./internal/observe/dns FuzzTLSClientHello:./internal/observe/tlsfp \
-  FuzzZeek:./internal/observe/zeek FuzzEVE:./internal/observe/eve FuzzConv:./internal/observe/botproto FuzzParse:./internal/endpoint; do
+for target in FuzzInspect:./internal/triage FuzzPcap:./internal/decode/packet FuzzDNS:./internal/decode/dns FuzzTLSClientHello:./internal/decode/tlsfp \
+  FuzzZeek:./internal/decode/zeek FuzzEVE:./internal/decode/eve FuzzConv:./internal/decode/botproto FuzzParse:./internal/endpoint; do
   # A short minimisation budget: the default (60 s) would eat the whole run
   # whenever the fuzzer finds new coverage in a large capture seed.
   # Go 1.26's fuzz coordinator can fail a target with a bare "context

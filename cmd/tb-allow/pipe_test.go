@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 )
 
 // TestPipeFromTbParse runs the pipe README, tb-allow(1) and talkbox(7)

@@ -11,7 +11,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
+	"github.com/talkbox-sandbox/talkbox/internal/parsejob"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 
@@ -31,7 +31,7 @@ func (c *parseCmd) Run(env *cli.Env) error {
 	tuneGC()
 	meter := env.Progress()
 	defer meter.Wait()
-	job, err := parse.Prepare(parse.Request{
+	job, err := parsejob.Prepare(parsejob.Request{
 		Inputs:    c.Inputs,
 		FromStdin: slices.Contains(c.Inputs, "-") || len(c.Inputs) == 0 && env.StdinPiped(),
 		Lease:     c.Lease, Cycle: c.Cycle,
@@ -89,5 +89,5 @@ func (c *flowsCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	return parse.Flows(env.Ctx, st, parse.FlowsRequest{Query: q, ZeekTSV: c.ZeekTSV}, env.Sink())
+	return parsejob.Flows(env.Ctx, st, parsejob.FlowsRequest{Query: q, ZeekTSV: c.ZeekTSV}, env.Sink())
 }

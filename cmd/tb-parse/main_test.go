@@ -15,7 +15,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/cli"
 	"github.com/talkbox-sandbox/talkbox/internal/clitest"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/progress/ptytest"
 )
 

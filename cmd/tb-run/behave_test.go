@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/cycle"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/cycle"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )

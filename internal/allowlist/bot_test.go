@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/parsejob"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -36,7 +36,7 @@ func writeCapture(t *testing.T, write func(g *pcapgen.Gen)) string {
 // parsed is what tb-parse prints of a capture written by write.
 func parsed(t *testing.T, write func(g *pcapgen.Gen)) []*records.Observable {
 	t.Helper()
-	return tbParse(t, parse.Request{Inputs: []string{writeCapture(t, write)}, NoStore: true})
+	return tbParse(t, parsejob.Request{Inputs: []string{writeCapture(t, write)}, NoStore: true})
 }
 
 // TestBotChannelAndAttackTarget: a Mirai command channel kept alive over

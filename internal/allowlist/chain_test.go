@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )

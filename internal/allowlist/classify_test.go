@@ -18,9 +18,9 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/parsejob"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -136,15 +136,15 @@ func genCapture(t *testing.T, path string) {
 // test lease's.
 func parseCapture(t *testing.T, path string) []*records.Observable {
 	t.Helper()
-	return tbParse(t, parse.Request{Inputs: []string{path}, Lease: testLease, NoStore: true})
+	return tbParse(t, parsejob.Request{Inputs: []string{path}, Lease: testLease, NoStore: true})
 }
 
 // tbParse runs tb-parse's library entry point and returns the observables
 // it prints (passing over its other records).
-func tbParse(t *testing.T, req parse.Request) []*records.Observable {
+func tbParse(t *testing.T, req parsejob.Request) []*records.Observable {
 	t.Helper()
 	var out, errb bytes.Buffer
-	job, err := parse.Prepare(req, strings.NewReader(""), nil)
+	job, err := parsejob.Prepare(req, strings.NewReader(""), nil)
 	if err == nil {
 		err = job.Run(context.Background(), nil, cmdout.New("tb-parse", &out, &errb, nil))
 	}

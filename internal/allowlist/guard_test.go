@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 

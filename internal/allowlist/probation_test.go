@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/parsejob"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -30,7 +30,7 @@ func sessions(t *testing.T, lease, cycle string, session func(c *pcapgen.Conn)) 
 			session(g.Dial(netip.AddrPortFrom(guest, uint16(40000+i)), netip.MustParseAddrPort(probed+":443"), uint32(1000*i), 7000))
 		}
 	})
-	return tbParse(t, parse.Request{Inputs: []string{path}, Lease: lease, Cycle: cycle, NoStore: true})
+	return tbParse(t, parsejob.Request{Inputs: []string{path}, Lease: lease, Cycle: cycle, NoStore: true})
 }
 
 // What the far side of probed:443 does on each connection.

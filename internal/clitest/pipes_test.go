@@ -29,9 +29,9 @@ import (
 
 	"github.com/google/gopacket/layers"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
 	"github.com/talkbox-sandbox/talkbox/internal/leasereport/reporttest"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -466,9 +466,9 @@ func newFixture(t *testing.T, bin string) *fixture {
 	}
 	files["window.pcap.gz"] = gz.Bytes()
 	for name, src := range map[string]string{
-		"conn.log": "../observe/zeek/testdata/conn.log",
-		"dns.log":  "../observe/zeek/testdata/dns.log",
-		"eve.json": "../observe/eve/testdata/eve.json",
+		"conn.log": "../decode/zeek/testdata/conn.log",
+		"dns.log":  "../decode/zeek/testdata/dns.log",
+		"eve.json": "../decode/eve/testdata/eve.json",
 	} {
 		b, err := os.ReadFile(src)
 		if err != nil {

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 

@@ -22,10 +22,10 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/mitre"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 	"github.com/talkbox-sandbox/talkbox/internal/yarascan"

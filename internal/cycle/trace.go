@@ -18,8 +18,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 

@@ -11,7 +11,7 @@ import (
 const MaxExecs = 8
 
 // mergeBehaviour folds the behaviour types' context objects (see
-// internal/observe/behave) into dst.
+// internal/behave) into dst.
 func mergeBehaviour(dst, src *records.Observable) {
 	if s := src.Process; s != nil {
 		if dst.Process == nil {

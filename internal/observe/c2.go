@@ -7,7 +7,7 @@ import (
 )
 
 // mergeC2 folds the bot-channel and attack types' context objects (see
-// internal/observe/botproto) into dst.
+// internal/decode/botproto) into dst.
 func mergeC2(dst, src *records.Observable) {
 	mergeAttack(dst, src)
 	if s := src.C2Channel; s != nil {

@@ -20,8 +20,8 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netlink"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
 )
 
 var (

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/observe/capfile"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 )
 
 // decoded is what the smoke test finds in the files, counted the way a

@@ -18,7 +18,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 )
 
 // seg is one packet of a conversation.

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode/botproto"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon/botwire"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/botproto"
 )
 
 // watch is a log that tells the test, once, when a line it waits for was

@@ -7,7 +7,7 @@
 // its answers with internal/demo/beacon's; the bot protocols' tests
 // (proto_test.go) compile one (testdata/proto_driver.c) that links proto.c
 // and policy.c, and compare its bytes and its decoding of a C2's orders with
-// the spec and with tb-parse's recognisers (internal/observe/botproto).
+// the spec and with tb-parse's recognisers (internal/decode/botproto).
 package cbeacon
 
 import (

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/observe/botproto"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/botproto"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 )
 
 // protoDriver compiles testdata/proto_driver.c with proto.c and policy.c

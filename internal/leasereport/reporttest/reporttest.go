@@ -30,9 +30,9 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/cycle"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/parse"
-	"github.com/talkbox-sandbox/talkbox/internal/observe/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/parsejob"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/sample"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -680,7 +680,7 @@ func (b *builder) parse(artifacts []string) error {
 		in.WriteByte('\n')
 	}
 	var warns []string
-	job, err := parse.Prepare(parse.Request{FromStdin: true, Merge: true}, &in, func(f string, a ...any) {
+	job, err := parsejob.Prepare(parsejob.Request{FromStdin: true, Merge: true}, &in, func(f string, a ...any) {
 		warns = append(warns, fmt.Sprintf(f, a...))
 	})
 	if err != nil {

@@ -3,7 +3,7 @@
 // each other in Mirai's binary protocol, a Gafgyt/Bashlite text channel and
 // IRC, and the attack order all three (and the HTTP check-in's task) carry.
 // The beacon and internal/demo/c2 both speak through it, so the two sides
-// cannot drift apart; internal/observe/botproto, written from the
+// cannot drift apart; internal/decode/botproto, written from the
 // protocols' public descriptions, is the independent check that these are
 // the bytes its recognisers decode.
 //

@@ -1,0 +1,788 @@
+// Package packet turns packets into observables: it decodes link, network and
+// transport layers with gopacket's DecodingLayerParser, tracks connections
+// the way Zeek's conn.log counts them, reads DNS from UDP and TCP, and reads
+// HTTP and TLS from the first bytes of each TCP direction.
+package packet
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/dns"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/httpmsg"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/tlsfp"
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+)
+
+// DefaultMaxFlows bounds the connection table (about 450 bytes a
+// connection); beyond it the least recently active connection is ended
+// early.
+const DefaultMaxFlows = 1 << 17
+
+// Config is what a Decoder needs.
+type Config struct {
+	// MaxFlows bounds the connection table (DefaultMaxFlows when 0).
+	MaxFlows int
+	Origin   observe.Origin
+	Sink     observe.Sink
+}
+
+// Stats counts what the decoder saw.
+type Stats struct {
+	Packets       int64
+	Bytes         int64
+	Malformed     int64 // frames whose headers did not decode
+	NonIP         int64 // frames without IPv4 or IPv6 (ARP, LLDP, …)
+	OtherLink     int64 // frames of link types not decoded (the reader reports them)
+	Tunnelled     int64 // packets taken out of a tunnel (GRE, IP in IP, MPLS in IP, VXLAN, Geneve)
+	Deep          int64 // packets left in a tunnel nested deeper than maxTunnels
+	Fragments     int64
+	Reassembled   int64
+	Flows         int64
+	Evicted       int64 // connections ended early because the table was full
+	BadDNS        int64
+	BadDNSRecords int64 // records of readable messages that could not be read
+	// HeadsRefused counts stream directions not read because MaxHeads
+	// buffers were in use.
+	HeadsRefused int64
+	// BotsRefused counts connections that might have carried a bot's
+	// channel, not read because MaxBotConvs recognisers were in use.
+	BotsRefused int64
+	// FloodsRefused counts packets of would-be floods not followed
+	// because maxFloods were.
+	FloodsRefused int64
+}
+
+// Decoder is the per-file packet engine. It is not safe for concurrent use.
+type Decoder struct {
+	cfg Config
+
+	eth   layers.Ethernet
+	dot1q layers.Dot1Q
+	sll   layers.LinuxSLL
+	ip4   ip4Layer
+	ip6   ip6Layer
+	tcp   layers.TCP
+	udp   layers.UDP
+	icmp4 layers.ICMPv4
+	icmp6 layers.ICMPv6
+
+	pEth, pSLL, pIP4, pIP6 *gopacket.DecodingLayerParser
+	decoded                []gopacket.LayerType
+	encap                  int // tunnels the current packet was taken out of
+
+	// flows maps a 5-tuple's hash to its connection (chained through
+	// hnext): the table's slots stay small and the key is compared in the
+	// flow, which is read anyway, so a lookup misses the cache once.
+	flows     map[uint64]*flow
+	nflows    int
+	seed      maphash.Seed
+	lists     [nLists]lru
+	free      []*flow
+	now       int64
+	frags     defrag
+	bufs      [][]byte
+	names     map[endpointKey]string
+	endpoints map[endpointKey]string
+	prints    map[uint64]fingerprints
+	held      int // stream-head buffers in use
+	oooBytes  int // bytes held behind gaps
+	scratch   []byte
+	dnsMsg    dns.Msg
+	dnsNames  dns.Names
+	strs      httpmsg.Strings
+	ch        tlsfp.ClientHello
+	sh        tlsfp.ServerHello
+	conn      observe.Conn
+	bots      int // bot-channel recognisers in use
+	freeBots  []*botConv
+	botFlow   *flow // the connection a recogniser is being fed
+	botTS     int64 // and the packet's time and number
+	botN      int64
+	polls     map[uint64]*poll
+	orders    orderBook // the capture's orders, for the attacks that carry them out
+	floods    map[uint64]*flood
+	hot       [hotSlots]hotSlot
+
+	Stats
+}
+
+// New returns a Decoder.
+func New(cfg Config) *Decoder {
+	if cfg.MaxFlows <= 0 {
+		cfg.MaxFlows = DefaultMaxFlows
+	}
+	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(),
+		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
+		polls: make(map[uint64]*poll), floods: make(map[uint64]*flood),
+		decoded: make([]gopacket.LayerType, 0, 16)}
+	d.frags.m = make(map[fragKey]*fragBuf)
+	d.dnsMsg.Names = &d.dnsNames
+	all := []gopacket.DecodingLayer{&d.eth, &d.dot1q, &d.sll, &d.ip4, &d.ip6, &d.tcp, &d.udp, &d.icmp4, &d.icmp6}
+	mk := func(first gopacket.LayerType) *gopacket.DecodingLayerParser {
+		p := gopacket.NewDecodingLayerParser(first)
+		// A sparse array indexed by layer type instead of the default map.
+		dlc := gopacket.DecodingLayerContainer(gopacket.DecodingLayerSparse(nil))
+		for _, l := range all {
+			dlc = dlc.Put(l)
+		}
+		p.SetDecodingLayerContainer(dlc)
+		p.IgnoreUnsupported = true
+		return p
+	}
+	d.pEth, d.pSLL = mk(layers.LayerTypeEthernet), mk(layers.LayerTypeLinuxSLL)
+	d.pIP4, d.pIP6 = mk(layers.LayerTypeIPv4), mk(layers.LayerTypeIPv6)
+	return d
+}
+
+// byVersion picks the IP parser from the version nibble of a raw packet.
+func (d *Decoder) byVersion(b []byte) *gopacket.DecodingLayerParser {
+	if len(b) == 0 {
+		return nil
+	}
+	switch b[0] >> 4 {
+	case 4:
+		return d.pIP4
+	case 6:
+		return d.pIP6
+	}
+	return nil
+}
+
+// Packet processes one captured frame.
+func (d *Decoder) Packet(p *capfile.Packet) {
+	d.Packets++
+	d.Bytes += int64(len(p.Data))
+	d.now = max(d.now, p.TS)
+	d.sweep()
+	d.encap = 0
+	data := p.Data
+	switch p.LinkType {
+	case capfile.LinkEthernet:
+		d.run(p, d.pEth, data)
+	case capfile.LinkSLL:
+		d.run(p, d.pSLL, data)
+	case capfile.LinkRaw, capfile.LinkIPv4, capfile.LinkIPv6, capfile.LinkRawBSD, capfile.LinkRawOpen:
+		d.ip(p, data)
+	case capfile.LinkNull, capfile.LinkLoop:
+		if len(data) < 4 {
+			d.Malformed++
+			return
+		}
+		d.ip(p, data[4:])
+	case capfile.LinkSLL2:
+		if len(data) < 20 {
+			d.Malformed++
+			return
+		}
+		d.ether(p, binary.BigEndian.Uint16(data), data[20:])
+	case capfile.LinkPPP, capfile.LinkPPPHDLC:
+		d.ppp(p, data)
+	case capfile.LinkPPPDir:
+		if len(data) < 1 {
+			d.Malformed++
+			return
+		}
+		d.ppp(p, data[1:])
+	case capfile.LinkPPPoE:
+		d.ether(p, etherPPPoE, data)
+	case capfile.LinkCHDLC:
+		if len(data) < 4 {
+			d.Malformed++
+			return
+		}
+		d.ether(p, binary.BigEndian.Uint16(data[2:]), data[4:])
+	case capfile.LinkNFLOG:
+		d.nflog(p, data)
+	default:
+		d.OtherLink++
+	}
+}
+
+// ip decodes a raw IP packet of either version.
+func (d *Decoder) ip(p *capfile.Packet, b []byte) {
+	if parser := d.byVersion(b); parser != nil {
+		d.run(p, parser, b)
+		return
+	}
+	d.NonIP++
+}
+
+// run decodes a frame with one of the parsers; what the parser leaves at
+// the link layer (an EtherType it does not know) goes to ether.
+func (d *Decoder) run(p *capfile.Packet, parser *gopacket.DecodingLayerParser, data []byte) {
+	if err := parser.DecodeLayers(data, &d.decoded); err != nil {
+		d.Malformed++
+		return
+	}
+	var net, l4, last gopacket.LayerType
+	for _, t := range d.decoded {
+		switch t {
+		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
+			net = t
+		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
+			l4 = t
+		}
+		last = t
+	}
+	switch net {
+	case layers.LayerTypeIPv4:
+		d.ipv4(p, l4)
+	case layers.LayerTypeIPv6:
+		d.ipv6(p, l4)
+	default:
+		switch last {
+		case layers.LayerTypeEthernet:
+			d.ether(p, uint16(d.eth.EthernetType), d.eth.Payload)
+		case layers.LayerTypeDot1Q:
+			d.ether(p, uint16(d.dot1q.Type), d.dot1q.Payload)
+		case layers.LayerTypeLinuxSLL:
+			d.ether(p, uint16(d.sll.EthernetType), d.sll.Payload)
+		default:
+			d.NonIP++
+		}
+	}
+}
+
+// pkt is one transport-layer packet after IP decoding and reassembly.
+type pkt struct {
+	n, ts    int64
+	src, dst addr
+	v6       bool
+	proto    uint8
+	ipLen    int
+	l4Len    int // transport length from the IP header (not the captured length)
+}
+
+func (d *Decoder) ipv4(p *capfile.Packet, l4 gopacket.LayerType) {
+	ip := &d.ip4
+	if len(ip.SrcIP) != 4 || len(ip.DstIP) != 4 {
+		d.Malformed++
+		return
+	}
+	var k pkt
+	k.n, k.ts = p.N, p.TS
+	copy(k.src[:4], ip.SrcIP)
+	copy(k.dst[:4], ip.DstIP)
+	k.proto = uint8(ip.Protocol)
+	hl := int(ip.IHL) * 4
+	k.ipLen = int(ip.Length)
+	k.l4Len = k.ipLen - hl
+	if ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+		d.Fragments++
+		whole := d.frags.add(fragKey{src: k.src, dst: k.dst, id: uint32(ip.Id), proto: k.proto}, int(ip.FragOffset)*8,
+			ip.Flags&layers.IPv4MoreFragments != 0, ip.Payload, k.ts)
+		if whole == nil {
+			return
+		}
+		d.Reassembled++
+		k.ipLen, k.l4Len = hl+len(whole), len(whole)
+		d.transport(&k, 0, whole)
+		d.tunnel(p, k.proto, whole)
+		return
+	}
+	payload := ip.Payload
+	d.transport(&k, l4, payload)
+	d.tunnel(p, k.proto, payload)
+}
+
+func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
+	ip := &d.ip6
+	var k pkt
+	k.n, k.ts, k.v6 = p.N, p.TS, true
+	copy(k.src[:], ip.SrcIP)
+	copy(k.dst[:], ip.DstIP)
+	nh := ip.NextHeader
+	if ip.HopByHop != nil {
+		nh = ip.HopByHop.NextHeader
+	}
+	payload := ip.Payload
+	// A payload length of 0 (a jumbogram, or a segment captured before
+	// the NIC split it) means the captured bytes, as Zeek reads it.
+	k.ipLen, k.l4Len = 40+len(payload), len(payload)
+	if ip.Length > 0 {
+		k.ipLen = 40 + int(ip.Length)
+		k.l4Len = int(ip.Length) - hbhLen(&ip.IPv6)
+	}
+	if l4 != 0 {
+		k.proto = uint8(nh)
+		d.transport(&k, l4, payload)
+		d.tunnel(p, k.proto, payload)
+		return
+	}
+	// Extension headers gopacket leaves to us, and fragments.
+	for i := 0; i < 8; i++ {
+		switch nh {
+		case 0, 43, 60: // hop-by-hop, routing, destination options
+			if len(payload) < 8 {
+				d.Malformed++
+				return
+			}
+			l := (int(payload[1]) + 1) * 8
+			if l > len(payload) {
+				d.Malformed++
+				return
+			}
+			nh, payload = layers.IPProtocol(payload[0]), payload[l:]
+			k.l4Len -= l
+		case 51: // authentication header
+			if len(payload) < 8 {
+				d.Malformed++
+				return
+			}
+			l := (int(payload[1]) + 2) * 4
+			if l > len(payload) {
+				d.Malformed++
+				return
+			}
+			nh, payload = layers.IPProtocol(payload[0]), payload[l:]
+			k.l4Len -= l
+		case 44:
+			if len(payload) < 8 {
+				d.Malformed++
+				return
+			}
+			d.Fragments++
+			k.proto = payload[0]
+			off := int(binary.BigEndian.Uint16(payload[2:4]) &^ 7)
+			more := payload[3]&1 != 0
+			id := binary.BigEndian.Uint32(payload[4:8])
+			whole := d.frags.add(fragKey{src: k.src, dst: k.dst, id: id, proto: k.proto, v6: true}, off, more, payload[8:], k.ts)
+			if whole == nil {
+				return
+			}
+			d.Reassembled++
+			k.ipLen = k.ipLen - k.l4Len + len(whole)
+			k.l4Len = len(whole)
+			d.transport(&k, 0, whole)
+			d.tunnel(p, k.proto, whole)
+			return
+		default:
+			k.proto = uint8(nh)
+			d.transport(&k, 0, payload)
+			d.tunnel(p, k.proto, payload)
+			return
+		}
+	}
+	d.Malformed++
+}
+
+func hbhLen(ip *layers.IPv6) int {
+	if ip.HopByHop == nil {
+		return 0
+	}
+	return int(ip.HopByHop.ActualLength)
+}
+
+// transport decodes the transport header (unless the parser already did:
+// l4 names the layer it filled) and updates the connection.
+func (d *Decoder) transport(k *pkt, l4 gopacket.LayerType, b []byte) {
+	nf := gopacket.NilDecodeFeedback
+	if l4 == 0 {
+		var err error
+		switch k.proto {
+		case 6:
+			err, l4 = d.tcp.DecodeFromBytes(b, nf), layers.LayerTypeTCP
+		case 17:
+			err, l4 = d.udp.DecodeFromBytes(b, nf), layers.LayerTypeUDP
+		case 1:
+			err, l4 = d.icmp4.DecodeFromBytes(b, nf), layers.LayerTypeICMPv4
+		case 58:
+			err, l4 = d.icmp6.DecodeFromBytes(b, nf), layers.LayerTypeICMPv6
+		}
+		if err != nil {
+			d.Malformed++
+			return
+		}
+	}
+	if k.l4Len < 0 {
+		k.l4Len = 0
+	}
+	switch l4 {
+	case layers.LayerTypeTCP:
+		d.tcpPacket(k)
+	case layers.LayerTypeUDP:
+		d.udpPacket(k)
+	case layers.LayerTypeICMPv4:
+		t := d.icmp4.TypeCode
+		d.icmpPacket(k, t.Type(), t.Code(), false)
+	case layers.LayerTypeICMPv6:
+		t := d.icmp6.TypeCode
+		d.icmpPacket(k, t.Type(), t.Code(), true)
+	default:
+		d.otherPacket(k)
+	}
+}
+
+// lookup finds or creates the connection of a packet. newOrigIsSender
+// says whether a new connection's originator is the sender; when it is not,
+// the history records the flip with '^' as Zeek's does.
+func (d *Decoder) lookup(k *pkt, sp, dp uint16, newOrigIsSender func() bool, expired func(*flow) bool) (f *flow, isOrig bool) {
+	key, fwd := makeKey(k.src, k.dst, sp, dp, k.proto, k.v6)
+	f, h := d.find(&key)
+	if f != nil && expired(f) {
+		d.finish(f)
+		f = nil
+	}
+	if f == nil {
+		f = d.newFlow(key, h, k)
+		f.origIsA = fwd
+		if !newOrigIsSender() {
+			f.flip()
+		}
+	}
+	d.started(f, k)
+	return f, fwd == f.origIsA
+}
+
+// started dates a connection carried from the previous capture by its
+// first packet in this one (a new connection is dated when made).
+func (d *Decoder) started(f *flow, k *pkt) {
+	if f.carried && f.ep[0].pkts == 0 && f.ep[1].pkts == 0 {
+		f.start, f.firstPkt = k.ts, k.n
+	}
+}
+
+// find returns the connection of a 5-tuple, if any, and the tuple's hash.
+func (d *Decoder) find(key *flowKey) (*flow, uint64) {
+	h := maphash.Comparable(d.seed, *key)
+	for f := d.flows[h]; f != nil; f = f.hnext {
+		if f.key == *key {
+			return f, h
+		}
+	}
+	return nil, h
+}
+
+// unlink removes f from the table.
+func (d *Decoder) unlink(f *flow) {
+	p := d.flows[f.hash]
+	if p == f {
+		if f.hnext == nil {
+			delete(d.flows, f.hash)
+		} else {
+			d.flows[f.hash] = f.hnext
+		}
+		d.nflows--
+		return
+	}
+	for ; p != nil; p = p.hnext {
+		if p.hnext == f {
+			p.hnext = f.hnext
+			d.nflows--
+			return
+		}
+	}
+}
+
+func (d *Decoder) newFlow(key flowKey, h uint64, k *pkt) *flow {
+	d.Flows++
+	return d.insert(key, h, k.ts, k.n)
+}
+
+// insert adds a connection to the table, ending the least recently active
+// one when the table is full.
+func (d *Decoder) insert(key flowKey, h uint64, ts, n int64) *flow {
+	if d.nflows >= d.cfg.MaxFlows {
+		d.evictOne()
+	}
+	var f *flow
+	if n := len(d.free); n > 0 {
+		f, d.free = d.free[n-1], d.free[:n-1]
+	} else {
+		f = new(flow)
+	}
+	*f = flow{key: key, hash: h, hnext: d.flows[h], start: ts, last: ts, firstPkt: n, list: nLists}
+	d.flows[h] = f
+	d.nflows++
+	return f
+}
+
+// touch moves f to the tail of the list its state belongs on.
+func (d *Decoder) touch(f *flow, ts int64) {
+	if ts > f.last && (f.key.proto != 6 || f.bothClosedAt == 0) {
+		f.last = ts
+	}
+	l := uint8(listOther)
+	if f.key.proto == 6 {
+		l = listTCP
+		if f.tcpAttempt() || f.tcpClosing() {
+			l = listShort
+		}
+	}
+	if f.list < nLists {
+		d.lists[f.list].remove(f)
+	}
+	f.list = l
+	d.lists[l].push(f)
+}
+
+// sweep ends connections idle past their timeout.
+func (d *Decoder) sweep() {
+	for i := range d.lists {
+		l := &d.lists[i]
+		for l.head != nil && d.now-l.head.last >= listTimeout[i] {
+			d.finish(l.head)
+		}
+	}
+}
+
+func (d *Decoder) evictOne() {
+	var oldest *flow
+	for i := range d.lists {
+		if h := d.lists[i].head; h != nil && (oldest == nil || h.last < oldest.last) {
+			oldest = h
+		}
+	}
+	if oldest != nil {
+		d.Evicted++
+		d.finish(oldest)
+	}
+}
+
+// Finish ends every connection still open (the end of the capture).
+func (d *Decoder) Finish() { d.FinishCarry(0) }
+
+func (d *Decoder) finishAll() {
+	for i := range d.lists {
+		for d.lists[i].head != nil {
+			d.finish(d.lists[i].head)
+		}
+	}
+	for _, f := range d.flows {
+		for f != nil {
+			next := f.hnext
+			d.finish(f)
+			f = next
+		}
+	}
+	d.emitPolls()
+	d.emitFloods()
+}
+
+func tcpFlags(t *layers.TCP) uint8 {
+	var f uint8
+	if t.FIN {
+		f |= flagFIN
+	}
+	if t.SYN {
+		f |= flagSYN
+	}
+	if t.RST {
+		f |= flagRST
+	}
+	if t.PSH {
+		f |= flagPSH
+	}
+	if t.ACK {
+		f |= flagACK
+	}
+	return f
+}
+
+func (d *Decoder) tcpPacket(k *pkt) {
+	t := &d.tcp
+	flags := tcpFlags(t)
+	sp, dp := uint16(t.SrcPort), uint16(t.DstPort)
+	plen := max(k.l4Len-int(t.DataOffset)*4, 0)
+	ts := k.ts
+	key, fwd := makeKey(k.src, k.dst, sp, dp, 6, k.v6)
+	f, h := d.find(&key)
+	if f != nil {
+		if (f.tcpAttempt() && f.attemptAt != 0 && ts-f.attemptAt >= attemptDelay) ||
+			(f.tcpClosing() && ts-f.last >= listTimeout[listShort]) || ts-f.last >= listTimeout[listTCP] ||
+			f.isReuse(fwd == f.origIsA, flags, t.Seq) {
+			d.finish(f)
+			f = nil
+		}
+	}
+	if f == nil {
+		f = d.newFlow(key, h, k)
+		f.origIsA = fwd
+		if flipByPort(flags, sp, dp) {
+			f.flip()
+		}
+	} else if f.synAckAnswered(flags, plen) {
+		f.flip()
+		// As if the SYN-ACK had been the responder's from the start.
+		f.ep[1].state, f.ep[1].prev = tcpEstablished, tcpInactive
+	}
+	d.started(f, k)
+	isOrig := fwd == f.origIsA
+	ep := &f.ep[0]
+	if !isOrig {
+		ep = &f.ep[1]
+	}
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	sent := ep.lastRel
+	f.tcpSegment(isOrig, flags, t.Seq, t.Ack, plen, ts)
+	f.tcpHistory(fwd == f.origIsA, flags, plen)
+	payload := t.Payload
+	if len(payload) > plen {
+		payload = payload[:plen]
+	}
+	if plen > 0 && flags&flagRST == 0 && ep.lastRel > sent {
+		// New bytes, not a retransmission.
+		f.converse(fwd == f.origIsA, payload)
+	}
+	if d.encap == 0 {
+		peer := &f.ep[1]
+		if fwd != f.origIsA {
+			peer = &f.ep[0]
+		}
+		switch flags & (flagSYN | flagACK | flagRST | flagFIN) {
+		case flagSYN:
+			d.floodPacket(vecSYN, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n)
+		case flagACK:
+			if peer.pkts == 0 {
+				d.floodPacket(vecACK, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n)
+			}
+		}
+	}
+	if len(payload) > 0 && flags&flagRST == 0 {
+		seq := t.Seq
+		if flags&flagSYN != 0 {
+			seq++
+		}
+		if f.app != appNone {
+			d.stream(f, fwd == f.origIsA, seq, payload, k)
+		}
+		if !f.botOff {
+			d.botSegment(f, fwd == f.origIsA, seq, payload, k)
+		}
+	}
+	d.touch(f, ts)
+}
+
+func (d *Decoder) udpPacket(k *pkt) {
+	u := &d.udp
+	sp, dp := uint16(u.SrcPort), uint16(u.DstPort)
+	ulen := int(u.Length) - 8
+	if ulen < 0 || ulen > k.l4Len-8 {
+		ulen = max(k.l4Len-8, 0)
+	}
+	f, isOrig := d.lookup(k, sp, dp, func() bool {
+		return udpSenderIsOrig(sp, dp, u.Payload[:min(ulen, len(u.Payload))], k.dst, k.v6)
+	}, func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
+	ep := &f.ep[1]
+	if isOrig {
+		ep = &f.ep[0]
+	}
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	ep.udpBytes += int64(ulen)
+	if ulen > 0 {
+		f.history(isOrig, 'D')
+		f.converse(isOrig, u.Payload[:min(ulen, len(u.Payload))])
+	}
+	peer := &f.ep[1]
+	if !isOrig {
+		peer = &f.ep[0]
+	}
+	if peer.pkts == 0 && d.encap == 0 && !isDNSPort(sp) && !isDNSPort(dp) {
+		// A datagram to a peer that never answered may be a flood's.
+		vec := udpVector(dp, u.Payload[:min(ulen, len(u.Payload))])
+		if reflection(vec) {
+			d.floodPacket(vec, k.src, k.dst, k.v6, dp, k.ipLen, k.ts, k.n)
+		} else {
+			d.floodPacket(vec, k.dst, k.src, k.v6, dp, k.ipLen, k.ts, k.n)
+		}
+	}
+	if isDNSPort(sp) || isDNSPort(dp) {
+		payload := u.Payload
+		if len(payload) > ulen {
+			payload = payload[:ulen]
+		}
+		d.dnsMessage(f, payload, k, "udp", isOrig)
+	}
+	d.touch(f, k.ts)
+}
+
+// isDNSPort: DNS, NetBIOS name service, mDNS and LLMNR, the ports Zeek's
+// DNS analyzer reads.
+func isDNSPort(p uint16) bool { return p == 53 || p == 137 || p == 5353 || p == 5355 }
+
+// icmpCounterpart pairs request and reply types into one connection, as
+// Zeek does; other messages are one-way and keyed by their code.
+func icmpCounterpart(typ, code uint8, v6 bool) uint8 {
+	if !v6 {
+		switch typ {
+		case 8:
+			return 0
+		case 0:
+			return 8
+		case 13, 15, 17:
+			return typ + 1
+		case 14, 16, 18:
+			return typ - 1
+		case 10:
+			return 9
+		case 9:
+			return 10
+		}
+		return code
+	}
+	switch typ {
+	case 128:
+		return 129
+	case 129:
+		return 128
+	case 133:
+		return 134
+	case 134:
+		return 133
+	case 135:
+		return 136
+	case 136:
+		return 135
+	case 130:
+		return 131
+	case 131:
+		return 130
+	}
+	return code
+}
+
+func (d *Decoder) icmpPacket(k *pkt, typ, code uint8, v6 bool) {
+	f, isOrig := d.lookup(k, uint16(typ), uint16(icmpCounterpart(typ, code, v6)), func() bool { return true },
+		func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
+	if f.ep[0].pkts == 0 && f.ep[1].pkts == 0 {
+		f.icmpType, f.icmpCode = typ, code
+	}
+	if d.encap == 0 && (typ == 8 && !v6 || typ == 128 && v6) {
+		d.floodPacket(vecICMP, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n)
+	}
+	ep := &f.ep[1]
+	if isOrig {
+		ep = &f.ep[0]
+	}
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	ep.udpBytes += int64(max(k.l4Len-8, 0))
+	d.touch(f, k.ts)
+}
+
+func (d *Decoder) otherPacket(k *pkt) {
+	f, isOrig := d.lookup(k, 0, 0, func() bool { return true },
+		func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
+	ep := &f.ep[1]
+	if isOrig {
+		ep = &f.ep[0]
+	}
+	if k.proto == 47 && d.encap == 0 {
+		d.floodPacket(vecGRE, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n)
+	}
+	// Zeek counts no payload bytes for protocols it does not analyse;
+	// only their IP bytes.
+	ep.pkts++
+	ep.ipBytes += int64(k.ipLen)
+	d.touch(f, k.ts)
+}
+
+func tsTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }

@@ -1,0 +1,166 @@
+package parsejob
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// batchMax is how many observables are stored together: one intent, one
+// journal append (one transaction on PostgreSQL) for all of them. A record
+// costs its writes either way; what a batch saves is the per-write intent,
+// journal append and rename, and past a few hundred records that saving is
+// spent: each lock the batch holds lengthens the list the kernel scans to
+// place the next one (two locks per observable: its record and its key),
+// and the batch's records are unprinted until it commits.
+const batchMax = 256
+
+// batchAge bounds how long a queued observable waits for its batch to
+// fill: the batch is committed at the next observable once its first is
+// this old, and at the end of every input whatever its age, so a long run
+// shows its progress in the state and on stdout as it goes.
+const batchAge = time.Second
+
+// storer stores a run's observables through state batches and prints each
+// once its batch is committed: a printed observable is always stored.
+type storer struct {
+	b *state.Batch
+	// lines are the queued observables as they will be stored and printed.
+	lines [][]byte
+	since time.Time // when the first of lines was queued
+	// err is the first failed commit: nothing is stored after it.
+	err error
+}
+
+// store writes one observable to the state and prints it. A new one (and
+// with --merge, one whose key has no record yet) is queued in the batch;
+// anything else, an observable to merge into one already stored or whose
+// key another writer holds, is written on its own once the batch is
+// committed, so that the batch never holds locks while the store waits for
+// another writer's, and stdout keeps the order of the observables.
+func (o *output) store(lease string, obs *records.Observable) error {
+	s := &o.storer
+	if s.err != nil {
+		return s.err
+	}
+	if s.b == nil {
+		s.b = o.st.NewBatch()
+	}
+	key := IndexKey(lease, obs.Type, observe.Key(obs))
+	records.Init(obs, records.KindObservable, o.st.Now())
+	queued, err := o.queue(key, obs)
+	if err != nil {
+		return o.failStore(err)
+	}
+	if queued {
+		if len(s.lines) >= batchMax || time.Since(s.since) >= batchAge {
+			return o.commit()
+		}
+		return nil
+	}
+	if err := o.commit(); err != nil {
+		return err
+	}
+	return o.storeAlone(key, obs)
+}
+
+// queue adds obs and its key to the batch if the batch may hold them:
+// false when another writer holds the key (or this batch already does: the
+// same observable emitted twice), or, with --merge, when the key names a
+// stored record.
+func (o *output) queue(key string, obs *records.Observable) (bool, error) {
+	s := &o.storer
+	ok, err := s.b.TryLockIndex(IndexName, key)
+	if !ok || err != nil {
+		return false, err
+	}
+	if o.req.Merge {
+		// The key's lock is held: no one else can claim it until the
+		// batch commits.
+		if _, err := o.st.Lookup(IndexName, key); !errors.Is(err, state.ErrNotFound) {
+			return false, err
+		}
+	}
+	line, err := s.b.Create(obs)
+	if line == nil || err != nil {
+		return false, err
+	}
+	if err := s.b.SetIndex(IndexName, key, obs.ID); err != nil {
+		return false, err
+	}
+	if len(s.lines) == 0 {
+		s.since = time.Now()
+	}
+	s.lines = append(s.lines, line)
+	return true, nil
+}
+
+// commit stores the queued observables and prints them. A failure is
+// kept: nothing more is stored in this run.
+func (o *output) commit() error {
+	s := &o.storer
+	if s.err != nil {
+		return s.err
+	}
+	if s.b == nil || s.b.Idle() {
+		return nil
+	}
+	if err := s.b.Commit(); err != nil {
+		return o.failStore(fmt.Errorf("storing %d observables: %w", len(s.lines), err))
+	}
+	for _, line := range s.lines {
+		o.w.Write(line)
+		if err := o.w.WriteByte('\n'); err != nil {
+			s.lines = s.lines[:0]
+			return err
+		}
+	}
+	s.lines = s.lines[:0]
+	return nil
+}
+
+func (o *output) failStore(err error) error {
+	o.storer.err = err
+	o.storer.lines = nil
+	return err
+}
+
+// storeAlone writes an observable the batch could not take: a new record
+// and its key, or with --merge, merged into the record its key names.
+func (o *output) storeAlone(key string, obs *records.Observable) error {
+	ctx := o.ctx
+	if !o.req.Merge {
+		if err := o.st.Create(ctx, obs); err != nil {
+			return err
+		}
+		if err := o.st.SetIndex(IndexName, key, obs.ID); err != nil {
+			return err
+		}
+		return o.write(obs)
+	}
+	id, created, err := o.st.Claim(ctx, IndexName, key, func() (records.Record, error) {
+		return obs, nil
+	})
+	if err != nil {
+		return err
+	}
+	if created {
+		return o.write(obs)
+	}
+	var cur records.Observable
+	err = o.st.Update(ctx, id, &cur, func(exists bool) error {
+		if !exists {
+			return fmt.Errorf("%s: %w", id, state.ErrNotFound)
+		}
+		observe.Merge(&cur, obs)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return o.write(&cur)
+}

@@ -1,0 +1,327 @@
+package parsejob
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
+)
+
+// workerEnv, when set, makes the test binary run tb-parse as a process the
+// test kills (TestKilledParseKeepsWhatItPrinted) instead of running tests.
+const workerEnv = "TB_PARSE_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		parseWorker()
+	}
+	os.Exit(m.Run())
+}
+
+const storeLease = "lease_01JD0000000000000000000STO"
+
+// parseWorker parses TB_INPUT into the state TB_DIR (in the database
+// TB_SHARED when set) with --merge when TB_MERGE is set, printing to stdout
+// as tb-parse does.
+func parseWorker() {
+	ctx := context.Background()
+	opts := []state.Option{state.WithDurability(state.SyncOnFlush)}
+	if u := os.Getenv("TB_SHARED"); u != "" {
+		opts = append(opts, state.WithShared(u))
+	}
+	st, err := state.Open(ctx, os.Getenv("TB_DIR"), opts...)
+	if err == nil {
+		err = runStored(ctx, st, os.Getenv("TB_INPUT"), os.Getenv("TB_MERGE") != "", os.Stdout, os.Stderr)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// runStored is tb-parse --lease storeLease [--merge] INPUT on st. A small
+// --max-held makes the observables go out, and their batches commit, while
+// the capture is read, not only at its end.
+func runStored(ctx context.Context, st *state.Store, input string, merge bool, out, errb io.Writer) error {
+	sink := cmdout.New("tb-parse", out, errb, nil)
+	job, err := Prepare(Request{Inputs: []string{input}, Lease: storeLease, Merge: merge, MaxHeld: 97}, nil, sink.Warnf)
+	if err != nil {
+		return err
+	}
+	return job.Run(ctx, st, sink)
+}
+
+// conversations writes a capture of n answered connections from the guest,
+// each to its own address and port (no port is scanned): one endpoint
+// observable each, and more for the addresses. Each is repeated 150
+// connections later: with a --max-held below that, a run emits it twice,
+// most often into one batch.
+func conversations(t *testing.T, path string, n int) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := pcapgen.New(f, pcapgen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Step = time.Millisecond
+	guest := netip.MustParseAddr("10.13.37.5")
+	conv := func(i int) {
+		// Addresses only ever in this file, never on a wire.
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{byte(20 + i/60000), byte(i / 250 % 240), byte(i % 250), 7}), uint16(1024+i%60000))
+		c := g.Dial(netip.AddrPortFrom(guest, uint16(20000+i%40000)), dst, uint32(i), 9)
+		c.Send([]byte("GET / HTTP/1.0\r\n\r\n"))
+		c.Reply([]byte("HTTP/1.0 200 OK\r\n\r\n"))
+		c.Close()
+	}
+	const lag = 150
+	for i := range n + lag {
+		if i < n {
+			conv(i)
+		}
+		if i >= lag {
+			conv(i - lag)
+		}
+	}
+	if err := g.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type storeBackend struct {
+	name string
+	// newURL gives each state its own database; nil: the directory.
+	newURL func(t testing.TB) string
+}
+
+func (be storeBackend) open(t *testing.T, dir, url string) *state.Store {
+	t.Helper()
+	opts := []state.Option{state.WithDurability(state.SyncOnFlush)}
+	if url != "" {
+		opts = append(opts, state.WithShared(url))
+	}
+	st, err := state.Open(context.Background(), dir, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func eachStoreBackend(t *testing.T, f func(t *testing.T, be storeBackend)) {
+	t.Run("dir", func(t *testing.T) { f(t, storeBackend{name: "dir"}) })
+	t.Run("postgres", func(t *testing.T) {
+		c := pgtest.Start(t, pgtest.WithoutFsync())
+		f(t, storeBackend{name: "postgres", newURL: c.NewDatabase})
+	})
+}
+
+// storedObservables reads the lease's observables from st, by their index
+// key, which must name one of them. With merged, a key has one record;
+// without, a run stores an observable it emits twice twice, and the key
+// names the last.
+func storedObservables(t *testing.T, st *state.Store, merged bool) map[string][]*records.Observable {
+	t.Helper()
+	all, err := state.FindBy[records.Observable](st, records.KindObservable, records.KeyLease, storeLease, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := make(map[string][]*records.Observable, len(all))
+	for _, o := range all {
+		key := IndexKey(o.Lease, o.Type, observe.Key(o))
+		if prev := byKey[key]; merged && prev != nil {
+			t.Fatalf("two observables for %s %s: %s and %s", o.Type, observe.Key(o), prev[0].ID, o.ID)
+		}
+		byKey[key] = append(byKey[key], o)
+	}
+	for key, os := range byKey {
+		id, err := st.Lookup(IndexName, key)
+		if err != nil || !slices.ContainsFunc(os, func(o *records.Observable) bool { return o.ID == id }) {
+			t.Fatalf("index key of %s %s = %q, %v; want one of its %d records", os[0].Type, observe.Key(os[0]), id, err, len(os))
+		}
+	}
+	return byKey
+}
+
+// A tb-parse killed with SIGKILL at any point of its run has stored every
+// observable it printed, each with its index key, and each observable is
+// stored with its key or not at all: the batches commit before their
+// records are printed, and a batch cut short by the kill is recovered or
+// discarded whole when the state is next opened.
+func TestKilledParseKeepsWhatItPrinted(t *testing.T) {
+	input := filepath.Join(t.TempDir(), "conv.pcap")
+	conversations(t, input, 200)
+	eachStoreBackend(t, func(t *testing.T, be storeBackend) {
+		seed := uint64(time.Now().UnixNano())
+		t.Logf("seed %d", seed)
+		rng := rand.New(rand.NewPCG(seed, 1))
+		rounds := 4
+		tally := map[string]int{}
+		for round := range rounds {
+			dir, url := t.TempDir(), ""
+			if be.newURL != nil {
+				url = be.newURL(t)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), workerEnv+"=1", "TB_DIR="+dir, "TB_INPUT="+input, "TB_SHARED="+url)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(out)
+			var printed [][]byte
+			want := rng.IntN(900)
+			for len(printed) < want {
+				line, err := br.ReadBytes('\n')
+				if err != nil {
+					break
+				}
+				printed = append(printed, line)
+			}
+			// Off the line boundaries by up to a few batches' time.
+			spin := time.Duration(rng.IntN(20000)) * time.Microsecond
+			for t0 := time.Now(); time.Since(t0) < spin; {
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			for {
+				line, err := br.ReadBytes('\n')
+				if err != nil {
+					break // a line cut short was not printed
+				}
+				printed = append(printed, line)
+			}
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			switch {
+			case err == nil:
+				tally["finished"]++
+			case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+				tally["killed"]++
+			default:
+				t.Fatalf("round %d: %v\n%s", round, err, stderr.Bytes())
+			}
+
+			st := be.open(t, dir, url) // recovers what the kill left
+			stored := 0
+			for _, os := range storedObservables(t, st, false) {
+				stored += len(os)
+			}
+			n := 0
+			for _, line := range printed {
+				var g records.Generic
+				if err := records.Unmarshal(bytes.TrimSuffix(line, []byte("\n")), &g); err != nil {
+					t.Fatalf("round %d: printed %q: %v", round, line, err)
+				}
+				if g.Kind != records.KindObservable {
+					continue
+				}
+				n++
+				raw, err := st.ReadRaw(g.ID)
+				if err != nil || !bytes.Equal(raw, bytes.TrimSuffix(line, []byte("\n"))) {
+					t.Fatalf("round %d: printed %s but stored %s, %v", round, line, raw, err)
+				}
+			}
+			if n > stored {
+				t.Fatalf("round %d: %d observables printed, %d stored", round, n, stored)
+			}
+			rep, err := st.Check(context.Background(), state.CheckOptions{})
+			if err != nil || !rep.OK() {
+				t.Fatalf("round %d: check: %v %v", round, err, rep)
+			}
+			t.Logf("round %d: %d observables printed, %d stored", round, n, stored)
+		}
+		t.Logf("%v", tally)
+	})
+}
+
+// Two tb-parse --merge runs on one lease at once store one observable per
+// index key, into which both runs' sightings are merged: a run queues a new
+// observable in its batch only under the key's lock (TryLockIndex) and
+// after finding the key unset, and merges into the record of a key another
+// run holds or has set once that run's batch is committed.
+func TestConcurrentMergeRunsAgree(t *testing.T) {
+	input := filepath.Join(t.TempDir(), "conv.pcap")
+	conversations(t, input, 200)
+	var once bytes.Buffer
+	if err := tbParse(t.TempDir(), nil, Request{Inputs: []string{input}, Lease: storeLease, NoStore: true, MaxHeld: 97}, &once, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(once.String()), "\n") {
+		var o records.Observable
+		if err := records.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Kind == records.KindObservable {
+			counts[IndexKey(storeLease, o.Type, observe.Key(&o))] += o.Count
+		}
+	}
+	eachStoreBackend(t, func(t *testing.T, be storeBackend) {
+		dir, url := t.TempDir(), ""
+		if be.newURL != nil {
+			url = be.newURL(t)
+		}
+		const runs = 3
+		var wg sync.WaitGroup
+		errs := make([]error, runs)
+		for r := range runs {
+			// Each run its own store, as a process of its own would
+			// have: its own lock descriptors and connections.
+			st := be.open(t, dir, url)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var errb bytes.Buffer
+				if err := runStored(context.Background(), st, input, true, io.Discard, &errb); err != nil {
+					errs[r] = fmt.Errorf("run %d: %v: %s", r, err, errb.String())
+				}
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		stored := storedObservables(t, be.open(t, dir, url), true)
+		if len(stored) != len(counts) {
+			t.Errorf("%d observables stored, want %d", len(stored), len(counts))
+		}
+		for key, want := range counts {
+			if stored[key] == nil {
+				t.Fatalf("key %s not stored", key)
+			}
+			o := stored[key][0]
+			if o.Count != runs*want {
+				t.Errorf("%s %s: count %d, want %d (%d runs of %d)", o.Type, o.Value, o.Count, runs*want, runs, want)
+			}
+		}
+	})
+}
