@@ -455,8 +455,13 @@ func (c *execCmd) Run(env *cli.Env) error {
 		if err != nil {
 			return err
 		}
-		env.Stdout.Write(r.Stdout)
+		_, werr := env.Stdout.Write(r.Stdout)
+		// The guest's stderr goes where tb-lease's own errors go, which
+		// have nowhere else to be reported.
 		env.Stderr.Write(r.Stderr)
+		if werr != nil {
+			return werr
+		}
 		if r.ExitCode != 0 {
 			return fault.Errorf(fault.ExitFailure, "%s exited %d in %s", c.Argv[0], r.ExitCode, c.ID)
 		}

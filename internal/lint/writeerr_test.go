@@ -2,19 +2,38 @@
 package lint
 
 import (
+	"fmt"
 	"go/ast"
 	"go/types"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/tools/go/packages"
 )
 
+// knownStdoutWrites are the functions, by file and name, that still drop
+// the error of a write to a command's stdout, in a package whose owner has
+// yet to return it (issue 27 item 10): each goes from this list when its
+// function is fixed, and nothing is added to it.
+var knownStdoutWrites = []string{
+	"internal/image/lifecycle.go Lifecycle.Verify",
+	"internal/image/lifecycle.go Lifecycle.Rm",
+	"internal/image/lifecycle.go Lifecycle.GC",
+	"internal/image/lifecycle.go Lifecycle.SmokeAgain",
+}
+
 // TestWriteErrorsChecked fails for a discarded error of a write to a
-// record stream: any Flush() error, and records.Writer's Write and Line.
-// A tool whose stdout is a pipe learns that the reader went away, or that
-// the disk filled, only from these errors; dropping them (a bare call, or
-// "defer w.Flush()") turns a truncated JSON-lines stream into exit 0.
+// record stream or to a command's stdout: any Flush() error,
+// records.Writer's Write and Line, and any write whose writer is named
+// Stdout (env.Stdout, a sink's Stdout, os.Stdout): fmt.Fprint*, io.Copy*,
+// io.WriteString, json.NewEncoder(...).Encode, a Write* or Encode method.
+// Discarded is a bare call, a deferred or go call, or an assignment of
+// every result to _. A tool whose stdout is a pipe learns that the reader
+// went away, or that the disk filled, only from these errors; dropping
+// them turns a truncated stream into exit 0. Writes to a *bufio.Writer
+// are not checked: its error sticks and its Flush is.
 func TestWriteErrorsChecked(t *testing.T) {
 	cfg := &packages.Config{
 		Mode:       packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
@@ -28,6 +47,10 @@ func TestWriteErrorsChecked(t *testing.T) {
 	if packages.PrintErrors(pkgs) > 0 {
 		t.Fatal("the tree does not type-check")
 	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var found []string
 	for _, p := range pkgs {
 		for _, f := range p.Syntax {
@@ -35,21 +58,31 @@ func TestWriteErrorsChecked(t *testing.T) {
 			if strings.HasSuffix(name, "_test.go") {
 				continue
 			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				var call *ast.CallExpr
-				switch s := n.(type) {
-				case *ast.ExprStmt:
-					call, _ = s.X.(*ast.CallExpr)
-				case *ast.DeferStmt:
-					call = s.Call
-				case *ast.GoStmt:
-					call = s.Call
+			rel, err := filepath.Rel(root, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
 				}
-				if call != nil && discardsWriteError(p.TypesInfo, call) {
-					found = append(found, p.Fset.Position(call.Pos()).String())
-				}
-				return true
-			})
+				where := rel + " " + funcName(fd)
+				ast.Inspect(fd.Body, func(n ast.Node) bool {
+					call := discarded(n)
+					if call == nil {
+						return true
+					}
+					what := discardsWriteError(p.TypesInfo, call)
+					switch {
+					case what == "":
+					case what == stdoutWrite && slices.Contains(knownStdoutWrites, where):
+					default:
+						found = append(found, fmt.Sprintf("%s: %s", p.Fset.Position(call.Pos()), what))
+					}
+					return true
+				})
+			}
 		}
 	}
 	if len(found) > 0 {
@@ -57,25 +90,116 @@ func TestWriteErrorsChecked(t *testing.T) {
 	}
 }
 
-// discardsWriteError reports whether call is one of the checked writes.
-func discardsWriteError(info *types.Info, call *ast.CallExpr) bool {
-	sel, ok := call.Fun.(*ast.SelectorExpr)
-	if !ok {
-		return false
+const stdoutWrite = "a write to stdout"
+
+// discarded is the call whose results statement n throws away: a bare,
+// deferred or go call, or one whose every result is assigned to _.
+func discarded(n ast.Node) *ast.CallExpr {
+	switch s := n.(type) {
+	case *ast.ExprStmt:
+		c, _ := s.X.(*ast.CallExpr)
+		return c
+	case *ast.DeferStmt:
+		return s.Call
+	case *ast.GoStmt:
+		return s.Call
+	case *ast.AssignStmt:
+		if len(s.Rhs) != 1 {
+			return nil
+		}
+		for _, l := range s.Lhs {
+			if id, ok := l.(*ast.Ident); !ok || id.Name != "_" {
+				return nil
+			}
+		}
+		c, _ := s.Rhs[0].(*ast.CallExpr)
+		return c
 	}
-	fn, ok := info.Uses[sel.Sel].(*types.Func)
-	if !ok {
-		return false
+	return nil
+}
+
+func funcName(fd *ast.FuncDecl) string {
+	if fd.Recv == nil || len(fd.Recv.List) == 0 {
+		return fd.Name.Name
+	}
+	t := fd.Recv.List[0].Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	if ix, ok := t.(*ast.IndexExpr); ok {
+		t = ix.X
+	}
+	return types.ExprString(t) + "." + fd.Name.Name
+}
+
+// discardsWriteError says what call is when it is one of the checked
+// writes (which, for the failure message), "" when it is not.
+func discardsWriteError(info *types.Info, call *ast.CallExpr) string {
+	var fn *types.Func
+	var recv ast.Expr
+	switch f := call.Fun.(type) {
+	case *ast.SelectorExpr:
+		fn, _ = info.Uses[f.Sel].(*types.Func)
+		recv = f.X
+	case *ast.Ident:
+		fn, _ = info.Uses[f].(*types.Func)
+	}
+	if fn == nil {
+		return ""
 	}
 	sig := fn.Type().(*types.Signature)
-	if sig.Recv() == nil || sig.Results().Len() != 1 || !isError(sig.Results().At(0).Type()) {
-		return false
+	if n := sig.Results().Len(); n == 0 || !isError(sig.Results().At(n-1).Type()) {
+		return ""
+	}
+	if sig.Recv() == nil {
+		switch fn.FullName() {
+		case "fmt.Fprint", "fmt.Fprintf", "fmt.Fprintln", "io.Copy", "io.CopyN", "io.CopyBuffer", "io.WriteString":
+			if isStdout(call.Args[0]) {
+				return stdoutWrite
+			}
+		}
+		return ""
 	}
 	switch fn.Name() {
 	case "Flush":
-		return sig.Params().Len() == 0
-	case "Write", "Line":
-		return recvIs(sig.Recv().Type(), "internal/records", "Writer")
+		if sig.Params().Len() == 0 {
+			return "a Flush"
+		}
+	case "Line":
+		if recvIs(sig.Recv().Type(), "internal/records", "Writer") {
+			return "a records.Writer write"
+		}
+	case "Write":
+		if recvIs(sig.Recv().Type(), "internal/records", "Writer") {
+			return "a records.Writer write"
+		}
+	}
+	switch fn.Name() {
+	case "Write", "WriteString", "WriteByte", "WriteRune", "Encode":
+		if recvIs(sig.Recv().Type(), "bufio", "Writer") {
+			return ""
+		}
+		if isStdout(recv) {
+			return stdoutWrite
+		}
+		// json.NewEncoder(os.Stdout).Encode(v)
+		if c, ok := recv.(*ast.CallExpr); ok && len(c.Args) == 1 && isStdout(c.Args[0]) {
+			return stdoutWrite
+		}
+	}
+	return ""
+}
+
+// isStdout reports whether e names a command's stdout: an identifier or
+// a field called Stdout or stdout.
+func isStdout(e ast.Expr) bool {
+	switch x := e.(type) {
+	case *ast.Ident:
+		return strings.EqualFold(x.Name, "stdout")
+	case *ast.SelectorExpr:
+		return strings.EqualFold(x.Sel.Name, "stdout")
+	case *ast.ParenExpr:
+		return isStdout(x.X)
 	}
 	return false
 }
