@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -221,9 +224,9 @@ func (c *startCmd) Run(env *cli.Env) (err error) {
 		Retention: c.retention(), MinFree: diskspace.Threshold{Bytes: int64(c.MinFree), Percent: c.MinFreePercent}}
 	if req.Lease == "" && req.Iface == "" && env.StdinPiped() {
 		// A pipeline's "tb-lease acquire | tb-capture start": the lease
-		// is the first lease record (or a capture's), other kinds are
-		// passed over.
-		if req.Lease, err = leaseFromStdin(env.Stdin); err != nil {
+		// is the first lease record (or a capture's), other records are
+		// passed over and counted in the log.
+		if req.Lease, err = leaseFromStdin(env.Stdin, env.Log); err != nil {
 			return err
 		}
 	}
@@ -252,32 +255,38 @@ func (c *startCmd) Run(env *cli.Env) (err error) {
 
 // leaseFromStdin is the lease of the first lease or capture record on in,
 // which it reads to the end (so that the tool before it never sees a closed
-// pipe).
-func leaseFromStdin(in io.Reader) (string, error) {
+// pipe); the records it does not use it counts, by kind, in log.
+func leaseFromStdin(in io.Reader, log *slog.Logger) (string, error) {
 	rd := records.NewReader(in, "stdin")
 	lease := ""
+	passed := map[string]int{}
 	for {
 		rec, err := rd.Record()
 		if errors.Is(err, io.EOF) {
-			if lease == "" {
-				return "", fault.DataErr(errors.New("stdin: no lease or capture record (give --lease or --iface)"))
-			}
-			return lease, nil
+			break
 		}
 		if err != nil {
 			return "", err
 		}
-		switch v := rec.(type) {
-		case *records.Capture:
-			if lease == "" {
-				lease = v.Lease
-			}
+		h := rec.Header()
+		switch {
+		case lease != "":
+			passed[h.Kind]++
+		case h.Kind == records.KindLease:
+			lease = h.ID
+		case h.Kind == records.KindCapture && rec.(*records.Capture).Lease != "":
+			lease = rec.(*records.Capture).Lease
 		default:
-			if rec.Header().Kind == records.KindLease && lease == "" {
-				lease = rec.Header().ID
-			}
+			passed[h.Kind]++
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(passed)) {
+		log.Info("passed over records it does not use", "kind", k, "count", passed[k])
+	}
+	if lease == "" {
+		return "", fault.DataErr(errors.New("stdin: no lease or capture record (give --lease or --iface)"))
+	}
+	return lease, nil
 }
 
 // daemonArgv is how "start" runs the daemon: this same program.
