@@ -25,21 +25,21 @@ import (
 //
 //	talkbox_records  one row per record: its current version (data), and rev
 //	                 for the compare-and-set of every write
-//	talkbox_journal  puts and deletes; seq is the commit order, because a
-//	                 journal row is inserted under one lock held to commit
+//	talkbox_journal  puts and deletes, each with its transaction's xid:
+//	                 followers read them in the order pg_journal.go gives,
+//	                 with no lock that writers take in turn
 //	talkbox_keys     records by field value (FindBy), exactly the keys
 //	                 of each record's current version, and the fleet's
 //	                 queue (postgres_queue.go)
 //	talkbox_index    unique keys (Claim, Lookup)
-//	talkbox_locks    one row per named lock, held as a row lock by a
-//	                 transaction that the server ends pgLockTimeout after
-//	                 its holder went silent
 //
 // A write is one transaction: it takes the record's advisory lock (which
 // stands for the row even before the row exists), reads the stored version,
 // builds the new one, writes it only if the row's rev is still the one read,
 // and appends the journal entry. A process or host that dies mid-write
-// leaves the transaction aborted: nothing to recover.
+// leaves the transaction aborted: nothing to recover. A named lock is an
+// advisory lock held by a transaction that writes nothing, which the server
+// ends pgLockTimeout after its holder went silent.
 type pgStore struct {
 	pool *pgxpool.Pool
 	// dir supplies the clock and checks this host's blobs.
@@ -97,8 +97,7 @@ CREATE TABLE IF NOT EXISTS talkbox_index (
 	id   text NOT NULL,
 	PRIMARY KEY (name, key)
 );
-CREATE TABLE IF NOT EXISTS talkbox_locks (name text PRIMARY KEY);
-` + pgFleetSchema
+` + pgFleetSchema + pgJournalSchema
 
 // pgNotifyChannel is where each commit that appends to the journal
 // notifies followers.
@@ -124,11 +123,11 @@ func openShared(ctx context.Context, url string, dir *dirStore, lockTimeout time
 	return s, nil
 }
 
-// migrate creates the tables of a new database; hosts opening it at once
-// take turns.
+// migrate creates the tables of a new database, or what an older one
+// lacks (the schema is idempotent); hosts opening it at once take turns.
 func (s *pgStore) migrate(ctx context.Context) error {
 	var have bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('talkbox_fleet_keys') IS NOT NULL`).Scan(&have); err != nil {
+	if err := s.pool.QueryRow(ctx, pgSchemaCurrent).Scan(&have); err != nil {
 		return err
 	}
 	if have {
@@ -138,17 +137,18 @@ func (s *pgStore) migrate(ctx context.Context) error {
 		if err := xactLock(ctx, tx, "schema", ""); err != nil {
 			return err
 		}
-		var had, keyed bool
-		if err := tx.QueryRow(ctx, `SELECT to_regclass('talkbox_locks') IS NOT NULL, to_regclass('talkbox_fleet_keys') IS NOT NULL`).Scan(&had, &keyed); err != nil {
+		var had, keyed, current bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('talkbox_records') IS NOT NULL, to_regclass('talkbox_fleet_keys') IS NOT NULL, (`+
+			pgSchemaCurrent+`)`).Scan(&had, &keyed, &current); err != nil {
 			return err
 		}
-		if keyed {
+		if current {
 			return nil // another host migrated it meanwhile
 		}
 		if _, err := tx.Exec(ctx, pgSchema); err != nil {
 			return err
 		}
-		if had {
+		if had && !keyed {
 			return backfillFleetKeys(ctx, tx)
 		}
 		return nil
@@ -299,27 +299,6 @@ func insertKeys(ctx context.Context, tx pgx.Tx, kind, id string, keys []records.
 	_, err := tx.Exec(ctx, `INSERT INTO talkbox_keys (kind, field, value, id)
 		SELECT $1, f, v, $2 FROM unnest($3::text[], $4::text[]) AS k(f, v)
 		ON CONFLICT DO NOTHING`, kind, id, fields, values)
-	return err
-}
-
-// journal appends entries under the journal's lock, which the transaction
-// holds until it commits: seq order is commit order, so that a follower
-// reading past seq N never finds a smaller seq committed later.
-func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
-	if err := xactLock(ctx, tx, "journal", ""); err != nil {
-		return err
-	}
-	for _, e := range es {
-		var data []byte
-		if e.Op == opPut {
-			data = e.Record
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO talkbox_journal (at, op, kind, id, rev, data) VALUES ($1, $2, $3, $4, $5, $6)`,
-			e.At, e.Op, e.Kind, e.ID, e.Rev, data); err != nil {
-			return err
-		}
-	}
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
 	return err
 }
 
@@ -518,24 +497,23 @@ func setIndexRow(ctx context.Context, tx pgx.Tx, name, key, id string) error {
 	return err
 }
 
-// Lock holds the lock's row locked in a transaction on a connection of its
-// own: the lock is released when unlock rolls it back, or when the
-// connection ends (the holder died, or the database restarted).
+// Lock holds the lock's advisory lock in a transaction on a connection of
+// its own: the lock is released when unlock rolls it back, or when the
+// connection ends (the holder died, or the database restarted). The
+// transaction writes nothing, so it never gets an xid and does not hold
+// back the journal's followers (pg_journal.go) for as long as it is held.
 func (s *pgStore) Lock(ctx context.Context, name string) (func(), error) {
-	unlock, _, err := s.lockRow(ctx, name, true)
+	unlock, _, err := s.lockNamed(ctx, name, true)
 	return unlock, err
 }
 
 func (s *pgStore) TryLock(ctx context.Context, name string) (func(), bool, error) {
-	return s.lockRow(ctx, name, false)
+	return s.lockNamed(ctx, name, false)
 }
 
-func (s *pgStore) lockRow(ctx context.Context, name string, wait bool) (func(), bool, error) {
+func (s *pgStore) lockNamed(ctx context.Context, name string, wait bool) (func(), bool, error) {
 	if _, err := s.dir.namedLockPath(name); err != nil {
 		return nil, false, err
-	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO talkbox_locks (name) VALUES ($1) ON CONFLICT DO NOTHING`, name); err != nil {
-		return nil, false, pgErr(err)
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -554,18 +532,15 @@ func (s *pgStore) lockRow(ctx context.Context, name string, wait bool) (func(), 
 		conn.Release()
 		return nil, false, pgErr(err)
 	}
-	q := `SELECT name FROM talkbox_locks WHERE name = $1 FOR UPDATE`
-	if !wait {
-		q += ` SKIP LOCKED`
+	got := true
+	if wait {
+		_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("named", name))
+	} else {
+		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, lockKey("named", name)).Scan(&got)
 	}
-	var got string
-	err = tx.QueryRow(ctx, q, name).Scan(&got)
-	if err != nil {
+	if err != nil || !got {
 		tx.Rollback(context.Background())
 		conn.Release()
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, false, nil
-		}
 		return nil, false, pgErr(err)
 	}
 	stop, stopped := make(chan struct{}), make(chan struct{})

@@ -1,0 +1,224 @@
+package state
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
+)
+
+// TestPostgresJournalOrder: writers commit to the journal table with no
+// lock that they take in turn, and followers still see every entry exactly
+// once, each record's in revision order, also an entry whose transaction
+// took its seq first and commits last (held open by the test, between its
+// statements and its commit, while other writers commit dozens of entries
+// past it and the followers read). A follower that read past the highest
+// committed seq would skip that entry.
+func TestPostgresJournalOrder(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Start(t, pgtest.WithoutFsync())
+
+	t.Run("late commit", func(t *testing.T) {
+		s := openT(t, t.TempDir(), WithShared(c.NewDatabase(t)))
+		defer s.Close()
+		var ids []string
+		for range 5 {
+			r := newCounter(s)
+			if err := s.Create(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.ID)
+		}
+		late, shared := ids[0], ids[1:]
+		fromStart, err := s.FollowJournal(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fromStart.Close()
+
+		// The late writer stops between its statements (its journal row
+		// inserted, its seq taken) and its commit.
+		var armed atomic.Bool
+		held, release := make(chan struct{}), make(chan struct{})
+		s.crashAt = func(point string) {
+			if point == crashPgWritten && armed.CompareAndSwap(true, false) {
+				close(held)
+				<-release
+			}
+		}
+		armed.Store(true)
+		lateDone := make(chan error, 1)
+		go func() {
+			var r counterRec
+			lateDone <- s.Update(ctx, late, &r, func(bool) error { r.Total++; return nil })
+		}()
+		<-held
+		// A follower from the end starts while the late entry is in
+		// flight: it must see it, and none of the entries before it.
+		fromEnd, err := s.FollowJournal(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fromEnd.Close()
+
+		const writers, n = 8, 10
+		errs := make(chan error, writers)
+		for w := range writers {
+			go func() {
+				var r counterRec
+				for i := range n {
+					if err := s.Update(ctx, shared[(w+i)%len(shared)], &r, func(bool) error { r.Total++; return nil }); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range writers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The followers read all they can now, while the late entry is
+		// still uncommitted.
+		seen := map[Follower]map[string][]int64{fromStart: {}, fromEnd: {}}
+		drain := func(fl Follower) {
+			for {
+				e, err := fl.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e == nil {
+					return
+				}
+				seen[fl][e.ID] = append(seen[fl][e.ID], e.Rev)
+			}
+		}
+		drain(fromStart)
+		drain(fromEnd)
+		close(release)
+		if err := <-lateDone; err != nil {
+			t.Fatal(err)
+		}
+		// A last entry, committed after the late one: once a follower has
+		// it, it has had every entry before it.
+		sentinel := newCounter(s)
+		if err := s.Create(ctx, sentinel); err != nil {
+			t.Fatal(err)
+		}
+		for fl := range seen {
+			for len(seen[fl][sentinel.ID]) == 0 {
+				drain(fl)
+				if len(seen[fl][sentinel.ID]) == 0 {
+					if err := fl.Wait(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		span := func(from, to int64) []int64 {
+			var revs []int64
+			for r := from; r <= to; r++ {
+				revs = append(revs, r)
+			}
+			return revs
+		}
+		total := map[string]int64{late: 2, sentinel.ID: 1}
+		for i := range writers * n {
+			total[shared[i%len(shared)]]++
+		}
+		for _, id := range shared {
+			total[id]++ // its Create
+		}
+		for name, fl := range map[string]Follower{"from the start": fromStart, "from the end": fromEnd} {
+			for id, last := range total {
+				first := int64(1)
+				if fl == fromEnd && id != sentinel.ID {
+					first = 2 // the follower started after each Create
+				}
+				if got, want := seen[fl][id], span(first, last); !slices.Equal(got, want) {
+					t.Errorf("%s: %s's revisions arrived as %v, want %v", name, id, got, want)
+				}
+			}
+		}
+	})
+
+	t.Run("named lock", func(t *testing.T) {
+		// A named lock is held for as long as a cycle runs: it must not
+		// hold back what a follower may read.
+		s := openT(t, t.TempDir(), WithShared(c.NewDatabase(t)))
+		defer s.Close()
+		unlock, err := s.Lock(ctx, "cycle-x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unlock()
+		fl, err := s.FollowJournal(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fl.Close()
+		r := newCounter(s)
+		if err := s.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		e, err := fl.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil || e.ID != r.ID {
+			t.Fatalf("with a named lock held, a committed entry is not readable: got %+v, want %s", e, r.ID)
+		}
+	})
+
+	t.Run("journal from before the xids", func(t *testing.T) {
+		url := c.NewDatabase(t)
+		s := openT(t, t.TempDir(), WithShared(url))
+		r := newCounter(s)
+		if err := s.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `ALTER TABLE talkbox_journal DROP COLUMN xid`); err != nil {
+			t.Fatal(err)
+		}
+		s = openT(t, t.TempDir(), WithShared(url))
+		defer s.Close()
+		fl, err := s.FollowJournal(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fl.Close()
+		var x counterRec
+		if err := s.Update(ctx, r.ID, &x, func(bool) error { x.Total++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		var revs []int64
+		for len(revs) < 2 {
+			e, err := fl.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e == nil {
+				if err := fl.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			revs = append(revs, e.Rev)
+		}
+		if !slices.Equal(revs, []int64{1, 2}) {
+			t.Fatalf("revisions across the migration: %v, want [1 2]", revs)
+		}
+	})
+}
