@@ -179,7 +179,7 @@ type listCmd struct {
 // Run prints the leases, oldest first: optionally only live ones, some
 // states or one host's.
 func (c *listCmd) Run(env *cli.Env) error {
-	return c.manager(env, func(m *lease.Manager) error {
+	return c.manager(env, func(m *lease.Manager) (err error) {
 		ls, err := m.Leases()
 		if err != nil {
 			return err
@@ -190,6 +190,8 @@ func (c *listCmd) Run(env *cli.Env) error {
 		}
 		// IDs are ULIDs: oldest first.
 		slices.SortStableFunc(ls, func(a, b *records.SandboxLease) int { return strings.Compare(a.ID, b.ID) })
+		w := records.NewWriter(env.Stdout)
+		defer w.Finish(&err)
 		for _, l := range ls {
 			if c.Live && records.LeaseGone(l.State) {
 				continue
@@ -197,7 +199,9 @@ func (c *listCmd) Run(env *cli.Env) error {
 			if (len(want) > 0 && !want[l.State]) || (c.Host != "" && l.Host != c.Host) {
 				continue
 			}
-			printRecords(env, l)
+			if err := w.Write(l); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -210,7 +214,9 @@ type releaseCmd struct {
 }
 
 func (c *releaseCmd) Run(env *cli.Env) error {
-	return c.manager(env, func(m *lease.Manager) error {
+	return c.manager(env, func(m *lease.Manager) (err error) {
+		w := records.NewWriter(env.Stdout)
+		defer w.Finish(&err)
 		var batch fault.Batch
 		for _, id := range c.IDs {
 			l, err := m.Release(env.Ctx, id, c.Keep)
@@ -219,7 +225,9 @@ func (c *releaseCmd) Run(env *cli.Env) error {
 				batch.Add(err)
 				continue
 			}
-			printRecords(env, l)
+			if err := w.Write(l); err != nil {
+				return err
+			}
 		}
 		return batch.Err()
 	})
@@ -255,10 +263,11 @@ func (c *expireCmd) Run(env *cli.Env) error {
 		if !c.Apply && len(ls) > 0 {
 			env.Warnf("dry run: %d lease(s) past their TTL; --apply releases them", len(ls))
 		}
-		for _, l := range ls {
-			printRecords(env, l)
+		recs := make([]records.Record, len(ls))
+		for i, l := range ls {
+			recs[i] = l
 		}
-		return nil
+		return printRecords(env, recs...)
 	})
 }
 
@@ -382,11 +391,13 @@ type snapshotsCmd struct {
 // Run prints one line per snapshot with size and checksums (the records;
 // --verify checks the files again).
 func (c *snapshotsCmd) Run(env *cli.Env) error {
-	return c.manager(env, func(m *lease.Manager) error {
+	return c.manager(env, func(m *lease.Manager) (err error) {
 		ss, err := m.Snapshots()
 		if err != nil {
 			return err
 		}
+		w := records.NewWriter(env.Stdout)
+		defer w.Finish(&err)
 		var batch fault.Batch
 		for _, s := range ss {
 			if c.Verify {
@@ -399,7 +410,9 @@ func (c *snapshotsCmd) Run(env *cli.Env) error {
 					}
 				}
 			}
-			printRecords(env, s)
+			if err := w.Write(s); err != nil {
+				return err
+			}
 		}
 		return batch.Err()
 	})
