@@ -1,9 +1,15 @@
-// Package state is the filesystem state directory every tb-* tool shares:
-// records written atomically under per-record locks, an append-only journal
-// of every change (compacted to each record's last change as it grows), and
-// a content-addressed blob store.
+// Package state is the state every tb-* tool shares (Store): records
+// written atomically under per-record locks, found by the fields they are
+// stored with, with an append-only journal of every change (compacted to
+// each record's last change as it grows), and a content-addressed blob
+// store. The records live in the host's state directory (this file and
+// most of the package: dirStore) or, for a fleet, in a PostgreSQL database
+// its hosts share (postgres*.go: pgStore, WithShared). Blobs are always
+// in a directory, the host's or one the hosts share (WithSharedBlobs), and
+// the directories tools keep under Path always in the host's.
 //
-// Layout under the root:
+// Layout of the state directory (the records' parts only when they are
+// kept there):
 //
 //	records/<kind>/<id>.json   current version of each record
 //	journal/journal.jsonl      puts and deletes in commit order: since the last
@@ -11,13 +17,18 @@
 //	                           each record (compact.go)
 //	intents/<kind>~<id>.json   a write in flight (left only by a crash)
 //	intents/<kind>~<id>.delete a delete in flight (likewise)
+//	intents/<id>.batch         a batch in flight (batch.go; likewise)
 //	locks/records/<kind>       one byte lock per record (fcntl OFD locks)
 //	locks/index/<name>         one byte lock per index key
 //	locks/named/…              Lock and TryLock
-//	blobs/sha256/<aa>/<hex>    content-addressed, read-only blobs
+//	locks/batch, locks/blobs   a byte lock per batch in flight, per blob
+//	blobs/sha256/<aa>/<hex>    content-addressed, read-only blobs (this, its
+//	                           tmp/ and locks/blobs in the shared blob
+//	                           directory with WithSharedBlobs)
 //	index/<name>/<key>         unique keys (e.g. sample sha256 -> id): Claim
 //	keys/<kind>/<field>/<v>/<id>  records by field value (keys.go): FindBy
 //	tmp/                       blob and index files being written
+//	anything else              the tools' own directories (Path)
 package state
 
 import (
@@ -58,8 +69,9 @@ const (
 	SyncOnFlush
 )
 
-// Store is an open state directory. It is safe for concurrent use by
-// goroutines and by processes sharing the directory.
+// dirStore is an open state directory: the records' backend of a Store
+// without WithShared, and the blobs and Path of every Store. It is safe
+// for concurrent use by goroutines and by processes sharing the directory.
 type dirStore struct {
 	root string
 	// blobRoot holds blobs/, and the tmp/ and locks/ they are written and
