@@ -70,6 +70,11 @@ type Worker struct {
 	waiting map[string]bool
 	// lookedForWaits is when the worker last looked for them.
 	lookedForWaits time.Time
+	// live are the other live workers as read at liveAt, once a
+	// heartbeat (every look of an idle check): which hosts are dead,
+	// and who could take a cycle that waits.
+	live   []*records.Worker
+	liveAt time.Time
 }
 
 // replacementIndex keys a dead host's cycle to its replacement.
@@ -285,28 +290,22 @@ func (w *Worker) beat(ctx context.Context) {
 // take starts driving the cycles this worker should drive now, as slots
 // allow, and replaces those of dead hosts. idle reports that no open cycle
 // was left undriven. It reads the active cycles (as many as the fleet
-// drives) and the first queued ones this host may take, never the whole
-// queue.
+// drives), the first queued ones this host may take (never the whole
+// queue) and the capacity of at most freeWorkersRead other workers with a
+// free slot; every worker record only once a heartbeat (see readLive).
 func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err error) {
 	st := w.R.St
 	active, err := state.ActiveCycles(ctx, st)
 	if err != nil {
 		return false, err
 	}
-	workers, err := state.Find[records.Worker](st, records.KindWorker, nil)
-	if err != nil {
+	now := st.Now()
+	if err := w.readLive(ctx, now); err != nil {
 		return false, err
 	}
-	now := st.Now()
-	alive := map[string]bool{}
-	var others []*records.Worker
-	for _, o := range workers {
-		if o.Alive(now) {
-			alive[o.Host] = true
-			if o.ID != w.rec.ID {
-				others = append(others, o)
-			}
-		}
+	alive := map[string]bool{w.Host: true}
+	for _, o := range w.live {
+		alive[o.Host] = true
 	}
 	if w.Ready != nil {
 		err := w.Ready(ctx)
@@ -349,7 +348,7 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		switch {
 		case mine:
 			w.start(ctx, c.ID, done)
-		case !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter():
+		case !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter() && !w.hostAlive(ctx, owner, now):
 			if err := w.replace(ctx, c, owner); err != nil {
 				w.R.Log.Warn("replacing a dead host's cycle", "cycle", c.ID, "err", err)
 			}
@@ -357,11 +356,44 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		// Otherwise another live host's worker takes it, or its host is
 		// not yet silent for long enough.
 	}
-	busy, err := w.takeQueued(ctx, others, now, done)
+	busy, err := w.takeQueued(ctx, now, done)
 	if err != nil {
 		return false, err
 	}
 	return idle && !busy, nil
+}
+
+// freeWorkersRead bounds how many other workers with a free slot a claim
+// reads, so that a claim costs the same in a fleet of any size. Past it,
+// the claim asks for fewer queued cycles than the fleet's free slots and
+// yields fewer to better placed hosts than it might: a cycle is then taken
+// by a host that is not the least loaded, never left waiting.
+const freeWorkersRead = 64
+
+// readLive reads the other live workers once a heartbeat, and for every
+// look of an idle check (which needs to know them now). A host taken for
+// alive here is at most a heartbeat late to be found dead, well within
+// DeadAfter; one found dead is asked again before its cycles are replaced
+// (hostAlive).
+func (w *Worker) readLive(ctx context.Context, now time.Time) error {
+	if !w.UntilIdle && now.Sub(w.liveAt) < w.heartbeat() {
+		return nil
+	}
+	live, err := state.Find(w.R.St, records.KindWorker, func(o *records.Worker) bool {
+		return o.Alive(now) && o.ID != w.rec.ID
+	})
+	if err != nil {
+		return err
+	}
+	w.live, w.liveAt = live, now
+	return nil
+}
+
+// hostAlive tells whether a live worker is on the host now: its workers'
+// records, found by host.
+func (w *Worker) hostAlive(ctx context.Context, host string, now time.Time) bool {
+	ws, err := state.FindBy(w.R.St, records.KindWorker, records.KeyHost, host, func(o *records.Worker) bool { return o.Alive(now) })
+	return err != nil || len(ws) > 0
 }
 
 // claimMargin is how many more queued cycles than the fleet's free slots a
@@ -373,13 +405,20 @@ const claimMargin = 4
 // pinned to no other host, and no live worker fits it better. keepsBusy
 // reports that a queued cycle keeps the worker from being idle: it drives
 // one, or a live host's worker will.
-func (w *Worker) takeQueued(ctx context.Context, others []*records.Worker, now time.Time, done chan<- driven) (keepsBusy bool, err error) {
+func (w *Worker) takeQueued(ctx context.Context, now time.Time, done chan<- driven) (keepsBusy bool, err error) {
 	free := w.Slots - len(w.running)
 	if free <= 0 {
 		// No slot: whether someone drives them is asked when one frees.
 		return true, nil
 	}
-	// Enough to pass over those left to the other workers' free slots.
+	// The other workers with a free slot, to leave them the cycles they
+	// fit better, and to ask for enough to pass over those.
+	others, err := state.FreeWorkers(ctx, w.R.St, now, freeWorkersRead+1)
+	if err != nil {
+		return false, err
+	}
+	others = slices.DeleteFunc(others, func(o *records.Worker) bool { return o.ID == w.rec.ID })
+	others = others[:min(len(others), freeWorkersRead)]
 	othersFree := 0
 	for _, o := range others {
 		othersFree += o.Free()
@@ -416,7 +455,7 @@ func (w *Worker) takeQueued(ctx context.Context, others []*records.Worker, now t
 	if w.UntilIdle {
 		// Only an idle check needs to know whether another live host's
 		// worker will take a queued cycle.
-		for _, o := range others {
+		for _, o := range w.live {
 			qs, err := state.Queued(ctx, w.R.St, workerFilter(o), claimMargin)
 			if err != nil {
 				return false, err
@@ -428,7 +467,7 @@ func (w *Worker) takeQueued(ctx context.Context, others []*records.Worker, now t
 			}
 		}
 	}
-	w.noteWaiting(ctx, others, now)
+	w.noteWaiting(ctx, w.live, now)
 	return false, nil
 }
 

@@ -250,3 +250,79 @@ func TestWorkersShareABatch(t *testing.T) {
 	}
 	t.Logf("host B drove %d cycles; %d replaced; B's log:\n%s", ended, replaced, lastLines([]byte(bErr.String()), 15, 1<<20))
 }
+
+// TestLookReadsBoundedByFleetSize: what a worker's look reads of the
+// store does not grow with the number of hosts in the fleet. Between
+// heartbeats a look reads the other workers' capacity from the live
+// workers with a free slot, at most freeWorkersRead of them, not every
+// worker record; rows are counted by pg_stat_statements, with 100 and
+// with 1,000 other live hosts, each with free slots (the most a look
+// could have to weigh).
+func TestLookReadsBoundedByFleetSize(t *testing.T) {
+	ctx := context.Background()
+	pg := pgtest.Start(t, pgtest.WithoutFsync(), pgtest.WithStatementStats())
+	rows := map[int]map[string]int64{}
+	for _, hosts := range []int{100, 1000} {
+		url := pg.NewDatabase(t)
+		st, err := state.Open(ctx, t.TempDir(), state.WithShared(url), state.WithSharedBlobs(t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		blob, err := st.PutBlob(ctx, strings.NewReader("out beacon\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &records.Plan{SampleSHA256: blob.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
+			Network:  records.NetPolicy{Mode: "sinkhole"},
+			Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
+		records.Init(p, records.KindPlan, st.Now())
+		if err := st.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		b := st.NewBatch()
+		for i := range hosts {
+			o := &records.Worker{Host: fmt.Sprintf("host-%04d", i), Slots: 4, Heartbeat: st.Now(),
+				DeadAfter: records.Duration(time.Hour), Platforms: []string{"amd64"}}
+			records.Init(o, records.KindWorker, st.Now())
+			if _, err := b.Create(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		// Queued cycles that the other hosts, with more free slots, fit
+		// better: the look weighs them all and starts none.
+		r := &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Host: "host-me", FleetHost: "host-me"}
+		for range 5 {
+			if _, err := r.Create(ctx, Request{Plan: p.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w := &Worker{R: r, Host: "host-me", Slots: 1, Heartbeat: time.Hour, DeadAfter: time.Hour,
+			Capabilities: func(ctx context.Context) ([]string, []string, error) { return []string{"amd64"}, nil, nil }}
+		if err := w.register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan driven)
+		if _, err := w.take(ctx, done); err != nil { // the heartbeat's look
+			t.Fatal(err)
+		}
+		pg.StatementRows(t, url)
+		if _, err := w.take(ctx, done); err != nil {
+			t.Fatal(err)
+		}
+		rows[hosts] = pg.StatementRows(t, url, "talkbox_records", "talkbox_keys")
+		if len(w.running) != 0 {
+			t.Fatalf("with %d hosts better placed, the worker started %v", hosts, w.running)
+		}
+	}
+	t.Logf("rows a look read: %v", rows)
+	for _, table := range []string{"talkbox_records", "talkbox_keys"} {
+		if rows[1000][table] > rows[100][table] {
+			t.Errorf("a look read %d rows of %s with 1,000 other hosts, %d with 100: it grows with the fleet",
+				rows[1000][table], table, rows[100][table])
+		}
+	}
+}

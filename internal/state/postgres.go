@@ -220,6 +220,9 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		if err := replaceFleetKeys(ctx, tx, kind, id, prev, r); err != nil {
 			return err
 		}
+		if err := replaceWorkerKeys(ctx, tx, kind, id, r); err != nil {
+			return err
+		}
 		if prev == nil {
 			_, err = tx.Exec(ctx, `INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4)`, id, kind, h.Rev, data)
 		} else {

@@ -138,6 +138,7 @@ func (b *pgBatch) flush() error {
 		if err != nil {
 			return err
 		}
+		keys = append(keys, workerKeys(r.r)...)
 		if err := insertKeys(b.ctx, b.tx, r.kind, r.id, append(indexKeys(r.r), keys...)); err != nil {
 			return err
 		}

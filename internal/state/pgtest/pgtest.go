@@ -5,6 +5,7 @@ package pgtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,9 @@ type Cluster struct {
 }
 
 type config struct {
-	noFsync bool
+	noFsync        bool
+	maxConns       int
+	statementStats bool
 }
 
 // Option changes how Start sets up a cluster.
@@ -54,6 +57,18 @@ type Option func(*config)
 // a real server costs.
 func WithoutFsync() Option {
 	return func(c *config) { c.noFsync = true }
+}
+
+// WithMaxConnections lets the server take n connections instead of 200:
+// a benchmark of many simulated hosts, each with connections of its own.
+func WithMaxConnections(n int) Option {
+	return func(c *config) { c.maxConns = n }
+}
+
+// WithStatementStats loads pg_stat_statements, so that a test can count
+// the statements a piece of work runs and the rows they return (Statements).
+func WithStatementStats() Option {
+	return func(c *config) { c.statementStats = true }
 }
 
 // Start runs initdb and pg_ctl start on a new temporary directory, and
@@ -92,9 +107,12 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	}
 	c.initdb(t)
 
-	c.opts = fmt.Sprintf("-k %s -p %d -c listen_addresses='' -c max_connections=200", c.dir, port)
+	c.opts = fmt.Sprintf("-k %s -p %d -c listen_addresses='' -c max_connections=%d", c.dir, port, cmp.Or(cfg.maxConns, 200))
 	if cfg.noFsync {
 		c.opts += " -c fsync=off"
+	}
+	if cfg.statementStats {
+		c.opts += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
 	}
 	c.StartAgain(t)
 	return c
@@ -167,6 +185,35 @@ func (c *Cluster) NewDatabase(t testing.TB) string {
 		t.Fatalf("pgtest: creating database %s: %v", name, err)
 	}
 	return c.URL(name)
+}
+
+// StatementRows counts what the statements run on database url since the
+// last count (or its creation) returned, by table: the rows of each
+// statement that names the table. The cluster needs WithStatementStats.
+func (c *Cluster) StatementRows(t testing.TB, url string, tables ...string) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	out := map[string]int64{}
+	for _, table := range tables {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(rows), 0)::bigint FROM pg_stat_statements
+			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query ~ ('\m' || $1 || '\M')`, table).Scan(&n); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		out[table] = n
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)`); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return out
 }
 
 // Stop shuts the server down cleanly (pg_ctl stop -m fast): connections are
