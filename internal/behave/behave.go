@@ -107,7 +107,7 @@ type Dropped struct {
 // processes (the first MaxProcesses, by start), and the dropped files.
 type Result struct {
 	Format    string
-	Stats     observe.LineStats
+	Stats     lines.Stats
 	Trace     records.TraceInfo
 	Processes []records.ProcessInfo
 	Dropped   []Dropped
@@ -164,11 +164,16 @@ func Detect(head []byte) string {
 // ErrNotTrace reports input in neither format.
 var ErrNotTrace = errors.New("not an strace output or a QEMU strace log")
 
+// Sink receives a trace's observables, which it owns after the call.
+type Sink interface {
+	Add(o *records.Observable)
+}
+
 // Parse reads a trace and passes its observables to sink, with origin's
 // provenance (its Source defaults to the format). Lines that are no trace
 // line are counted in the result's Stats and skipped; the error is for the
 // stream itself, or ErrNotTrace. What was read before an error is emitted.
-func Parse(ctx context.Context, r io.Reader, origin observe.Origin, sink observe.Sink, opts Options) (*Result, error) {
+func Parse(ctx context.Context, r io.Reader, origin observe.Origin, sink Sink, opts Options) (*Result, error) {
 	br, ok := r.(*bufio.Reader)
 	if !ok {
 		br = bufio.NewReaderSize(r, 64<<10)
@@ -193,10 +198,10 @@ func Parse(ctx context.Context, r io.Reader, origin observe.Origin, sink observe
 	return t.res, err
 }
 
-// read feeds every line to the trace; a line over observe.MaxLogLine is
+// read feeds every line to the trace; a line over lines.MaxLogLine is
 // counted bad and skipped without being held.
 func (t *trace) read(ctx context.Context, br *bufio.Reader) error {
-	lr := lines.NewReader(br, observe.MaxLogLine)
+	lr := lines.NewReader(br, lines.MaxLogLine)
 	for {
 		line, err := lr.Next()
 		n := lr.Line()
@@ -211,7 +216,7 @@ func (t *trace) read(ctx context.Context, br *bufio.Reader) error {
 		}
 		t.res.Stats.Lines++
 		if err != nil {
-			t.res.Stats.AddBad(n, observe.ErrLongLine)
+			t.res.Stats.AddBad(n, lines.ErrTooLong)
 		} else if b := lines.Trim(line); len(bytes.TrimSpace(b)) > 0 {
 			t.line(b, n, lines.Complete(line))
 		}

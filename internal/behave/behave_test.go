@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -273,10 +274,10 @@ func TestCallCounts(t *testing.T) {
 // A line longer than 1 MiB is one bad line; the rest is read.
 func TestLongLine(t *testing.T) {
 	sink, res := parse(t, `1 1795500000.000001 openat(AT_FDCWD, "/tmp/a", O_WRONLY|O_CREAT, 0644) = 3
-1 1795500000.000002 execve("/x", ["`+strings.Repeat("a", observe.MaxLogLine)+`"], 0x7ffd /* 1 var */) = 0
+1 1795500000.000002 execve("/x", ["`+strings.Repeat("a", lines.MaxLogLine)+`"], 0x7ffd /* 1 var */) = 0
 1 1795500000.000003 openat(AT_FDCWD, "/tmp/b", O_WRONLY|O_CREAT, 0644) = 3
 `, Options{})
-	if res.Stats.Bad != 1 || !errors.Is(res.Stats.FirstBad, observe.ErrLongLine) {
+	if res.Stats.Bad != 1 || !errors.Is(res.Stats.FirstBad, lines.ErrTooLong) {
 		t.Errorf("%+v", res.Stats)
 	}
 	if got := values(sink, records.ObsPath); !slices.Equal(got, []string{"/tmp/a", "/tmp/b"}) {

@@ -27,7 +27,7 @@ func (t *trace) unreturned(pid int) {
 
 // finish ends the trace — the calls still running are taken as never
 // returning — and emits its observables.
-func (t *trace) finish(sink observe.Sink) {
+func (t *trace) finish(sink Sink) {
 	pids := slices.Collect(maps.Keys(t.pending))
 	slices.SortFunc(pids, func(a, b int) int { return cmp.Compare(t.pending[a].line, t.pending[b].line) })
 	for _, pid := range pids {

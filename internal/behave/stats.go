@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/distinct"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -145,7 +146,7 @@ func (s *ncStat) add(result string, ts time.Time, pr *proc) {
 // ncGroup counts the calls of one kind to one port of many addresses.
 type ncGroup struct {
 	stat      ncStat
-	dests     observe.Distinct
+	dests     distinct.Counter
 	sample    []string
 	untracked int64 // calls to destinations without a stat of their own
 }
@@ -259,7 +260,7 @@ func (s *procScan) add(pid int, p string, e *ev) {
 	if e.ts.After(s.last) {
 		s.last = e.ts
 	}
-	if len(s.pids) < observe.ExactDistinct {
+	if len(s.pids) < distinct.Exact {
 		s.pids[pid] = true
 	}
 	s.paths = addBounded(s.paths, p)

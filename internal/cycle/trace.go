@@ -193,5 +193,3 @@ func (s *tamperSink) Add(o *records.Observable) {
 		s.o = o
 	}
 }
-
-func (s *tamperSink) Conn(*observe.Conn) {}

@@ -3,8 +3,10 @@
 // zstd, so that `zstdcat | jq` and Zeek's JSON tooling read it as it is.
 // tb-parse writes one per capture artifact into the blob store; the
 // observables keep only what is meaningful. The package owns the flow
-// record: its writer, the one reader of its lines (Reader, Record), the
-// query over a lease's logs and the Zeek TSV written from them.
+// record: the connection as the decoders make it (Conn), its writer, the
+// one reader of its lines (Reader, Record), the query over a lease's logs,
+// the Zeek TSV written from them, and the summary of a cycle's connections
+// into endpoint and scan observables (Dests).
 package flowlog
 
 import (
@@ -12,8 +14,6 @@ import (
 	"strconv"
 
 	"github.com/klauspost/compress/zstd"
-
-	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
 
 // ArtifactType is the type of the artifact record of a flow log, and
@@ -46,7 +46,7 @@ func NewWriter(w io.Writer, uidPrefix string) (*Writer, error) {
 }
 
 // Write appends one connection.
-func (w *Writer) Write(c *observe.Conn) error {
+func (w *Writer) Write(c *Conn) error {
 	w.n++
 	if w.n == 1 || c.Start < w.first {
 		w.first = c.Start
@@ -84,7 +84,7 @@ func (w *Writer) Close() error {
 // AppendJSON appends a connection as a Zeek conn.log JSON object: ts and
 // duration in seconds with microseconds, unset fields left out as Zeek
 // leaves them out (service, history).
-func AppendJSON(b []byte, c *observe.Conn, uidPrefix string, seq int64) []byte {
+func AppendJSON(b []byte, c *Conn, uidPrefix string, seq int64) []byte {
 	b = append(b, `{"ts":`...)
 	b = appendSeconds(b, c.Start)
 	b = append(b, `,"uid":"`...)

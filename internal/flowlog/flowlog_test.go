@@ -6,23 +6,21 @@ import (
 	"math/rand"
 	"net/netip"
 	"testing"
-
-	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
 
 // scanConns makes n connections shaped like a Mirai-family telnet scan: one
 // SYN to a random public address every ~10 ms, mostly answered by RST.
-func scanConns(n int, seed int64) []observe.Conn {
+func scanConns(n int, seed int64) []Conn {
 	r := rand.New(rand.NewSource(seed))
 	guest := netip.MustParseAddr("10.13.37.5")
-	out := make([]observe.Conn, n)
+	out := make([]Conn, n)
 	t := int64(1763683200e9)
 	for i := range out {
 		t += r.Int63n(20e6)
 		var a [4]byte
 		r.Read(a[:])
 		a[0] = 1 + a[0]%223
-		c := observe.Conn{Start: t, End: t, Proto: "tcp", OrigH: guest, OrigP: uint16(1024 + r.Intn(64000)),
+		c := Conn{Start: t, End: t, Proto: "tcp", OrigH: guest, OrigP: uint16(1024 + r.Intn(64000)),
 			RespH: netip.AddrFrom4(a), RespP: 23, ConnState: "S0", History: "S", OrigPkts: 1, OrigIPBytes: 40}
 		if i%10 == 0 {
 			c.RespP = 2323
@@ -40,7 +38,7 @@ func scanConns(n int, seed int64) []observe.Conn {
 	return out
 }
 
-func encode(t testing.TB, conns []observe.Conn) []byte {
+func encode(t testing.TB, conns []Conn) []byte {
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, "x1")
 	if err != nil {

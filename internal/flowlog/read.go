@@ -31,7 +31,7 @@ type Record struct {
 	OrigPkts, OrigIPBytes, RespPkts, RespIPBytes          int64
 }
 
-// Established follows observe.Conn.Established: a TCP handshake completed,
+// Established follows Conn.Established: a TCP handshake completed,
 // or a reply.
 func (r *Record) Established() bool {
 	if string(r.Proto) != "tcp" {

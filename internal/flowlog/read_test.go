@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
 
 // record is a Record with its slices copied out of the reader.
@@ -61,7 +59,7 @@ func compressed(t *testing.T, text string) []byte {
 // or unknown fields are read too.
 func TestRecordsReadBack(t *testing.T) {
 	start := time.Date(2026, 11, 20, 9, 0, 0, 123456000, time.UTC).UnixNano()
-	conns := []observe.Conn{
+	conns := []Conn{
 		{Start: start, End: start + 5e8, Proto: "tcp", OrigH: netip.MustParseAddr("10.13.37.10"), OrigP: 40000,
 			RespH: netip.MustParseAddr("198.51.100.18"), RespP: 80, Service: "http", ConnState: "SF", History: "ShADadFf",
 			OrigPkts: 6, OrigBytes: 90, OrigIPBytes: 400, RespPkts: 5, RespBytes: 200, RespIPBytes: 500},
@@ -118,7 +116,7 @@ func TestRecordsReadBack(t *testing.T) {
 // A line that is not a connection stops the reader with its line number;
 // so does a line over the bound.
 func TestBadLines(t *testing.T) {
-	good := string(AppendJSON(nil, &observe.Conn{Proto: "tcp", RespH: netip.MustParseAddr("192.0.2.1")}, "x", 1))
+	good := string(AppendJSON(nil, &Conn{Proto: "tcp", RespH: netip.MustParseAddr("192.0.2.1")}, "x", 1))
 	for _, tc := range []struct{ text, want string }{
 		{good + "\n" + `{"uid":"C1"}` + "\n", "line 2: not a conn.log connection"},
 		{good + "\nnot json\n", "line 2: not a conn.log connection"},
@@ -136,7 +134,7 @@ func TestBadLines(t *testing.T) {
 // fields and escapes as Zeek writes them.
 func TestTSVRow(t *testing.T) {
 	lines := `{"ts":1763629200.5,"uid":"C1","id.orig_h":"10.13.37.10","id.orig_p":1,"id.resp_h":"203.0.113.9","id.resp_p":23,"proto":"tcp","service":"","duration":0.25,"orig_bytes":3,"resp_bytes":4,"conn_state":"REJ","history":"a\tb","orig_pkts":5,"orig_ip_bytes":6,"resp_pkts":7,"resp_ip_bytes":8}
-` + string(AppendJSON(nil, &observe.Conn{Start: 1e9, End: 3e9, Proto: "udp", OrigH: netip.MustParseAddr("10.13.37.10"), OrigP: 9,
+` + string(AppendJSON(nil, &Conn{Start: 1e9, End: 3e9, Proto: "udp", OrigH: netip.MustParseAddr("10.13.37.10"), OrigP: 9,
 		RespH: netip.MustParseAddr("192.0.2.53"), RespP: 53, ConnState: "S0", OrigPkts: 1}, "x", 2))
 	var out bytes.Buffer
 	w, err := NewTSVWriter(&out, time.Unix(0, 0))

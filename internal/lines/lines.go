@@ -2,7 +2,8 @@
 // length, so that what a guest or a log writer puts in a line decides how
 // long the line is but not how much memory its reader holds. The flow log,
 // the sensor logs, the trace reader and the state's journal compaction read
-// through it; each decides what a line over the bound means to it.
+// through it; each decides what a line over the bound means to it. Each is
+// the sensor logs' loop: every line to a parser, bad ones counted in Stats.
 package lines
 
 import (

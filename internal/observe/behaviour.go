@@ -146,14 +146,3 @@ func sizeOfBehaviour(o *records.Observable) int {
 	}
 	return n
 }
-
-// Distinct counts distinct 64-bit keys the way a scan's destinations are
-// counted: exactly up to ExactDistinct, then a HyperLogLog estimate.
-type Distinct struct{ d distinct }
-
-// Add counts k and reports whether it was new (false for every key once
-// the count is an estimate).
-func (d *Distinct) Add(k uint64) bool { return d.d.add(k) }
-
-// Count is the number of distinct keys, and whether it is an estimate.
-func (d *Distinct) Count() (n int64, estimated bool) { return d.d.count() }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/distinct"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -20,14 +21,15 @@ const (
 	MaxStarts     = 256 // connection start times (most recent kept)
 	MaxProvenance = 16  // provenance entries (earliest kept)
 	MaxCycles     = 64  // cycles (most recent kept)
+	MaxSample     = 32  // destinations a scan lists
 )
 
-// Sink receives what a decoder finds: observables, which the sink owns
-// after the call, and connections, which it copies what it keeps of.
-type Sink interface {
-	Add(o *records.Observable)
-	Conn(c *Conn)
-}
+// ScanMinDests distinct addresses on one (protocol, port), or ports of one
+// address, make a scan, in a capture (flowlog.Dests) as in a trace's calls
+// (behave): from there on its destinations are summarised by one scan
+// observable, and only those with something to say keep an observable of
+// their own.
+const ScanMinDests = 64
 
 // Origin is the input a decoder reads: the artifact record it came from (if
 // any), the artifact's cycle, the path or blob URI, and the source kind
@@ -301,12 +303,12 @@ func mergeScan(dp **records.ScanInfo, s *records.ScanInfo) {
 	if span > 0 {
 		d.Rate = float64(int64(float64(d.Conns)/span*100+0.5)) / 100
 	}
-	ds, errD := parseSketch(d.Sketch)
-	ss, errS := parseSketch(s.Sketch)
+	ds, errD := distinct.ParseSketch(d.Sketch)
+	ss, errS := distinct.ParseSketch(s.Sketch)
 	switch {
 	case errD == nil && errS == nil:
-		ds.union(ss)
-		d.Sketch, d.Dests, d.Estimated = ds.String(), ds.estimate(), true
+		ds.Union(ss)
+		d.Sketch, d.Dests, d.Estimated = ds.String(), ds.Estimate(), true
 	default:
 		// No sketch to unite: the larger count is a lower bound.
 		d.Dests, d.Estimated = max(d.Dests, s.Dests), true
@@ -314,6 +316,31 @@ func mergeScan(dp **records.ScanInfo, s *records.ScanInfo) {
 	d.Sample = union(d.Sample, s.Sample, MaxSample)
 	d.OpenSample = union(d.OpenSample, s.OpenSample, MaxSample)
 	d.Clients = union(d.Clients, s.Clients, MaxList)
+}
+
+// ScanDests is the distinct destinations of several sightings of a scan
+// (the cycles of a lease): the estimate of their united sketches, or the
+// largest count when one has no sketch.
+func ScanDests(scans []*records.ScanInfo) int64 {
+	union := distinct.NewSketch()
+	var most int64
+	united := true
+	for _, s := range scans {
+		most = max(most, s.Dests)
+		sk, err := distinct.ParseSketch(s.Sketch)
+		if err != nil {
+			united = false
+			continue
+		}
+		union.Union(sk)
+	}
+	if !united || len(scans) == 0 {
+		return most
+	}
+	if len(scans) == 1 {
+		return scans[0].Dests // exact up to distinct.Exact
+	}
+	return max(union.Estimate(), most)
 }
 
 func mergeHTTP(dp **records.HTTPInfo, s *records.HTTPInfo) {

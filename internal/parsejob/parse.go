@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/talkbox-sandbox/talkbox/internal/progress"
 	"io"
 	"log/slog"
 	"maps"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/eve"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/packet"
@@ -34,7 +34,9 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/progress"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -156,7 +158,7 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	sets := map[string]*observe.Set{}
 	// One cycle's destinations per lease at a time: inputs come cycle by
 	// cycle, and a scan is one observable per cycle.
-	dests := map[string]*observe.Dests{}
+	dests := map[string]*flowlog.Dests{}
 	destCycle := map[string]string{}
 	for _, in := range inputs {
 		if err := ctx.Err(); err != nil {
@@ -174,7 +176,7 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 			d = nil
 		}
 		if d == nil {
-			d = observe.NewDests(in.cycle, set.Named, set.Add)
+			d = flowlog.NewDests(in.cycle, set.Named, set.Add)
 			dests[in.lease], destCycle[in.lease] = d, in.cycle
 		}
 		if err := parseOne(ctx, st, in, req, &inputSink{Set: set, dests: d}, o); err != nil {
@@ -305,14 +307,14 @@ func fromRecord(rec records.Record, req Request) (input, error) {
 // input's flow log.
 type inputSink struct {
 	*observe.Set
-	dests  *observe.Dests
+	dests  *flowlog.Dests
 	origin observe.Origin
 	flows  *flowlog.Writer
 	err    error
 	stop   context.CancelCauseFunc
 }
 
-func (s *inputSink) Conn(c *observe.Conn) {
+func (s *inputSink) Conn(c *flowlog.Conn) {
 	s.dests.Conn(c, &s.origin)
 	if s.flows != nil && s.err == nil {
 		if s.err = s.flows.Write(c); s.err != nil {
@@ -372,7 +374,7 @@ func parseOne(ctx context.Context, st *state.Store, in input, req Request, sink 
 	if format == behave.FormatStrace || format == behave.FormatQEMU {
 		// A trace has no connections: no flow log.
 		res, err := behave.Parse(ctx, br, origin, sink, out.traceOptions(in, format))
-		var stats observe.LineStats
+		var stats lines.Stats
 		if res != nil {
 			stats = res.Stats
 		}
@@ -428,7 +430,7 @@ func logErr(log *slog.Logger, name string, lines, bad int64, first error, err er
 // parsePcap decodes a capture. The connections the previous capture of
 // its stream left open are continued (when this one starts after that one
 // ended), and those this one leaves open are kept for the next.
-func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, origin observe.Origin, sink observe.Sink) error {
+func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, origin observe.Origin, sink decode.Sink) error {
 	req := o.req
 	rd, err := capfile.NewReader(br)
 	if err != nil {

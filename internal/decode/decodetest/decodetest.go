@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -21,11 +22,11 @@ import (
 // accounting (tb-parse writes each connection to its flow log instead).
 type Sink struct {
 	Obs   map[string]*records.Observable
-	Conns []observe.Conn
+	Conns []flowlog.Conn
 	// Flows are the connections by 5-tuple (FlowKey), summed by Finish.
 	Flows map[string]*Flow
 	set   *observe.Set
-	dests *observe.Dests
+	dests *flowlog.Dests
 	o     observe.Origin
 }
 
@@ -60,13 +61,13 @@ func New(origin observe.Origin) *Sink {
 		}
 		return nil
 	})
-	s.dests = observe.NewDests(origin.Cycle, s.set.Named, s.set.Add)
+	s.dests = flowlog.NewDests(origin.Cycle, s.set.Named, s.set.Add)
 	return s
 }
 
 func (s *Sink) Add(o *records.Observable) { s.set.Add(o) }
 
-func (s *Sink) Conn(c *observe.Conn) {
+func (s *Sink) Conn(c *flowlog.Conn) {
 	s.Conns = append(s.Conns, *c)
 	s.dests.Conn(c, &s.o)
 }

@@ -14,19 +14,22 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/packet"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // Stats counts the lines read.
-type Stats = observe.LineStats
+type Stats = lines.Stats
 
 // Read reads EVE events and passes observables to sink. Malformed lines are
 // counted and skipped; the error is for the stream itself.
-func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.Sink) (Stats, error) {
+func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink decode.Sink) (Stats, error) {
 	var st Stats
-	err := observe.EachLine(ctx, br, &st, func(line []byte, n int64) error {
+	err := lines.Each(ctx, br, &st, func(line []byte, n int64) error {
 		return Event(line, o, n, sink)
 	})
 	return st, err
@@ -56,7 +59,7 @@ type ev struct {
 func (e *ev) get(path string) gjson.Result { return gjson.GetBytes(e.line, path) }
 
 // Event turns one EVE line into observables.
-func Event(line []byte, o observe.Origin, n int64, sink observe.Sink) error {
+func Event(line []byte, o observe.Origin, n int64, sink decode.Sink) error {
 	if !gjson.ValidBytes(line) {
 		return errors.New("invalid JSON")
 	}
@@ -126,7 +129,7 @@ func (e *ev) needAddrs() error {
 	return nil
 }
 
-func (e *ev) dns(o observe.Origin, n int64, sink observe.Sink) error {
+func (e *ev) dns(o observe.Origin, n int64, sink decode.Sink) error {
 	if err := e.needAddrs(); err != nil {
 		return err
 	}
@@ -212,7 +215,7 @@ func (e *ev) dns(o observe.Origin, n int64, sink observe.Sink) error {
 	return nil
 }
 
-func (e *ev) http(o observe.Origin, n int64, sink observe.Sink) error {
+func (e *ev) http(o observe.Origin, n int64, sink decode.Sink) error {
 	if err := e.needAddrs(); err != nil {
 		return err
 	}
@@ -257,7 +260,7 @@ func tlsVersion(v string) string {
 	return v
 }
 
-func (e *ev) tls(o observe.Origin, n int64, sink observe.Sink) error {
+func (e *ev) tls(o observe.Origin, n int64, sink decode.Sink) error {
 	if err := e.needAddrs(); err != nil {
 		return err
 	}
@@ -286,7 +289,7 @@ func (e *ev) tls(o observe.Origin, n int64, sink observe.Sink) error {
 	return nil
 }
 
-func (e *ev) flow(o observe.Origin, n int64, sink observe.Sink) error {
+func (e *ev) flow(o observe.Origin, n int64, sink decode.Sink) error {
 	if err := e.needAddrs(); err != nil {
 		return err
 	}
@@ -309,7 +312,7 @@ func (e *ev) flow(o observe.Origin, n int64, sink observe.Sink) error {
 	if service == "failed" {
 		service = ""
 	}
-	c := observe.Conn{Start: start.UnixNano(), End: last.UnixNano(), Proto: e.proto, OrigH: e.src, OrigP: e.sp, RespH: e.dst, RespP: e.dp,
+	c := flowlog.Conn{Start: start.UnixNano(), End: last.UnixNano(), Proto: e.proto, OrigH: e.src, OrigP: e.sp, RespH: e.dst, RespP: e.dp,
 		Service:  service,
 		OrigPkts: max(f.Get("pkts_toserver").Int(), 0), OrigIPBytes: max(f.Get("bytes_toserver").Int(), 0),
 		RespPkts: max(f.Get("pkts_toclient").Int(), 0), RespIPBytes: max(f.Get("bytes_toclient").Int(), 0), Line: n}
@@ -347,7 +350,7 @@ func (e *ev) connState(respPkts int64) string {
 	return "OTH"
 }
 
-func (e *ev) alert(o observe.Origin, n int64, sink observe.Sink) error {
+func (e *ev) alert(o observe.Origin, n int64, sink decode.Sink) error {
 	a := e.get("alert")
 	if !a.IsObject() {
 		return errors.New("alert event without alert object")
@@ -367,7 +370,7 @@ func (e *ev) alert(o observe.Origin, n int64, sink observe.Sink) error {
 	return nil
 }
 
-func (e *ev) fileinfo(o observe.Origin, n int64, sink observe.Sink) error {
+func (e *ev) fileinfo(o observe.Origin, n int64, sink decode.Sink) error {
 	fi := e.get("fileinfo")
 	if !fi.IsObject() {
 		return errors.New("fileinfo event without fileinfo object")

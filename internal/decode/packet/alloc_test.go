@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -13,7 +14,7 @@ import (
 type discard struct{}
 
 func (discard) Add(*records.Observable) {}
-func (discard) Conn(*observe.Conn)      {}
+func (discard) Conn(*flowlog.Conn)      {}
 
 func origin() observe.Origin { return observe.Origin{Input: "test", Source: "pcap"} }
 

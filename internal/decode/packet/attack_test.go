@@ -13,7 +13,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
-	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -206,7 +206,7 @@ func (c *collect) Add(o *records.Observable) {
 	}
 }
 
-func (c *collect) Conn(*observe.Conn) {}
+func (c *collect) Conn(*flowlog.Conn) {}
 
 // Queries for random names under one domain, through the lab's resolver,
 // are Mirai's "dns" flood of that domain; the same name asked as often is

@@ -5,7 +5,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/botproto"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/httpmsg"
-	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 )
 
 // What the originator's first payload on a connection was (flow.talk), so
@@ -80,13 +80,13 @@ func (f *flow) converse(isOrig bool, b []byte) {
 	case len(b) == 0:
 	case isOrig && f.talk == talkSilent:
 		f.talk = talkOf(b, f.key.proto == 17 && (isDNSPort(f.key.pa) || isDNSPort(f.key.pb)))
-	case !isOrig && f.talk != talkSilent && f.exch == observe.ExchangeNone:
-		f.exch = observe.ExchangeAnswered
+	case !isOrig && f.talk != talkSilent && f.exch == flowlog.ExchangeNone:
+		f.exch = flowlog.ExchangeAnswered
 		if answers(f.talk, b) {
-			f.exch = observe.ExchangeProtocol
+			f.exch = flowlog.ExchangeProtocol
 		}
-	case isOrig && f.exch == observe.ExchangeProtocol && !f.ep[1].didClose:
-		f.exch = observe.ExchangeConversed
+	case isOrig && f.exch == flowlog.ExchangeProtocol && !f.ep[1].didClose:
+		f.exch = flowlog.ExchangeConversed
 	}
 }
 
@@ -95,9 +95,9 @@ func (f *flow) converse(isOrig bool, b []byte) {
 // channel's framing (a bot acts on an order elsewhere, not necessarily on
 // the same connection).
 func (f *flow) exchange() uint8 {
-	if f.exch == observe.ExchangeProtocol && f.bot != nil {
+	if f.exch == flowlog.ExchangeProtocol && f.bot != nil {
 		if ch, ok := f.bot.Channel(); ok && ch.Commands > 0 {
-			return observe.ExchangeConversed
+			return flowlog.ExchangeConversed
 		}
 	}
 	return f.exch

@@ -10,6 +10,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -58,31 +59,31 @@ func TestConversations(t *testing.T) {
 	}{
 		{"a web server answering each visit", func(g *pcapgen.Gen) {
 			g.WebVisits(client, c2, "www.example.org", "/", 6, time.Minute)
-		}, observe.ExchangeProtocol},
+		}, flowlog.ExchangeProtocol},
 		{"an HTTP poll, the client closing", func(g *pcapgen.Gen) {
 			g.HTTPPolls(client, c2, "www.example.org", "/gate", 6, time.Minute)
-		}, observe.ExchangeProtocol},
+		}, flowlog.ExchangeProtocol},
 		{"HTTP answered with garbage, the client going on", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(get)
 			c.Reply([]byte("\x00\x01garbage\r\n"))
 			c.Send(get)
 			c.Close()
-		}, observe.ExchangeAnswered},
+		}, flowlog.ExchangeAnswered},
 		{"a ClientHello answered by an alert", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(hello)
 			c.Reply(pcapgen.Record(21, []byte{2, 40}))
 			c.Send(pcapgen.Record(23, []byte("more")))
 			c.Close()
-		}, observe.ExchangeAnswered},
+		}, flowlog.ExchangeAnswered},
 		{"a request, its answer, the request retransmitted", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(get)
 			c.Reply(pcapgen.HTTPResponse(200, "OK", []byte("ok")))
 			c.Retransmit(get)
 			c.Close()
-		}, observe.ExchangeProtocol},
+		}, flowlog.ExchangeProtocol},
 		{"the client speaking after the server closed", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(get)
@@ -90,49 +91,49 @@ func TestConversations(t *testing.T) {
 			c.ServerFin()
 			c.Send(get)
 			c.Reset()
-		}, observe.ExchangeProtocol},
+		}, flowlog.ExchangeProtocol},
 		{"a request unanswered", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(get)
 			c.Close()
-		}, observe.ExchangeNone},
+		}, flowlog.ExchangeNone},
 		{"two requests on a kept-alive connection", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(get)
 			c.Reply(pcapgen.HTTPResponse(200, "OK", []byte(`{"task":"sleep"}`)))
 			c.Send(get)
 			c.Close()
-		}, observe.ExchangeConversed},
+		}, flowlog.ExchangeConversed},
 		{"TLS: ClientHello, ServerHello, the client going on", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(hello)
 			c.Reply(pcapgen.ServerHelloRecord(0x0303, 0x1301))
 			c.Send(append(pcapgen.Record(20, []byte{1}), pcapgen.Record(23, []byte("finished"))...))
 			c.Close()
-		}, observe.ExchangeConversed},
+		}, flowlog.ExchangeConversed},
 		{"Mirai: hello, order, keep-alive", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(pcapgen.MiraiHello("telnet.x86"))
 			c.Reply(miraiSYN())
 			c.Send(pcapgen.MiraiKeepAlive())
 			c.Close()
-		}, observe.ExchangeConversed},
+		}, flowlog.ExchangeConversed},
 		{"Mirai: hello and an order, nothing after", func(g *pcapgen.Gen) {
 			g.MiraiSession(ap(client, 40001), c2, "telnet.x86", 0, miraiSYN(), 1460)
-		}, observe.ExchangeConversed},
+		}, flowlog.ExchangeConversed},
 		{"Mirai's hello answered by a web server", func(g *pcapgen.Gen) {
 			c := g.Dial(ap(client, 40001), c2, 1, 2)
 			c.Send(pcapgen.MiraiHello("telnet.x86"))
 			c.Reply(pcapgen.HTTPResponse(400, "Bad Request", nil))
 			c.Send(pcapgen.MiraiKeepAlive())
 			c.Close()
-		}, observe.ExchangeAnswered},
+		}, flowlog.ExchangeAnswered},
 		{"Gafgyt: registration, PING, PONG", func(g *pcapgen.Gen) {
 			g.GafgytSession(ap(client, 40001), c2, "x86", 2, nil, 1460)
-		}, observe.ExchangeConversed},
+		}, flowlog.ExchangeConversed},
 		{"IRC: registration, welcome, JOIN", func(g *pcapgen.Gen) {
 			g.IRCSession(ap(client, 40001), c2, "bot1", "#c2", "key", 0, nil, 1460)
-		}, observe.ExchangeConversed},
+		}, flowlog.ExchangeConversed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := decodeCycle(t, "cycle-1", tc.build)
@@ -145,10 +146,10 @@ func TestConversations(t *testing.T) {
 				}
 			}
 			ep := s.Get(t, records.ObsEndpoint, c2.String()+"/tcp").Endpoint
-			conversed := tc.want == observe.ExchangeConversed
+			conversed := tc.want == flowlog.ExchangeConversed
 			if slices.Equal(ep.ConfirmedIn, []string{"cycle-1"}) != conversed || (ep.Conversations > 0) != conversed ||
-				slices.Equal(ep.SpokeIn, []string{"cycle-1"}) != (tc.want >= observe.ExchangeProtocol) ||
-				slices.Equal(ep.AnsweredIn, []string{"cycle-1"}) != (tc.want >= observe.ExchangeAnswered) {
+				slices.Equal(ep.SpokeIn, []string{"cycle-1"}) != (tc.want >= flowlog.ExchangeProtocol) ||
+				slices.Equal(ep.AnsweredIn, []string{"cycle-1"}) != (tc.want >= flowlog.ExchangeAnswered) {
 				t.Errorf("endpoint: answered in %v, spoke in %v, confirmed in %v, %d conversations", ep.AnsweredIn, ep.SpokeIn, ep.ConfirmedIn, ep.Conversations)
 			}
 		})
@@ -166,7 +167,7 @@ func TestConversationAfterAGreeting(t *testing.T) {
 		c.Send([]byte("QUIT\r\n"))
 		c.Close()
 	})
-	if c := s.Conns[0]; c.Exchange != observe.ExchangeConversed {
+	if c := s.Conns[0]; c.Exchange != flowlog.ExchangeConversed {
 		t.Errorf("exchange %d", c.Exchange)
 	}
 }

@@ -12,10 +12,12 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/dns"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/httpmsg"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/tlsfp"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
 
@@ -29,7 +31,7 @@ type Config struct {
 	// MaxFlows bounds the connection table (DefaultMaxFlows when 0).
 	MaxFlows int
 	Origin   observe.Origin
-	Sink     observe.Sink
+	Sink     decode.Sink
 }
 
 // Stats counts what the decoder saw.
@@ -98,7 +100,7 @@ type Decoder struct {
 	strs      httpmsg.Strings
 	ch        tlsfp.ClientHello
 	sh        tlsfp.ServerHello
-	conn      observe.Conn
+	conn      flowlog.Conn
 	bots      int // bot-channel recognisers in use
 	freeBots  []*botConv
 	botFlow   *flow // the connection a recogniser is being fed

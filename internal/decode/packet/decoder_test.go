@@ -11,7 +11,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
-	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -199,7 +199,7 @@ func TestEvictionKeepsEveryFlow(t *testing.T) {
 			g.UDP(ap(client, uint16(20000+i)), ap(server, 7000), []byte("x"))
 		}
 	})
-	r := decode(t, data, 16)
+	r := decodeCapture(t, data, 16)
 	if n := len(r.Flows); n != 500 {
 		t.Fatalf("%d 5-tuples, want 500", n)
 	}
@@ -325,4 +325,4 @@ func TestUnansweredPipelinedRequests(t *testing.T) {
 type sinkFunc func(*records.Observable)
 
 func (f sinkFunc) Add(o *records.Observable) { f(o) }
-func (f sinkFunc) Conn(*observe.Conn)        {}
+func (f sinkFunc) Conn(*flowlog.Conn)        {}

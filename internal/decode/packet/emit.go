@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/tlsfp"
-	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -63,7 +63,7 @@ func (d *Decoder) emitFlow(f *flow) {
 		state = "OTH"
 	}
 	service := svcNames[f.service()]
-	d.conn = observe.Conn{Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
+	d.conn = flowlog.Conn{Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
 		Packet: f.firstPkt, Exchange: f.exchange()}

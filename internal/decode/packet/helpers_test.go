@@ -52,8 +52,8 @@ func capture(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) []by
 	return buf.Bytes()
 }
 
-// decode runs the decoder over a capture.
-func decode(t testing.TB, data []byte, maxFlows int) result {
+// decodeCapture runs the decoder over a capture.
+func decodeCapture(t testing.TB, data []byte, maxFlows int) result {
 	t.Helper()
 	origin := observe.Origin{Input: "test.pcap", Source: "pcap"}
 	sink := decodetest.New(origin)
@@ -83,5 +83,5 @@ func decode(t testing.TB, data []byte, maxFlows int) result {
 
 func run(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) result {
 	t.Helper()
-	return decode(t, capture(t, opt, build), 0)
+	return decodeCapture(t, capture(t, opt, build), 0)
 }

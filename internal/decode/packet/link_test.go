@@ -44,7 +44,7 @@ func TestMoreLinkLayers(t *testing.T) {
 			for i := range raw {
 				frames = append(frames, tc.frame(i))
 			}
-			r := decode(t, rawPcap(tc.link, frames), 0)
+			r := decodeCapture(t, rawPcap(tc.link, frames), 0)
 			if d := r.get(t, "domain", "link.example").Domain; len(d.Addrs) != 1 || d.Addrs[0] != server.String() {
 				t.Errorf("%+v", d)
 			}

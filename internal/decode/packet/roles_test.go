@@ -15,13 +15,14 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
 
 // conns returns the connections of a capture between two endpoints,
 // whichever their roles.
-func connsOf(r result, a, b netip.AddrPort) []observe.Conn {
-	var out []observe.Conn
+func connsOf(r result, a, b netip.AddrPort) []flowlog.Conn {
+	var out []flowlog.Conn
 	for _, c := range r.Conns {
 		o, p := netip.AddrPortFrom(c.OrigH, c.OrigP), netip.AddrPortFrom(c.RespH, c.RespP)
 		if o == a && p == b || o == b && p == a {
@@ -32,7 +33,7 @@ func connsOf(r result, a, b netip.AddrPort) []observe.Conn {
 }
 
 // one returns the only connection between two endpoints.
-func one(t *testing.T, r result, a, b netip.AddrPort) observe.Conn {
+func one(t *testing.T, r result, a, b netip.AddrPort) flowlog.Conn {
 	t.Helper()
 	cs := connsOf(r, a, b)
 	if len(cs) != 1 {
@@ -41,11 +42,11 @@ func one(t *testing.T, r result, a, b netip.AddrPort) observe.Conn {
 	return cs[0]
 }
 
-func roles(c observe.Conn) string {
+func roles(c flowlog.Conn) string {
 	return fmt.Sprintf("%v>%v", netip.AddrPortFrom(c.OrigH, c.OrigP), netip.AddrPortFrom(c.RespH, c.RespP))
 }
 
-func wantRoles(t *testing.T, c observe.Conn, orig, resp netip.AddrPort, flipped bool) {
+func wantRoles(t *testing.T, c flowlog.Conn, orig, resp netip.AddrPort, flipped bool) {
 	t.Helper()
 	if got, want := roles(c), fmt.Sprintf("%v>%v", orig, resp); got != want {
 		t.Errorf("roles %s, want %s (history %q)", got, want, c.History)

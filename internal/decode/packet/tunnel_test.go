@@ -294,7 +294,7 @@ func TestLinkTypesAndTunnels(t *testing.T) {
 				for _, f := range s.frames {
 					frames = append(frames, c.wrap(t, f))
 				}
-				r := decode(t, rawPcap(c.link, frames), 0)
+				r := decodeCapture(t, rawPcap(c.link, frames), 0)
 				s.check(t, r)
 				for _, o := range c.outer {
 					if r.Flows[o] == nil {
@@ -350,7 +350,7 @@ func TestIPInIPOuterFlows(t *testing.T) {
 				frames = append(frames, ser(t, outer4(ipInIP(f)), raw(f)))
 			}
 		}
-		r := decode(t, rawPcap(capfile.LinkRaw, frames), 0)
+		r := decodeCapture(t, rawPcap(capfile.LinkRaw, frames), 0)
 		s.check(t, r)
 		if r.Flows[tc.want] == nil || r.stats.Tunnelled != int64(len(frames)) {
 			t.Errorf("%s: no outer flow, or %d packets taken out of tunnels", tc.want, r.stats.Tunnelled)
@@ -370,7 +370,7 @@ func TestTunnelDepth(t *testing.T) {
 			}
 			frames = append(frames, f)
 		}
-		r := decode(t, rawPcap(capfile.LinkRaw, frames), 0)
+		r := decodeCapture(t, rawPcap(capfile.LinkRaw, frames), 0)
 		tcp := connKey("tcp", s.client, 49152, s.srv, 80)
 		switch {
 		case depth <= maxTunnels:
@@ -403,14 +403,14 @@ func TestOtherLinkTypes(t *testing.T) {
 func TestIPv6ZeroPayloadLength(t *testing.T) {
 	t.Run("tso", func(t *testing.T) {
 		s := newSample(true)
-		want := decode(t, rawPcap(capfile.LinkRaw, s.frames), 0)
+		want := decodeCapture(t, rawPcap(capfile.LinkRaw, s.frames), 0)
 		var tso [][]byte
 		for _, f := range s.frames {
 			f = append([]byte(nil), f...)
 			f[4], f[5] = 0, 0
 			tso = append(tso, f)
 		}
-		r := decode(t, rawPcap(capfile.LinkRaw, tso), 0)
+		r := decodeCapture(t, rawPcap(capfile.LinkRaw, tso), 0)
 		s.check(t, r)
 		for _, v := range []string{connKey("tcp", s.client, 49152, s.srv, 80), connKey("udp", s.client, 40000, s.dns, 53)} {
 			if a, b := *r.Flow(t, v), *want.Flow(t, v); a.OrigIPBytes != b.OrigIPBytes ||
@@ -439,7 +439,7 @@ func TestIPv6ZeroPayloadLength(t *testing.T) {
 		if jumbo == nil || jumbo[4] != 0 || jumbo[5] != 0 || jumbo[6] != 0 {
 			t.Fatal("no jumbogram written")
 		}
-		r := decode(t, rawPcap(capfile.LinkRaw, log), 0)
+		r := decodeCapture(t, rawPcap(capfile.LinkRaw, log), 0)
 		f := r.Flow(t, connKey("tcp", client6, 50000, server6, 80))
 		if f.OrigBytes != int64(len(big)) || f.ConnState != "SF" || f.OrigIPBytes != int64(len(jumbo)+4*60) || r.stats.Malformed != 0 {
 			t.Errorf("jumbogram flow %+v, stats %+v", f, r.stats)
@@ -482,7 +482,7 @@ func TestFragmentedTunnel(t *testing.T) {
 				frames = append(frames, ser(t, first, raw(inner[:512])), ser(t, rest, raw(inner[512:])))
 			}
 		}
-		r := decode(t, rawPcap(capfile.LinkRaw, frames), 0)
+		r := decodeCapture(t, rawPcap(capfile.LinkRaw, frames), 0)
 		s.check(t, r)
 		if r.stats.Reassembled == 0 || r.stats.Tunnelled != int64(len(s.frames)) {
 			t.Errorf("v6 %v: stats %+v", v6, r.stats)

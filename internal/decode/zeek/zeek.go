@@ -16,13 +16,16 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/packet"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // Stats counts the lines read.
-type Stats = observe.LineStats
+type Stats = lines.Stats
 
 // row gives access to one log entry's fields by Zeek name ("id.orig_h").
 type row interface {
@@ -33,10 +36,10 @@ type row interface {
 // Read reads one Zeek log (TSV or JSON lines) and passes observables to sink.
 // Malformed lines are counted and skipped; the error is for the stream
 // itself (a read error).
-func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink observe.Sink) (Stats, error) {
+func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink decode.Sink) (Stats, error) {
 	var st Stats
 	t := &tsv{sep: "\t", setSep: ",", empty: "(empty)", unset: "-"}
-	err := observe.EachLine(ctx, br, &st, func(line []byte, n int64) error {
+	err := lines.Each(ctx, br, &st, func(line []byte, n int64) error {
 		switch {
 		case line[0] == '#':
 			return t.header(line)
@@ -280,7 +283,7 @@ func one(s string) []string {
 }
 
 // entry turns one log entry into observables.
-func entry(path string, r row, o observe.Origin, line int64, sink observe.Sink) error {
+func entry(path string, r row, o observe.Origin, line int64, sink decode.Sink) error {
 	tss, ok := r.str("ts")
 	if !ok {
 		return errors.New("no ts")
@@ -306,7 +309,7 @@ func entry(path string, r row, o observe.Origin, line int64, sink observe.Sink) 
 	return nil
 }
 
-func connEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Sink) error {
+func connEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sink) error {
 	c, err := connID(r)
 	if err != nil {
 		return err
@@ -322,7 +325,7 @@ func connEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.S
 	state, _ := r.str("conn_state")
 	service, _ := r.str("service")
 	history, _ := r.str("history")
-	conn := observe.Conn{Start: ts.UnixNano(), End: last.UnixNano(), Proto: proto, OrigH: c.oh, OrigP: c.op, RespH: c.rh, RespP: c.rp,
+	conn := flowlog.Conn{Start: ts.UnixNano(), End: last.UnixNano(), Proto: proto, OrigH: c.oh, OrigP: c.op, RespH: c.rh, RespP: c.rp,
 		Service: service, ConnState: state, History: history,
 		OrigPkts: num(r, "orig_pkts"), OrigBytes: num(r, "orig_bytes"), OrigIPBytes: num(r, "orig_ip_bytes"),
 		RespPkts: num(r, "resp_pkts"), RespBytes: num(r, "resp_bytes"), RespIPBytes: num(r, "resp_ip_bytes"), Line: line}
@@ -339,7 +342,7 @@ func connEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.S
 	return nil
 }
 
-func dnsEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Sink) error {
+func dnsEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sink) error {
 	c, err := connID(r)
 	if err != nil {
 		return err
@@ -394,7 +397,7 @@ func dnsEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Si
 	return nil
 }
 
-func httpEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Sink) error {
+func httpEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sink) error {
 	c, err := connID(r)
 	if err != nil {
 		return err
@@ -422,7 +425,7 @@ func httpEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.S
 	return nil
 }
 
-func sslEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Sink) error {
+func sslEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sink) error {
 	c, err := connID(r)
 	if err != nil {
 		return err
@@ -452,7 +455,7 @@ func sslEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Si
 	return nil
 }
 
-func filesEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Sink) error {
+func filesEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sink) error {
 	f := &records.FileInfo{}
 	f.MIMEType, _ = r.str("mime_type")
 	f.SHA256, _ = r.str("sha256")
@@ -491,7 +494,7 @@ func filesEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.
 	return nil
 }
 
-func noticeEntry(r row, o observe.Origin, ts time.Time, line int64, sink observe.Sink) error {
+func noticeEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sink) error {
 	note, ok := r.str("note")
 	if !ok || note == "" {
 		return errors.New("notice without note")

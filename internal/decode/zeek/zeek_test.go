@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -125,11 +126,11 @@ func TestJSONLogs(t *testing.T) {
 
 func TestGarbage(t *testing.T) {
 	conn, _ := os.ReadFile("testdata/conn.log")
-	lines := strings.Split(string(conn), "\n")
+	rows := strings.Split(string(conn), "\n")
 	// Binary garbage, a short row and broken JSON among good rows.
-	bad := append([]string{}, lines[:9]...)
-	bad = append(bad, "\x00\xff\xfe garbage \x01", "1.0\tonly\ttwo", `{"ts":1,"id.orig_h":`, strings.Repeat("x", observe.MaxLogLine+10))
-	bad = append(bad, lines[9:]...)
+	bad := append([]string{}, rows[:9]...)
+	bad = append(bad, "\x00\xff\xfe garbage \x01", "1.0\tonly\ttwo", `{"ts":1,"id.orig_h":`, strings.Repeat("x", lines.MaxLogLine+10))
+	bad = append(bad, rows[9:]...)
 	s, st := read(t, []byte(strings.Join(bad, "\n")))
 	if st.Bad != 4 || st.FirstBad == nil || !strings.Contains(st.FirstBad.Error(), "line 10") {
 		t.Fatalf("bad %d first %v", st.Bad, st.FirstBad)

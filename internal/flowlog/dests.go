@@ -1,8 +1,7 @@
-package observe
+package flowlog
 
 import (
 	"cmp"
-	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"maps"
 	"net/netip"
 	"slices"
@@ -10,19 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/distinct"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // Bounds of what a cycle's destinations keep, so that a bot scanning
 // without pause costs the state O(1) per connection (see tb-parse(1)).
 const (
-	// ScanMinDests distinct addresses on one (protocol, port), or ports of
-	// one address, make a scan: from there on its destinations are
-	// summarised by one scan observable, and only those with something to
-	// say keep an endpoint observable of their own.
-	ScanMinDests = 64
-	// MaxSample bounds the destinations a scan lists.
-	MaxSample = 32
 	// LongConn is the duration from which a connection stands out of a
 	// scan (the allow-list's default long session).
 	LongConn = 5 * time.Minute
@@ -57,7 +52,7 @@ type scanGroup struct {
 	proto                             string
 	port                              uint16     // a port group
 	addr                              netip.Addr // a host group
-	dests                             distinct
+	dests                             distinct.Counter
 	conns, open, rejected, unanswered int64
 	first, last                       int64
 	sample, openSample, clients       []string
@@ -103,7 +98,7 @@ type oneShot struct {
 }
 
 func (k epKey) hash() uint64 {
-	return addrKey(k.addr) ^ mix64(uint64(k.port)<<8|uint64(protoCode(k.proto)))
+	return distinct.AddrKey(k.addr) ^ distinct.Mix64(uint64(k.port)<<8|uint64(protoCode(k.proto)))
 }
 
 // protoCode is a protocol name's small code for hashing.
@@ -159,7 +154,7 @@ func NewDests(cycle string, named func(netip.Addr) bool, emit func(*records.Obse
 }
 
 // Conn folds one connection seen in origin.
-func (t *Dests) Conn(c *Conn, origin *Origin) {
+func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 	t.tick++
 	g := t.groups[groupKey{c.Proto, c.RespP}]
 	if g == nil {
@@ -167,7 +162,7 @@ func (t *Dests) Conn(c *Conn, origin *Origin) {
 		t.groups[groupKey{c.Proto, c.RespP}] = g
 	}
 	g.add(c, origin)
-	if !g.scanning && g.dests.n >= ScanMinDests {
+	if !g.scanning && g.dests.AtLeast(observe.ScanMinDests) {
 		t.startScan(g)
 	}
 	hk := hostKey{c.RespH, c.Proto}
@@ -201,7 +196,7 @@ func (t *Dests) Conn(c *Conn, origin *Origin) {
 		}
 		h.tracked++
 		e.add(c, t.tick)
-		if !h.scanning && h.tracked >= ScanMinDests {
+		if !h.scanning && h.tracked >= observe.ScanMinDests {
 			t.startHostScan(h)
 		}
 	} else {
@@ -212,14 +207,14 @@ func (t *Dests) Conn(c *Conn, origin *Origin) {
 	}
 }
 
-func (t *Dests) track(k epKey, c *Conn, origin *Origin) *endpointStat {
+func (t *Dests) track(k epKey, c *Conn, origin *observe.Origin) *endpointStat {
 	e := &endpointStat{key: k, first: c.Start, last: c.End, prov: origin.Prov(c.Packet, c.Line), source: origin.Source}
 	t.eps[k] = e
 	return e
 }
 
 // add counts one connection; for a host group the destination is the port.
-func (g *scanGroup) add(c *Conn, origin *Origin) {
+func (g *scanGroup) add(c *Conn, origin *observe.Origin) {
 	if g.conns == 0 {
 		g.first, g.last, g.prov, g.source = c.Start, c.End, origin.Prov(c.Packet, c.Line), origin.Source
 	}
@@ -239,7 +234,7 @@ func (g *scanGroup) add(c *Conn, origin *Origin) {
 // addClient adds a client's address to a bounded list, stringifying it
 // only when it is new (scans come from one or two clients).
 func addClient(clients []string, a netip.Addr) []string {
-	if len(clients) >= MaxList {
+	if len(clients) >= observe.MaxList {
 		return clients
 	}
 	var buf [64]byte
@@ -267,7 +262,7 @@ func (g *scanGroup) dest(a netip.Addr, port uint16, accepted bool) {
 	host := g.addr.IsValid()
 	key := uint64(port)
 	if !host {
-		key = addrKey(a)
+		key = distinct.AddrKey(a)
 	}
 	text := func() string {
 		if host {
@@ -275,10 +270,10 @@ func (g *scanGroup) dest(a netip.Addr, port uint16, accepted bool) {
 		}
 		return a.String()
 	}
-	if g.dests.add(key) && len(g.sample) < MaxSample {
+	if g.dests.Add(key) && len(g.sample) < observe.MaxSample {
 		g.sample = append(g.sample, text())
 	}
-	if accepted && len(g.openSample) < MaxSample {
+	if accepted && len(g.openSample) < observe.MaxSample {
 		if s := text(); !slices.Contains(g.openSample, s) {
 			g.openSample = append(g.openSample, s)
 		}
@@ -309,19 +304,19 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 		e.conversations++
 	}
 	e.first, e.last = min(e.first, c.Start), max(e.last, c.End)
-	if !slices.Contains(e.states, c.ConnState) && len(e.states) < MaxList {
+	if !slices.Contains(e.states, c.ConnState) && len(e.states) < observe.MaxList {
 		e.states = append(e.states, c.ConnState)
 	}
 	if c.Service != "" {
-		if !slices.Contains(e.services, c.Service) && len(e.services) < MaxList {
+		if !slices.Contains(e.services, c.Service) && len(e.services) < observe.MaxList {
 			e.services = append(e.services, c.Service)
 		}
 		e.named = true
 	}
 	e.clients = addClient(e.clients, c.OrigH)
-	if len(e.starts) >= 2*MaxStarts {
+	if len(e.starts) >= 2*observe.MaxStarts {
 		slices.Sort(e.starts)
-		e.starts = e.starts[:copy(e.starts, e.starts[len(e.starts)-MaxStarts:])]
+		e.starts = e.starts[:copy(e.starts, e.starts[len(e.starts)-observe.MaxStarts:])]
 	}
 }
 
@@ -345,7 +340,7 @@ func (t *Dests) scanned(e *endpointStat) bool {
 // once are folded into it, remembered only to notice a second contact.
 func (t *Dests) startScan(g *scanGroup) {
 	g.scanning = true
-	g.dests.startSketch()
+	g.dests.StartSketch()
 	for k, e := range t.eps {
 		if k.proto == g.proto && k.port == g.port && e.conns == 1 && !t.standsOut(e) {
 			t.fold(k, e)
@@ -367,14 +362,16 @@ func (t *Dests) startHostScan(h *scanGroup) {
 		open := e.established
 		h.count(e.conns, open, 0, e.conns-open, e.first, e.last)
 		h.dest(k.addr, k.port, open > 0)
-		if len(e.clients) > 0 {
-			h.clients = union(h.clients, e.clients, MaxList)
+		for _, c := range e.clients {
+			if len(h.clients) < observe.MaxList && !slices.Contains(h.clients, c) {
+				h.clients = append(h.clients, c)
+			}
 		}
 		if e.conns == 1 && !t.standsOut(e) {
 			t.fold(k, e)
 		}
 	}
-	h.dests.startSketch()
+	h.dests.StartSketch()
 }
 
 func (t *Dests) fold(k epKey, e *endpointStat) {
@@ -459,7 +456,7 @@ func nsTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
 func (t *Dests) out(e *endpointStat) {
 	k := e.key
 	slices.Sort(e.starts)
-	if n := len(e.starts) - MaxStarts; n > 0 {
+	if n := len(e.starts) - observe.MaxStarts; n > 0 {
 		e.starts = e.starts[n:]
 	}
 	starts := make([]time.Time, len(e.starts))
@@ -468,7 +465,7 @@ func (t *Dests) out(e *endpointStat) {
 	}
 	addr := k.addr.String()
 	first, last := nsTime(e.first), nsTime(e.last)
-	origin := Origin{Cycle: t.cycle, Artifact: e.prov.Artifact, Input: e.prov.Input, Source: e.source}
+	origin := observe.Origin{Cycle: t.cycle, Artifact: e.prov.Artifact, Input: e.prov.Input, Source: e.source}
 	o := origin.New(records.ObsEndpoint, endpoint.New(k.addr, k.port, k.proto).String(), first, e.prov.Packet, e.prov.Line)
 	o.LastSeen, o.Count = last, e.conns
 	o.Endpoint = &records.EndpointInfo{Proto: k.proto, Addr: addr, Port: k.port, Conns: e.conns, Established: e.established,
@@ -495,15 +492,15 @@ func (t *Dests) out(e *endpointStat) {
 }
 
 func (t *Dests) scanObservable(g *scanGroup, value string) *records.Observable {
-	origin := Origin{Cycle: t.cycle, Artifact: g.prov.Artifact, Input: g.prov.Input, Source: g.source}
+	origin := observe.Origin{Cycle: t.cycle, Artifact: g.prov.Artifact, Input: g.prov.Input, Source: g.source}
 	first, last := nsTime(g.first), nsTime(g.last)
 	o := origin.New(records.ObsScan, value, first, g.prov.Packet, g.prov.Line)
 	o.LastSeen, o.Count = last, g.conns
-	n, est := g.dests.count()
+	n, est := g.dests.Count()
 	info := &records.ScanInfo{Proto: g.proto, Conns: g.conns, Open: g.open, Rejected: g.rejected, Unanswered: g.unanswered,
 		Dests: n, Estimated: est, Rate: rate(g.conns, last.Sub(first)), Sample: g.sample, OpenSample: g.openSample, Clients: g.clients}
-	if g.dests.sketch != nil {
-		info.Sketch = g.dests.sketch.String()
+	if sk := g.dests.Sketch(); sk != nil {
+		info.Sketch = sk.String()
 	}
 	if g.addr.IsValid() {
 		info.Addr = g.addr.String()

@@ -1,4 +1,4 @@
-package observe
+package lines
 
 import (
 	"bufio"
@@ -10,19 +10,19 @@ import (
 
 // A line over MaxLogLine never reaches the log's parser: it is counted bad
 // and reading goes on with the next line, numbered as in the file.
-func TestEachLineSkipsLongLines(t *testing.T) {
+func TestEachSkipsLongLines(t *testing.T) {
 	in := "first\r\n\n" + strings.Repeat("x", MaxLogLine+10) + "\nlast"
 	var got []string
 	var nums []int64
-	var st LineStats
-	err := EachLine(context.Background(), bufio.NewReader(strings.NewReader(in)), &st, func(line []byte, n int64) error {
+	var st Stats
+	err := Each(context.Background(), bufio.NewReader(strings.NewReader(in)), &st, func(line []byte, n int64) error {
 		got, nums = append(got, string(line)), append(nums, n)
 		return nil
 	})
 	if err != nil || len(got) != 2 || got[0] != "first" || got[1] != "last" || nums[1] != 4 {
 		t.Fatalf("%d lines, numbered %v, %v", len(got), nums, err)
 	}
-	if st.Lines != 3 || st.Bad != 1 || !errors.Is(st.FirstBad, ErrLongLine) || !strings.HasPrefix(st.FirstBad.Error(), "line 3:") {
+	if st.Lines != 3 || st.Bad != 1 || !errors.Is(st.FirstBad, ErrTooLong) || !strings.HasPrefix(st.FirstBad.Error(), "line 3:") {
 		t.Fatalf("%+v", st)
 	}
 }

@@ -1,4 +1,4 @@
-package observe
+package flowlog
 
 import "net/netip"
 
