@@ -614,15 +614,6 @@ type Status struct {
 	Config   Config           `json:"config"`
 }
 
-// Inspect reports the lab's parts and counters.
-func Inspect(ctx context.Context, dir string) (*Status, error) {
-	m, err := Load(dir)
-	if err != nil {
-		return nil, err
-	}
-	return inspect(ctx, m.Config)
-}
-
 func inspect(ctx context.Context, cfg Config) (*Status, error) {
 	st := &Status{Name: cfg.Name, Config: cfg, Uplink: cfg.Uplink}
 	h, err := handleAt(cfg.HostNSPath())
