@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -57,6 +58,9 @@ type Host interface {
 	SaveDomain(ctx context.Context, name, path string) error
 	SavedXML(path string) (string, error)
 	DumpMemory(ctx context.Context, name, path string) error
+	// RearmMIPSTimer re-arms a paused, restored MIPS guest's compare timer
+	// (virt.Libvirt.RearmMIPSTimer).
+	RearmMIPSTimer(ctx context.Context, name string, regBytes int, order binary.ByteOrder) error
 }
 
 var _ Host = (*virt.Libvirt)(nil)

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,9 +38,10 @@ type fakeHost struct {
 	answersAfter int
 	creates      int
 	destroyed    []string
-	// saves and restores count SaveDomain and RestorePaused calls.
-	saves, restores int
-	unsaveable      bool
+	// saves and restores count SaveDomain and RestorePaused calls, rearms
+	// RearmMIPSTimer's (each on a paused domain).
+	saves, restores, rearms int
+	unsaveable              bool
 	// scripts are the shell scripts the guests were given (guest-exec of
 	// sh -c); with timersStopped, no guest process ever exits, as in a
 	// guest whose timer interrupts stopped.
@@ -166,6 +168,17 @@ func (h *fakeHost) RestorePaused(ctx context.Context, path, domXML string) error
 	defer h.mu.Unlock()
 	h.restores++
 	h.domains[name] = virt.DomainStatus{Name: name, Active: true, State: "paused", Description: desc}
+	return nil
+}
+
+// RearmMIPSTimer counts the re-arms of a paused domain's timer.
+func (h *fakeHost) RearmMIPSTimer(ctx context.Context, name string, regBytes int, order binary.ByteOrder) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if d, ok := h.domains[name]; !ok || d.State != "paused" {
+		return fmt.Errorf("fake: %s is not paused", name)
+	}
+	h.rearms++
 	return nil
 }
 

@@ -52,3 +52,63 @@ func TestRestorePseriesRealGuest(t *testing.T) {
 		t.Errorf("the restored guest does not have its lease's address %s: %q", restored.IP, out)
 	}
 }
+
+// TestRestoreMaltaRealGuest: a mipsel guest whose CPU is kept busy (its
+// kernel then ticks, so a timer event is always due, as right after a
+// boot) is snapshotted, which saves it and restores it in place, and the
+// snapshot is restored as a new lease. QEMU 7.2 does not arm a MIPS
+// guest's compare timer again when it loads a save, so both guests would
+// come back with no timer interrupt until their kernel writes Compare
+// again, which took 13–31 s; tb-lease re-arms it through QEMU's gdbstub
+// before the guest runs (virt.RearmMIPSTimer). The busy process is the
+// witness, from inside the guest: it notes any 2 s of the guest's uptime
+// (its clock reads Count, which runs on) without a timer interrupt, which
+// a ticking kernel never has. Without the re-arm the test fails: "its
+// guest's timer stopped: no timer interrupt from 8 s to 10 s of uptime".
+func TestRestoreMaltaRealGuest(t *testing.T) {
+	h := newRealGuestHost(t, "debian-bookworm-mipsel", documentationLab)
+	ctx := context.Background()
+	st, m, stderr := h.st, h.m, h.stderr
+
+	p := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "mipsel"},
+		Lease: records.LeaseNeeds{VCPUs: 1, MemoryMiB: 256, TTL: records.Duration(time.Hour)}}
+	records.Init(p, records.KindPlan, st.Now())
+	if err := st.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	src, err := m.Acquire(ctx, lease.Request{Plan: p, Holder: "cycle_p", Accel: "tcg"})
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	if out := guestSh(t, m, src.ID, "/bin/busybox grep -w timer /proc/interrupts"); strings.TrimSpace(out) == "" {
+		t.Fatal("the guest has no timer line in /proc/interrupts")
+	}
+	guestSh(t, m, src.ID, `(setsid /bin/busybox sh -c '
+b=/bin/busybox
+c0=$($b grep -w timer /proc/interrupts); read u r </proc/uptime; s0=${u%.*}
+while [ ! -e /run/witness.stop ]; do
+  c=$($b grep -w timer /proc/interrupts); read u r </proc/uptime; s=${u%.*}
+  if [ "$c" != "$c0" ]; then c0=$c s0=$s
+  elif [ $((s - s0)) -ge 2 ]; then echo "no timer interrupt from ${s0} s to ${s} s of uptime" >>/run/stalled; s0=$s
+  fi
+done' >/dev/null 2>&1 </dev/null &)`)
+	snap, err := m.Snapshot(ctx, src.ID)
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	restored, err := m.Restore(ctx, snap.ID, lease.Request{Holder: "cycle_r"})
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	for _, l := range []*records.SandboxLease{src, restored} {
+		if out := guestSh(t, m, l.ID, "/bin/busybox touch /run/witness.stop; /bin/busybox cat /run/stalled 2>/dev/null; true"); out != "" {
+			t.Errorf("lease %s: its guest's timer stopped: %s", l.ID, out)
+		}
+		if out := guestSh(t, m, l.ID, "/bin/busybox usleep 1000 && echo slept"); strings.TrimSpace(out) != "slept" {
+			t.Errorf("lease %s: a sleep in its guest: %q", l.ID, out)
+		}
+	}
+	if out := guestSh(t, m, restored.ID, "/bin/busybox ip -4 -o addr show dev eth0"); !strings.Contains(out, restored.IP+"/") {
+		t.Errorf("the restored guest does not have its lease's address %s: %q", restored.IP, out)
+	}
+}

@@ -324,32 +324,37 @@ func TestSettleKicksOnlyPseriesUnderTCG(t *testing.T) {
 	}
 }
 
-// TestMaltaRevertsBoot: a Malta lease keeps no clean state (its restored
-// timer stays stopped, keepsCleanState): each revert boots, nothing is
-// saved.
-func TestMaltaRevertsBoot(t *testing.T) {
+// TestMaltaCleanState: a Malta lease on this machine keeps its clean state
+// and reverts by restoring it, its timer re-armed while the guest is
+// paused (rearmsTimer); one on another host, whose QEMU's gdbstub socket
+// is not a file here, keeps none: each revert boots, nothing is saved.
+func TestMaltaCleanState(t *testing.T) {
 	m, h, l := revertFixture(t)
 	ctx := context.Background()
-	for _, p := range []string{"mipsel", "mips64el"} {
-		l.Platform = p
-		for range 2 {
-			if err := h.Destroy(ctx, l.VMName); err != nil {
-				t.Fatal(err)
-			}
-			how, _, err := m.clean(ctx, h, l, time.Second)
-			if err != nil || how != "boot" {
-				t.Fatalf("%s: revert %q, %v", p, how, err)
-			}
+	revert := func(want string) {
+		t.Helper()
+		if err := h.Destroy(ctx, l.VMName); err != nil {
+			t.Fatal(err)
+		}
+		if how, _, err := m.clean(ctx, h, l, time.Second); err != nil || how != want {
+			t.Fatalf("%s on %s: revert %q, %v; want %q", l.Platform, l.ConnectURI, how, err, want)
 		}
 	}
-	if mem, _ := goldenPaths(l); h.saves != 0 || fileExists(mem) {
-		t.Errorf("a Malta lease's clean state was saved (%d saves)", h.saves)
+	for _, p := range []string{"mipsel", "mips64el"} {
+		l.Platform, l.ConnectURI = p, "qemu+tcp://198.51.100.7/system"
+		revert("boot")
+		revert("boot")
+		if mem, _ := goldenPaths(l); h.saves != 0 || h.rearms != 0 || fileExists(mem) {
+			t.Errorf("a remote Malta lease's clean state was saved (%d saves, %d re-arms)", h.saves, h.rearms)
+		}
 	}
-	l.Platform = "amd64"
-	if err := h.Destroy(ctx, l.VMName); err != nil {
-		t.Fatal(err)
+	l.Platform, l.ConnectURI = "mipsel", fakeURI("h")
+	revert("boot")
+	if h.saves != 1 || h.rearms != 1 {
+		t.Errorf("mipsel here: %d saves, %d re-arms after its first revert; want its clean state saved and restored re-armed", h.saves, h.rearms)
 	}
-	if how, _, err := m.clean(ctx, h, l, time.Second); err != nil || how != "boot" || h.saves != 1 {
-		t.Errorf("amd64: revert %q, %v, %d saves: its clean state is kept", how, err, h.saves)
+	revert("snapshot")
+	if h.rearms != 2 {
+		t.Errorf("mipsel here: %d re-arms after a revert from its clean state, want 2", h.rearms)
 	}
 }

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -49,18 +50,34 @@ const (
 )
 
 // restoreGuest restores l's guest from the save file mem, whose definition
-// is already l's own, its tap bound before it runs; waits for its agent and
-// settles it with then (settleRestored), within timeout. A guest that does
-// not settle is destroyed; on a machine that stops its timers
-// (stopsTimers) it is restored again (see restoreAttempts).
+// is already l's own, its tap bound before it runs; on Malta re-arms its
+// timer before it runs (rearmsTimer); waits for its agent and settles it
+// with then (settleRestored), within timeout. A guest that does not settle
+// is destroyed; on a machine that stops its timers (stopsTimers) it is
+// restored again (see restoreAttempts).
 func (m *Manager) restoreGuest(ctx context.Context, c Host, l *records.SandboxLease, mem, then string, timeout time.Duration) error {
 	attempts, wait := 1, timeout
 	if stopsTimers(l) {
 		attempts, wait = restoreAttempts, min(timeout, restoreAgentWait)
 	}
+	restore := func() error {
+		if err := c.RestorePaused(ctx, mem, ""); err != nil {
+			return err
+		}
+		if rearmsTimer(l) {
+			// A guest whose timer was not re-armed still comes back, as
+			// before, when its kernel writes Compare again: slower, not
+			// broken, so that is a warning.
+			p, _ := platform.Lookup(l.Platform)
+			if err := c.RearmMIPSTimer(ctx, l.VMName, p.Bits/8, byteOrder(p)); err != nil {
+				m.Out.Log.Warn("the restored guest's timer was not re-armed: it resumes when its kernel sets the timer again, seconds later", "lease", l.ID, "err", err)
+			}
+		}
+		return nil
+	}
 	var err error
 	for i := range attempts {
-		if err = m.run(ctx, c, l, func() error { return c.RestorePaused(ctx, mem, "") }); err != nil {
+		if err = m.run(ctx, c, l, restore); err != nil {
 			return err
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
@@ -81,25 +98,45 @@ func (m *Manager) restoreGuest(ctx context.Context, c Host, l *records.SandboxLe
 	return err
 }
 
+func byteOrder(p platform.Platform) binary.ByteOrder {
+	if p.Endianness == "big" {
+		return binary.BigEndian
+	}
+	return binary.LittleEndian
+}
+
 // stopsTimers tells whether l's machine may come back from a save with its
-// timer stopped: pseries under TCG (KVM keeps the decrementer in the host
-// kernel, which migrates it).
+// timer stopped and needs the kick through its agent: pseries under TCG
+// (KVM keeps the decrementer in the host kernel, which migrates it).
 func stopsTimers(l *records.SandboxLease) bool {
 	p, ok := platform.Lookup(l.Platform)
 	return ok && p.Machine == "pseries" && virt.Accel(l.Accel) != virt.KVM
 }
 
-// keepsCleanState tells whether a revert of l should restore a clean state
-// saved after its boot rather than boot again. Not on Malta under TCG:
-// QEMU 7.2 saves a MIPS guest's Count and Compare but not the timer that
-// raises the compare interrupt, and arms nothing on load, so a guest
-// restored from a save taken while a timer event was due (a guest just
-// booted always has one) gets no timer interrupt until its kernel sets
-// Compare again. A revert from such a state took 29–31 s on mipsel and
-// mips64el, their boot 5.5–8.5 s (docs/performance.md).
-func keepsCleanState(l *records.SandboxLease) bool {
+// onMalta tells whether l is a MIPS Malta guest under TCG, whose compare
+// timer QEMU 7.2 does not arm again when it loads a save (see
+// virt.RearmMIPSTimer): a guest saved while a timer event was due (a guest
+// just booted always has one) gets no timer interrupt until its kernel
+// writes Compare again, which took 13–31 s after a restore
+// (docs/performance.md).
+func onMalta(l *records.SandboxLease) bool {
 	p, ok := platform.Lookup(l.Platform)
-	return !ok || p.Machine != "malta" || virt.Accel(l.Accel) == virt.KVM
+	return ok && p.Machine == "malta" && virt.Accel(l.Accel) != virt.KVM
+}
+
+// rearmsTimer tells whether l's restored guest has its timer re-armed from
+// the host before it runs: on Malta, where its host is this machine (the
+// gdbstub's socket is a file here).
+func rearmsTimer(l *records.SandboxLease) bool {
+	return onMalta(l) && virt.LocalURI(l.ConnectURI)
+}
+
+// keepsCleanState tells whether a revert of l should restore a clean state
+// saved after its boot rather than boot again: not where its timer would
+// come back stopped and cannot be re-armed (a Malta guest on another
+// host), since such a revert took 29–31 s against a 5.5–8.5 s boot.
+func keepsCleanState(l *records.SandboxLease) bool {
+	return !onMalta(l) || rearmsTimer(l)
 }
 
 // timerKick restarts a stopped pseries guest's timer (see above): with
