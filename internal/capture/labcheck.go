@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
@@ -22,7 +21,7 @@ import (
 // fails to build is taken down again: never left half up.
 func UpLab(ctx context.Context, st *state.Store, cfg netlab.Config) (*netlab.ProbeReport, error) {
 	cfg.Dir = netlab.Dir(st, cfg.Name)
-	_, before := netlab.Load(cfg.Dir)
+	_, before := netlab.Open(st, cfg.Name)
 	if _, err := netlab.Up(ctx, cfg); err != nil {
 		// A refused change leaves the running lab, and its check, as they were.
 		var changed *netlab.ConfigChangedError
@@ -153,15 +152,13 @@ func (l Labs) Contained(ctx context.Context, hostNS, bridge string, labNet netip
 // ByBridge is the configuration of this host's lab whose bridge is bridge
 // in the network namespace hostNS; os.ErrNotExist (wrapped) when none is.
 func (l Labs) ByBridge(hostNS, bridge string) (netlab.Config, error) {
-	root := l.St.Path("capture", "labs")
-	dirs, err := os.ReadDir(root)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	labs, err := netlab.UpLabs(l.St)
+	if err != nil {
 		return netlab.Config{}, err
 	}
-	for _, d := range dirs {
-		m, err := netlab.Load(filepath.Join(root, d.Name()))
-		if err == nil && m.Config.Bridge == bridge && m.Config.HostNS == hostNS {
-			return m.Config, nil
+	for _, lab := range labs {
+		if lab.Config.Bridge == bridge && lab.Config.HostNS == hostNS {
+			return lab.Config, nil
 		}
 	}
 	return netlab.Config{}, fmt.Errorf("bridge %s is not a lab's: %w", bridge, os.ErrNotExist)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
@@ -19,8 +20,11 @@ const DefaultName = "default"
 // st: the configuration it was brought up with, its last check, the names
 // its DNS sinkhole forwards.
 func Dir(st *state.Store, name string) string {
-	return st.Path("capture", "labs", cmp.Or(name, DefaultName))
+	return filepath.Join(labsDir(st), cmp.Or(name, DefaultName))
 }
+
+// labsDir holds a directory (Dir) per lab of st.
+func labsDir(st *state.Store) string { return st.Path("capture", "labs") }
 
 // Lab is one lab of this host, as Open (or Expected) found it: the one
 // handle the tools take a lab's configuration, firewall, validator and last
@@ -66,6 +70,23 @@ func Open(st *state.Store, name string) (*Lab, error) {
 		return nil, fmt.Errorf("lab %q: %w", name, err)
 	}
 	return &Lab{Name: name, Dir: dir, Config: m.Config, up: true}, nil
+}
+
+// UpLabs are the labs of st that are up, in name order. A lab whose recorded
+// configuration cannot be read is left out, as one that is not up: no
+// guest is placed on it.
+func UpLabs(st *state.Store) ([]*Lab, error) {
+	dirs, err := os.ReadDir(labsDir(st))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var labs []*Lab
+	for _, d := range dirs {
+		if l, err := Open(st, d.Name()); err == nil {
+			labs = append(labs, l)
+		}
+	}
+	return labs, nil
 }
 
 // Expected is the lab named name as Open finds it when it is up, else as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -84,6 +85,13 @@ func TestOpenUpLab(t *testing.T) {
 	if lab.Name != cfg.Name || lab.Dir != cfg.Dir || lab.Config.Bridge != cfg.Bridge || lab.Config.HostNS != cfg.HostNS {
 		t.Fatalf("Open(%s) = %+v, want the lab brought up in %s", cfg.Name, lab, cfg.Dir)
 	}
+	// A lab that is not up (only its directory left) is not among those up.
+	if err := os.MkdirAll(netlab.Dir(st, "gone"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if up, err := netlab.UpLabs(st); err != nil || len(up) != 1 || up[0].Name != cfg.Name || up[0].Config.Bridge != cfg.Bridge {
+		t.Fatalf("UpLabs = %+v, %v, want only %s", up, err, cfg.Name)
+	}
 	fw, err := lab.Firewall()
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +144,9 @@ func TestOpenUpLab(t *testing.T) {
 	}
 	if _, err := netlab.Open(st, cfg.Name); !errors.Is(err, netlab.ErrNotUp) {
 		t.Fatalf("Open after down: %v, want ErrNotUp", err)
+	}
+	if up, err := netlab.UpLabs(st); err != nil || len(up) != 0 {
+		t.Fatalf("UpLabs after down = %+v, %v, want none", up, err)
 	}
 	if fs, err := fw.Status(ctx); err != nil || fs.Up {
 		t.Fatalf("the lab's table after down: %+v, %v, want gone", fs, err)
