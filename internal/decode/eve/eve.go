@@ -5,6 +5,7 @@ package eve
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode"
-	"github.com/talkbox-sandbox/talkbox/internal/decode/packet"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
@@ -173,11 +173,11 @@ func (e *ev) dns(o observe.Origin, n int64, sink decode.Sink) error {
 				info.Addrs = append(info.Addrs, data)
 			}
 		case "CNAME":
-			data = packet.NormName(data)
+			data = observe.NormName(data)
 			info.CNAMEs = append(info.CNAMEs, data)
 		}
 		if len(info.Answers) < observe.MaxAnswers {
-			info.Answers = append(info.Answers, records.DNSAnswer{Name: packet.NormName(name), Type: typ, Data: data, TTL: uint32(min(max(ttl, 0), 1<<32-1))})
+			info.Answers = append(info.Answers, records.DNSAnswer{Name: observe.NormName(name), Type: typ, Data: data, TTL: uint32(min(max(ttl, 0), 1<<32-1))})
 		}
 	}
 	if ans := d.Get("answers"); ans.IsArray() {
@@ -197,7 +197,7 @@ func (e *ev) dns(o observe.Origin, n int64, sink decode.Sink) error {
 		})
 	}
 	for i, q := range qs {
-		obs := o.New(records.ObsDomain, packet.NormName(q.name), e.ts, 0, n)
+		obs := o.New(records.ObsDomain, observe.NormName(q.name), e.ts, 0, n)
 		c := *info
 		if q.typ != "" {
 			c.QTypes = []string{q.typ}
@@ -226,19 +226,14 @@ func (e *ev) http(o observe.Origin, n int64, sink decode.Sink) error {
 	host := h.Get("hostname").String()
 	uri := h.Get("url").String()
 	method := h.Get("http_method").String()
-	vhost := host
-	if vhost == "" {
-		vhost = packet.HostPort(e.dst, e.dp)
-	}
-	info := &records.HTTPInfo{Method: method, Host: host, URI: uri, Servers: []string{packet.HostPort(e.dst, e.dp)}, Clients: []string{e.src.String()}}
-	if ua := h.Get("http_user_agent").String(); ua != "" {
-		info.UserAgents = []string{ua}
-	}
+	server := observe.HostPort(e.dst, e.dp)
+	vhost := cmp.Or(host, server)
+	status := 0
 	if s := h.Get("status").Int(); s > 0 && s < 1000 {
-		info.Statuses = []int{int(s)}
+		status = int(s)
 	}
-	obs := o.New(records.ObsHTTP, packet.HTTPValue(method, vhost, uri), e.ts, 0, n)
-	obs.HTTP = info
+	obs, _ := o.NewHTTP(observe.HTTPValue(method, vhost, uri), e.ts, 0, n, method, host, uri, h.Get("http_user_agent").String(), status,
+		server, e.src.String())
 	sink.Add(obs)
 	return nil
 }
@@ -269,22 +264,9 @@ func (e *ev) tls(o observe.Origin, n int64, sink decode.Sink) error {
 		return errors.New("tls event without tls object")
 	}
 	sni := strings.ToLower(t.Get("sni").String())
-	value := sni
-	if value == "" {
-		value = packet.HostPort(e.dst, e.dp)
-	}
-	info := &records.TLSInfo{ServerName: sni, Servers: []string{packet.HostPort(e.dst, e.dp)}, Clients: []string{e.src.String()}}
-	if v := t.Get("version").String(); v != "" {
-		info.Versions = []string{tlsVersion(v)}
-	}
-	if h := t.Get("ja3.hash").String(); h != "" {
-		info.JA3 = []string{h}
-	}
-	if j := t.Get("ja4").String(); j != "" {
-		info.JA4 = []string{j}
-	}
-	obs := o.New(records.ObsTLS, value, e.ts, 0, n)
-	obs.TLS = info
+	server := observe.HostPort(e.dst, e.dp)
+	obs, _ := o.NewTLS(cmp.Or(sni, server), e.ts, 0, n, sni, tlsVersion(t.Get("version").String()), t.Get("ja3.hash").String(),
+		t.Get("ja4").String(), "", server, e.src.String())
 	sink.Add(obs)
 	return nil
 }

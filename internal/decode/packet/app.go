@@ -12,6 +12,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/decode/dns"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/httpmsg"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/tlsfp"
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -758,7 +759,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 	}
 	switch {
 	case !m.Response && fromOrig && q0.open:
-		d.floodQuery(NormName(m.Questions[0].Name), f.respAddr(), f.key.v6, k.ipLen, k.ts, k.n)
+		d.floodQuery(observe.NormName(m.Questions[0].Name), f.respAddr(), f.key.v6, k.ipLen, k.ts, k.n)
 		f.dnsQ[f.dnsN%uint8(len(f.dnsQ))] = q0
 		f.dnsN++
 	case m.Response && !fromOrig && q0.open:
@@ -789,7 +790,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 	netbios := transport == "udp" && f.respPort() == 137
 	if len(m.Questions) > 0 {
 		for i, q := range m.Questions {
-			name, qtype := NormName(q.Name), dns.TypeName(q.Type)
+			name, qtype := observe.NormName(q.Name), dns.TypeName(q.Type)
 			if netbios {
 				name = NetBIOSName(q.Name)
 				if q.Type == 33 {
@@ -815,14 +816,14 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 	// Answers without a question (mDNS announcements): one per owner name,
 	// unsolicited.
 	for i, a := range m.Answers {
-		name := NormName(a.Name)
-		if slices.ContainsFunc(m.Answers[:i], func(b dns.RR) bool { return NormName(b.Name) == name }) {
+		name := observe.NormName(a.Name)
+		if slices.ContainsFunc(m.Answers[:i], func(b dns.RR) bool { return observe.NormName(b.Name) == name }) {
 			continue
 		}
 		o := newDomain(name, "")
 		var own []dns.RR
 		for _, b := range m.Answers {
-			if NormName(b.Name) == name {
+			if observe.NormName(b.Name) == name {
 				own = append(own, b)
 			}
 		}
@@ -865,30 +866,15 @@ func addAnswers(di *records.DomainInfo, rrs []dns.RR) {
 		case dns.TypeA, dns.TypeAAAA:
 			di.Addrs = append(di.Addrs, data)
 		case dns.TypeCNAME:
-			data = NormName(data)
+			data = observe.NormName(data)
 			di.CNAMEs = append(di.CNAMEs, data)
 		case dns.TypeNS, dns.TypePTR, dns.TypeMX, dns.TypeDNAME:
-			data = NormName(data)
+			data = observe.NormName(data)
 		}
 		if len(di.Answers) < 64 {
-			di.Answers = append(di.Answers, records.DNSAnswer{Name: NormName(a.Name), Type: dns.TypeName(a.Type), Data: clip(data), TTL: a.TTL})
+			di.Answers = append(di.Answers, records.DNSAnswer{Name: observe.NormName(a.Name), Type: dns.TypeName(a.Type), Data: clip(data), TTL: a.TTL})
 		}
 	}
-}
-
-// NormName is the observable value of a DNS name: lower case, without a
-// trailing dot ("." for the root).
-func NormName(s string) string {
-	s = strings.TrimSuffix(s, ".")
-	if s == "" {
-		return "."
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			return strings.ToLower(s)
-		}
-	}
-	return s
 }
 
 // maxAnswerData bounds one answer's text (long TXT records) as kept.
@@ -909,13 +895,13 @@ func clip(s string) string {
 func NetBIOSName(s string) string {
 	label, _, _ := strings.Cut(s, ".")
 	if len(label) != 32 {
-		return NormName(s)
+		return observe.NormName(s)
 	}
 	var out []byte
 	for i := 0; i < 15; i++ {
 		hi, lo := label[2*i]-'A', label[2*i+1]-'A'
 		if label[2*i] < 'A' || label[2*i+1] < 'A' || hi > 15 || lo > 15 {
-			return NormName(s)
+			return observe.NormName(s)
 		}
 		c := hi<<4 | lo
 		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c > ' ' && c < 0x7f || c < 3) {

@@ -2,18 +2,13 @@ package packet
 
 import (
 	"cmp"
-	"net/netip"
 	"strconv"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/tlsfp"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
-
-// HostPort formats an address and port, IPv6 in brackets.
-func HostPort(a netip.Addr, p uint16) string {
-	return netip.AddrPortFrom(a, p).String()
-}
 
 // finish ends a connection: the connection, and its icmp, http and tls
 // observables go to the sink, and its slot is recycled. A connection
@@ -95,40 +90,13 @@ func (d *Decoder) emitHTTP(f *flow, r *httpReq) *poll {
 	v6 := f.key.v6
 	server := d.hostPort(f.respAddr(), v6, f.respPort())
 	host := cmp.Or(r.req.Host, server)
-	value, client := HTTPValue(r.req.Method, host, r.req.URI), d.addrString(f.origAddr(), v6)
+	value, client := observe.HTTPValue(r.req.Method, host, r.req.URI), d.addrString(f.origAddr(), v6)
 	p := d.pollRequest(r, value, server, client)
 	d.floodPacket(vecHTTP, f.respAddr(), f.origAddr(), v6, f.respPort(), 0, r.ts, r.n)
 	o, _ := d.cfg.Origin.NewHTTP(value, tsTime(r.ts), r.n, 0,
 		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, client)
 	d.cfg.Sink.Add(o)
 	return p
-}
-
-// HTTPValue is the value of an http observable: "METHOD http://host/uri",
-// or the URI alone when it is already absolute (proxy requests).
-func HTTPValue(method, host, uri string) string {
-	if len(uri) > 7 && (uri[:7] == "http://" || len(uri) > 8 && uri[:8] == "https://") {
-		return method + " " + uri
-	}
-	if method == "CONNECT" {
-		return method + " " + uri
-	}
-	return method + " http://" + lowerASCII(host) + uri
-}
-
-func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if b[j] >= 'A' && b[j] <= 'Z' {
-					b[j] += 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
 }
 
 func (d *Decoder) emitTLS(f *flow, t *tlsSeen, rp uint16) {
@@ -174,7 +142,7 @@ func (d *Decoder) hostPort(a addr, v6 bool, port uint16) string {
 	if s, ok := d.endpoints[k]; ok {
 		return s
 	}
-	s := HostPort(a.netip(v6), port)
+	s := observe.HostPort(a.netip(v6), port)
 	if len(d.endpoints) < maxEndpoints {
 		d.endpoints[k] = s
 	}

@@ -5,6 +5,7 @@ package zeek
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +18,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode"
-	"github.com/talkbox-sandbox/talkbox/internal/decode/packet"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
@@ -354,14 +354,13 @@ func dnsEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sin
 	proto, _ := r.str("proto")
 	qtype, _ := r.str("qtype_name")
 	rcode, hasRcode := r.str("rcode_name")
-	d := &records.DomainInfo{Queries: 1, QTypes: one(qtype), Resolvers: []string{c.rh.String()},
-		Clients: []string{c.oh.String()}, Transports: one(proto)}
+	name := observe.NormName(q)
+	obs, d := o.NewDomain(name, ts, 0, line, qtype, rcode, proto, c.rh.String(), c.oh.String())
+	d.Queries = 1
 	if hasRcode {
 		d.Responses = 1
-		d.RCodes = one(rcode)
 	}
 	answers, ttls := r.list("answers"), r.list("TTLs")
-	name := packet.NormName(q)
 	for i, a := range answers {
 		var ttl uint32
 		if i < len(ttls) {
@@ -384,15 +383,13 @@ func dnsEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sin
 			}
 		} else if typ == "A" || typ == "AAAA" || typ == "" {
 			typ = "CNAME"
-			a = packet.NormName(a)
+			a = observe.NormName(a)
 			d.CNAMEs = append(d.CNAMEs, a)
 		}
 		if len(d.Answers) < observe.MaxAnswers {
 			d.Answers = append(d.Answers, records.DNSAnswer{Name: name, Type: typ, Data: a, TTL: ttl})
 		}
 	}
-	obs := o.New(records.ObsDomain, name, ts, 0, line)
-	obs.Domain = d
 	sink.Add(obs)
 	return nil
 }
@@ -408,19 +405,14 @@ func httpEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Si
 	if method == "" && uri == "" {
 		return nil // a response without a request
 	}
-	vhost := host
-	if vhost == "" {
-		vhost = packet.HostPort(c.rh, c.rp)
-	}
-	h := &records.HTTPInfo{Method: method, Host: host, URI: uri, Servers: []string{packet.HostPort(c.rh, c.rp)}, Clients: []string{c.oh.String()}}
-	if ua, ok := r.str("user_agent"); ok && ua != "" {
-		h.UserAgents = []string{ua}
-	}
+	server := observe.HostPort(c.rh, c.rp)
+	vhost := cmp.Or(host, server)
+	ua, _ := r.str("user_agent")
+	status := 0
 	if s := num(r, "status_code"); s > 0 && s < 1000 {
-		h.Statuses = []int{int(s)}
+		status = int(s)
 	}
-	obs := o.New(records.ObsHTTP, packet.HTTPValue(method, vhost, uri), ts, 0, line)
-	obs.HTTP = h
+	obs, _ := o.NewHTTP(observe.HTTPValue(method, vhost, uri), ts, 0, line, method, host, uri, ua, status, server, c.oh.String())
 	sink.Add(obs)
 	return nil
 }
@@ -432,25 +424,12 @@ func sslEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Sin
 	}
 	sni, _ := r.str("server_name")
 	sni = strings.ToLower(sni)
-	value := sni
-	if value == "" {
-		value = packet.HostPort(c.rh, c.rp)
-	}
-	t := &records.TLSInfo{ServerName: sni, Servers: []string{packet.HostPort(c.rh, c.rp)}, Clients: []string{c.oh.String()}}
-	if v, ok := r.str("version"); ok {
-		t.Versions = one(v)
-	}
-	if v, ok := r.str("ja3"); ok {
-		t.JA3 = one(v)
-	}
-	if v, ok := r.str("ja4"); ok {
-		t.JA4 = one(v)
-	}
-	if v, ok := r.str("next_protocol"); ok {
-		t.ALPN = one(v)
-	}
-	obs := o.New(records.ObsTLS, value, ts, 0, line)
-	obs.TLS = t
+	server := observe.HostPort(c.rh, c.rp)
+	version, _ := r.str("version")
+	ja3, _ := r.str("ja3")
+	ja4, _ := r.str("ja4")
+	alpn, _ := r.str("next_protocol")
+	obs, _ := o.NewTLS(cmp.Or(sni, server), ts, 0, line, sni, version, ja3, ja4, alpn, server, c.oh.String())
 	sink.Add(obs)
 	return nil
 }
