@@ -37,19 +37,6 @@ func encodeULID(raw [16]byte) string {
 	return string(out[:])
 }
 
-// IDTime returns the creation time encoded in an ID.
-func IDTime(id string) (time.Time, error) {
-	if err := CheckID(id); err != nil {
-		return time.Time{}, err
-	}
-	s := id[strings.LastIndexByte(id, '_')+1:]
-	var ms uint64
-	for i := 0; i < 10; i++ {
-		ms = ms<<5 | uint64(strings.IndexByte(crockford, s[i]))
-	}
-	return time.UnixMilli(int64(ms)).UTC(), nil
-}
-
 // KindOf returns the kind prefix of an ID ("plan" for "plan_01J…").
 func KindOf(id string) string {
 	i := strings.LastIndexByte(id, '_')

@@ -91,9 +91,9 @@ func PrintLine(out io.Writer, kind string, v any) error {
 	return w.Flush()
 }
 
-// CheckLine checks the contract every stdout line of a tool keeps: one JSON
+// checkLine checks the contract every stdout line of a tool keeps: one JSON
 // object with a kind, and, for a stored kind, an id of that kind.
-func CheckLine(b []byte) error {
+func checkLine(b []byte) error {
 	var probe struct {
 		Kind *string `json:"kind"`
 		ID   string  `json:"id"`
@@ -124,7 +124,7 @@ func CheckLine(b []byte) error {
 	return nil
 }
 
-// CheckLines runs CheckLine on every line of r, blank ones included (a
+// CheckLines runs checkLine on every line of r, blank ones included (a
 // pipeline would have to skip those too), and returns the first failure as
 // a LineError naming the input.
 func CheckLines(r io.Reader, name string) error {
@@ -139,7 +139,7 @@ func CheckLines(r io.Reader, name string) error {
 		return &LineError{Name: name, Line: bytes.Count(b, []byte{'\n'}) + 1, Err: errors.New("no newline at the end")}
 	}
 	for i, l := range bytes.Split(b[:len(b)-1], []byte{'\n'}) {
-		if err := CheckLine(l); err != nil {
+		if err := checkLine(l); err != nil {
 			return &LineError{Name: name, Line: i + 1, Err: err}
 		}
 	}

@@ -11,6 +11,19 @@ import (
 	"time"
 )
 
+// idTime is the creation time NewID encoded in id: its first ten digits.
+func idTime(id string) (time.Time, error) {
+	if err := CheckID(id); err != nil {
+		return time.Time{}, err
+	}
+	s := id[strings.LastIndexByte(id, '_')+1:]
+	var ms uint64
+	for i := 0; i < 10; i++ {
+		ms = ms<<5 | uint64(strings.IndexByte(crockford, s[i]))
+	}
+	return time.UnixMilli(int64(ms)).UTC(), nil
+}
+
 func TestIDsSortByTime(t *testing.T) {
 	base := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	var ids []string
@@ -24,12 +37,12 @@ func TestIDsSortByTime(t *testing.T) {
 		if err := CheckID(id); err != nil {
 			t.Fatal(err)
 		}
-		got, err := IDTime(id)
+		got, err := idTime(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := base.Add(time.Duration(i) * time.Millisecond); !got.Equal(want) {
-			t.Fatalf("IDTime(%s) = %v, want %v", id, got, want)
+			t.Fatalf("idTime(%s) = %v, want %v", id, got, want)
 		}
 		if KindOf(id) != "plan" {
 			t.Fatalf("KindOf(%s) = %q", id, KindOf(id))
