@@ -314,43 +314,19 @@ func carryPath(st *state.Store, stream string) string {
 	return st.Path("parse", "carry", hex.EncodeToString(sum[:16])+".json.gz")
 }
 
-// readCarry reads a stream's stored carry (nil when there is none).
+// readCarry reads a stream's stored carry (nil when there is none, or when
+// it is of another version).
 func readCarry(st *state.Store, stream string) (*carried, error) {
-	f, err := os.Open(carryPath(st, stream))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	c, err := readCarryFile(carryPath(st, stream), false)
+	if err != nil || c == nil || c.Version != carryVersion {
 		return nil, err
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
-	}
-	dec := json.NewDecoder(zr)
-	var c carried
-	if err := dec.Decode(&c.carryHeader); err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
-	}
-	if c.Version != carryVersion {
-		return nil, nil
-	}
-	for {
-		var conn packet.Carried
-		err := dec.Decode(&conn)
-		if err == io.EOF {
-			return &c, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name(), err)
-		}
-		c.Conns = append(c.Conns, conn)
-	}
+	return c, nil
 }
 
-// readCarryHeader reads only the header of a stream's stored carry.
-func readCarryHeader(path string) (*carryHeader, error) {
+// readCarryFile reads a stored carry, or with headerOnly only its header
+// (nil when there is none).
+func readCarryFile(path string, headerOnly bool) (*carried, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -361,13 +337,27 @@ func readCarryHeader(path string) (*carryHeader, error) {
 	defer f.Close()
 	zr, err := gzip.NewReader(f)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var h carryHeader
-	if err := json.NewDecoder(zr).Decode(&h); err != nil {
-		return nil, err
+	dec := json.NewDecoder(zr)
+	var c carried
+	if err := dec.Decode(&c.carryHeader); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &h, nil
+	if headerOnly || c.Version != carryVersion {
+		return &c, nil
+	}
+	for {
+		var conn packet.Carried
+		err := dec.Decode(&conn)
+		if err == io.EOF {
+			return &c, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		c.Conns = append(c.Conns, conn)
+	}
 }
 
 // writeCarry stores a stream's carry (gzip'd JSON lines: the header, then
@@ -381,7 +371,7 @@ func writeCarry(ctx context.Context, st *state.Store, stream string, c *carried,
 	}
 	defer unlock()
 	path := carryPath(st, stream)
-	if h, err := readCarryHeader(path); err == nil && h != nil && h.Version == carryVersion && h.End > c.End {
+	if h, err := readCarryFile(path, true); err == nil && h != nil && h.Version == carryVersion && h.End > c.End {
 		return false, nil
 	}
 	if ended || len(c.Conns) == 0 {

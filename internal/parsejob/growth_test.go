@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,35 +19,28 @@ import (
 // file, never on a wire), every tenth answering.
 func scanCapture(t *testing.T, path string, conns int) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := pcapgen.New(f, pcapgen.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, uint64(conns)))
-	guest, c2 := netip.MustParseAddr("10.13.37.5"), netip.AddrPortFrom(netip.MustParseAddr("203.0.113.66"), 443)
-	g.Step = time.Millisecond
-	span := time.Duration(conns) * 10 * time.Millisecond
-	for i := 0; i < conns; i++ {
-		if i%(conns/10) == 0 {
-			c := g.Dial(netip.AddrPortFrom(guest, uint16(30000+i%1000)), c2, uint32(i), 7)
-			c.Send([]byte("hello"))
-			c.Close()
+	err := pcapgen.WriteFile(path, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		rng := rand.New(rand.NewPCG(1, uint64(conns)))
+		guest, c2 := netip.MustParseAddr("10.13.37.5"), netip.AddrPortFrom(netip.MustParseAddr("203.0.113.66"), 443)
+		g.Step = time.Millisecond
+		span := time.Duration(conns) * 10 * time.Millisecond
+		for i := 0; i < conns; i++ {
+			if i%(conns/10) == 0 {
+				c := g.Dial(netip.AddrPortFrom(guest, uint16(30000+i%1000)), c2, uint32(i), 7)
+				c.Send([]byte("hello"))
+				c.Close()
+			}
+			dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{byte(20 + rng.IntN(180)), byte(rng.IntN(256)), byte(rng.IntN(256)), byte(1 + rng.IntN(250))}), 23)
+			src := netip.AddrPortFrom(guest, uint16(40000+i%20000))
+			if i%10 == 0 {
+				g.Dial(src, dst, uint32(i), 9).Reset()
+			} else {
+				g.Refused(src, dst, uint32(i))
+			}
+			g.T = pcapgen.Start.Add(span * time.Duration(i) / time.Duration(conns))
 		}
-		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{byte(20 + rng.IntN(180)), byte(rng.IntN(256)), byte(rng.IntN(256)), byte(1 + rng.IntN(250))}), 23)
-		src := netip.AddrPortFrom(guest, uint16(40000+i%20000))
-		if i%10 == 0 {
-			g.Dial(src, dst, uint32(i), 9).Reset()
-		} else {
-			g.Refused(src, dst, uint32(i))
-		}
-		g.T = pcapgen.Start.Add(span * time.Duration(i) / time.Duration(conns))
-	}
-	if err := g.Flush(); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

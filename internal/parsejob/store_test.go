@@ -79,35 +79,28 @@ func runStored(ctx context.Context, st *state.Store, input string, merge bool, o
 // most often into one batch.
 func conversations(t *testing.T, path string, n int) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := pcapgen.New(f, pcapgen.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Step = time.Millisecond
-	guest := netip.MustParseAddr("10.13.37.5")
-	conv := func(i int) {
-		// Addresses only ever in this file, never on a wire.
-		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{byte(20 + i/60000), byte(i / 250 % 240), byte(i % 250), 7}), uint16(1024+i%60000))
-		c := g.Dial(netip.AddrPortFrom(guest, uint16(20000+i%40000)), dst, uint32(i), 9)
-		c.Send([]byte("GET / HTTP/1.0\r\n\r\n"))
-		c.Reply([]byte("HTTP/1.0 200 OK\r\n\r\n"))
-		c.Close()
-	}
-	const lag = 150
-	for i := range n + lag {
-		if i < n {
-			conv(i)
+	err := pcapgen.WriteFile(path, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		g.Step = time.Millisecond
+		guest := netip.MustParseAddr("10.13.37.5")
+		conv := func(i int) {
+			// Addresses only ever in this file, never on a wire.
+			dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{byte(20 + i/60000), byte(i / 250 % 240), byte(i % 250), 7}), uint16(1024+i%60000))
+			c := g.Dial(netip.AddrPortFrom(guest, uint16(20000+i%40000)), dst, uint32(i), 9)
+			c.Send([]byte("GET / HTTP/1.0\r\n\r\n"))
+			c.Reply([]byte("HTTP/1.0 200 OK\r\n\r\n"))
+			c.Close()
 		}
-		if i >= lag {
-			conv(i - lag)
+		const lag = 150
+		for i := range n + lag {
+			if i < n {
+				conv(i)
+			}
+			if i >= lag {
+				conv(i - lag)
+			}
 		}
-	}
-	if err := g.Flush(); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

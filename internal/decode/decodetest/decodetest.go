@@ -3,14 +3,19 @@
 package decodetest
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
+	"context"
 	"maps"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -70,6 +75,20 @@ func (s *Sink) Add(o *records.Observable) { s.set.Add(o) }
 func (s *Sink) Conn(c *flowlog.Conn) {
 	s.Conns = append(s.Conns, *c)
 	s.dests.Conn(c, &s.o)
+}
+
+// ReadLog runs a sensor log's reader (zeek.Read, eve.Read) over data with
+// origin, and returns its findings, finished, and the reader's line counts.
+func ReadLog(t testing.TB, read func(context.Context, *bufio.Reader, observe.Origin, decode.Sink) (lines.Stats, error),
+	origin observe.Origin, data []byte) (*Sink, lines.Stats) {
+	t.Helper()
+	s := New(observe.Origin{})
+	st, err := read(context.Background(), bufio.NewReader(bytes.NewReader(data)), origin, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Finish(t)
+	return s, st
 }
 
 // Finish emits what the set and the destinations hold, and sums the

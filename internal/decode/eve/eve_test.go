@@ -11,23 +11,11 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
-	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// sink adapts decodetest.Sink to the tests' lookups.
-type sink struct{ *decodetest.Sink }
-
-func (s sink) get(t *testing.T, typ, value string) *records.Observable { return s.Get(t, typ, value) }
-
-func read(t *testing.T, data []byte) (sink, Stats) {
+func read(t *testing.T, data []byte) (*decodetest.Sink, Stats) {
 	t.Helper()
-	s := sink{decodetest.New(observe.Origin{})}
-	st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(data)), observe.Origin{Input: "eve.json", Source: "eve"}, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Finish(t)
-	return s, st
+	return decodetest.ReadLog(t, Read, observe.Origin{Input: "eve.json", Source: "eve"}, data)
 }
 
 func TestEvents(t *testing.T) {
@@ -39,20 +27,20 @@ func TestEvents(t *testing.T) {
 	if st.Bad != 0 || st.Lines != 11 {
 		t.Fatalf("lines %d bad %d: %v", st.Lines, st.Bad, st.FirstBad)
 	}
-	www := s.get(t, "domain", "www.example.com")
+	www := s.Get(t, "domain", "www.example.com")
 	d := www.Domain
 	if www.Count != 1 || d.Queries != 1 || d.Responses != 1 || !slices.Equal(d.Addrs, []string{"203.0.113.9"}) ||
 		!slices.Equal(d.CNAMEs, []string{"edge.cdn.example"}) || !slices.Equal(d.Resolvers, []string{"198.51.100.53"}) ||
 		!slices.Equal(d.Clients, []string{"10.13.37.5"}) || !slices.Equal(d.RCodes, []string{"NOERROR"}) {
 		t.Errorf("count %d %+v", www.Count, d)
 	}
-	if d := s.get(t, "domain", "v3.example").Domain; !slices.Equal(d.Addrs, []string{"2001:db8::9"}) || !slices.Equal(d.QTypes, []string{"AAAA"}) {
+	if d := s.Get(t, "domain", "v3.example").Domain; !slices.Equal(d.Addrs, []string{"2001:db8::9"}) || !slices.Equal(d.QTypes, []string{"AAAA"}) {
 		t.Errorf("%+v", d)
 	}
-	if h := s.get(t, "http", "GET http://c2.example.com/gate.php?id=42").HTTP; !slices.Equal(h.Statuses, []int{200}) || h.Host != "C2.Example.com" {
+	if h := s.Get(t, "http", "GET http://c2.example.com/gate.php?id=42").HTTP; !slices.Equal(h.Statuses, []int{200}) || h.Host != "C2.Example.com" {
 		t.Errorf("%+v", h)
 	}
-	if tl := s.get(t, "tls", "beacon.example.org").TLS; !slices.Equal(tl.Versions, []string{"TLSv13"}) ||
+	if tl := s.Get(t, "tls", "beacon.example.org").TLS; !slices.Equal(tl.Versions, []string{"TLSv13"}) ||
 		tl.JA3[0] != "98487aa16281980e7d1120d399efb6a4" || tl.JA4[0] != "t13d1516h2_8daaf6152771_d8a2da3f94cd" {
 		t.Errorf("%+v", tl)
 	}
@@ -63,14 +51,14 @@ func TestEvents(t *testing.T) {
 	if fl := s.Flow(t, "tcp 10.13.37.5:49153>203.0.113.8:4444"); fl.ConnState != "S0" || fl.Outcome != "attempted" {
 		t.Errorf("%+v", fl)
 	}
-	if a := s.get(t, "alert", "ET POLICY curl User-Agent Outbound").Alert; a.SignatureID != 2013028 || a.Severity != 2 {
+	if a := s.Get(t, "alert", "ET POLICY curl User-Agent Outbound").Alert; a.SignatureID != 2013028 || a.Severity != 2 {
 		t.Errorf("%+v", a)
 	}
-	if fi := s.get(t, "file", "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb").File; fi.Size != 3000 ||
+	if fi := s.Get(t, "file", "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb").File; fi.Size != 3000 ||
 		!slices.Equal(fi.Hosts, []string{"203.0.113.7"}) {
 		t.Errorf("%+v", fi)
 	}
-	if p := s.get(t, "alert", "ET POLICY curl User-Agent Outbound").Provenance; p[0].Line != 9 {
+	if p := s.Get(t, "alert", "ET POLICY curl User-Agent Outbound").Provenance; p[0].Line != 9 {
 		t.Errorf("%+v", p)
 	}
 }
@@ -84,7 +72,7 @@ func TestGarbage(t *testing.T) {
 	if st.Bad != 5 || !strings.Contains(st.FirstBad.Error(), "line 1:") {
 		t.Fatalf("bad %d first %v", st.Bad, st.FirstBad)
 	}
-	s.get(t, "domain", "www.example.com")
+	s.Get(t, "domain", "www.example.com")
 }
 
 func FuzzEVE(f *testing.F) {
@@ -97,7 +85,7 @@ func FuzzEVE(f *testing.F) {
 	}
 	f.Add(data)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "eve"}, sink{decodetest.New(observe.Origin{})})
+		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "eve"}, decodetest.New(observe.Origin{}))
 		if err != nil {
 			t.Fatal(err)
 		}

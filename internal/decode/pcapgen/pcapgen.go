@@ -7,9 +7,11 @@ package pcapgen
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/google/gopacket"
@@ -68,6 +70,21 @@ func New(w io.Writer, opt Options) (*Gen, error) {
 	}
 	g.out = pw
 	return g, nil
+}
+
+// WriteFile writes a capture of build's packets to path, flushed and
+// closed, and returns the first error of any of that.
+func WriteFile(path string, opt Options, build func(g *Gen)) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	g, err := New(f, opt)
+	if err == nil {
+		build(g)
+		err = g.Flush()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // Err is the first write error.

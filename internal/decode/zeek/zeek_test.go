@@ -12,26 +12,14 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
 	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
-	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// sink adapts decodetest.Sink to the tests' lookups.
-type sink struct{ *decodetest.Sink }
-
-func (s sink) get(t *testing.T, typ, value string) *records.Observable { return s.Get(t, typ, value) }
-
-func read(t *testing.T, data []byte) (sink, Stats) {
+func read(t *testing.T, data []byte) (*decodetest.Sink, Stats) {
 	t.Helper()
-	s := sink{decodetest.New(observe.Origin{})}
-	st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(data)), observe.Origin{Input: "zeek", Source: "zeek"}, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Finish(t)
-	return s, st
+	return decodetest.ReadLog(t, Read, observe.Origin{Input: "zeek", Source: "zeek"}, data)
 }
 
-func readFiles(t *testing.T, names ...string) sink {
+func readFiles(t *testing.T, names ...string) *decodetest.Sink {
 	var all []byte
 	for _, n := range names {
 		b, err := os.ReadFile("testdata/" + n)
@@ -66,35 +54,35 @@ func TestTSVLogs(t *testing.T) {
 	if fl := s.Flow(t, "tcp [2001:db8::5]:49200>[2001:db8:1::7]:443"); fl.Outcome != "reset" {
 		t.Errorf("%+v", fl)
 	}
-	s.get(t, "icmp", "10.13.37.5>192.0.2.1 8/0")
-	d := s.get(t, "domain", "www.example.com").Domain
+	s.Get(t, "icmp", "10.13.37.5>192.0.2.1 8/0")
+	d := s.Get(t, "domain", "www.example.com").Domain
 	if !slices.Equal(d.Addrs, []string{"203.0.113.9"}) || !slices.Equal(d.CNAMEs, []string{"edge.cdn.example"}) ||
 		d.Answers[0].TTL != 300 || d.Answers[1].Type != "A" || !slices.Equal(d.RCodes, []string{"NOERROR"}) {
 		t.Errorf("%+v", d)
 	}
-	if d := s.get(t, "domain", "nope.example").Domain; !slices.Equal(d.RCodes, []string{"NXDOMAIN"}) {
+	if d := s.Get(t, "domain", "nope.example").Domain; !slices.Equal(d.RCodes, []string{"NXDOMAIN"}) {
 		t.Errorf("%+v", d)
 	}
-	if a := s.get(t, "domain", "t.example").Domain.Answers; len(a) != 1 || a[0].Type != "TXT" || a[0].Data != "v=spf1\t-all" {
+	if a := s.Get(t, "domain", "t.example").Domain.Answers; len(a) != 1 || a[0].Type != "TXT" || a[0].Data != "v=spf1\t-all" {
 		t.Errorf("%+v", a)
 	}
-	h := s.get(t, "http", "GET http://c2.example.com/gate.php?id=42").HTTP
+	h := s.Get(t, "http", "GET http://c2.example.com/gate.php?id=42").HTTP
 	if h.Host != "C2.Example.com" || !slices.Equal(h.Statuses, []int{200}) || !slices.Equal(h.UserAgents, []string{"Mozilla/5.0 (tb)"}) {
 		t.Errorf("%+v", h)
 	}
-	tl := s.get(t, "tls", "beacon.example.org").TLS
+	tl := s.Get(t, "tls", "beacon.example.org").TLS
 	if !slices.Equal(tl.Versions, []string{"TLSv13"}) || tl.JA4[0] != "t13d1516h2_8daaf6152771_d8a2da3f94cd" || !slices.Equal(tl.ALPN, []string{"h2"}) {
 		t.Errorf("%+v", tl)
 	}
-	s.get(t, "tls", "203.0.113.7:8443")
-	if f := s.get(t, "file", "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb").File; f.MIMEType != "application/x-executable" ||
+	s.Get(t, "tls", "203.0.113.7:8443")
+	if f := s.Get(t, "file", "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb").File; f.MIMEType != "application/x-executable" ||
 		!slices.Equal(f.Filenames, []string{"stage2.bin"}) || !slices.Equal(f.Hosts, []string{"203.0.113.7"}) || f.Size != 3000 {
 		t.Errorf("%+v", f)
 	}
-	if n := s.get(t, "notice", "Scan::Port_Scan").Notice; !slices.Equal(n.Src, []string{"10.13.37.5"}) || !strings.Contains(n.Msgs[0], "scanned") {
+	if n := s.Get(t, "notice", "Scan::Port_Scan").Notice; !slices.Equal(n.Src, []string{"10.13.37.5"}) || !strings.Contains(n.Msgs[0], "scanned") {
 		t.Errorf("%+v", n)
 	}
-	if ip := s.get(t, "ip", "203.0.113.7").IP; ip.Conns != 1 || !slices.Equal(ip.Ports, []string{"tcp/80"}) {
+	if ip := s.Get(t, "ip", "203.0.113.7").IP; ip.Conns != 1 || !slices.Equal(ip.Ports, []string{"tcp/80"}) {
 		t.Errorf("%+v", ip)
 	}
 }
@@ -116,12 +104,12 @@ func TestJSONLogs(t *testing.T) {
 	if fl, tf := s.Flow(t, k), tsv.Flow(t, k); fl.RespBytes != 465 || fl.ConnState != "SF" || !fl.FirstSeen.Equal(tf.FirstSeen) || fl.Count != tf.Count {
 		t.Errorf("json %+v, tsv %+v", fl, tf)
 	}
-	if d := s.get(t, "domain", "www.example.com").Domain; !slices.Equal(d.Addrs, []string{"203.0.113.9"}) {
+	if d := s.Get(t, "domain", "www.example.com").Domain; !slices.Equal(d.Addrs, []string{"203.0.113.9"}) {
 		t.Errorf("%+v", d)
 	}
 	s.Flow(t, "tcp 10.13.37.5:49153>203.0.113.8:4444")
-	s.get(t, "tls", "beacon.example.org")
-	s.get(t, "notice", "Scan::Port_Scan")
+	s.Get(t, "tls", "beacon.example.org")
+	s.Get(t, "notice", "Scan::Port_Scan")
 }
 
 func TestGarbage(t *testing.T) {
@@ -163,7 +151,7 @@ func FuzzZeek(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "zeek"}, sink{decodetest.New(observe.Origin{})})
+		st, err := Read(context.Background(), bufio.NewReader(bytes.NewReader(b)), observe.Origin{Source: "zeek"}, decodetest.New(observe.Origin{}))
 		if err != nil {
 			t.Fatal(err)
 		}
