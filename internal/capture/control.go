@@ -42,13 +42,11 @@ type control struct {
 	req  request
 }
 
-// ControlDir holds the control sockets of a state directory's captures.
-func ControlDir(st *state.Store) string { return st.Path("run", "capture") }
+// controlDir holds the control sockets of a state directory's captures.
+func controlDir(st *state.Store) string { return st.Path("run", "capture") }
 
-// ControlSocket is the control socket of a capture's daemon.
-func ControlSocket(st *state.Store, captureID string) string {
-	return filepath.Join(ControlDir(st), captureID+".sock")
-}
+// socketName is the name of a capture's control socket in controlDir.
+func socketName(captureID string) string { return captureID + ".sock" }
 
 // inDir calls fn with a short name for dir: a unix socket's path is limited
 // to 107 bytes, which a state directory may exceed, so the socket is named
@@ -66,7 +64,7 @@ func inDir(dir string, fn func(short string) error) error {
 // listenControl creates the capture's control socket, making its directory
 // private to the daemon's user first.
 func listenControl(st *state.Store, captureID string) (net.Listener, error) {
-	dir := ControlDir(st)
+	dir := controlDir(st)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
@@ -81,7 +79,7 @@ func listenControl(st *state.Store, captureID string) (net.Listener, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	name := captureID + ".sock"
+	name := socketName(captureID)
 	var ln *net.UnixListener
 	err := inDir(dir, func(short string) error {
 		// A socket left by a killed daemon of this capture would make bind fail.
@@ -115,10 +113,10 @@ func (l *controlListener) Close() error {
 // dialControl connects to a capture's control socket.
 func dialControl(ctx context.Context, st *state.Store, captureID string) (net.Conn, error) {
 	var c net.Conn
-	err := inDir(ControlDir(st), func(short string) error {
+	err := inDir(controlDir(st), func(short string) error {
 		var dl net.Dialer
 		var err error
-		c, err = dl.DialContext(ctx, "unix", filepath.Join(short, captureID+".sock"))
+		c, err = dl.DialContext(ctx, "unix", filepath.Join(short, socketName(captureID)))
 		return err
 	})
 	return c, err
