@@ -1,6 +1,9 @@
 // Package observe is the observable model tb-parse builds: constructors for
-// each type, the merge of two sightings of one observable, and the bounded
-// in-run set that deduplicates them.
+// each type and the formats of their values, the bounds on what one
+// observable holds, the merge of two sightings of one observable (a scan's
+// with its distinct destinations united), and the bounded in-run set that
+// deduplicates them. The decoders (internal/decode) make observables with
+// it; the connections they see belong to the flow record (flowlog).
 package observe
 
 import (

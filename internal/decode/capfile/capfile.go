@@ -34,7 +34,7 @@ var ErrBadData = errors.New("bad capture")
 // cut is whole and was returned; it is not an ErrBadData error.
 var ErrCutShort = errors.New("capture cut short")
 
-// Link types the decoder (package pcap) reads; packets of any other link
+// Link types the decoder (package packet) reads; packets of any other link
 // type are still returned, counted, and reported at the end of the capture.
 const (
 	LinkNull     = 0
