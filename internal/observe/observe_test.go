@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/distinct"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -122,5 +123,35 @@ func TestSetByteBudget(t *testing.T) {
 	}
 	if err := s.Flush(); err != nil || emitted != 20000 {
 		t.Fatalf("%v, %d emitted", err, emitted)
+	}
+}
+
+// Two cycles' sightings of one scan unite their destinations' sketches:
+// the merged count and ScanDests are the union's estimate, not the sum of
+// destinations both cycles reached; without sketches the larger count
+// stands as a lower bound.
+func TestScanSketchesUnite(t *testing.T) {
+	scan := func(cycle string, from int) *records.Observable {
+		var d distinct.Counter
+		for i := range 10000 {
+			d.Add(uint64(from + i))
+		}
+		n, _ := d.Count()
+		obs := Origin{Cycle: cycle}.New(records.ObsScan, "tcp/23", t0, 1, 0)
+		obs.Scan = &records.ScanInfo{Proto: "tcp", Port: 23, Conns: 10000, Dests: n, Estimated: true, Sketch: d.Sketch().String()}
+		return obs
+	}
+	a, b := scan("cycle_1", 0), scan("cycle_2", 5000)
+	if n := ScanDests([]*records.ScanInfo{a.Scan, b.Scan}); n < 15000*95/100 || n > 15000*105/100 {
+		t.Errorf("ScanDests %d, want about 15000", n)
+	}
+	Merge(a, b)
+	if n := a.Scan.Dests; n < 15000*95/100 || n > 15000*105/100 || a.Scan.Conns != 20000 {
+		t.Errorf("merged scan: %d destinations of %d connections, want about 15000 of 20000", n, a.Scan.Conns)
+	}
+	c, d := scan("cycle_3", 0), scan("cycle_4", 5000)
+	d.Scan.Sketch = ""
+	if n, want := ScanDests([]*records.ScanInfo{c.Scan, d.Scan}), max(c.Scan.Dests, d.Scan.Dests); n != want {
+		t.Errorf("ScanDests without a sketch: %d, want the larger count %d", n, want)
 	}
 }
