@@ -113,7 +113,7 @@ func (c *netCheckCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	rep, err := capture.CheckLab(env.Ctx, st, lab.Name)
+	rep, err := lab.Check(env.Ctx)
 	if err != nil {
 		return err
 	}

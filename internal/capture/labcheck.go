@@ -14,7 +14,7 @@ import (
 )
 
 // UpLab builds the lab (netlab.Up), then checks that it contains
-// (CheckLab). A lab that fails to build loses its last check, which was of
+// (Lab.Check). A lab that fails to build loses its last check, which was of
 // what ran before. The report is nil only when the build failed or the
 // check could not run; a check that ran but failed is in the report
 // (Err says which probe), with the lab left up. A lab that was not up and
@@ -40,36 +40,11 @@ func UpLab(ctx context.Context, st *state.Store, cfg netlab.Config) (*netlab.Pro
 		}
 		return nil, Fault(err)
 	}
-	return CheckLab(ctx, st, cfg.Name)
-}
-
-// CheckLab runs the containment probes (netlab.Probe) on a lab that is up
-// and records the result as the lab's last check, which LabContained reads.
-// A check that could not run is recorded as failed, so that a lab is never
-// taken for contained on the strength of an older check; one that was
-// interrupted (ctx) records nothing.
-func CheckLab(ctx context.Context, st *state.Store, lab string) (*netlab.ProbeReport, error) {
-	m, err := netlab.Open(st, lab)
+	lab, err := netlab.Open(st, cfg.Name)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	rep, err := netlab.Probe(ctx, &m.Config)
-	if err != nil && ctx.Err() != nil {
-		return nil, err
-	}
-	if err != nil {
-		failed := &netlab.ProbeReport{Lab: m.Name, At: start.UTC(), TookMS: time.Since(start).Milliseconds(),
-			Probes: []netlab.ProbeResult{{Name: "setup", Verdict: netlab.ProbeFail, Detail: err.Error()}}}
-		if serr := netlab.SaveCheck(m.Dir, failed); serr != nil {
-			err = errors.Join(err, serr)
-		}
-		return nil, err
-	}
-	if err := netlab.SaveCheck(m.Dir, rep); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return lab.Check(ctx)
 }
 
 // NotContainedError is a lab that is up but on which no lease may be

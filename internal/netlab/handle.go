@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
@@ -135,6 +136,35 @@ func (l *Lab) LastCheck() (*ProbeReport, error) {
 		return nil, nil
 	}
 	return rep, err
+}
+
+// Check runs the containment probes (Probe) on the lab and records the
+// result as its last check (LastCheck), which tb-lease and a fleet worker
+// require passed before a guest is placed on the lab. A check that could
+// not run is recorded as failed, so that a lab is never taken for
+// contained on the strength of an older check; one that was interrupted
+// (ctx) records nothing.
+func (l *Lab) Check(ctx context.Context) (*ProbeReport, error) {
+	if !l.up {
+		return nil, &NotUpError{Lab: l.Name}
+	}
+	start := time.Now()
+	rep, err := Probe(ctx, &l.Config)
+	if err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	if err != nil {
+		failed := &ProbeReport{Lab: l.Name, At: start.UTC(), TookMS: time.Since(start).Milliseconds(),
+			Probes: []ProbeResult{{Name: "setup", Verdict: ProbeFail, Detail: err.Error()}}}
+		if serr := SaveCheck(l.Dir, failed); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return nil, err
+	}
+	if err := SaveCheck(l.Dir, rep); err != nil {
+		return nil, err
+	}
+	return rep, nil
 }
 
 // Status is what the lab's parts look like now.

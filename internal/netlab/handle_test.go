@@ -55,6 +55,9 @@ func TestOpenNotUp(t *testing.T) {
 	if err := lab.SetAllowedNames([]string{"example.com"}); !errors.Is(err, netlab.ErrNotUp) {
 		t.Errorf("the DNS names of a lab that is not up: %v, want ErrNotUp", err)
 	}
+	if _, err := lab.Check(context.Background()); !errors.Is(err, netlab.ErrNotUp) {
+		t.Errorf("checking a lab that is not up: %v, want ErrNotUp", err)
+	}
 	v, err := lab.Validator(true, nil)
 	if err != nil {
 		t.Fatal(err)
