@@ -23,14 +23,15 @@ import (
 
 // BenchmarkFleetScale drives b.N cycles of a queue that stays
 // TB_FLEET_QUEUE long (default 100,000: b.N more are queued before the
-// clock starts) with 10 and 40 workers, each a simulated host with a store
-// of its own on one real PostgreSQL (fsync on), whose guests are the fake
-// guest: a cycle takes milliseconds, so what is measured is the scheduler
-// and the store. claim-p99-ms is the 99th percentile of the time from a
-// worker's slot freeing (its cycle ended) to its next cycle being taken
-// (the worker logs "driving"). Each worker holds up to four connections
-// (its journal listener, a cycle's lock, its lease's lock, a query) and
-// pgtest's cluster allows 200, hence 40 workers at most here.
+// clock starts) with each number of workers in TB_FLEET_WORKERS (default
+// 10,100), each a simulated host with a store of its own on one real
+// PostgreSQL (fsync on), whose guests are the fake guest: a cycle takes
+// milliseconds, so what is measured is the scheduler and the store.
+// claim-p99-ms is the 99th percentile of the time from a worker's slot
+// freeing (its cycle ended) to its next cycle being taken (the worker logs
+// "driving"). Each worker holds up to four connections (its fleet
+// listener, a cycle's lock, its lease's lock, a query), as a real host
+// does, and the cluster allows that many for the most workers run.
 func BenchmarkFleetScale(b *testing.B) {
 	queue := 100_000
 	if s := os.Getenv("TB_FLEET_QUEUE"); s != "" {
@@ -40,9 +41,20 @@ func BenchmarkFleetScale(b *testing.B) {
 		}
 		queue = n
 	}
+	fleets := []int{10, 100}
+	if s := os.Getenv("TB_FLEET_WORKERS"); s != "" {
+		fleets = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n <= 0 {
+				b.Fatalf("TB_FLEET_WORKERS=%q: %q is not a number of workers", s, f)
+			}
+			fleets = append(fleets, n)
+		}
+	}
 	// One queue for every run: each tops it up by what it drives.
-	f := newBenchFleet(b, pgtest.Start(b), queue)
-	for _, workers := range []int{10, 40} {
+	f := newBenchFleet(b, pgtest.Start(b, pgtest.WithMaxConnections(4*slices.Max(fleets)+50)), queue)
+	for _, workers := range fleets {
 		b.Run(fmt.Sprintf("workers=%d/queue=%d", workers, queue), func(b *testing.B) {
 			f.run(b, workers)
 		})

@@ -432,10 +432,12 @@ func (w *Worker) takeQueued(ctx context.Context, now time.Time, done chan<- driv
 		if len(w.running) >= w.Slots {
 			return true, nil
 		}
-		if w.running[c.ID] || w.busy(ctx, c.ID) {
-			continue // driven by someone (or by this worker, not yet leasing)
+		if w.running[c.ID] {
+			continue // this worker's, not yet leasing
 		}
-		keepsBusy = true
+		// Whether someone drives a cycle is asked (a lock's round trips)
+		// only of one this worker would take, not of every one it leaves
+		// to better placed workers, except by an idle check.
 		if c.PinnedTo == "" {
 			plat, err := w.platformOf(c.Plan)
 			if err != nil {
@@ -443,10 +445,17 @@ func (w *Worker) takeQueued(ctx context.Context, now time.Time, done chan<- driv
 				continue
 			}
 			if w.yields(plat, c, others, now, ahead[plat]) {
-				ahead[plat]++
+				if !w.UntilIdle || !w.busy(ctx, c.ID) {
+					ahead[plat]++
+					keepsBusy = true
+				}
 				continue
 			}
 		}
+		if w.busy(ctx, c.ID) {
+			continue // driven by someone
+		}
+		keepsBusy = true
 		w.start(ctx, c.ID, done)
 	}
 	if keepsBusy {
