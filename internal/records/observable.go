@@ -92,14 +92,17 @@ type Observable struct {
 }
 
 // Provenance says where one sighting came from: the artifact record (when
-// the input was one), its cycle, the file or blob URI, and the 1-based
-// packet number (pcaps) or line number (logs).
+// the input was one), its cycle, the file or blob URI, the 1-based packet
+// number (pcaps) or line number (logs), and the uid of the connection it
+// was seen on, the uid of that connection's line in the input's flow log
+// (Zeek's conn.log model: everything joins on the connection's uid).
 type Provenance struct {
 	Artifact string `json:"artifact,omitempty"`
 	Cycle    string `json:"cycle,omitempty"`
 	Input    string `json:"input"`
 	Packet   int64  `json:"packet,omitempty"`
 	Line     int64  `json:"line,omitempty"`
+	UID      string `json:"uid,omitempty"`
 }
 
 // DomainInfo is what DNS said about a name.
@@ -402,6 +405,7 @@ func (o *Observable) AppendJSON(b []byte) []byte {
 			e.str("input", p.Input, false)
 			e.int("packet", p.Packet, true)
 			e.int("line", p.Line, true)
+			e.str("uid", p.UID, true)
 			e.close()
 		}
 		e.b = append(e.b, ']')

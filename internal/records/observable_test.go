@@ -49,7 +49,7 @@ func randObservable(r *rand.Rand) *Observable {
 	Init(o, KindObservable, randTime(r))
 	o.Rev = r.Int63n(3)
 	for i := 0; i < r.Intn(3); i++ {
-		o.Provenance = append(o.Provenance, Provenance{Artifact: randString(r), Cycle: randString(r), Input: randString(r), Packet: r.Int63n(3), Line: r.Int63n(3)})
+		o.Provenance = append(o.Provenance, Provenance{Artifact: randString(r), Cycle: randString(r), Input: randString(r), Packet: r.Int63n(3), Line: r.Int63n(3), UID: randString(r)})
 	}
 	switch r.Intn(18) {
 	case 0:
