@@ -3,6 +3,7 @@ package flowlog
 import (
 	"bytes"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,8 @@ func BenchmarkParse(b *testing.B) {
 	conns := scanConns(10000, 1)
 	var lines [][]byte
 	for i := range conns {
-		lines = append(lines, AppendJSON(nil, &conns[i], "Cx1", int64(i+1)))
+		conns[i].UID = "Cx1" + strconv.FormatInt(int64(i+1), 36)
+		lines = append(lines, AppendJSON(nil, &conns[i]))
 	}
 	b.Run("layout", func(b *testing.B) {
 		r := &Reader{}

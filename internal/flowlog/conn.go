@@ -7,6 +7,10 @@ import "net/netip"
 // folds it into the cycle's destinations. A decoder may reuse a Conn after
 // the call returns.
 type Conn struct {
+	// UID names the connection in the flow log and in the provenance of
+	// what was seen on it: the decoder gives it (UIDs), or takes
+	// the sensor's own (Zeek's uid, Suricata's flow_id).
+	UID string
 	// Start and End are capture times in Unix nanoseconds.
 	Start, End int64
 	Proto      string // tcp, udp, icmp, or the IP protocol number

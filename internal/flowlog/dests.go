@@ -208,7 +208,7 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 }
 
 func (t *Dests) track(k epKey, c *Conn, origin *observe.Origin) *endpointStat {
-	e := &endpointStat{key: k, first: c.Start, last: c.End, prov: origin.Prov(c.Packet, c.Line), source: origin.Source}
+	e := &endpointStat{key: k, first: c.Start, last: c.End, prov: origin.OfConn(c.UID).Prov(c.Packet, c.Line), source: origin.Source}
 	t.eps[k] = e
 	return e
 }
@@ -216,7 +216,7 @@ func (t *Dests) track(k epKey, c *Conn, origin *observe.Origin) *endpointStat {
 // add counts one connection; for a host group the destination is the port.
 func (g *scanGroup) add(c *Conn, origin *observe.Origin) {
 	if g.conns == 0 {
-		g.first, g.last, g.prov, g.source = c.Start, c.End, origin.Prov(c.Packet, c.Line), origin.Source
+		g.first, g.last, g.prov, g.source = c.Start, c.End, origin.OfConn(c.UID).Prov(c.Packet, c.Line), origin.Source
 	}
 	accepted := c.Accepted()
 	switch {
@@ -465,7 +465,7 @@ func (t *Dests) out(e *endpointStat) {
 	}
 	addr := k.addr.String()
 	first, last := nsTime(e.first), nsTime(e.last)
-	origin := observe.Origin{Cycle: t.cycle, Artifact: e.prov.Artifact, Input: e.prov.Input, Source: e.source}
+	origin := observe.Origin{Cycle: t.cycle, Artifact: e.prov.Artifact, Input: e.prov.Input, Source: e.source, UID: e.prov.UID}
 	o := origin.New(records.ObsEndpoint, endpoint.New(k.addr, k.port, k.proto).String(), first, e.prov.Packet, e.prov.Line)
 	o.LastSeen, o.Count = last, e.conns
 	o.Endpoint = &records.EndpointInfo{Proto: k.proto, Addr: addr, Port: k.port, Conns: e.conns, Established: e.established,
@@ -492,7 +492,7 @@ func (t *Dests) out(e *endpointStat) {
 }
 
 func (t *Dests) scanObservable(g *scanGroup, value string) *records.Observable {
-	origin := observe.Origin{Cycle: t.cycle, Artifact: g.prov.Artifact, Input: g.prov.Input, Source: g.source}
+	origin := observe.Origin{Cycle: t.cycle, Artifact: g.prov.Artifact, Input: g.prov.Input, Source: g.source, UID: g.prov.UID}
 	first, last := nsTime(g.first), nsTime(g.last)
 	o := origin.New(records.ObsScan, value, first, g.prov.Packet, g.prov.Line)
 	o.LastSeen, o.Count = last, g.conns

@@ -10,6 +10,8 @@
 package flowlog
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"io"
 	"strconv"
 
@@ -25,24 +27,71 @@ const (
 
 // Writer compresses connections into a flow log.
 type Writer struct {
-	zw     *zstd.Encoder
-	buf    []byte
-	prefix string
-	n      int64
-	first  int64
-	last   int64
+	zw    *zstd.Encoder
+	buf   []byte
+	n     int64
+	first int64
+	last  int64
 }
 
-// NewWriter writes a flow log to w. uidPrefix starts every connection's
-// uid, so that uids differ between flow logs (Zeek's are random; these are
-// "C", the prefix and a counter, which compress to almost nothing).
-func NewWriter(w io.Writer, uidPrefix string) (*Writer, error) {
+// NewWriter writes a flow log to w.
+func NewWriter(w io.Writer) (*Writer, error) {
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(2),
 		zstd.WithWindowSize(1<<18))
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{zw: zw, prefix: "C" + uidPrefix, buf: make([]byte, 0, 256<<10)}, nil
+	return &Writer{zw: zw, buf: make([]byte, 0, 256<<10)}, nil
+}
+
+// UIDs names the connections of one input. Zeek's uids are random; these
+// are "C", a prefix from the input and a counter, which compress to almost
+// nothing, differ between the inputs of a lease, and are the same each
+// time one input is parsed (a merge of the same capture twice finds the
+// same provenance).
+type UIDs struct {
+	prefix []byte
+	n      int64
+}
+
+// NewUIDs names the connections of the input key (its artifact ID, else
+// its name).
+func NewUIDs(key string) *UIDs {
+	sum := sha256.Sum256([]byte(key))
+	return &UIDs{prefix: strconv.AppendUint([]byte{'C'}, binary.BigEndian.Uint64(sum[:])>>24, 36)}
+}
+
+// Next is the next connection's uid.
+func (u *UIDs) Next() string {
+	u.n++
+	return u.At(u.n)
+}
+
+// At is the uid of the n-th connection, for a log whose line number n
+// names a connection whose sensor gave it no uid.
+func (u *UIDs) At(n int64) string {
+	var buf [32]byte
+	return string(strconv.AppendInt(append(buf[:0], u.prefix...), n, 36))
+}
+
+// MaxUID bounds the uid taken from a sensor's log.
+const MaxUID = 64
+
+// ValidUID reports whether a sensor's uid can stand as a connection's uid
+// here: letters, digits, '-' and '_', at most MaxUID, so that it needs no
+// escaping in JSON, TSV or a command line. Zeek's uids and Suricata's
+// flow_ids are.
+func ValidUID(s string) bool {
+	if s == "" || len(s) > MaxUID {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Write appends one connection.
@@ -52,7 +101,7 @@ func (w *Writer) Write(c *Conn) error {
 		w.first = c.Start
 	}
 	w.last = max(w.last, c.End)
-	w.buf = AppendJSON(w.buf, c, w.prefix, w.n)
+	w.buf = AppendJSON(w.buf, c)
 	w.buf = append(w.buf, '\n')
 	if len(w.buf) >= 240<<10 {
 		return w.flush()
@@ -83,13 +132,13 @@ func (w *Writer) Close() error {
 
 // AppendJSON appends a connection as a Zeek conn.log JSON object: ts and
 // duration in seconds with microseconds, unset fields left out as Zeek
-// leaves them out (service, history).
-func AppendJSON(b []byte, c *Conn, uidPrefix string, seq int64) []byte {
+// leaves them out (service, history). The uid is the decoder's (UIDs, or a
+// sensor's that passed ValidUID, so it needs no escaping).
+func AppendJSON(b []byte, c *Conn) []byte {
 	b = append(b, `{"ts":`...)
 	b = appendSeconds(b, c.Start)
 	b = append(b, `,"uid":"`...)
-	b = append(b, uidPrefix...)
-	b = strconv.AppendInt(b, seq, 36)
+	b = append(b, c.UID...)
 	b = append(b, `","id.orig_h":"`...)
 	b = c.OrigH.AppendTo(b)
 	b = append(b, `","id.orig_p":`...)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand"
 	"net/netip"
+	"strconv"
 	"testing"
 )
 
@@ -38,13 +39,18 @@ func scanConns(n int, seed int64) []Conn {
 	return out
 }
 
+// encode writes conns as a flow log, naming those without a uid "Cx1"
+// and their 1-based index in base 36, as a decoder's UIDs would.
 func encode(t testing.TB, conns []Conn) []byte {
 	var buf bytes.Buffer
-	w, err := NewWriter(&buf, "x1")
+	w, err := NewWriter(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range conns {
+		if conns[i].UID == "" {
+			conns[i].UID = "Cx1" + strconv.FormatInt(int64(i+1), 36)
+		}
 		if err := w.Write(&conns[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -94,11 +100,15 @@ func TestLinesAreZeekConnJSON(t *testing.T) {
 
 func BenchmarkWrite(b *testing.B) {
 	conns := scanConns(100000, 1)
+	uids := NewUIDs("x1")
+	for i := range conns {
+		conns[i].UID = uids.Next()
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		var n int
-		w, _ := NewWriter(discard{&n}, "x1")
+		w, _ := NewWriter(discard{&n})
 		for i := range conns {
 			w.Write(&conns[i])
 		}

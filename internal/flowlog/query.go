@@ -24,6 +24,9 @@ type Query struct {
 	// Addrs match either side of a connection, Ports either port.
 	Addrs []netip.Addr
 	Ports []uint16
+	// UIDs are connections named by their uid, as an observable's
+	// provenance names the connection it was seen on.
+	UIDs []string
 }
 
 // Logs are the flow-log artifacts a query reads, oldest first. A pruned
@@ -55,8 +58,12 @@ func Logs(st *state.Store, q Query) ([]*records.Artifact, error) {
 	return out, nil
 }
 
-// match reports whether a connection passes the address and port filters.
+// match reports whether a connection passes the uid, address and port
+// filters.
 func (q *Query) match(rec *Record) bool {
+	if len(q.UIDs) > 0 && !slices.ContainsFunc(q.UIDs, func(u string) bool { return u == string(rec.UID) }) {
+		return false
+	}
 	if len(q.Addrs) > 0 && !q.matchAddr(rec.OrigH) && !q.matchAddr(rec.RespH) {
 		return false
 	}

@@ -41,7 +41,7 @@ func readRecords(t *testing.T, log []byte) ([]record, error) {
 func compressed(t *testing.T, text string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := NewWriter(&buf, "t")
+	w, err := NewWriter(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestRecordsReadBack(t *testing.T) {
 		}
 		// The same line read by its layout (the fast path), and by
 		// encoding/json.
-		line := AppendJSON(nil, &c, "Cx1", int64(i+1))
+		line := AppendJSON(nil, &c)
 		if byLayout := (Record{Line: line}); !byLayout.parseLayout() || copyRecord(&byLayout) != want {
 			t.Errorf("line %d not read by its layout: %s", i+1, line)
 		}
@@ -116,7 +116,7 @@ func TestRecordsReadBack(t *testing.T) {
 // A line that is not a connection stops the reader with its line number;
 // so does a line over the bound.
 func TestBadLines(t *testing.T) {
-	good := string(AppendJSON(nil, &Conn{Proto: "tcp", RespH: netip.MustParseAddr("192.0.2.1")}, "x", 1))
+	good := string(AppendJSON(nil, &Conn{UID: "x1", Proto: "tcp", RespH: netip.MustParseAddr("192.0.2.1")}))
 	for _, tc := range []struct{ text, want string }{
 		{good + "\n" + `{"uid":"C1"}` + "\n", "line 2: not a conn.log connection"},
 		{good + "\nnot json\n", "line 2: not a conn.log connection"},
@@ -134,8 +134,8 @@ func TestBadLines(t *testing.T) {
 // fields and escapes as Zeek writes them.
 func TestTSVRow(t *testing.T) {
 	lines := `{"ts":1763629200.5,"uid":"C1","id.orig_h":"10.13.37.10","id.orig_p":1,"id.resp_h":"203.0.113.9","id.resp_p":23,"proto":"tcp","service":"","duration":0.25,"orig_bytes":3,"resp_bytes":4,"conn_state":"REJ","history":"a\tb","orig_pkts":5,"orig_ip_bytes":6,"resp_pkts":7,"resp_ip_bytes":8}
-` + string(AppendJSON(nil, &Conn{Start: 1e9, End: 3e9, Proto: "udp", OrigH: netip.MustParseAddr("10.13.37.10"), OrigP: 9,
-		RespH: netip.MustParseAddr("192.0.2.53"), RespP: 53, ConnState: "S0", OrigPkts: 1}, "x", 2))
+` + string(AppendJSON(nil, &Conn{UID: "x2", Start: 1e9, End: 3e9, Proto: "udp", OrigH: netip.MustParseAddr("10.13.37.10"), OrigP: 9,
+		RespH: netip.MustParseAddr("192.0.2.53"), RespP: 53, ConnState: "S0", OrigPkts: 1}))
 	var out bytes.Buffer
 	w, err := NewTSVWriter(&out, time.Unix(0, 0))
 	if err != nil {

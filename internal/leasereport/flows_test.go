@@ -14,13 +14,14 @@ import (
 // report does, endpoint key included.
 func BenchmarkFlowRead(b *testing.B) {
 	var buf bytes.Buffer
-	w, err := flowlog.NewWriter(&buf, "b")
+	w, err := flowlog.NewWriter(&buf)
+	uids := flowlog.NewUIDs("b")
 	if err != nil {
 		b.Fatal(err)
 	}
 	start := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC).UnixNano()
 	for i := range 100000 {
-		c := flowlog.Conn{Start: start + int64(i)*1e7, End: start + int64(i)*1e7 + 3e8, Proto: "tcp",
+		c := flowlog.Conn{UID: uids.Next(), Start: start + int64(i)*1e7, End: start + int64(i)*1e7 + 3e8, Proto: "tcp",
 			OrigH: netip.MustParseAddr("10.13.37.5"), OrigP: uint16(1024 + i%60000),
 			RespH: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), RespP: 23, ConnState: "REJ", History: "Sr",
 			OrigPkts: 1, OrigIPBytes: 40, RespPkts: 1, RespIPBytes: 40}

@@ -36,17 +36,30 @@ const ScanMinDests = 64
 
 // Origin is the input a decoder reads: the artifact record it came from (if
 // any), the artifact's cycle, the path or blob URI, and the source kind
-// (pcap, zeek, eve).
+// (pcap, zeek, eve); for the sightings of one connection, also the
+// connection's uid (OfConn).
 type Origin struct {
 	Artifact string
 	Cycle    string
 	Input    string
 	Source   string
+	UID      string
+}
+
+// Key names the input among a lease's: its artifact ID, else its path or
+// URI (the flow log's index and its uids are keyed by it).
+func (o Origin) Key() string { return cmp.Or(o.Artifact, o.Input) }
+
+// OfConn is the origin of what was seen on the connection uid: its
+// observables' provenance names the connection's line in the flow log.
+func (o Origin) OfConn(uid string) Origin {
+	o.UID = uid
+	return o
 }
 
 // Prov is the provenance of a sighting at a packet or line number.
 func (o Origin) Prov(packet, line int64) records.Provenance {
-	return records.Provenance{Artifact: o.Artifact, Cycle: o.Cycle, Input: o.Input, Packet: packet, Line: line}
+	return records.Provenance{Artifact: o.Artifact, Cycle: o.Cycle, Input: o.Input, Packet: packet, Line: line, UID: o.UID}
 }
 
 // New returns an observable seen once at t.

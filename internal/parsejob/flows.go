@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
@@ -44,8 +42,7 @@ func newFlowLog(st *state.Store, in input, guard *diskspace.Guard) (*flowLog, er
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(inputKey(in)))
-	w, err := flowlog.NewWriter(guarded{b, guard}, strconv.FormatUint(binary.BigEndian.Uint64(sum[:])>>24, 36))
+	w, err := flowlog.NewWriter(guarded{b, guard})
 	if err != nil {
 		b.Abort()
 		return nil, err

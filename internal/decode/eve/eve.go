@@ -84,6 +84,10 @@ func Event(line []byte, o observe.Origin, n int64, sink decode.Sink) error {
 		e.hasAddrs = true
 	}
 	e.sp, e.dp = port(e.get("src_port")), port(e.get("dest_port"))
+	// Suricata names a flow's events by its flow_id, as Zeek by a uid.
+	if id := e.get("flow_id"); id.Type == gjson.Number && flowlog.ValidUID(id.Raw) {
+		o = o.OfConn(id.Raw)
+	}
 	e.proto = protoName(e.get("proto").String())
 	switch typ {
 	case "dns":
@@ -294,7 +298,11 @@ func (e *ev) flow(o observe.Origin, n int64, sink decode.Sink) error {
 	if service == "failed" {
 		service = ""
 	}
-	c := flowlog.Conn{Start: start.UnixNano(), End: last.UnixNano(), Proto: e.proto, OrigH: e.src, OrigP: e.sp, RespH: e.dst, RespP: e.dp,
+	if o.UID == "" {
+		// The flow log names every connection: one by its line.
+		o = o.OfConn(flowlog.NewUIDs(o.Key()).At(n))
+	}
+	c := flowlog.Conn{UID: o.UID, Start: start.UnixNano(), End: last.UnixNano(), Proto: e.proto, OrigH: e.src, OrigP: e.sp, RespH: e.dst, RespP: e.dp,
 		Service:  service,
 		OrigPkts: max(f.Get("pkts_toserver").Int(), 0), OrigIPBytes: max(f.Get("bytes_toserver").Int(), 0),
 		RespPkts: max(f.Get("pkts_toclient").Int(), 0), RespIPBytes: max(f.Get("bytes_toclient").Int(), 0), Line: n}

@@ -94,3 +94,31 @@ func FuzzEVE(f *testing.F) {
 		}
 	})
 }
+
+// Each observable names its connection by Suricata's flow_id, as the flow
+// log does.
+func TestFlowIDsCarriedThrough(t *testing.T) {
+	data, err := os.ReadFile("testdata/eve.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := read(t, data)
+	for _, c := range []struct{ typ, value, uid string }{
+		{"http", "GET http://c2.example.com/gate.php?id=42", "3"},
+		{"endpoint", "203.0.113.7:80/tcp", "3"},
+		{"domain", "www.example.com", "1"},
+		{"tls", "beacon.example.org", "4"},
+		{"alert", "ET POLICY curl User-Agent Outbound", "5"},
+	} {
+		if p := s.Get(t, c.typ, c.value).Provenance; len(p) == 0 || p[0].UID != c.uid {
+			t.Errorf("%s %s: provenance %+v, want uid %s", c.typ, c.value, p, c.uid)
+		}
+	}
+	var uids []string
+	for _, c := range s.Conns {
+		uids = append(uids, c.UID)
+	}
+	if !slices.Equal(uids, []string{"3", "5"}) {
+		t.Errorf("connections' uids %q, want the flow events' flow_ids", uids)
+	}
+}

@@ -125,14 +125,14 @@ func (d *Decoder) Command(dir int, c *botproto.Command) {
 	if dir == 1 {
 		c2, bot, c2p = bot, c2, f.respPort()
 	}
-	d.command(c.Protocol.Family(), c.Protocol.String(), c, d.botTS, d.botN, d.hostPort(c2, v6, c2p), d.addrString(bot, v6))
+	d.command(c.Protocol.Family(), c.Protocol.String(), c, d.botTS, d.botN, f.uid, d.hostPort(c2, v6, c2p), d.addrString(bot, v6))
 }
 
 // command reports an order the C2 at server sent the bot at client, in
-// the packet numbered n at ts, and keeps it for the attacks that may carry
-// it out.
-func (d *Decoder) command(family, protocol string, c *botproto.Command, ts, n int64, server, client string) {
-	o := d.cfg.Origin.New(records.ObsC2Command, family+" "+c.Text, tsTime(ts), n, 0)
+// the packet numbered n at ts on the connection uid, and keeps it for the
+// attacks that may carry it out.
+func (d *Decoder) command(family, protocol string, c *botproto.Command, ts, n int64, uid, server, client string) {
+	o := d.cfg.Origin.OfConn(uid).New(records.ObsC2Command, family+" "+c.Text, tsTime(ts), n, 0)
 	o.C2Command = &records.C2CommandInfo{Family: family, Protocol: protocol, Vector: c.Vector,
 		Targets: c.Targets, Ports: c.Ports, Duration: c.Duration, Options: c.Options, Raw: c.Raw,
 		Servers: []string{server}, Clients: []string{client}}
@@ -158,7 +158,7 @@ func (d *Decoder) emitBot(f *flow) {
 		c2, bot, c2p = bot, c2, f.origPort()
 	}
 	server := d.hostPort(c2, v6, c2p)
-	o := d.cfg.Origin.New(records.ObsC2Channel, ch.Protocol.String()+" "+server, tsTime(c.ts), c.n, 0)
+	o := d.cfg.Origin.OfConn(f.uid).New(records.ObsC2Channel, ch.Protocol.String()+" "+server, tsTime(c.ts), c.n, 0)
 	o.LastSeen = tsTime(f.last)
 	o.C2Channel = &records.C2ChannelInfo{Family: ch.Protocol.Family(), Protocol: ch.Protocol.String(), Server: server,
 		Clients: []string{d.addrString(bot, v6)}, Identities: ch.Identities, Channels: ch.Channels, Reports: ch.Reports,
@@ -172,15 +172,17 @@ func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
 type poll struct {
 	botproto.Poll
 	request, server, client string
-	n                       int64 // the first request's packet
+	n                       int64  // the first request's packet
+	uid                     string // and its connection's
 	orders                  []pollOrder
 }
 
 // pollRequest counts an HTTP request towards its resource's poll: the
 // client, the server's endpoint, and the request ("METHOD url", the http
 // observable's value) without its query, in which a bot's requests
-// differ. It returns the poll, nil when too many are followed.
-func (d *Decoder) pollRequest(r *httpReq, request, server, client string) *poll {
+// differ; uid is the request's connection. It returns the poll, nil when
+// too many are followed.
+func (d *Decoder) pollRequest(r *httpReq, request, server, client, uid string) *poll {
 	request, _, _ = strings.Cut(request, "?")
 	var h maphash.Hash
 	h.SetSeed(d.seed)
@@ -195,7 +197,7 @@ func (d *Decoder) pollRequest(r *httpReq, request, server, client string) *poll 
 		if len(d.polls) >= maxPolls {
 			return nil
 		}
-		p = &poll{request: request, server: server, client: client, n: r.n}
+		p = &poll{request: request, server: server, client: client, n: r.n, uid: uid}
 		d.polls[key] = p
 	}
 	p.Add(r.ts)
@@ -216,7 +218,7 @@ func (d *Decoder) emitPolls() {
 	}
 	slices.SortFunc(regular, func(a, b *poll) int { return cmp.Compare(a.n, b.n) })
 	for _, p := range regular {
-		o := d.cfg.Origin.New(records.ObsC2Channel, "http "+p.request, tsTime(p.First), p.n, 0)
+		o := d.cfg.Origin.OfConn(p.uid).New(records.ObsC2Channel, "http "+p.request, tsTime(p.First), p.n, 0)
 		o.LastSeen = tsTime(p.Last)
 		o.Count = 1
 		o.C2Channel = &records.C2ChannelInfo{Family: "http-poll", Protocol: "http", Server: p.server, Clients: []string{p.client},
@@ -224,7 +226,7 @@ func (d *Decoder) emitPolls() {
 		d.cfg.Sink.Add(o)
 		for i := range p.orders {
 			po := &p.orders[i]
-			d.command("http-poll", "http", &po.cmd, po.ts, po.n, p.server, p.client)
+			d.command("http-poll", "http", &po.cmd, po.ts, po.n, po.uid, p.server, p.client)
 		}
 	}
 	d.orders.pending = 0

@@ -101,6 +101,7 @@ type Decoder struct {
 	ch        tlsfp.ClientHello
 	sh        tlsfp.ServerHello
 	conn      flowlog.Conn
+	uids      *flowlog.UIDs
 	bots      int // bot-channel recognisers in use
 	freeBots  []*botConv
 	botFlow   *flow // the connection a recogniser is being fed
@@ -119,7 +120,7 @@ func New(cfg Config) *Decoder {
 	if cfg.MaxFlows <= 0 {
 		cfg.MaxFlows = DefaultMaxFlows
 	}
-	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(),
+	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(), uids: flowlog.NewUIDs(cfg.Origin.Key()),
 		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
 		polls: make(map[uint64]*poll), floods: make(map[uint64]*flood),
 		decoded: make([]gopacket.LayerType, 0, 16)}
@@ -499,7 +500,7 @@ func (d *Decoder) insert(key flowKey, h uint64, ts, n int64) *flow {
 	} else {
 		f = new(flow)
 	}
-	*f = flow{key: key, hash: h, hnext: d.flows[h], start: ts, last: ts, firstPkt: n, list: nLists}
+	*f = flow{key: key, hash: h, hnext: d.flows[h], start: ts, last: ts, firstPkt: n, list: nLists, uid: d.uids.Next()}
 	d.flows[h] = f
 	d.nflows++
 	return f
@@ -640,10 +641,10 @@ func (d *Decoder) tcpPacket(k *pkt) {
 		}
 		switch flags & (flagSYN | flagACK | flagRST | flagFIN) {
 		case flagSYN:
-			d.floodPacket(vecSYN, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n)
+			d.floodPacket(vecSYN, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n, f.uid)
 		case flagACK:
 			if peer.pkts == 0 {
-				d.floodPacket(vecACK, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n)
+				d.floodPacket(vecACK, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n, f.uid)
 			}
 		}
 	}
@@ -691,9 +692,9 @@ func (d *Decoder) udpPacket(k *pkt) {
 		// A datagram to a peer that never answered may be a flood's.
 		vec := udpVector(dp, u.Payload[:min(ulen, len(u.Payload))])
 		if reflection(vec) {
-			d.floodPacket(vec, k.src, k.dst, k.v6, dp, k.ipLen, k.ts, k.n)
+			d.floodPacket(vec, k.src, k.dst, k.v6, dp, k.ipLen, k.ts, k.n, f.uid)
 		} else {
-			d.floodPacket(vec, k.dst, k.src, k.v6, dp, k.ipLen, k.ts, k.n)
+			d.floodPacket(vec, k.dst, k.src, k.v6, dp, k.ipLen, k.ts, k.n, f.uid)
 		}
 	}
 	if isDNSPort(sp) || isDNSPort(dp) {
@@ -758,7 +759,7 @@ func (d *Decoder) icmpPacket(k *pkt, typ, code uint8, v6 bool) {
 		f.icmpType, f.icmpCode = typ, code
 	}
 	if d.encap == 0 && (typ == 8 && !v6 || typ == 128 && v6) {
-		d.floodPacket(vecICMP, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n)
+		d.floodPacket(vecICMP, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n, f.uid)
 	}
 	ep := &f.ep[1]
 	if isOrig {
@@ -778,7 +779,7 @@ func (d *Decoder) otherPacket(k *pkt) {
 		ep = &f.ep[0]
 	}
 	if k.proto == 47 && d.encap == 0 {
-		d.floodPacket(vecGRE, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n)
+		d.floodPacket(vecGRE, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n, f.uid)
 	}
 	// Zeek counts no payload bytes for protocols it does not analyse;
 	// only their IP bytes.

@@ -80,6 +80,7 @@ type flow struct {
 	attemptAt          int64
 	bothClosedAt       int64
 	firstPkt           int64
+	uid                string      // its flow-log line's and its observables' (flowlog.UIDs)
 	ep                 [2]endpoint // originator, responder
 	icmpType, icmpCode uint8
 	list               uint8

@@ -152,16 +152,17 @@ func (d *Decoder) attribute(a *records.AttackInfo, target netip.Addr, name strin
 type pollOrder struct {
 	cmd   botproto.Command
 	ts, n int64
+	uid   string // the answer's connection
 }
 
 // pollAnswer reads the body of an answer to a request counted towards p
-// as an order (botproto.HTTPOrder).
-func (d *Decoder) pollAnswer(p *poll, body []byte, k *pkt) {
+// as an order (botproto.HTTPOrder); uid is the answer's connection.
+func (d *Decoder) pollAnswer(p *poll, body []byte, k *pkt, uid string) {
 	if len(p.orders) >= maxPollOrders || d.orders.pending >= maxHTTPPending {
 		return
 	}
 	if c, ok := botproto.HTTPOrder(body); ok {
-		p.orders = append(p.orders, pollOrder{cmd: c, ts: k.ts, n: k.n})
+		p.orders = append(p.orders, pollOrder{cmd: c, ts: k.ts, n: k.n, uid: uid})
 		d.orders.pending++
 		// The bot may resolve the target before the end of the
 		// capture tells that this was a poll.

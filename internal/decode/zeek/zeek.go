@@ -292,6 +292,10 @@ func entry(path string, r row, o observe.Origin, line int64, sink decode.Sink) e
 	if err != nil {
 		return err
 	}
+	// Every log of a connection names it by its uid, as conn.log does.
+	if uid, _ := r.str("uid"); flowlog.ValidUID(uid) {
+		o = o.OfConn(uid)
+	}
 	switch path {
 	case "conn":
 		return connEntry(r, o, ts, line, sink)
@@ -325,7 +329,11 @@ func connEntry(r row, o observe.Origin, ts time.Time, line int64, sink decode.Si
 	state, _ := r.str("conn_state")
 	service, _ := r.str("service")
 	history, _ := r.str("history")
-	conn := flowlog.Conn{Start: ts.UnixNano(), End: last.UnixNano(), Proto: proto, OrigH: c.oh, OrigP: c.op, RespH: c.rh, RespP: c.rp,
+	if o.UID == "" {
+		// The flow log names every connection: one by its line.
+		o = o.OfConn(flowlog.NewUIDs(o.Key()).At(line))
+	}
+	conn := flowlog.Conn{UID: o.UID, Start: ts.UnixNano(), End: last.UnixNano(), Proto: proto, OrigH: c.oh, OrigP: c.op, RespH: c.rh, RespP: c.rp,
 		Service: service, ConnState: state, History: history,
 		OrigPkts: num(r, "orig_pkts"), OrigBytes: num(r, "orig_bytes"), OrigIPBytes: num(r, "orig_ip_bytes"),
 		RespPkts: num(r, "resp_pkts"), RespBytes: num(r, "resp_bytes"), RespIPBytes: num(r, "resp_ip_bytes"), Line: line}

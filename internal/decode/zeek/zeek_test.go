@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
@@ -159,4 +160,38 @@ func FuzzZeek(f *testing.F) {
 			t.Fatalf("%d bad of %d lines", st.Bad, st.Lines)
 		}
 	})
+}
+
+// Each observable names its connection by Zeek's own uid, as the flow log
+// does; a conn.log line whose uid is missing or could not stand in a flow
+// log (it must need no escaping) gets one of tb-parse's, from its line.
+func TestUIDsCarriedThrough(t *testing.T) {
+	s := readFiles(t, "conn.log", "dns.log", "http.log", "ssl.log")
+	for _, c := range []struct{ typ, value, uid string }{
+		{"http", "GET http://c2.example.com/gate.php?id=42", "CHhAvVGS1DHFjwGM9"},
+		{"endpoint", "203.0.113.7:80/tcp", "CHhAvVGS1DHFjwGM9"},
+		{"domain", "www.example.com", "CUM0KZ3MLUfNB0cl11"},
+		{"tls", "beacon.example.org", "Cxyz"},
+		{"icmp", "10.13.37.5>192.0.2.1 8/0", "CmES5u32sYpV7JYN"},
+	} {
+		if p := s.Get(t, c.typ, c.value).Provenance; len(p) != 1 || p[0].UID != c.uid {
+			t.Errorf("%s %s: provenance %+v, want uid %s", c.typ, c.value, p, c.uid)
+		}
+	}
+	uids := map[string]bool{}
+	for _, c := range s.Conns {
+		uids[c.UID] = true
+	}
+	for _, u := range []string{"CHhAvVGS1DHFjwGM9", "C4J4Th3PJpwUYZZ6gc", "CUM0KZ3MLUfNB0cl11", "CmES5u32sYpV7JYN", "Cxyz"} {
+		if !uids[u] {
+			t.Errorf("no connection %s: %v", u, uids)
+		}
+	}
+
+	odd, _ := read(t, []byte(`{"ts":1763683200.1,"uid":"C\"},{\"x","id.orig_h":"10.13.37.5","id.orig_p":1,"id.resp_h":"192.0.2.7","id.resp_p":80,"proto":"tcp","conn_state":"S0"}
+{"ts":1763683200.2,"id.orig_h":"10.13.37.5","id.orig_p":2,"id.resp_h":"192.0.2.7","id.resp_p":80,"proto":"tcp","conn_state":"S0"}
+`))
+	if len(odd.Conns) != 2 || odd.Conns[0].UID == odd.Conns[1].UID || !flowlog.ValidUID(odd.Conns[0].UID) || !flowlog.ValidUID(odd.Conns[1].UID) {
+		t.Fatalf("uids of lines without a usable one: %q", []string{odd.Conns[0].UID, odd.Conns[1].UID})
+	}
 }
