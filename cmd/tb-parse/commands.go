@@ -73,11 +73,12 @@ type flowsCmd struct {
 	Artifacts []string `name:"artifact" sep:"none" help:"Only these flow logs, or those parsed from these capture artifacts (repeatable)."`
 	Addrs     []string `name:"addr" sep:"none" help:"Only connections with this address on either side (repeatable)."`
 	Ports     []uint16 `name:"port" sep:"none" help:"Only connections with this port on either side (repeatable)."`
+	UIDs      []string `name:"uid" sep:"none" help:"Only the connection with this uid, as an observable's provenance names it (repeatable)."`
 	ZeekTSV   string   `name:"zeek" placeholder:"FILE" help:"Write Zeek's TSV conn.log to FILE instead of records on stdout."`
 }
 
 func (c *flowsCmd) Run(env *cli.Env) error {
-	q := flowlog.Query{Lease: c.Lease, Cycle: c.Cycle, Artifacts: c.Artifacts, Ports: c.Ports}
+	q := flowlog.Query{Lease: c.Lease, Cycle: c.Cycle, Artifacts: c.Artifacts, Ports: c.Ports, UIDs: c.UIDs}
 	for _, s := range c.Addrs {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
