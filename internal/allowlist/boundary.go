@@ -46,6 +46,9 @@ func storable(es []*records.AllowEntry, rs []records.Refusal) {
 		for i, n := range e.Names {
 			e.Names[i] = asStored(n)
 		}
+		for i, u := range e.UIDs {
+			e.UIDs[i] = asStored(u)
+		}
 		if enforced(e.Status) {
 			if why := invalidValue(e); why != "" {
 				e.Status, e.Reason = records.StatusRevoked, "not enforced: "+why
@@ -57,6 +60,9 @@ func storable(es []*records.AllowEntry, rs []records.Refusal) {
 		r.Target, r.Class, r.Reason = asStored(r.Target), asStored(r.Class), asStored(r.Reason)
 		for j, x := range r.Examples {
 			r.Examples[j] = asStored(x)
+		}
+		for j, u := range r.UIDs {
+			r.UIDs[j] = asStored(u)
 		}
 	}
 }

@@ -392,7 +392,7 @@ func sameEntry(a, b *records.AllowEntry) bool {
 	return a.Type == b.Type && a.Value == b.Value && a.Observable == b.Observable && a.Scope == b.Scope &&
 		a.Lease == b.Lease && a.Sample == b.Sample && a.Status == b.Status && a.Class == b.Class &&
 		a.Score == b.Score && a.Reason == b.Reason && a.Verdict == b.Verdict && a.Cycle == b.Cycle &&
-		a.Note == b.Note && a.LastSeen.Equal(b.LastSeen) && slices.Equal(a.Names, b.Names) &&
+		a.Note == b.Note && a.LastSeen.Equal(b.LastSeen) && slices.Equal(a.Names, b.Names) && slices.Equal(a.UIDs, b.UIDs) &&
 		sameTime(a.ExpiresAt, b.ExpiresAt) && sameBeacon(a.Beacon, b.Beacon) && sameExtra(a.Extra, b.Extra)
 }
 

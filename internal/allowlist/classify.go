@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/dnsname"
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -59,8 +60,11 @@ type Dest struct {
 	Claimed []string `json:"claimed,omitempty"`
 	Conns   int64    `json:"conns"`
 	// Observable is the ID of the observable that is the main evidence.
-	Observable string    `json:"observable,omitempty"`
-	LastSeen   time.Time `json:"last_seen"`
+	Observable string `json:"observable,omitempty"`
+	// UIDs name connections the evidence rests on, at most MaxUIDs, from
+	// the provenance of its observables (tb-parse flows --uid shows them).
+	UIDs     []string  `json:"uids,omitempty"`
+	LastSeen time.Time `json:"last_seen"`
 	// Dests and Sample are, for a scan, the distinct destinations it
 	// stands for (beyond the endpoints classified one by one) and some of
 	// them.
@@ -92,6 +96,7 @@ type endpoint struct {
 	names       map[string]bool // resolved to it
 	claimed     map[string]bool // Host or server name of its requests
 	obs         string
+	uids        []string // of the connections its observables were seen on
 	first, last time.Time
 	attack      string
 	heard       heard
@@ -197,7 +202,13 @@ type evidence struct {
 	icmpFloods []string
 	// attacked are the targets of the floods the bot sent (attack
 	// observables), with what was sent: never promoted.
-	attacked map[netip.Addr]string
+	attacked map[netip.Addr]attack
+}
+
+// attack is a flood the bot sent: what, and on which connections.
+type attack struct {
+	why  string
+	uids []string
 }
 
 type badName struct {
@@ -218,7 +229,7 @@ type dnsName struct {
 func collect(obs []*records.Observable, pol *Policy) *evidence {
 	ev := &evidence{eps: map[string]*endpoint{}, byAddr: map[netip.Addr][]*endpoint{},
 		names: map[string]*dnsName{}, badNames: map[string]badName{}, scanObs: map[string][]*records.Observable{},
-		attacked: map[netip.Addr]string{}}
+		attacked: map[netip.Addr]attack{}}
 	var alerts, https, tlss, ipObs, channels, attacks []*records.Observable
 	seenEndpointIP := map[netip.Addr]bool{}
 	for _, o := range obs {
@@ -340,7 +351,8 @@ func (ev *evidence) bot(channels, attacks []*records.Observable) {
 			continue
 		}
 		if _, ok := ev.attacked[t.Unmap()]; !ok {
-			ev.attacked[t.Unmap()] = fmt.Sprintf("the target of a %s flood the bot sent (%d packets)", a.Vector, a.Packets)
+			ev.attacked[t.Unmap()] = attack{why: fmt.Sprintf("the target of a %s flood the bot sent (%d packets)", a.Vector, a.Packets),
+				uids: addUIDs(nil, o)}
 		}
 	}
 }
@@ -401,14 +413,20 @@ func (ev *evidence) requests(https, tlss []*records.Observable, pol *Policy) {
 			}
 		}
 		for _, s := range h.Servers {
-			if e := ev.serverName(s, host); e != nil && attack != "" && e.attack == "" {
+			e := ev.serverName(s, host)
+			if e != nil {
+				e.uids = addUIDs(e.uids, o)
+			}
+			if e != nil && attack != "" && e.attack == "" {
 				e.attack = fmt.Sprintf("exploit request %q (matches %q)", truncate(h.Method+" "+h.URI, 80), attack)
 			}
 		}
 	}
 	for _, o := range tlss {
 		for _, s := range o.TLS.Servers {
-			ev.serverName(s, o.TLS.ServerName)
+			if e := ev.serverName(s, o.TLS.ServerName); e != nil {
+				e.uids = addUIDs(e.uids, o)
+			}
 		}
 	}
 }
@@ -471,7 +489,7 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 	scanGroups := scans(list, ev.scanObs, pol)
 	few := 0
 	for _, e := range list {
-		d := &Dest{Lease: ev.lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs,
+		d := &Dest{Lease: ev.lease, Type: records.AllowEndpoint, Value: e.key(), Conns: e.conns, Observable: e.obs, UIDs: e.uids,
 			LastSeen: e.last, Names: slices.Sorted(maps.Keys(e.names)), Claimed: e.claimedOnly(), addr: e.addr, proto: e.proto, port: e.port,
 			heard: e.heard}
 		res[d.Value] = d
@@ -484,8 +502,11 @@ func (ev *evidence) score(pol *Policy) ([]*endpoint, map[string]*Dest) {
 			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("SMTP on %s/%d (spam)", e.proto, e.port)
 		case e.attack != "":
 			d.Class, d.Reason = ClassAbuse, e.attack
-		case ev.attacked[e.addr] != "":
-			d.Class, d.Reason = ClassAbuse, ev.attacked[e.addr]
+		case ev.attacked[e.addr].why != "":
+			// The flood's connections are the evidence, before the
+			// endpoint's own.
+			a := ev.attacked[e.addr]
+			d.Class, d.Reason, d.UIDs = ClassAbuse, a.why, unionUIDs(a.uids, e.uids)
 		case e.flood(pol):
 			d.Class, d.Reason = ClassAbuse, fmt.Sprintf("flood: %d connections, %d packets", e.conns, e.pkts)
 		default:
@@ -551,7 +572,7 @@ func (ev *evidence) propagate(list []*endpoint, res map[string]*Dest, pol *Polic
 	for _, n := range slices.Sorted(maps.Keys(allNames)) {
 		d := Dest{Lease: ev.lease, Type: records.AllowDomain, Value: n}
 		if dn := ev.names[n]; dn != nil {
-			d.Observable, d.LastSeen, d.Conns = obsID(dn.o), dn.o.LastSeen, dn.o.Count
+			d.Observable, d.LastSeen, d.Conns, d.UIDs = obsID(dn.o), dn.o.LastSeen, dn.o.Count, addUIDs(nil, dn.o)
 		}
 		led := nameEps[n]
 		sort.Slice(led, func(i, j int) bool {
@@ -583,7 +604,7 @@ func (ev *evidence) propagate(list []*endpoint, res map[string]*Dest, pol *Polic
 	}
 	for _, n := range slices.Sorted(maps.Keys(ev.badNames)) {
 		b := ev.badNames[n]
-		out = append(out, Dest{Lease: ev.lease, Type: records.AllowDomain, Value: n, Class: ClassOther, Observable: obsID(b.o),
+		out = append(out, Dest{Lease: ev.lease, Type: records.AllowDomain, Value: n, Class: ClassOther, Observable: obsID(b.o), UIDs: addUIDs(nil, b.o),
 			LastSeen: b.o.LastSeen, Conns: b.o.Count, Reason: "resolved, but " + b.why, invalid: b.why})
 	}
 	return out
@@ -635,6 +656,36 @@ func (e *endpoint) touch(o *records.Observable) {
 	if id := obsID(o); e.obs == "" || id != "" && id < e.obs {
 		e.obs = id
 	}
+	e.uids = addUIDs(e.uids, o)
+}
+
+// unionUIDs is a's uids, then b's, up to MaxUIDs.
+func unionUIDs(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, u := range b {
+		if len(out) < MaxUIDs && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// MaxUIDs bounds the connections a destination's evidence names.
+const MaxUIDs = 8
+
+// addUIDs adds the connections an observable was seen on to uids, up to
+// MaxUIDs. Observables on stdin are any JSON: a uid that could not be a
+// flow log's names no connection and is left out.
+func addUIDs(uids []string, o *records.Observable) []string {
+	for _, p := range o.Provenance {
+		if len(uids) >= MaxUIDs {
+			break
+		}
+		if flowlog.ValidUID(p.UID) && !slices.Contains(uids, p.UID) {
+			uids = append(uids, p.UID)
+		}
+	}
+	return uids
 }
 
 // classRank orders what a name's destinations say about it: abuse and scans
@@ -770,6 +821,7 @@ func scanDest(lease, port string, obs []*records.Observable, endpoints int, pol 
 		if id := obsID(o); d.Observable == "" || id != "" && id < d.Observable {
 			d.Observable = id
 		}
+		d.UIDs = addUIDs(d.UIDs, o)
 		for _, s := range o.Scan.Sample {
 			if len(d.Sample) < 8 && !slices.Contains(d.Sample, s) {
 				d.Sample = append(d.Sample, s)

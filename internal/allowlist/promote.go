@@ -112,7 +112,7 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 			// A resolved name that may not be forwarded: refused, grouped,
 			// whatever its class.
 			refusals.add(&Dest{Type: d.Type, Value: d.Value, Class: "refused", group: "names that may not be forwarded",
-				Reason: "not a forwardable name (letters, digits and hyphens under a registrable domain)"})
+				Reason: "not a forwardable name (letters, digits and hyphens under a registrable domain)", UIDs: d.UIDs})
 			continue
 		}
 		switch d.Class {
@@ -132,7 +132,7 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 			continue
 		}
 		if why := refuse(d, pol, guard, p.Validator, verdict); why != "" {
-			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: "refused", Reason: why})
+			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: "refused", Reason: why, UIDs: d.UIDs})
 			if e != nil && live(e.Status) {
 				e.Status, e.Reason = records.StatusRevoked, "refused: "+why
 			}
@@ -172,7 +172,7 @@ func Next(p Promotion, cur []*records.AllowEntry) ([]*records.AllowEntry, []reco
 			// C2, or by the operator: the same evidence does not bring it
 			// back.
 			refusals.list = append(refusals.list, records.Refusal{Target: d.Value, Class: e.Status,
-				Reason: fmt.Sprintf("%s (entry %s): %s", e.Status, e.ID, cmp.Or(e.Note, e.Reason))})
+				Reason: fmt.Sprintf("%s (entry %s): %s", e.Status, e.ID, cmp.Or(e.Note, e.Reason)), UIDs: d.UIDs})
 			continue
 		case records.StatusProbation:
 			// Decided below, from the cycle it was let through in.
@@ -241,7 +241,7 @@ func enforced(s string) bool { return s == records.StatusActive || s == records.
 
 func fill(e *records.AllowEntry, d *Dest) {
 	e.Class, e.Score, e.Reason, e.Beacon, e.Names = d.Class, d.Score, d.Reason, d.Beacon, d.Names
-	e.Observable, e.LastSeen = d.Observable, d.LastSeen
+	e.Observable, e.LastSeen, e.UIDs = d.Observable, d.LastSeen, d.UIDs
 }
 
 // live statuses are those a promotion may still change.
@@ -338,7 +338,8 @@ func capActive(es []*records.AllowEntry, newly map[string]bool, typ string, max 
 			continue
 		}
 		e.Status = records.StatusCandidate
-		out = append(out, records.Refusal{Target: e.Value, Class: "cap", Reason: fmt.Sprintf("%s (%d) reached; kept as a candidate", name, max)})
+		out = append(out, records.Refusal{Target: e.Value, Class: "cap", Reason: fmt.Sprintf("%s (%d) reached; kept as a candidate", name, max),
+			UIDs: e.UIDs})
 	}
 	return out
 }
@@ -363,7 +364,8 @@ func capCycle(es []*records.AllowEntry, newly map[string]bool, max int) []record
 	var out []records.Refusal
 	for _, e := range fresh[max:] {
 		e.Status = records.StatusCandidate
-		out = append(out, records.Refusal{Target: e.Value, Class: "cap", Reason: fmt.Sprintf("max_per_cycle (%d) reached; kept as a candidate", max)})
+		out = append(out, records.Refusal{Target: e.Value, Class: "cap", Reason: fmt.Sprintf("max_per_cycle (%d) reached; kept as a candidate", max),
+			UIDs: e.UIDs})
 	}
 	return out
 }
@@ -398,11 +400,13 @@ func (r *refusalSet) add(d *Dest) {
 	i, ok := r.groups[k]
 	if !ok {
 		r.groups[k] = len(r.list)
-		r.list = append(r.list, records.Refusal{Target: target, Class: d.Class, Reason: d.Reason, Count: n, Examples: slices.Clone(examples)})
+		r.list = append(r.list, records.Refusal{Target: target, Class: d.Class, Reason: d.Reason, Count: n, Examples: slices.Clone(examples),
+			UIDs: slices.Clone(d.UIDs)})
 		return
 	}
 	f := &r.list[i]
 	f.Count += n
+	f.UIDs = unionUIDs(f.UIDs, d.UIDs)
 	for _, x := range examples {
 		if len(f.Examples) < 8 {
 			f.Examples = append(f.Examples, x)

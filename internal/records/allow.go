@@ -62,6 +62,9 @@ type AllowEntry struct {
 	Beacon *Beacon `json:"beacon,omitempty"`
 	// Names are the DNS names that resolved to an endpoint.
 	Names []string `json:"names,omitempty"`
+	// UIDs name the connections the evidence rests on (some of them), by
+	// their uid in the lease's flow logs (tb-parse flows --uid).
+	UIDs []string `json:"uids,omitempty"`
 	// LastSeen is the latest sighting in the evidence.
 	LastSeen  time.Time  `json:"last_seen"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
@@ -151,4 +154,7 @@ type Refusal struct {
 	Reason   string   `json:"reason"`
 	Count    int      `json:"count,omitempty"`
 	Examples []string `json:"examples,omitempty"`
+	// UIDs name connections of the refused destinations (some of them),
+	// by their uid in the lease's flow logs.
+	UIDs []string `json:"uids,omitempty"`
 }
