@@ -45,6 +45,7 @@ func (c *collector) tallyConn(t *tally, rec *flowlog.Record, lease string, scans
 	if c.isC2[string(key)] {
 		v := string(key)
 		t.checkIn(v, rec.TS, c.forwarded(lease, v, time.Unix(0, rec.TS)))
+		t.c2[v].keepFirst(rec.TS, rec.UID)
 		return
 	}
 	for _, s := range scans {

@@ -83,6 +83,8 @@ type Order struct {
 	Duration   int64     `json:"duration,omitempty"`
 	Servers    []string  `json:"servers,omitempty"`
 	Observable string    `json:"observable"`
+	// UIDs name the connections it came on in the lease's flow logs.
+	UIDs []string `json:"uids,omitempty"`
 }
 
 // Attack is a flood the bot sent, as classified from its packets.
@@ -96,6 +98,8 @@ type Attack struct {
 	PPS        float64   `json:"pps"`
 	Spoofed    bool      `json:"spoofed,omitempty"`
 	Observable string    `json:"observable"`
+	// UIDs name the flood's first connection(s) in the lease's flow logs.
+	UIDs []string `json:"uids,omitempty"`
 	// Order is the value of the c2-command the flood carried out and
 	// OrderDelay the seconds from it (tb-parse's attribution, which the
 	// sample could have staged: it describes, it proves nothing);
@@ -279,6 +283,9 @@ type C2 struct {
 	Sinkholed int64     `json:"sinkholed"`
 	First     time.Time `json:"first,omitzero"`
 	Last      time.Time `json:"last,omitzero"`
+	// UIDs are its first check-ins' connections in the flow logs (at most
+	// maxUIDs), the uids its endpoint observables' provenance names.
+	UIDs []string `json:"uids,omitempty"`
 }
 
 // Bin is one bar of a histogram of intervals, in seconds: [From, To).
@@ -328,6 +335,8 @@ type Name struct {
 	FirstSeen  time.Time `json:"first_seen"`
 	Queries    int64     `json:"queries"`
 	Observable string    `json:"observable"`
+	// UIDs name the connections of its first lookups in the flow logs.
+	UIDs []string `json:"uids,omitempty"`
 }
 
 // Behaviour is the behaviour summary: the process tree of the latest

@@ -70,11 +70,12 @@ func (c *collector) observables() {
 			orderOf[o.Value] = append(orderOf[o.Value], o)
 			k := o.C2Command
 			c.r.Orders = append(c.r.Orders, Order{At: o.FirstSeen, Cycle: o.Cycle, Family: k.Family, Vector: k.Vector, Targets: k.Targets,
-				Ports: k.Ports, Duration: k.Duration, Servers: k.Servers, Observable: o.ID})
+				Ports: k.Ports, Duration: k.Duration, Servers: k.Servers, Observable: o.ID, UIDs: provUIDs(o)})
 		case o.Type == records.ObsAttack && o.Attack != nil && c.in(o.FirstSeen):
 			a := o.Attack
 			c.r.Attacks = append(c.r.Attacks, Attack{Start: o.FirstSeen, End: o.LastSeen, Cycle: o.Cycle, Vector: a.Vector, Target: a.Target,
-				Packets: a.Packets, PPS: a.PPS, Spoofed: a.Spoofed, Observable: o.ID, Order: a.Order, OrderDelay: a.OrderDelay})
+				Packets: a.Packets, PPS: a.PPS, Spoofed: a.Spoofed, Observable: o.ID, Order: a.Order, OrderDelay: a.OrderDelay,
+				UIDs: provUIDs(o)})
 		case o.Type == records.ObsScan && o.Scan != nil:
 			if _, ok := c.cycleIdx[o.Cycle]; ok {
 				c.scans[o.Cycle] = append(c.scans[o.Cycle], scanKey{target: o.Value, proto: o.Scan.Proto, port: o.Scan.Port, addr: o.Scan.Addr, obs: o})
@@ -87,9 +88,9 @@ func (c *collector) observables() {
 			n := names[o.Value]
 			switch {
 			case n == nil:
-				names[o.Value] = &Name{Name: o.Value, FirstSeen: o.FirstSeen, Queries: q, Observable: o.ID}
+				names[o.Value] = &Name{Name: o.Value, FirstSeen: o.FirstSeen, Queries: q, Observable: o.ID, UIDs: provUIDs(o)}
 			case o.FirstSeen.Before(n.FirstSeen):
-				n.FirstSeen, n.Observable, n.Queries = o.FirstSeen, o.ID, n.Queries+q
+				n.FirstSeen, n.Observable, n.Queries, n.UIDs = o.FirstSeen, o.ID, n.Queries+q, provUIDs(o)
 			default:
 				n.Queries += q
 			}
@@ -106,6 +107,18 @@ func (c *collector) observables() {
 	for i := range c.r.Attacks {
 		c.r.Attacks[i].OrderObservable = orderRecord(orderOf[c.r.Attacks[i].Order], &c.r.Attacks[i])
 	}
+}
+
+// provUIDs are the connections an observable's provenance names, at most
+// maxUIDs: the uids of their lines in the lease's flow logs.
+func provUIDs(o *records.Observable) []string {
+	var out []string
+	for _, p := range o.Provenance {
+		if p.UID != "" && len(out) < maxUIDs && !slices.Contains(out, p.UID) {
+			out = append(out, p.UID)
+		}
+	}
+	return out
 }
 
 // orderRecord is the record of the order an attack carried out, among the
@@ -147,6 +160,30 @@ type scanTally struct {
 type c2Tally struct {
 	answered, sinkholed int64
 	first, last         int64
+	firstConns          []connAt // the earliest, at most maxUIDs
+}
+
+// connAt is a connection by its uid, and its start (Unix ns).
+type connAt struct {
+	ts  int64
+	uid string
+}
+
+// maxUIDs bounds the connections the report names for one thing it shows.
+const maxUIDs = 8
+
+// keepFirst adds c to the earliest connections of ct, in start order, if
+// it is one of the first maxUIDs.
+func (ct *c2Tally) keepFirst(ts int64, uid []byte) {
+	n := len(ct.firstConns)
+	if n == maxUIDs && ts >= ct.firstConns[n-1].ts || len(uid) == 0 {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(ct.firstConns, ts, func(c connAt, ts int64) int { return cmp.Compare(c.ts, ts) })
+	ct.firstConns = slices.Insert(ct.firstConns, i, connAt{ts: ts, uid: string(uid)})
+	if len(ct.firstConns) > maxUIDs {
+		ct.firstConns = ct.firstConns[:maxUIDs]
+	}
 }
 
 func newTally() *tally { return &tally{hours: map[int64]*hourTally{}, c2: map[string]*c2Tally{}} }
@@ -229,6 +266,9 @@ func (t *tally) merge(o *tally) {
 			cur.answered += oc.answered
 			cur.sinkholed += oc.sinkholed
 			cur.first, cur.last = min(cur.first, oc.first), max(cur.last, oc.last)
+			for _, c := range oc.firstConns {
+				cur.keepFirst(c.ts, []byte(c.uid))
+			}
 		} else {
 			t.c2[v] = oc
 		}
@@ -433,6 +473,9 @@ func (c *collector) hours(t *tally) {
 		if ct := t.c2[v.Value]; ct != nil {
 			v.Answered, v.Sinkholed, v.CheckIns = ct.answered, ct.sinkholed, ct.answered+ct.sinkholed
 			v.First, v.Last = time.Unix(0, ct.first).UTC(), time.Unix(0, ct.last).UTC()
+			for _, c := range ct.firstConns {
+				v.UIDs = append(v.UIDs, c.uid)
+			}
 		}
 	}
 }
