@@ -47,14 +47,9 @@ func TestBotChannelAndAttackTarget(t *testing.T) {
 	c2 := netip.MustParseAddrPort("198.51.100.7:48101")
 	victim := netip.MustParseAddr("203.0.113.9")
 	obs := parsed(t, func(g *pcapgen.Gen) {
-		g.T = pcapgen.Start
-		g.MiraiSession(netip.AddrPortFrom(guest, 40001), c2, "telnet.x86", 4, pcapgen.MiraiOrder(5, 2,
-			[]netip.Prefix{netip.PrefixFrom(victim, 32)}, nil), 1460)
-		// The order carried out: a UDP flood, and connections to the
-		// victim's web server that would look like a beacon on their own.
-		for i := 0; i < 2000; i++ {
-			g.UDP(netip.AddrPortFrom(guest, 40002), netip.AddrPortFrom(victim, uint16(1000+i%50)), make([]byte, 512))
-		}
+		miraiFlood(g, c2, victim)
+		// And connections to the victim's web server that would look
+		// like a beacon on their own.
 		for i := 0; i < 8; i++ {
 			g.T = pcapgen.Start.Add(time.Duration(i) * time.Minute)
 			c := g.Dial(netip.AddrPortFrom(guest, uint16(41000+i)), netip.AddrPortFrom(victim, 80), uint32(i*100), 9000)

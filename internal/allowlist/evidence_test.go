@@ -13,6 +13,17 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
+// miraiFlood writes a Mirai bot's session with its C2 at c2, kept alive,
+// whose order the bot carries out: a UDP flood of victim.
+func miraiFlood(g *pcapgen.Gen, c2 netip.AddrPort, victim netip.Addr) {
+	g.T = pcapgen.Start
+	g.MiraiSession(netip.AddrPortFrom(guest, 40001), c2, "telnet.x86", 4, pcapgen.MiraiOrder(5, 2,
+		[]netip.Prefix{netip.PrefixFrom(victim, 32)}, nil), 1460)
+	for i := 0; i < 2000; i++ {
+		g.UDP(netip.AddrPortFrom(guest, 40002), netip.AddrPortFrom(victim, uint16(1000+i%50)), make([]byte, 512))
+	}
+}
+
 // provUIDs are the uids an observable's provenance names.
 func provUIDs(o *records.Observable) []string {
 	var out []string
@@ -29,14 +40,7 @@ func provUIDs(o *records.Observable) []string {
 func TestEvidenceNamesItsConnections(t *testing.T) {
 	c2 := netip.MustParseAddrPort("198.51.100.7:48101")
 	victim := netip.MustParseAddr("203.0.113.9")
-	obs := parsed(t, func(g *pcapgen.Gen) {
-		g.T = pcapgen.Start
-		g.MiraiSession(netip.AddrPortFrom(guest, 40001), c2, "telnet.x86", 4, pcapgen.MiraiOrder(5, 2,
-			[]netip.Prefix{netip.PrefixFrom(victim, 32)}, nil), 1460)
-		for i := 0; i < 2000; i++ {
-			g.UDP(netip.AddrPortFrom(guest, 40002), netip.AddrPortFrom(victim, uint16(1000+i%50)), make([]byte, 512))
-		}
-	})
+	obs := parsed(t, func(g *pcapgen.Gen) { miraiFlood(g, c2, victim) })
 	var channelUIDs, attackUIDs []string
 	for _, o := range obs {
 		switch o.Type {
