@@ -3,10 +3,12 @@
 // zstd, so that `zstdcat | jq` and Zeek's JSON tooling read it as it is.
 // tb-parse writes one per capture artifact into the blob store; the
 // observables keep only what is meaningful. The package owns the flow
-// record: the connection as the decoders make it (Conn), its writer, the
-// one reader of its lines (Reader, Record), the query over a lease's logs,
-// the Zeek TSV written from them, and the summary of a cycle's connections
-// into endpoint and scan observables (Dests).
+// record: the connection as the decoders make it (Conn) and its uid
+// (UIDs, ValidUID), which every observable seen on it names in its
+// provenance, its writer, the one reader of its lines (Reader, Record), the
+// query over a lease's logs (by uid too), the Zeek TSV written from them,
+// and the summary of a cycle's connections into endpoint and scan
+// observables (Dests).
 package flowlog
 
 import (
