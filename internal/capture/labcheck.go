@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"time"
 
-	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -47,53 +45,15 @@ func UpLab(ctx context.Context, st *state.Store, cfg netlab.Config) (*netlab.Pro
 	return lab.Check(ctx)
 }
 
-// NotContainedError is a lab that is up but on which no lease may be
-// placed: only partly up, or its containment unchecked or failing. It is
-// exit 69, a service missing, like a lab that is not up at all.
-type NotContainedError struct {
-	Lab    string
-	Reason string
-}
-
-func (e *NotContainedError) Error() string {
-	if e.Lab == "" {
-		return e.Reason
-	}
-	return fmt.Sprintf("lab %s: %s", e.Lab, e.Reason)
-}
-
-// FaultCode implements fault.Coder.
-func (e *NotContainedError) FaultCode() int { return fault.ExitUnavailable }
-
-// LabContained is nil only when the lab is up, every part of it, and its
-// last containment check passed: what a host must show before a lease is
-// placed on it. A lab that is not up is netlab's one not-up error
-// (*netlab.NotUpError); one that is up but not contained a
-// *NotContainedError saying what to run.
+// LabContained is nil only when the lab named is up and contained
+// (netlab.Lab.Contained): what a fleet worker's host must show before it
+// takes a cycle. A lab that is not up is netlab's one not-up error.
 func LabContained(ctx context.Context, st *state.Store, name string) error {
 	lab, err := netlab.Open(st, name)
 	if err != nil {
 		return err
 	}
-	s, err := lab.Status(ctx)
-	if err != nil {
-		return err
-	}
-	if !s.Up {
-		return &NotContainedError{Lab: lab.Name, Reason: fmt.Sprintf("only partly up (see tb-capture net status --lab %s)", lab.Name)}
-	}
-	rep, err := lab.LastCheck()
-	if err != nil {
-		return err
-	}
-	if rep == nil {
-		return &NotContainedError{Lab: lab.Name, Reason: fmt.Sprintf("containment not checked (run tb-capture net check --lab %s)", lab.Name)}
-	}
-	if f := rep.Failed(); f != nil {
-		return &NotContainedError{Lab: lab.Name, Reason: fmt.Sprintf("containment check failed probe %s at %s: %s (tb-capture net check --lab %s)",
-			f.Name, rep.At.Format(time.RFC3339), f.Detail, lab.Name)}
-	}
-	return nil
+	return lab.Contained(ctx)
 }
 
 // Labs are the labs of a host, kept in its state directory: what tb-lease
@@ -102,39 +62,47 @@ type Labs struct{ St *state.Store }
 
 // Contained is nil only when bridge, in the network namespace hostNS ("" for
 // this process's), is the bridge of a lab of this host whose network is
-// labNet and that LabContained passes. Otherwise it is a
-// *NotContainedError saying what to run.
+// labNet and that is contained (netlab.Lab.Contained). Otherwise it is a
+// *netlab.NotContainedError saying what to run.
 func (l Labs) Contained(ctx context.Context, hostNS, bridge string, labNet netip.Prefix) error {
-	cfg, err := l.ByBridge(hostNS, bridge)
+	lab, err := l.byBridge(hostNS, bridge)
 	if errors.Is(err, os.ErrNotExist) {
 		where := "this host's network namespace"
 		if hostNS != "" {
 			where = "network namespace " + hostNS
 		}
-		return &NotContainedError{Reason: fmt.Sprintf("bridge %s in %s is not the bridge of a Talkbox lab of this host, and a guest is attached to nothing else (tb-capture net up --bridge %s)",
+		return &netlab.NotContainedError{Reason: fmt.Sprintf("bridge %s in %s is not the bridge of a Talkbox lab of this host, and a guest is attached to nothing else (tb-capture net up --bridge %s)",
 			bridge, where, bridge)}
 	}
 	if err != nil {
 		return err
 	}
-	if cfg.LabNet.Masked() != labNet.Masked() {
-		return &NotContainedError{Lab: cfg.Name, Reason: fmt.Sprintf("its network is %s, the leases' is %s (set tb-lease --lab-net %s)",
-			cfg.LabNet, labNet, cfg.LabNet)}
+	if lab.Config.LabNet.Masked() != labNet.Masked() {
+		return &netlab.NotContainedError{Lab: lab.Name, Reason: fmt.Sprintf("its network is %s, the leases' is %s (set tb-lease --lab-net %s)",
+			lab.Config.LabNet, labNet, lab.Config.LabNet)}
 	}
-	return LabContained(ctx, l.St, cfg.Name)
+	return lab.Contained(ctx)
 }
 
 // ByBridge is the configuration of this host's lab whose bridge is bridge
 // in the network namespace hostNS; os.ErrNotExist (wrapped) when none is.
 func (l Labs) ByBridge(hostNS, bridge string) (netlab.Config, error) {
-	labs, err := netlab.UpLabs(l.St)
+	lab, err := l.byBridge(hostNS, bridge)
 	if err != nil {
 		return netlab.Config{}, err
 	}
+	return lab.Config, nil
+}
+
+func (l Labs) byBridge(hostNS, bridge string) (*netlab.Lab, error) {
+	labs, err := netlab.UpLabs(l.St)
+	if err != nil {
+		return nil, err
+	}
 	for _, lab := range labs {
 		if lab.Config.Bridge == bridge && lab.Config.HostNS == hostNS {
-			return lab.Config, nil
+			return lab, nil
 		}
 	}
-	return netlab.Config{}, fmt.Errorf("bridge %s is not a lab's: %w", bridge, os.ErrNotExist)
+	return nil, fmt.Errorf("bridge %s is not a lab's: %w", bridge, os.ErrNotExist)
 }

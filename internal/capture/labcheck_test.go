@@ -31,7 +31,7 @@ func TestLabContained(t *testing.T) {
 	refused := func(want string) {
 		t.Helper()
 		err := capture.LabContained(ctx, st, cfg.Name)
-		var nc *capture.NotContainedError
+		var nc *netlab.NotContainedError
 		if !errors.As(err, &nc) || !strings.Contains(err.Error(), want) || fault.Code(err) != fault.ExitUnavailable {
 			t.Fatalf("LabContained: %v (exit %d), want a refusal saying %q", err, fault.Code(err), want)
 		}

@@ -167,6 +167,54 @@ func (l *Lab) Check(ctx context.Context) (*ProbeReport, error) {
 	return rep, nil
 }
 
+// NotContainedError is a lab that is up but on which no guest may be
+// placed: only partly up, or its containment unchecked or failing; or a
+// bridge that is no lab's. It is exit 69, a service missing, like a lab
+// that is not up at all.
+type NotContainedError struct {
+	Lab    string
+	Reason string
+}
+
+func (e *NotContainedError) Error() string {
+	if e.Lab == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("lab %s: %s", e.Lab, e.Reason)
+}
+
+// FaultCode implements fault.Coder.
+func (e *NotContainedError) FaultCode() int { return fault.ExitUnavailable }
+
+// Contained is nil only when the lab is up, every part of it, and its last
+// check (Check) passed: what a host must show before a guest is placed on
+// the lab. Otherwise it is a *NotContainedError saying what to run (a
+// *NotUpError for a lab Expected found not up).
+func (l *Lab) Contained(ctx context.Context) error {
+	if !l.up {
+		return &NotUpError{Lab: l.Name}
+	}
+	s, err := l.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if !s.Up {
+		return &NotContainedError{Lab: l.Name, Reason: fmt.Sprintf("only partly up (see tb-capture net status --lab %s)", l.Name)}
+	}
+	rep, err := l.LastCheck()
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return &NotContainedError{Lab: l.Name, Reason: fmt.Sprintf("containment not checked (run tb-capture net check --lab %s)", l.Name)}
+	}
+	if f := rep.Failed(); f != nil {
+		return &NotContainedError{Lab: l.Name, Reason: fmt.Sprintf("containment check failed probe %s at %s: %s (tb-capture net check --lab %s)",
+			f.Name, rep.At.Format(time.RFC3339), f.Detail, l.Name)}
+	}
+	return nil
+}
+
 // Status is what the lab's parts look like now.
 func (l *Lab) Status(ctx context.Context) (*Status, error) { return inspect(ctx, l.Config) }
 
