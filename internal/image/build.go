@@ -37,6 +37,12 @@ func tmpDir(st *state.Store) string    { return st.Path("images", ".tmp") }
 
 func specLock(id string) string { return "tb-build/spec/" + id }
 
+// BuildRevision names what a build makes of a spec. It goes up with every
+// change to the build that changes the image (what mmdebstrap is asked
+// for, the files written, the disk's format), so that a cache of images
+// keyed by their spec (leasetest's) builds them again.
+const BuildRevision = 2
+
 // BuildRequest is one tb-build build.
 type BuildRequest struct {
 	Spec     string

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// makeDisk turns a root tree into a compressed qcow2 holding one ext4
+// makeDisk turns a root tree into a zstd-compressed qcow2 holding one ext4
 // filesystem (no partition table: the guest mounts /dev/vda). mkfs.ext4 -d
 // copies the tree, so no loop device or mount is needed.
 func makeDisk(ctx context.Context, root, out string, sizeMiB int, log io.Writer) error {
@@ -41,7 +41,9 @@ func makeDisk(ctx context.Context, root, out string, sizeMiB int, log io.Writer)
 	if err := run(ctx, log, mkfs, "-q", "-F", "-L", "talkbox-root", "-E", "root_owner=0:0", "-d", root, raw); err != nil {
 		return err
 	}
-	return run(ctx, log, qimg, "convert", "-c", "-f", "raw", "-O", "qcow2", raw, out)
+	// zstd rather than qcow2's default zlib: a quarter of the time for a
+	// slightly smaller disk (QEMU 5.1 and later read it).
+	return run(ctx, log, qimg, "convert", "-c", "-f", "raw", "-O", "qcow2", "-o", "compression_type=zstd", raw, out)
 }
 
 func run(ctx context.Context, log io.Writer, prog string, args ...string) error {

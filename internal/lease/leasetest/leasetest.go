@@ -56,9 +56,9 @@ type Fixture struct {
 func Image(ctx context.Context) (*Fixture, error) { return ImageFor(ctx, Spec) }
 
 // ImageFor returns the fixture image of an embedded spec, building it first
-// if no valid one is cached. The cache is keyed by the spec's digest, so a
-// changed spec is built again; a file lock makes parallel test processes
-// build each spec once.
+// if no valid one is cached. The cache is keyed by the spec's digest and
+// image.BuildRevision, so a changed spec or build is built again; a file
+// lock makes parallel test processes build each spec once.
 func ImageFor(ctx context.Context, specID string) (*Fixture, error) {
 	ss, err := image.LoadSpecs("")
 	if err != nil {
@@ -68,7 +68,7 @@ func ImageFor(ctx context.Context, specID string) (*Fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(Root(), specID+"-"+spec.SHA256()[:16])
+	dir := filepath.Join(Root(), fmt.Sprintf("%s-%s-r%d", specID, spec.SHA256()[:16], image.BuildRevision))
 	if err := reachable(dir); err != nil {
 		return nil, err
 	}
