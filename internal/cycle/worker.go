@@ -379,13 +379,12 @@ func (w *Worker) readLive(ctx context.Context, now time.Time) error {
 	if !w.UntilIdle && now.Sub(w.liveAt) < w.heartbeat() {
 		return nil
 	}
-	live, err := state.Find(w.R.St, records.KindWorker, func(o *records.Worker) bool {
-		return o.Alive(now) && o.ID != w.rec.ID
-	})
+	live, err := state.LiveWorkers(ctx, w.R.St, now)
 	if err != nil {
 		return err
 	}
-	w.live, w.liveAt = live, now
+	w.live = slices.DeleteFunc(live, func(o *records.Worker) bool { return o.ID == w.rec.ID })
+	w.liveAt = now
 	return nil
 }
 

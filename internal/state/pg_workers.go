@@ -10,39 +10,58 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// The PostgreSQL store keeps a key of its own on each live worker with a
-// free slot, beside the record's IndexKeys: keyFree, whose value is when
-// the worker is taken for dead unless it beats again (Heartbeat plus
-// DeadAfter, UTC, in a layout of fixed width so that the text order is the
-// time order). The workers with a free slot that are alive at a time are
-// then one range of the key's index, and a claim reads those instead of
-// every worker record of the fleet. A worker rewrites its record every
-// heartbeat, which moves its key.
-const keyFree = "free"
+// The PostgreSQL store keeps two keys of its own on a worker record,
+// beside its IndexKeys, whose value is when the worker is taken for dead
+// unless it beats again (Heartbeat plus DeadAfter, UTC, in a layout of
+// fixed width so that the text order is the time order): keyLive while it
+// has not stopped, keyFree while it also has a free slot. The workers
+// alive at a time (with a free slot) are then one range of the key's
+// index: a claim reads those with a free slot instead of every worker
+// record of the fleet, and the live ones are read in one query. A worker
+// rewrites its record every heartbeat, which moves its keys.
+const (
+	keyLive = "live"
+	keyFree = "free"
+)
 
 // freeUntilLayout is RFC 3339 with nine fractional digits always written.
 const freeUntilLayout = "2006-01-02T15:04:05.000000000Z"
 
-// workerKeys are a worker record's keys of the fleet: keyFree while it has
-// a free slot and has not stopped.
+// workerKeys are a worker record's keys of the fleet.
 func workerKeys(r records.Record) []records.IndexKey {
 	w, ok := r.(*records.Worker)
-	if !ok || w.Stopped || w.Free() == 0 {
+	if !ok || w.Stopped {
 		return nil
 	}
-	until := w.Heartbeat.Add(time.Duration(w.DeadAfter)).UTC()
-	return []records.IndexKey{{Field: keyFree, Value: until.Format(freeUntilLayout)}}
+	until := w.Heartbeat.Add(time.Duration(w.DeadAfter)).UTC().Format(freeUntilLayout)
+	keys := []records.IndexKey{{Field: keyLive, Value: until}}
+	if w.Free() > 0 {
+		keys = append(keys, records.IndexKey{Field: keyFree, Value: until})
+	}
+	return keys
 }
 
-// replaceWorkerKeys makes a worker record's keyFree that of its new version.
+// replaceWorkerKeys makes a worker record's keys of the fleet those of its
+// new version.
 func replaceWorkerKeys(ctx context.Context, tx pgx.Tx, kind, id string, r records.Record) error {
 	if kind != records.KindWorker {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field = $3`, kind, id, keyFree); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)`,
+		kind, id, keyLive, keyFree); err != nil {
 		return err
 	}
 	return insertKeys(ctx, tx, kind, id, workerKeys(r))
+}
+
+// LiveWorkers returns the workers alive at now: on PostgreSQL in one
+// query, one range of an index; on the directory, from every worker record.
+func LiveWorkers(ctx context.Context, st *Store, now time.Time) ([]*records.Worker, error) {
+	pg, ok := st.rec.(*pgStore)
+	if !ok {
+		return Find(st, records.KindWorker, func(w *records.Worker) bool { return w.Alive(now) })
+	}
+	return workersByExpiry(ctx, pg, keyLive, now, -1, func(w *records.Worker) bool { return w.Alive(now) })
 }
 
 // FreeWorkers returns up to n of the workers alive at now that have a free
@@ -59,9 +78,20 @@ func FreeWorkers(ctx context.Context, st *Store, now time.Time, n int) ([]*recor
 		slices.SortFunc(all, func(a, b *records.Worker) int { return b.Heartbeat.Compare(a.Heartbeat) })
 		return all[:min(n, len(all))], nil
 	}
+	return workersByExpiry(ctx, pg, keyFree, now, n, func(w *records.Worker) bool { return w.Alive(now) && w.Free() > 0 })
+}
+
+// workersByExpiry reads the workers whose key field has not expired at
+// now, the latest to expire first, n at most (-1: all), those keep keeps:
+// the key is as of the record's write, the record says the rest.
+func workersByExpiry(ctx context.Context, pg *pgStore, field string, now time.Time, n int, keep func(*records.Worker) bool) ([]*records.Worker, error) {
+	limit := any(nil) // LIMIT NULL: no limit
+	if n >= 0 {
+		limit = n
+	}
 	rows, err := pg.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
 		WHERE k.kind = $1 AND k.field = $2 AND k.value >= $3 ORDER BY k.value DESC LIMIT $4`,
-		records.KindWorker, keyFree, now.UTC().Format(freeUntilLayout), n)
+		records.KindWorker, field, now.UTC().Format(freeUntilLayout), limit)
 	if err != nil {
 		return nil, pgErr(err)
 	}
@@ -75,8 +105,7 @@ func FreeWorkers(ctx context.Context, st *Store, now time.Time, n int) ([]*recor
 		if err := records.Unmarshal(data, &w); err != nil {
 			return nil, err
 		}
-		// The key is as of the record's write; the record says the rest.
-		if w.Alive(now) && w.Free() > 0 {
+		if keep(&w) {
 			out = append(out, &w)
 		}
 	}
