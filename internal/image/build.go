@@ -60,7 +60,9 @@ type BuildRequest struct {
 // CrashEnv names a test hook (crashhook; test builds only): a build whose
 // environment has TB_BUILD_CRASH_AFTER=<phase> kills itself with SIGKILL
 // when that phase ends, as a power cut or kill -9 would; <phase>:INT sends
-// SIGINT instead, as Ctrl-C would.
+// SIGINT instead, as Ctrl-C would. The point "essential" is inside the
+// rootfs phase: mmdebstrap starting to install the essential packages in
+// its chroot.
 const CrashEnv = "TB_BUILD_CRASH_AFTER"
 
 // BuildJob is a build whose spec, tools and hypervisor were checked:

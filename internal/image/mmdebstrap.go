@@ -1,6 +1,7 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
 )
 
 // Builder makes a Debian root filesystem for a spec.
@@ -53,13 +56,13 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return err
 	}
-	// Builds sharing a cache take turns: one build's sync-out racing
-	// another's sync-in would hand apt half-copied .debs.
-	unlock, err := lockCache(ctx, cacheDir)
-	if err != nil {
+	// What apt downloads comes out here, then into the cache
+	// (addToDebCache): builds sharing the cache do not take turns.
+	fetched := dir + ".debs"
+	if err := os.MkdirAll(fetched, 0o755); err != nil {
 		return err
 	}
-	defer unlock()
+	defer os.RemoveAll(fetched)
 	args := []string{
 		"--mode=root", "--variant=" + s.OS.Variant, "--architectures=" + strings.Join(append([]string{s.Arch}, s.foreignArches()...), ","),
 		"--components=" + strings.Join(s.OS.Components, ","),
@@ -80,7 +83,7 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 		// Talkbox builds its own small initramfs; running update-initramfs
 		// (slow, and slower still under qemu-user) would be wasted.
 		`--essential-hook=chroot "$1" dpkg-divert --quiet --local --rename --add /usr/sbin/update-initramfs && ln -sf /bin/true "$1"/usr/sbin/update-initramfs`,
-		"--customize-hook=sync-out /var/cache/apt/archives " + shq(cacheDir),
+		"--customize-hook=sync-out /var/cache/apt/archives " + shq(fetched),
 		// dpkg need not fsync every file it unpacks: a build that fails
 		// is thrown away whole. The setting is the build's, not the
 		// image's, so it goes before the root filesystem is done.
@@ -107,6 +110,9 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 	// One writer for both, so that os/exec writes from one goroutine.
 	tail := &logTail{}
 	out := io.MultiWriter(log, tail)
+	if crashhook.Enabled {
+		out = io.MultiWriter(out, essentialHook{ctx})
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// If tb-build is killed outright, mmdebstrap goes with it; what it
 	// leaves is cleaned up by the next build (removeTree).
@@ -119,6 +125,9 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 			return ctx.Err()
 		}
 		return fmt.Errorf("mmdebstrap failed (%v): %s; see the build log", err, tail.reason())
+	}
+	if err := addToDebCache(ctx, fetched, cacheDir); err != nil {
+		return err
 	}
 	return removeExcluded(dir, s.Hardening.Exclude)
 }
@@ -218,6 +227,18 @@ func fnmatchRegexp(glob string) (*regexp.Regexp, error) {
 	return regexp.Compile(b.String())
 }
 
+// essentialHook is CrashEnv's "essential" point: mmdebstrap announcing the
+// install of the essential packages, its chroot's /proc, /sys and /dev
+// mounted, which a build killed there leaves for the next to clean up.
+type essentialHook struct{ ctx context.Context }
+
+func (h essentialHook) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("I: installing essential packages")) {
+		crashhook.At(h.ctx, CrashEnv, "essential")
+	}
+	return len(p), nil
+}
+
 // logTail keeps the end of a tool's output, for a one-line reason when it
 // fails: the build log is a blob a reader may not have at hand.
 type logTail struct{ b []byte }
@@ -247,31 +268,4 @@ func (t *logTail) reason() string {
 		last = last[:300] + "…"
 	}
 	return strings.TrimSpace(last)
-}
-
-// lockCache takes an exclusive flock(2) on the cache directory's lock file,
-// waiting while another build holds it, until ctx ends.
-func lockCache(ctx context.Context, cacheDir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(cacheDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
-			f.Close()
-			return nil, fmt.Errorf("locking the package cache %s: %w", cacheDir, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
-	}
 }
