@@ -43,7 +43,7 @@ func tool() cli.Tool {
 			"flows": {
 				"tb-parse flows --lease L --cycle C --port 443 | jq -c '[.\"id.resp_h\", .conn_state, .history]'",
 				"tb-parse flows --lease L --addr 203.0.113.7 --zeek conn.log",
-				`tb-parse flows --lease L --uid "$(tb-parse get OBSERVABLE | jq -r '.provenance[0].uid')"`,
+				`tb-parse flows --lease L --uid "$(tb-parse list | jq -rn 'first(inputs | select(.type=="endpoint") | .provenance[0].uid)')"`,
 			},
 		},
 	}
