@@ -15,6 +15,7 @@ import (
 	vnetlink "github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -222,6 +223,12 @@ func TestApplyIsAtomic(t *testing.T) {
 	}
 	if up, _ := f.Present(); up {
 		t.Fatal("table left after Down")
+	}
+	// A lease's rules on a lab that is down: the lab is not up, exit 69,
+	// which the caller holding the lab words as netlab.NotUpError.
+	err = f.ApplyLease(ctx, lr)
+	if !errors.Is(err, firewall.ErrTableAbsent) || fault.Code(err) != fault.ExitUnavailable {
+		t.Fatalf("rules on a lab that is down: %v (exit %d), want ErrTableAbsent, exit 69", err, fault.Code(err))
 	}
 }
 

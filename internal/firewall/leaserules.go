@@ -17,6 +17,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 )
 
@@ -80,7 +81,7 @@ func (f *NFT) ApplyLease(ctx context.Context, lr LeaseRules) error {
 	if ok, err := f.Present(); err != nil {
 		return err
 	} else if !ok {
-		return fmt.Errorf("lab table %s is not up (tb-capture net up)", f.cfg.Table)
+		return &TableAbsentError{Table: f.cfg.Table}
 	}
 	c, done, err := f.conn()
 	if err != nil {
@@ -341,6 +342,26 @@ func (f *NFT) RemoveLease(ctx context.Context, lease string) error {
 
 // ErrNoLease is returned (wrapped) for a lease without applied rules.
 var ErrNoLease = errors.New("no rules applied")
+
+// ErrTableAbsent matches (errors.Is) a TableAbsentError.
+var ErrTableAbsent = errors.New("the lab's nftables table is absent")
+
+// TableAbsentError is a lease's rules asked of a lab whose table is not in
+// the kernel (the lab was taken down, the host rebooted): the lab is not
+// up. netlab owns the one wording of that and cannot be imported from
+// here (it imports this package), so a caller that holds the lab turns
+// this into its netlab.NotUpError; the exit class is already the same, 69.
+type TableAbsentError struct{ Table string }
+
+func (e *TableAbsentError) Error() string {
+	return fmt.Sprintf("the lab's nftables table %s is absent: the lab is not up", e.Table)
+}
+
+// FaultCode implements fault.Coder: a service missing, as a lab not up.
+func (e *TableAbsentError) FaultCode() int { return fault.ExitUnavailable }
+
+// Is makes errors.Is(err, ErrTableAbsent) true.
+func (e *TableAbsentError) Is(target error) bool { return target == ErrTableAbsent }
 
 // hostAddrs lists the addresses of every interface in the namespace.
 func hostAddrs(ns string) []netip.Addr {
