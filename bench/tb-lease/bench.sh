@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # tb-lease figures, all in one run on one host: cold acquire (boot to guest
-# agent ready), warm acquire (reuse of an idle lease), snapshot, restore
-# from a snapshot to agent ready, and, as the peer, libvirt's own restore
-# of the same save file with virsh (no checksums, no re-addressing).
+# agent ready), warm acquire (reuse of an idle lease), snapshot (of a guest
+# just booted), restore from a snapshot to agent ready, and, as the peer,
+# libvirt's own restore of the same save file with virsh (no checksums, no
+# re-addressing); then a snapshot of the same guest idle for IDLE seconds
+# (default 10) and its restore, and a second revert. The warm acquire is
+# the lease's first revert (its guest had run no plan): it boots the guest
+# and saves it as the lease's clean state where the lease keeps one; the
+# second (revert_ms, how: an acquire for another sample) restores that
+# state, or boots where there is none.
 # Usage: bench/tb-lease/bench.sh   (root, after `make build`; RUNS=5,
 # ARCH=amd64: any architecture with an image spec)
 # TB_STATE may name a state directory that already has the
@@ -34,10 +40,14 @@ cleanup() {
 trap cleanup EXIT
 field() { grep -o "\"$1\":\"[^\"]*\"" | head -1 | cut -d'"' -f4; }
 plan='{"kind":"plan","id":"plan_01JD0000000000000000000000","v":1,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z","image":{"platform":"'"$arch"'"},"lease":{"vcpus":1,"memory_mib":512,"ttl":"1h"}}'
+# samplePlan N is a plan for sample N (a made-up digest): a lease that ran
+# another sample reverts for it.
+samplePlan() { printf '%s' "$plan" | sed "s/0000000000000000000000\"/000000000000000000000$1\"/; s/\"v\":1,/\"v\":1,\"sample_sha256\":\"$(printf "$1%.0s" $(seq 64))\",/"; }
+idle=${IDLE:-10}
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
 printf '# %s, %s, %d CPUs, load %s, accel %s, %s 512 MiB guest, %d runs\n' "$(date -u +%FT%TZ)" "$(uname -r)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$accel" "$arch" "$runs"
-printf '%-4s %12s %12s %12s %12s %14s %12s\n' run cold_ms warm_ms snapshot_ms restore_ms virsh_restore_ms snap_MiB
+printf '%-4s %12s %12s %12s %12s %14s %12s %14s %14s %12s %8s\n' run cold_ms warm_ms snapshot_ms restore_ms virsh_restore_ms snap_MiB idle_snap_ms idle_restore_ms revert_ms how
 for i in $(seq "$runs"); do
   t=$(date +%s%N); out=$(echo "$plan" | $tl acquire --fresh --accel "$accel"); cold=$(ms "$t")
   l=$(printf '%s' "$out" | field id)
@@ -49,14 +59,28 @@ for i in $(seq "$runs"); do
   size=$(printf '%s' "$s" | grep -o '"size_bytes":[0-9]*' | cut -d: -f2)
   t=$(date +%s%N); r=$($tl restore "$sid"); restore=$(ms "$t")
   rid=$(printf '%s' "$r" | field id)
+  $tl release "$rid" >/dev/null
+  $tl snapshot-rm "$sid"
+  # The same guest idle: a snapshot and its restore.
+  sleep "$idle"
+  t=$(date +%s%N); s=$($tl snapshot "$l"); isnap=$(ms "$t")
+  sid=$(printf '%s' "$s" | field id)
+  t=$(date +%s%N); r=$($tl restore "$sid"); irestore=$(ms "$t")
+  $tl release "$(printf '%s' "$r" | field id)" >/dev/null
+  $tl snapshot-rm "$sid"
   # Peer: libvirt alone, virsh save and restore of the same guest in
-  # place (its name, UUID, MAC and overlay unchanged), to running.
+  # place (its name, UUID, MAC and overlay unchanged), to running. After
+  # the idle snapshot: a Malta guest restored so may have its timer stopped
+  # for seconds, which the revert below does not mind (it destroys it).
   vm=$(printf '%s' "$out" | field vm_name)
   virsh -c qemu:///system save "$vm" "$work/peer.save" >/dev/null
   t=$(date +%s%N); virsh -c qemu:///system restore "$work/peer.save" --running >/dev/null; vr=$(ms "$t")
   rm -f "$work/peer.save"
-  $tl release "$l" "$rid" >/dev/null
-  $tl snapshot-rm "$sid"
-  printf '%-4s %12s %12s %12s %12s %14s %12s\n' "$i" "$cold" "$warm" "$snap" "$restore" "$vr" "$((size / 1048576))"
+  $tl release --keep "$l" >/dev/null
+  t=$(date +%s%N); out=$(samplePlan 1 | $tl acquire --accel "$accel"); revert=$(ms "$t")
+  [ "$(printf '%s' "$out" | field id)" = "$l" ] || { echo "the revert did not reuse $l" >&2; exit 1; }
+  how=$(printf '%s' "$out" | grep -o '"how":"[^"]*"' | tail -1 | cut -d'"' -f4)
+  $tl release "$l" >/dev/null
+  printf '%-4s %12s %12s %12s %12s %14s %12s %14s %14s %12s %8s\n' "$i" "$cold" "$warm" "$snap" "$restore" "$vr" "$((size / 1048576))" "$isnap" "$irestore" "$revert" "$how"
 done
 echo "# state: $TB_STATE"

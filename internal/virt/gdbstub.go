@@ -153,8 +153,8 @@ func qemuOwner(domXML string) (uid, gid int, err error) {
 }
 
 // toggleDC sets Cause.DC of every vCPU behind the gdbstub at sock and
-// clears it again (or the other way round where a guest had it set), and
-// checks that Cause ends as it was.
+// clears it again (or the other way round where a guest had it set),
+// checking each write.
 func toggleDC(ctx context.Context, sock string, regBytes int, order binary.ByteOrder) error {
 	var dialer net.Dialer
 	c, err := dialer.DialContext(ctx, "unix", sock)
@@ -180,18 +180,20 @@ func toggleDC(ctx context.Context, sock string, regBytes int, order binary.ByteO
 		}
 		cause := regs[causeReg*regBytes : (causeReg+1)*regBytes]
 		was := regValue(cause, order)
+		// Each write is read back: a CPU without the DC bit (before
+		// MIPS32/64 release 2) ignores it, and nothing is re-armed.
 		for _, v := range []uint64{was ^ causeDC, was} {
 			putRegValue(cause, order, v)
 			if err := g.expectOK("G" + hex.EncodeToString(regs)); err != nil {
 				return fmt.Errorf("writing Cause of vCPU %s: %w", t, err)
 			}
-		}
-		after, err := g.generalRegs(regBytes)
-		if err != nil {
-			return fmt.Errorf("vCPU %s: %w", t, err)
-		}
-		if now := regValue(after[causeReg*regBytes:(causeReg+1)*regBytes], order); now&causeDC != was&causeDC {
-			return fmt.Errorf("vCPU %s: Cause is %#x after the toggle, was %#x", t, now, was)
+			after, err := g.generalRegs(regBytes)
+			if err != nil {
+				return fmt.Errorf("vCPU %s: %w", t, err)
+			}
+			if now := regValue(after[causeReg*regBytes:(causeReg+1)*regBytes], order); now&causeDC != v&causeDC {
+				return fmt.Errorf("vCPU %s: Cause is %#x after writing %#x: its disable-count bit did not change", t, now, v)
+			}
 		}
 	}
 	return nil
