@@ -65,6 +65,9 @@ type Worker struct {
 	paused bool
 	// planPlatform caches each plan's platform (a plan never changes).
 	planPlatform map[string]string
+	// leaseHost caches each lease's host (a lease never moves), so that a
+	// look does not read the lease of every cycle being driven.
+	leaseHost map[string]string
 	// waiting holds the waits already logged: a platform no live host
 	// boots, a pinned host that cannot take its cycle.
 	waiting map[string]bool
@@ -189,6 +192,7 @@ func (w *Worker) register(ctx context.Context) error {
 	}
 	w.running = map[string]bool{}
 	w.planPlatform = map[string]string{}
+	w.leaseHost = map[string]string{}
 	w.waiting = map[string]bool{}
 	return nil
 }
@@ -570,12 +574,23 @@ func (w *Worker) ownerOf(c *records.Cycle) (string, error) {
 	if c.Lease == "" {
 		return c.Host, nil
 	}
+	if h, ok := w.leaseHost[c.Lease]; ok {
+		return h, nil
+	}
 	var l records.SandboxLease
 	if err := w.R.St.Get(c.Lease, &l); err != nil {
 		return "", err
 	}
+	if len(w.leaseHost) >= leaseHostsKept {
+		clear(w.leaseHost)
+	}
+	w.leaseHost[c.Lease] = l.Host
 	return l.Host, nil
 }
+
+// leaseHostsKept bounds the leases whose host a worker keeps: many more
+// than a fleet drives at once.
+const leaseHostsKept = 1 << 14
 
 // yields leaves a cycle that needs a lease of the platform to a better
 // live worker whose host boots it and has a free slot: one whose host runs
