@@ -510,7 +510,10 @@ func (c *reportCmd) Run(env *cli.Env) error {
 			if err == nil && c.Format == "json" {
 				err = w.Line(records.LineCycleReport, r)
 			} else if err == nil {
-				r.Text(out)
+				// A write error is no cycle's: the rest cannot be written either.
+				if err := r.Text(out); err != nil {
+					return err
+				}
 			}
 			if err != nil {
 				env.Warnf("%v", err)

@@ -75,9 +75,8 @@ func exportNFT(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 		}
 		els = append(els, fmt.Sprintf("%s . %s . %d", a, proto, port))
 	}
-	fmt.Fprintf(w, "# tb-allow export: %d elements (ipv4_addr . inet_proto . inet_service)\n", len(els))
-	if len(els) == 0 {
-		return nil
+	if _, err := fmt.Fprintf(w, "# tb-allow export: %d elements (ipv4_addr . inet_proto . inet_service)\n", len(els)); err != nil || len(els) == 0 {
+		return err
 	}
 	_, err := fmt.Fprintf(w, "add element inet %s %s { %s }\n", o.Table, o.Set, strings.Join(els, ", "))
 	return err
@@ -85,7 +84,9 @@ func exportNFT(w io.Writer, es []*records.AllowEntry, o ExportOptions) error {
 
 // exportZeek writes a Zeek Intel framework file.
 func exportZeek(w io.Writer, es []*records.AllowEntry) error {
-	fmt.Fprintln(w, "#fields\tindicator\tindicator_type\tmeta.source\tmeta.desc\tmeta.url")
+	if _, err := fmt.Fprintln(w, "#fields\tindicator\tindicator_type\tmeta.source\tmeta.desc\tmeta.url"); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, e := range es {
 		if invalidValue(e) != "" {

@@ -102,15 +102,21 @@ func Summarise(ctx context.Context, st *state.Store, id string) (*Summary, error
 // the sample (its output, the names it looked up, its processes' paths):
 // every string is printed through Printable, so that none can move the
 // cursor, colour, retitle or clear the terminal, or end a line and forge
-// the ones after it.
-func (r *Summary) Text(w io.Writer) {
+// the ones after it. It returns the first write error and writes nothing
+// after it: a report cut short by a full disk or a closed pipe must not
+// pass for a whole one.
+func (r *Summary) Text(w io.Writer) error {
+	var werr error
 	p := func(format string, a ...any) {
+		if werr != nil {
+			return
+		}
 		for i, v := range a {
 			if s, ok := v.(string); ok {
 				a[i] = Printable(s)
 			}
 		}
-		fmt.Fprintf(w, format+"\n", a...)
+		_, werr = fmt.Fprintf(w, format+"\n", a...)
 	}
 	took := ""
 	if r.Took != nil {
@@ -138,7 +144,7 @@ func (r *Summary) Text(w io.Writer) {
 		}
 	}
 	if r.Analysis == "" {
-		return
+		return werr
 	}
 	var counts []string
 	for _, k := range slices.Sorted(maps.Keys(r.Seen)) {
@@ -182,6 +188,7 @@ func (r *Summary) Text(w io.Writer) {
 	}
 	p("  classification: %s", orNone(strings.Join(r.Classification, ", ")))
 	p("  recommendation: %s — %s", r.Recommendation, strings.Join(r.Reasons, "; "))
+	return werr
 }
 
 // entryReasons maps "type value" keys of a revision's entries to the

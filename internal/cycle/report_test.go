@@ -3,6 +3,8 @@ package cycle
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +89,38 @@ func TestPrintableLeavesTextAlone(t *testing.T) {
 			t.Errorf("Printable(%q) = %q", s, got)
 		}
 	}
+}
+
+// TestReportTextReturnsWriteError: a report written onto a full disk
+// returns the write's error (tb-run report -o FILE then commits nothing),
+// and writes nothing after the first error.
+func TestReportTextReturnsWriteError(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	s := &Summary{Cycle: records.NewID("cycle", time.Now()), State: records.CycleCompleted, Error: "x",
+		Analysis: "analysis", Classification: []string{"silent"}}
+	if err := s.Text(full); err == nil {
+		t.Fatal("a report onto /dev/full: no error")
+	}
+	w := &failAfter{left: 1}
+	if err := s.Text(w); !errors.Is(err, errShort) || w.writes != 2 {
+		t.Fatalf("a writer that fails on its second write: %v after %d writes, want errShort after 2", err, w.writes)
+	}
+}
+
+var errShort = errors.New("no space left")
+
+// failAfter takes left writes, then fails every one.
+type failAfter struct{ left, writes int }
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	f.writes++
+	if f.left == 0 {
+		return 0, errShort
+	}
+	f.left--
+	return len(p), nil
 }
