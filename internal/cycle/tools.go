@@ -51,8 +51,7 @@ func (t *Tools) run(ctx context.Context, stdin io.Reader, name string, args ...s
 	if err != nil {
 		return nil, err
 	}
-	// Tools print records, and some also a JSON report (tb-allow's apply
-	// result): only records are taken.
+	// Only records are taken; a line that is not one is passed over.
 	var recs []records.Record
 	rd := records.NewReader(bytes.NewReader(out), name)
 	for {
@@ -143,8 +142,7 @@ func (t *Tools) Acquire(ctx context.Context, plan, holder string, fresh bool) (s
 // Keep is "tb-lease release --keep L": the lease goes back to the host's
 // idle pool, still running, for the next matching acquire.
 func (t *Tools) Keep(ctx context.Context, lease string) error {
-	_, err := t.run(ctx, nil, "tb-lease", "release", "--keep", lease)
-	return err
+	return t.exec(ctx, nil, nil, "tb-lease", "release", "--keep", lease)
 }
 
 // Capabilities is what "tb-lease inspect host H" says the fleet host can
@@ -167,8 +165,7 @@ func (t *Tools) Capabilities(ctx context.Context) (platforms, native []string, e
 
 // Release is "tb-lease release L": the lease's guest is destroyed.
 func (t *Tools) Release(ctx context.Context, lease string) error {
-	_, err := t.run(ctx, nil, "tb-lease", "release", lease)
-	return err
+	return t.exec(ctx, nil, nil, "tb-lease", "release", lease)
 }
 
 // EnsureCapture returns the lease's running capture (read from the state),
@@ -182,7 +179,7 @@ func (t *Tools) EnsureCapture(ctx context.Context, lease string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if _, err := t.run(ctx, nil, "tb-allow", "apply", "--lab", t.lab(), "--lease", lease); err != nil {
+	if err := t.exec(ctx, nil, nil, "tb-allow", "apply", "--lab", t.lab(), "--lease", lease); err != nil {
 		return "", fmt.Errorf("applying the allow-list: %w", err)
 	}
 	return id, nil
