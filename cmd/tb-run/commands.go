@@ -10,6 +10,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/files"
 	"github.com/talkbox-sandbox/talkbox/internal/leasereport"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -132,7 +133,7 @@ func (c *cycleCmd) Run(env *cli.Env) error {
 	}
 	defer done()
 	if c.Lease == "" && c.Plan == "" && env.StdinPiped() {
-		if err := fromStdin(env.Stdin, &req); err != nil {
+		if err := fromStdin(env.Stdin, &req, env.Log); err != nil {
 			return err
 		}
 	}
@@ -156,33 +157,40 @@ func (c *cycleCmd) Run(env *cli.Env) error {
 }
 
 // fromStdin takes the lease and plan of a pipeline's records (the first
-// of each: a lease, a capture or a plan).
-func fromStdin(in io.Reader, req *cycle.Request) error {
+// of each: a lease, a capture or a plan); the records it does not use it
+// counts, by kind, in log.
+func fromStdin(in io.Reader, req *cycle.Request, log *slog.Logger) error {
 	rd := records.NewReader(in, "stdin")
+	passed := records.PassedOver{}
+	defer passed.Log(log)
 	for {
 		rec, err := rd.Record()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
 			return err
 		}
+		h := rec.Header()
 		switch v := rec.(type) {
 		case *records.Plan:
 			if req.Plan == "" {
 				req.Plan = v.ID
+				continue
 			}
 		case *records.Capture:
-			if req.Lease == "" {
+			if req.Lease == "" && v.Lease != "" {
 				req.Lease = v.Lease
+				continue
 			}
 		default:
-			if rec.Header().Kind == records.KindLease && req.Lease == "" {
-				req.Lease = rec.Header().ID
+			if h.Kind == records.KindLease && req.Lease == "" {
+				req.Lease = h.ID
+				continue
 			}
 		}
+		passed.Add(h.Kind)
 	}
-	return nil
 }
 
 type resumeCmd struct {
@@ -280,6 +288,8 @@ func (c *submitCmd) Run(env *cli.Env) (err error) {
 	r := cycle.NewRunner(st, env.Log, "", "", "")
 	rd := records.NewReader(env.Stdin, "stdin")
 	var batch fault.Batch
+	passed := records.PassedOver{}
+	defer passed.Log(env.Log)
 	for {
 		l, err := rd.Next()
 		if errors.Is(err, io.EOF) {
@@ -300,7 +310,9 @@ func (c *submitCmd) Run(env *cli.Env) (err error) {
 		}
 		p, ok := rec.(*records.Plan)
 		if !ok {
-			continue // samples and other records of the pipeline pass by
+			// Samples and the pipeline's other records.
+			passed.Add(rec.Header().Kind)
+			continue
 		}
 		cy, err := r.Create(env.Ctx, cycle.Request{Plan: p.ID, FreshLease: c.FreshLease, PinnedTo: c.Host})
 		if err != nil {
