@@ -72,7 +72,7 @@ func (c *planCmd) Run(env *cli.Env) error {
 			Detach: c.Detach, Cycles: c.Cycles, Args: c.Args, Env: c.Env, Workdir: c.Workdir,
 			Images: c.Images, Platform: c.Platform, Yara: c.Yara,
 		},
-	}, env.Stdin, env.Warnf)
+	}, env.Stdin, env.Sink())
 	if err != nil {
 		return err
 	}

@@ -63,8 +63,8 @@ type Job struct {
 // Prepare resolves the profile and reads the inputs that stdin names (when
 // req.FromStdin), so that a bad request or a malformed stdin stream is
 // refused whole before anything is written; each bad stdin line goes to
-// warnf.
-func Prepare(req Request, stdin io.Reader, warnf func(format string, a ...any)) (*Job, error) {
+// out.Warnf, and the count of records passed over to out.Log.
+func Prepare(req Request, stdin io.Reader, out cmdout.Sink) (*Job, error) {
 	profiles, err := LoadProfiles(req.ProfilesDir)
 	if err != nil {
 		return nil, fault.DataErr(err)
@@ -85,11 +85,12 @@ func Prepare(req Request, stdin io.Reader, warnf func(format string, a ...any)) 
 		}
 	}
 	if req.FromStdin {
-		fromStdin, bad := readStdin(stdin)
+		fromStdin, passed, bad := readStdin(stdin)
+		passed.Log(out.Log)
 		if len(bad) > 0 {
 			var b fault.Batch
 			for _, e := range bad {
-				warnf("%v", e)
+				out.Warnf("%v", e)
 				b.Add(fault.DataErr(e))
 			}
 			return nil, b.Err()
@@ -152,13 +153,16 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 }
 
 // readStdin reads every line before anything is planned, so that a
-// malformed stream is refused without writing to the state.
-func readStdin(r io.Reader) ([]input, []error) {
+// malformed stream is refused without writing to the state. A record that
+// names no sample, of a kind other than sample or plan, is passed over
+// (tb-lease and tb-run print such records in a pipeline) and counted.
+func readStdin(r io.Reader) ([]input, records.PassedOver, []error) {
 	rd := records.NewReader(r, "stdin")
 	var (
 		inputs []input
 		bad    []error
 	)
+	passed := records.PassedOver{}
 	for {
 		line, err := rd.Next()
 		if err == io.EOF {
@@ -168,37 +172,47 @@ func readStdin(r io.Reader) ([]input, []error) {
 			bad = append(bad, err)
 			break
 		}
-		in, err := parseStdinLine(line)
-		if err != nil {
+		in, other, err := parseStdinLine(line)
+		switch {
+		case err != nil:
 			bad = append(bad, err)
-			continue
+		case other != "":
+			passed.Add(other)
+		default:
+			inputs = append(inputs, in)
 		}
-		inputs = append(inputs, in)
 	}
-	return inputs, bad
+	return inputs, passed, bad
 }
 
-func parseStdinLine(l records.Line) (input, error) {
+// parseStdinLine is the input a line names, or the kind of a record that
+// names no sample and is not one of the kinds tb-plan uses.
+func parseStdinLine(l records.Line) (in input, other string, err error) {
 	where := fmt.Sprintf("%s:%d", l.Name, l.No)
 	text := string(l.Data)
 	switch {
 	case l.Data[0] == '{':
 		rec, err := records.Decode(l.Data)
 		if err != nil {
-			return input{}, l.Err(err)
+			return input{}, "", l.Err(err)
 		}
+		h := rec.Header()
 		sha := sampleSHA256(rec)
-		if sha == "" {
-			return input{}, l.Err(fmt.Errorf("record %s (kind %q) names no sample sha256", rec.Header().ID, rec.Header().Kind))
+		switch {
+		case sha != "":
+			return input{sha256: sha, where: where}, "", nil
+		case h.Kind == records.KindSample || h.Kind == records.KindPlan:
+			// A sample or plan names its sample: without one it is bad data.
+			return input{}, "", l.Err(fmt.Errorf("record %s (kind %q) names no sample sha256", h.ID, h.Kind))
 		}
-		return input{sha256: sha, where: where}, nil
+		return input{}, h.Kind, nil
 	case hex64.MatchString(text):
-		return input{sha256: bytes2lower(text), where: where}, nil
+		return input{sha256: bytes2lower(text), where: where}, "", nil
 	case len(text) > 66 && hex64.MatchString(text[:64]) && (text[64] == ' ' || text[64] == '\t'):
 		// sha256sum(1) output: the digest names a stored sample.
-		return input{sha256: bytes2lower(text[:64]), where: where}, nil
+		return input{sha256: bytes2lower(text[:64]), where: where}, "", nil
 	default:
-		return input{path: text, where: where}, nil
+		return input{path: text, where: where}, "", nil
 	}
 }
 

@@ -34,7 +34,7 @@ func runPlan(t *testing.T, stateDir string, jobs int, inputs ...string) ([]byte,
 // state and run it, warnings going to stderr as "tb-plan: ...".
 func runRequest(ctx context.Context, stateDir string, req Request, stdout, stderr io.Writer) error {
 	out := cmdout.New("tb-plan", stdout, stderr, nil)
-	job, err := Prepare(req, bytes.NewReader(nil), out.Warnf)
+	job, err := Prepare(req, bytes.NewReader(nil), out)
 	if err != nil {
 		return err
 	}
