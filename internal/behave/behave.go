@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/lines"
@@ -46,12 +45,6 @@ const TraceSet = "execve,?execveat,clone,?clone3,?fork,?vfork,exit,exit_group," 
 // calls of TraceSet stopping the sample (--seccomp-bpf, strace 5.3 or
 // later).
 const StraceOptions = "-f -ttt -T -q -s 256 --seccomp-bpf -e trace=" + TraceSet
-
-// StraceArgs is the tracer's command line writing to out, to which the
-// sample's is appended.
-func StraceArgs(out string) []string {
-	return append(append([]string{"strace"}, strings.Fields(StraceOptions)...), "-o", out, "--")
-}
 
 // Bounds of what one trace yields, so that a bot forking, writing or
 // connecting without pause costs bounded memory and observables.

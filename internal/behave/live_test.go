@@ -233,7 +233,7 @@ func TestStraceLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append(StraceArgs(out), self)
+	args := append(straceArgs(out), self)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "TB_BEHAVE_HELPER=1", "TB_BEHAVE_DIR="+scratch, "TB_BEHAVE_PIDS="+strings.Join(pids, " "),
 		"TB_BEHAVE_VICTIM="+strconv.Itoa(victim.Process.Pid))
@@ -450,7 +450,7 @@ func TestTracerKilled(t *testing.T) {
 	needTool(t, "strace")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "trace")
-	args := append(StraceArgs(out), "/bin/sh", "-c",
+	args := append(straceArgs(out), "/bin/sh", "-c",
 		`while read k v; do [ "$k" = TracerPid: ] && kill -9 "$v"; done < /proc/self/status; : > "$1/after"`, "sh", dir)
 	cmd := exec.Command(args[0], args[1:]...)
 	var stderr bytes.Buffer
@@ -488,4 +488,11 @@ func TestTracerKilled(t *testing.T) {
 	if root.Exit != nil || root.Exe != "/bin/sh" {
 		t.Errorf("%+v", root)
 	}
+}
+
+// straceArgs is the tracer's command line writing to out, with the
+// options tb-run's guest launcher gives it, to which the traced command's
+// is appended.
+func straceArgs(out string) []string {
+	return append(append([]string{"strace"}, strings.Fields(StraceOptions)...), "-o", out, "--")
 }

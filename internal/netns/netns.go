@@ -126,21 +126,3 @@ func Delete(name string) error {
 	}
 	return nil
 }
-
-// List returns the named namespaces whose names start with prefix.
-func List(prefix string) ([]string, error) {
-	ents, err := os.ReadDir(Dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) {
-			out = append(out, e.Name())
-		}
-	}
-	return out, nil
-}

@@ -89,16 +89,6 @@ func UserTargets() []UserTarget {
 	}
 }
 
-// LookupUser finds a qemu-user target by its QEMU name.
-func LookupUser(name string) (UserTarget, bool) {
-	for _, u := range UserTargets() {
-		if u.Name == name {
-			return u, true
-		}
-	}
-	return UserTarget{}, false
-}
-
 // userMode turns a binary no guest runs natively into a plan for UserHost
 // under qemu-user, or adds to native's reason why that is impossible too.
 func userMode(t records.Triage, abi string, static bool, native Match) Match {

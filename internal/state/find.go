@@ -37,18 +37,8 @@ func FindBy[T any, P recordPtr[T]](s *Store, kind, field, value string, keep fun
 	return load[T, P](s, ids, false, byKey(field, value, keep), -1)
 }
 
-// Latest returns the newest record of a kind that keep accepts, or an error
-// wrapping ErrNotFound.
-func Latest[T any, P recordPtr[T]](s *Store, kind string, keep func(P) bool) (P, error) {
-	ids, err := s.List(kind)
-	if err != nil {
-		return nil, err
-	}
-	found, err := load[T, P](s, ids, true, keep, 1)
-	return first(kind, found, err)
-}
-
-// LatestBy is Latest over the records stored with field = value.
+// LatestBy returns the newest record of a kind stored with field = value
+// that keep accepts, or an error wrapping ErrNotFound.
 func LatestBy[T any, P recordPtr[T]](s *Store, kind, field, value string, keep func(P) bool) (P, error) {
 	ids, err := s.ByKey(kind, field, value)
 	if err != nil {

@@ -444,7 +444,7 @@ func TestGoFat(t *testing.T) {
 		t.Skip("no darwin binaries in corpus")
 	}
 	fat := machoFat(1<<14, amd, arm)
-	check(t, "fat", InspectBytes(fat), want{format: "macho", os: "darwin", typ: "pie", endian: "little",
+	check(t, "fat", inspectBytes(fat), want{format: "macho", os: "darwin", typ: "pie", endian: "little",
 		details: map[string]any{"fat": true, "slices": []string{"x86_64", "aarch64"}}})
 }
 

@@ -146,7 +146,7 @@ func TestFileAgreement(t *testing.T) {
 		if err := os.WriteFile(p, s.data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		items = append(items, item{s.name, p, InspectBytes(s.data)})
+		items = append(items, item{s.name, p, inspectBytes(s.data)})
 	}
 	nHand := len(items)
 	if !testing.Short() || corpusCached() {
@@ -190,7 +190,7 @@ func corpusCached() bool {
 
 // TestFileDisagreementDetected makes sure the comparison can fail.
 func TestFileDisagreementDetected(t *testing.T) {
-	tr := InspectBytes(elfSpec{big: true, etype: etExec, machine: emSPARC}.build())
+	tr := inspectBytes(elfSpec{big: true, etype: etExec, machine: emSPARC}.build())
 	if errs := fileDisagreements(tr, "ELF 32-bit MSB executable, SPARC, version 1 (SYSV), no program header, stripped"); len(errs) > 0 {
 		t.Fatalf("matching text rejected: %v", errs)
 	}

@@ -77,7 +77,7 @@ func FuzzInspect(f *testing.F) {
 		if limit := 40*int64(len(data)) + 1<<16; r.bytes > limit {
 			t.Fatalf("read %d bytes of a %d-byte file", r.bytes, len(data))
 		}
-		if again := InspectBytes(data); !reflect.DeepEqual(got, again) {
+		if again := inspectBytes(data); !reflect.DeepEqual(got, again) {
 			t.Fatalf("not deterministic:\n%+v\n%+v", got, again)
 		}
 		if _, err := json.Marshal(got); err != nil {

@@ -47,11 +47,6 @@ func Inspect(r io.ReaderAt, size int64) (t records.Triage) {
 	return t
 }
 
-// InspectBytes triages an in-memory file.
-func InspectBytes(b []byte) records.Triage {
-	return Inspect(bytes.NewReader(b), int64(len(b)))
-}
-
 func inspect(s *src) records.Triage {
 	h := s.head
 	switch {

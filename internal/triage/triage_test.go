@@ -292,7 +292,7 @@ func handSamples() []sample {
 
 func TestHandBuilt(t *testing.T) {
 	for _, s := range handSamples() {
-		check(t, s.name, InspectBytes(s.data), s.want)
+		check(t, s.name, inspectBytes(s.data), s.want)
 	}
 }
 
@@ -316,28 +316,28 @@ func TestTruncated(t *testing.T) {
 		{len(full) - 1, "section headers truncated"},
 	}
 	for _, c := range cases {
-		got := InspectBytes(full[:c.n])
+		got := inspectBytes(full[:c.n])
 		check(t, fmt.Sprintf("cut at %d", c.n), got, want{format: "elf", problem: c.problem})
 	}
-	got := InspectBytes(full[:40])
+	got := inspectBytes(full[:40])
 	if got.Arch != "x86_64" || got.Bits != 64 {
 		t.Errorf("truncated header lost the fields it has: %+v", got)
 	}
 	// Interpreter beyond the end: patch PT_INTERP's offset.
 	bad := bytes.Clone(full)
 	le.PutUint64(bad[64+8:], uint64(len(bad)+100))
-	check(t, "interp beyond EOF", InspectBytes(bad), want{format: "elf", problem: "interpreter beyond end of file"})
+	check(t, "interp beyond EOF", inspectBytes(bad), want{format: "elf", problem: "interpreter beyond end of file"})
 
 	bad32 := elfSpec{etype: etExec, machine: em386}.build()
 	bad32[4] = 7
-	check(t, "bad class", InspectBytes(bad32), want{format: "elf", problem: "invalid ELF class 7"})
+	check(t, "bad class", inspectBytes(bad32), want{format: "elf", problem: "invalid ELF class 7"})
 	bad32[4], bad32[5] = 1, 0
-	check(t, "bad data", InspectBytes(bad32), want{format: "elf", problem: "invalid ELF data encoding 0"})
+	check(t, "bad data", inspectBytes(bad32), want{format: "elf", problem: "invalid ELF data encoding 0"})
 
 	// Every prefix of a few samples: no panic, no internal error.
 	for _, s := range handSamples()[:12] {
 		for n := 0; n <= len(s.data); n++ {
-			got := InspectBytes(s.data[:n])
+			got := inspectBytes(s.data[:n])
 			if strings.HasPrefix(got.Problem, "internal error") {
 				t.Fatalf("%s cut at %d: %s", s.name, n, got.Problem)
 			}
@@ -345,19 +345,19 @@ func TestTruncated(t *testing.T) {
 	}
 
 	pe := peSpec{machine: 0x14c, subsystem: 3}.build()
-	check(t, "pe cut in COFF", InspectBytes(pe[:0x90]), want{format: "pe", problem: "truncated COFF header"})
-	check(t, "pe cut before PE", InspectBytes(pe[:0x70]), want{format: "pe", problem: "truncated PE"})
-	check(t, "pe cut in optional header", InspectBytes(pe[:0x100]), want{format: "pe", problem: "truncated optional header"})
+	check(t, "pe cut in COFF", inspectBytes(pe[:0x90]), want{format: "pe", problem: "truncated COFF header"})
+	check(t, "pe cut before PE", inspectBytes(pe[:0x70]), want{format: "pe", problem: "truncated PE"})
+	check(t, "pe cut in optional header", inspectBytes(pe[:0x100]), want{format: "pe", problem: "truncated optional header"})
 	dos := bytes.Clone(pe)
 	copy(dos[0x80:], "NE")
-	check(t, "NE", InspectBytes(dos), want{format: "unknown", details: map[string]any{"dos": "NE"}})
+	check(t, "NE", inspectBytes(dos), want{format: "unknown", details: map[string]any{"dos": "NE"}})
 
 	mo := machoThin(0x0100000c, true, false, 2, 0, "/usr/lib/dyld", 5)
-	check(t, "macho header", InspectBytes(mo[:20]), want{format: "macho", bits: 64, endian: "little", problem: "truncated Mach-O header: 20 bytes, need 32"})
-	check(t, "macho cmds", InspectBytes(mo[:40]), want{format: "macho", problem: "load commands truncated"})
+	check(t, "macho header", inspectBytes(mo[:20]), want{format: "macho", bits: 64, endian: "little", problem: "truncated Mach-O header: 20 bytes, need 32"})
+	check(t, "macho cmds", inspectBytes(mo[:40]), want{format: "macho", problem: "load commands truncated"})
 	fat := machoFat(4096, mo, mo)
-	check(t, "fat table", InspectBytes(fat[:30]), want{format: "macho", problem: "truncated fat header: 1 of 2"})
-	check(t, "fat slice", InspectBytes(fat[:5000]), want{format: "macho", problem: "fat slice 1"})
+	check(t, "fat table", inspectBytes(fat[:30]), want{format: "macho", problem: "truncated fat header: 1 of 2"})
+	check(t, "fat slice", inspectBytes(fat[:5000]), want{format: "macho", problem: "fat slice 1"})
 }
 
 func TestScripts(t *testing.T) {
@@ -380,13 +380,13 @@ func TestScripts(t *testing.T) {
 		if c.args != "" {
 			w.details["args"] = c.args
 		}
-		got := InspectBytes([]byte(c.text))
+		got := inspectBytes([]byte(c.text))
 		check(t, c.text, got, w)
 		if _, ok := got.Details["args"]; c.args == "" && ok {
 			t.Errorf("%q: unexpected args %q", c.text, got.Details["args"])
 		}
 	}
-	check(t, "empty shebang", InspectBytes([]byte("#!\n")), want{format: "script", problem: "shebang without interpreter"})
+	check(t, "empty shebang", inspectBytes([]byte("#!\n")), want{format: "script", problem: "shebang without interpreter"})
 }
 
 func TestArchives(t *testing.T) {
@@ -398,20 +398,20 @@ func TestArchives(t *testing.T) {
 	}
 	zw.SetComment(strings.Repeat("comment ", 300)) // pushes EOCD out of the first 1 KiB tail
 	zw.Close()
-	check(t, "zip", InspectBytes(zb.Bytes()), want{format: "zip", details: map[string]any{"entries": int64(3)}})
+	check(t, "zip", inspectBytes(zb.Bytes()), want{format: "zip", details: map[string]any{"entries": int64(3)}})
 
 	zb.Reset()
 	zip.NewWriter(&zb).Close()
-	check(t, "empty zip", InspectBytes(zb.Bytes()), want{format: "zip", details: map[string]any{"entries": int64(0)}})
+	check(t, "empty zip", inspectBytes(zb.Bytes()), want{format: "zip", details: map[string]any{"entries": int64(0)}})
 
 	var gb bytes.Buffer
 	gw := gzip.NewWriter(&gb)
 	gw.Name = "payload.bin"
 	gw.Write([]byte("hello"))
 	gw.Close()
-	check(t, "gzip", InspectBytes(gb.Bytes()), want{format: "gzip",
+	check(t, "gzip", inspectBytes(gb.Bytes()), want{format: "gzip",
 		details: map[string]any{"name": "payload.bin", "method": "deflate"}})
-	check(t, "gzip cut", InspectBytes(gb.Bytes()[:5]), want{format: "gzip", problem: "truncated gzip header"})
+	check(t, "gzip cut", inspectBytes(gb.Bytes()[:5]), want{format: "gzip", problem: "truncated gzip header"})
 
 	for _, f := range []tar.Format{tar.FormatUSTAR, tar.FormatGNU, tar.FormatPAX} {
 		var tb bytes.Buffer
@@ -420,7 +420,7 @@ func TestArchives(t *testing.T) {
 		tw.Write([]byte("abc"))
 		tw.Close()
 		variant := map[tar.Format]string{tar.FormatUSTAR: "ustar", tar.FormatGNU: "gnu", tar.FormatPAX: "ustar"}[f]
-		check(t, "tar "+f.String(), InspectBytes(tb.Bytes()), want{format: "tar", details: map[string]any{"variant": variant}})
+		check(t, "tar "+f.String(), inspectBytes(tb.Bytes()), want{format: "tar", details: map[string]any{"variant": variant}})
 		if f == tar.FormatUSTAR {
 			// A v7 header: no magic, but a valid checksum.
 			v7 := bytes.Clone(tb.Bytes())
@@ -431,15 +431,15 @@ func TestArchives(t *testing.T) {
 				sum += int(c)
 			}
 			copy(v7[148:156], fmt.Sprintf("%06o\x00 ", sum))
-			check(t, "tar v7", InspectBytes(v7), want{format: "tar", details: map[string]any{"variant": "v7"}})
+			check(t, "tar v7", inspectBytes(v7), want{format: "tar", details: map[string]any{"variant": "v7"}})
 			v7[0] ^= 1 // checksum no longer matches
-			check(t, "tar v7 bad sum", InspectBytes(v7), want{format: "unknown"})
+			check(t, "tar v7 bad sum", inspectBytes(v7), want{format: "unknown"})
 		}
 	}
 }
 
 func TestUnknown(t *testing.T) {
-	check(t, "empty", InspectBytes(nil), want{format: "unknown", problem: "empty file"})
+	check(t, "empty", inspectBytes(nil), want{format: "unknown", problem: "empty file"})
 	check(t, "empty reader", Inspect(bytes.NewReader(nil), 0), want{format: "unknown", problem: "empty file"})
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {
@@ -451,11 +451,11 @@ func TestUnknown(t *testing.T) {
 			b[0] == 0xca || b[0] == 0xce || b[0] == 0xcf || b[0] == 0xfe) {
 			b[0] = 0
 		}
-		check(t, fmt.Sprintf("random %d", i), InspectBytes(b), want{format: "unknown"})
+		check(t, fmt.Sprintf("random %d", i), inspectBytes(b), want{format: "unknown"})
 	}
-	check(t, "text", InspectBytes([]byte("hello world\n")), want{format: "unknown"})
-	check(t, "MZ text", InspectBytes([]byte("MZ is a text file")), want{format: "unknown"})
-	check(t, "long MZ text", InspectBytes([]byte(strings.Repeat("MZ is a longer text file. ", 5))),
+	check(t, "text", inspectBytes([]byte("hello world\n")), want{format: "unknown"})
+	check(t, "MZ text", inspectBytes([]byte("MZ is a text file")), want{format: "unknown"})
+	check(t, "long MZ text", inspectBytes([]byte(strings.Repeat("MZ is a longer text file. ", 5))),
 		want{format: "unknown", details: map[string]any{"dos": "mz"}})
 	// A size larger than the reader holds: believe the reader.
 	b := elfSpec{etype: etExec, machine: em386, symtab: true}.build()
@@ -541,3 +541,8 @@ func TestHostileCounts(t *testing.T) {
 type readerFunc func(p []byte, off int64) (int, error)
 
 func (f readerFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
+
+// inspectBytes triages an in-memory file.
+func inspectBytes(b []byte) records.Triage {
+	return Inspect(bytes.NewReader(b), int64(len(b)))
+}
