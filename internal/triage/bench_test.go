@@ -96,7 +96,8 @@ func BenchmarkDigest(b *testing.B) {
 	data := randBytes(1 << 20)
 	b.Run("1MiB/entropy-only", func(b *testing.B) {
 		b.SetBytes(1 << 20)
-		d := newDigester()
+		var d digester
+		d.init()
 		for b.Loop() {
 			d.count(data)
 		}

@@ -31,12 +31,6 @@ type digester struct {
 	size              int64
 }
 
-func newDigester() *digester {
-	d := &digester{}
-	d.init()
-	return d
-}
-
 func (d *digester) init() { d.md5, d.sha1, d.sha256 = md5.New(), sha1.New(), sha256.New() }
 
 func (d *digester) write(p []byte) {

@@ -94,7 +94,8 @@ func TestEntropy(t *testing.T) {
 
 // TestDigestFold checks the uint32 tables are folded before they overflow.
 func TestDigestFold(t *testing.T) {
-	d := newDigester()
+	var d digester
+	d.init()
 	d.cnt[0]['x'] = 1<<32 - 2 // as if 4 GiB of 'x' were pending
 	d.pending = 1<<31 - 2
 	d.count([]byte("xxxxyyyy"))
