@@ -30,7 +30,8 @@ var knownStdoutWrites = []string{
 // Stdout (env.Stdout, a sink's Stdout, os.Stdout): fmt.Fprint*, io.Copy*,
 // io.WriteString, json.NewEncoder(...).Encode, a Write* or Encode method.
 // Under cmd/, any call of the command's own that returns an error counts
-// (its helpers print). Discarded is a bare call, a deferred or go call, or
+// (its helpers print), and anywhere, a call of Talkbox's own that takes an
+// io.Writer and returns an error (cycle.Summary.Text). Discarded is a bare call, a deferred or go call, or
 // an assignment of every result to _. A tool whose stdout is a pipe learns that the reader
 // went away, or that the disk filled, only from these errors; dropping
 // them turns a truncated stream into exit 0. Writes to a *bufio.Writer
@@ -78,6 +79,9 @@ func TestWriteErrorsChecked(t *testing.T) {
 					if what == "" && strings.HasPrefix(rel, "cmd"+string(filepath.Separator)) && ownCall(p.TypesInfo, call) {
 						what = "an error of the command's own function"
 					}
+					if what == "" && writesTo(p.TypesInfo, call) {
+						what = "an error of Talkbox's own function that writes to an io.Writer"
+					}
 					switch {
 					case what == "":
 					case what == stdoutWrite && slices.Contains(knownStdoutWrites, where):
@@ -112,6 +116,32 @@ func ownCall(info *types.Info, call *ast.CallExpr) bool {
 	}
 	res := fn.Type().(*types.Signature).Results()
 	return res.Len() > 0 && isError(res.At(res.Len()-1).Type())
+}
+
+// writesTo reports whether call is to a function of Talkbox's own that
+// takes an io.Writer and returns an error (a report's Text, an export):
+// its error is the writer's.
+func writesTo(info *types.Info, call *ast.CallExpr) bool {
+	var fn *types.Func
+	switch f := call.Fun.(type) {
+	case *ast.SelectorExpr:
+		fn, _ = info.Uses[f.Sel].(*types.Func)
+	case *ast.Ident:
+		fn, _ = info.Uses[f].(*types.Func)
+	}
+	if fn == nil || fn.Pkg() == nil || !strings.HasPrefix(fn.Pkg().Path(), "github.com/talkbox-sandbox/talkbox/") {
+		return false
+	}
+	sig := fn.Type().(*types.Signature)
+	if res := sig.Results(); res.Len() == 0 || !isError(res.At(res.Len()-1).Type()) {
+		return false
+	}
+	for i := range sig.Params().Len() {
+		if n, ok := sig.Params().At(i).Type().(*types.Named); ok && n.Obj().Pkg() != nil && n.Obj().Pkg().Path() == "io" && n.Obj().Name() == "Writer" {
+			return true
+		}
+	}
+	return false
 }
 
 // discarded is the call whose results statement n throws away: a bare,
