@@ -8,9 +8,13 @@ import "net/netip"
 // the call returns.
 type Conn struct {
 	// UID names the connection in the flow log and in the provenance of
-	// what was seen on it: the decoder gives it (UIDs), or takes
-	// the sensor's own (Zeek's uid, Suricata's flow_id).
-	UID string
+	// what was seen on it: the decoder gives it (UIDs), or takes the
+	// sensor's own (Zeek's uid, Suricata's flow_id). Empty, it is UIDs'
+	// UIDSeq-th, not made into a string until something keeps it
+	// (UIDText): most of a scan's connections are only written.
+	UID    string
+	UIDs   *UIDs
+	UIDSeq int64
 	// Start and End are capture times in Unix nanoseconds.
 	Start, End int64
 	Proto      string // tcp, udp, icmp, or the IP protocol number
@@ -73,4 +77,20 @@ func (c *Conn) Established() bool {
 		return true
 	}
 	return false
+}
+
+// UIDText is the connection's uid, made into a string if need be.
+func (c *Conn) UIDText() string {
+	if c.UID == "" && c.UIDs != nil {
+		return c.UIDs.At(c.UIDSeq)
+	}
+	return c.UID
+}
+
+// AppendUID appends the connection's uid.
+func (c *Conn) AppendUID(b []byte) []byte {
+	if c.UID == "" && c.UIDs != nil {
+		return c.UIDs.AppendAt(b, c.UIDSeq)
+	}
+	return append(b, c.UID...)
 }

@@ -208,7 +208,7 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 }
 
 func (t *Dests) track(k epKey, c *Conn, origin *observe.Origin) *endpointStat {
-	e := &endpointStat{key: k, first: c.Start, last: c.End, prov: origin.OfConn(c.UID).Prov(c.Packet, c.Line), source: origin.Source}
+	e := &endpointStat{key: k, first: c.Start, last: c.End, prov: origin.OfConn(c.UIDText()).Prov(c.Packet, c.Line), source: origin.Source}
 	t.eps[k] = e
 	return e
 }
@@ -216,7 +216,7 @@ func (t *Dests) track(k epKey, c *Conn, origin *observe.Origin) *endpointStat {
 // add counts one connection; for a host group the destination is the port.
 func (g *scanGroup) add(c *Conn, origin *observe.Origin) {
 	if g.conns == 0 {
-		g.first, g.last, g.prov, g.source = c.Start, c.End, origin.OfConn(c.UID).Prov(c.Packet, c.Line), origin.Source
+		g.first, g.last, g.prov, g.source = c.Start, c.End, origin.OfConn(c.UIDText()).Prov(c.Packet, c.Line), origin.Source
 	}
 	accepted := c.Accepted()
 	switch {

@@ -63,17 +63,24 @@ func NewUIDs(key string) *UIDs {
 	return &UIDs{prefix: strconv.AppendUint([]byte{'C'}, binary.BigEndian.Uint64(sum[:])>>24, 36)}
 }
 
-// Next is the next connection's uid.
-func (u *UIDs) Next() string {
+// Next numbers the next connection: its uid is At of the number, made
+// only when something keeps it (a scan's connections are written to the
+// flow log by AppendAt and never made into strings).
+func (u *UIDs) Next() int64 {
 	u.n++
-	return u.At(u.n)
+	return u.n
 }
 
-// At is the uid of the n-th connection, for a log whose line number n
-// names a connection whose sensor gave it no uid.
+// At is the uid of the n-th connection (also for a log whose line number
+// n names a connection whose sensor gave it no uid).
 func (u *UIDs) At(n int64) string {
 	var buf [32]byte
-	return string(strconv.AppendInt(append(buf[:0], u.prefix...), n, 36))
+	return string(u.AppendAt(buf[:0], n))
+}
+
+// AppendAt appends the uid of the n-th connection.
+func (u *UIDs) AppendAt(b []byte, n int64) []byte {
+	return strconv.AppendInt(append(b, u.prefix...), n, 36)
 }
 
 // MaxUID bounds the uid taken from a sensor's log.
@@ -140,7 +147,7 @@ func AppendJSON(b []byte, c *Conn) []byte {
 	b = append(b, `{"ts":`...)
 	b = appendSeconds(b, c.Start)
 	b = append(b, `,"uid":"`...)
-	b = append(b, c.UID...)
+	b = c.AppendUID(b)
 	b = append(b, `","id.orig_h":"`...)
 	b = c.OrigH.AppendTo(b)
 	b = append(b, `","id.orig_p":`...)

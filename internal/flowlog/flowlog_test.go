@@ -102,7 +102,7 @@ func BenchmarkWrite(b *testing.B) {
 	conns := scanConns(100000, 1)
 	uids := NewUIDs("x1")
 	for i := range conns {
-		conns[i].UID = uids.Next()
+		conns[i].UIDs, conns[i].UIDSeq = uids, uids.Next()
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

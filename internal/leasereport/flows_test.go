@@ -21,7 +21,7 @@ func BenchmarkFlowRead(b *testing.B) {
 	}
 	start := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC).UnixNano()
 	for i := range 100000 {
-		c := flowlog.Conn{UID: uids.Next(), Start: start + int64(i)*1e7, End: start + int64(i)*1e7 + 3e8, Proto: "tcp",
+		c := flowlog.Conn{UIDs: uids, UIDSeq: uids.Next(), Start: start + int64(i)*1e7, End: start + int64(i)*1e7 + 3e8, Proto: "tcp",
 			OrigH: netip.MustParseAddr("10.13.37.5"), OrigP: uint16(1024 + i%60000),
 			RespH: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), RespP: 23, ConnState: "REJ", History: "Sr",
 			OrigPkts: 1, OrigIPBytes: 40, RespPkts: 1, RespIPBytes: 40}

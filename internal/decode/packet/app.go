@@ -479,7 +479,7 @@ func (d *Decoder) httpData(f *flow, h *half, dir int, b []byte, full bool, k *pk
 			if polled != nil && resp.BodyLen <= botproto.MaxOrderBody {
 				// A short answer to what may be a bot's poll, whole
 				// with its head: it may carry an order.
-				d.pollAnswer(polled, b[off:off+int(resp.BodyLen)], k, f.uid)
+				d.pollAnswer(polled, b[off:off+int(resp.BodyLen)], k, d.uidOf(f))
 			}
 			off += int(resp.BodyLen)
 			continue
@@ -759,7 +759,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 	}
 	switch {
 	case !m.Response && fromOrig && q0.open:
-		d.floodQuery(observe.NormName(m.Questions[0].Name), f.respAddr(), f.key.v6, k.ipLen, k.ts, k.n, f.uid)
+		d.floodQuery(observe.NormName(m.Questions[0].Name), f.respAddr(), f.key.v6, k.ipLen, k.ts, k.n, f.seq)
 		f.dnsQ[f.dnsN%uint8(len(f.dnsQ))] = q0
 		f.dnsN++
 	case m.Response && !fromOrig && q0.open:
@@ -779,7 +779,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 		rcode = dns.RCodeName(m.RCode)
 	}
 	newDomain := func(name, qtype string) *records.Observable {
-		o, di := d.cfg.Origin.OfConn(f.uid).NewDomain(name, tsTime(k.ts), k.n, 0, qtype, rcode, transport, resolver, client)
+		o, di := d.cfg.Origin.OfConn(d.uidOf(f)).NewDomain(name, tsTime(k.ts), k.n, 0, qtype, rcode, transport, resolver, client)
 		if m.Response {
 			di.Responses = 1
 		} else {

@@ -76,8 +76,8 @@ type hotSlot struct {
 	n     uint32
 	first int64
 	bytes int64
-	pkt   int64  // the first packet's number
-	uid   string // and its connection's
+	pkt   int64 // the first packet's number
+	conn  int64 // and its connection's number (flowlog.UIDs)
 }
 
 // flood is the packets of one vector to one target.
@@ -85,8 +85,8 @@ type flood struct {
 	key         floodKey
 	name        string // the domain, for vecDNS
 	first, last int64
-	n           int64  // the first packet's number
-	uid         string // and its connection's: a flood's provenance
+	n           int64 // the first packet's number
+	conn        int64 // and its connection's number: a flood's provenance
 	pkts, bytes int64
 	ports       [floodList]uint16
 	nports      uint8
@@ -99,9 +99,9 @@ type flood struct {
 // floodPacket counts a packet the lab sent towards a flood of vec against
 // target from src (for reflection, target is the address the request
 // claims to come from and src the reflector) to port.
-func (d *Decoder) floodPacket(vec uint8, target, src addr, v6 bool, port uint16, ipLen int, ts, n int64, uid string) {
+func (d *Decoder) floodPacket(vec uint8, target, src addr, v6 bool, port uint16, ipLen int, ts, n, conn int64) {
 	key := floodKey{target: target, v6: v6, vec: vec}
-	f := d.floodEntry(maphash.Comparable(d.seed, key), ipLen, ts, n, uid)
+	f := d.floodEntry(maphash.Comparable(d.seed, key), ipLen, ts, n, conn)
 	if f == nil {
 		return
 	}
@@ -112,12 +112,12 @@ func (d *Decoder) floodPacket(vec uint8, target, src addr, v6 bool, port uint16,
 // floodQuery counts a DNS query the lab sent towards a random-subdomain
 // flood ("water torture") of the queried name's parent domain: many
 // queries, most for a name not asked before, through any resolver.
-func (d *Decoder) floodQuery(name string, resolver addr, v6 bool, ipLen int, ts, n int64, uid string) {
+func (d *Decoder) floodQuery(name string, resolver addr, v6 bool, ipLen int, ts, n, conn int64) {
 	label, parent, ok := strings.Cut(name, ".")
 	if !ok || !strings.Contains(parent, ".") {
 		return
 	}
-	f := d.floodEntry(maphash.String(d.seed, parent)^vecDNS, ipLen, ts, n, uid)
+	f := d.floodEntry(maphash.String(d.seed, parent)^vecDNS, ipLen, ts, n, conn)
 	if f == nil {
 		return
 	}
@@ -128,15 +128,15 @@ func (d *Decoder) floodQuery(name string, resolver addr, v6 bool, ipLen int, ts,
 }
 
 // floodEntry finds the flood whose key hashes to h and counts a packet of
-// it (numbered n, on the connection uid), or counts the packet in the
+// it (numbered n, on the connection numbered conn), or counts the packet in the
 // filter while the key has had fewer than hotPkts (nil then). A flood made
 // here has no key yet.
-func (d *Decoder) floodEntry(h uint64, ipLen int, ts, n int64, uid string) *flood {
+func (d *Decoder) floodEntry(h uint64, ipLen int, ts, n, conn int64) *flood {
 	f := d.floods[h]
 	if f == nil {
 		s := &d.hot[h%hotSlots]
 		if s.key != h || ts-s.first > hotWindow {
-			*s = hotSlot{key: h, n: 1, first: ts, bytes: int64(ipLen), pkt: n, uid: uid}
+			*s = hotSlot{key: h, n: 1, first: ts, bytes: int64(ipLen), pkt: n, conn: conn}
 			return nil
 		}
 		if s.n++; s.n < hotPkts {
@@ -147,7 +147,7 @@ func (d *Decoder) floodEntry(h uint64, ipLen int, ts, n int64, uid string) *floo
 			d.FloodsRefused++
 			return nil
 		}
-		f = &flood{first: s.first, n: s.pkt, uid: s.uid, pkts: int64(s.n) - 1, bytes: s.bytes}
+		f = &flood{first: s.first, n: s.pkt, conn: s.conn, pkts: int64(s.n) - 1, bytes: s.bytes}
 		d.floods[h] = f
 		*s = hotSlot{}
 	}
@@ -245,7 +245,7 @@ func (d *Decoder) emitFloods() {
 			target = f.name
 		}
 		name := vectorNames[key.vec]
-		o := d.cfg.Origin.OfConn(f.uid).New(records.ObsAttack, name+" "+target, tsTime(f.first), f.n, 0)
+		o := d.cfg.Origin.OfConn(d.uids.At(f.conn)).New(records.ObsAttack, name+" "+target, tsTime(f.first), f.n, 0)
 		o.LastSeen = tsTime(f.last)
 		span := max(float64(f.last-f.first)/1e9, 1)
 		a := &records.AttackInfo{Vector: name, Target: target, PortCount: count(f.portSeen[:], f.nports), Packets: f.pkts,

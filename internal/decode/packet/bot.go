@@ -125,7 +125,7 @@ func (d *Decoder) Command(dir int, c *botproto.Command) {
 	if dir == 1 {
 		c2, bot, c2p = bot, c2, f.respPort()
 	}
-	d.command(c.Protocol.Family(), c.Protocol.String(), c, d.botTS, d.botN, f.uid, d.hostPort(c2, v6, c2p), d.addrString(bot, v6))
+	d.command(c.Protocol.Family(), c.Protocol.String(), c, d.botTS, d.botN, d.uidOf(f), d.hostPort(c2, v6, c2p), d.addrString(bot, v6))
 }
 
 // command reports an order the C2 at server sent the bot at client, in
@@ -158,7 +158,7 @@ func (d *Decoder) emitBot(f *flow) {
 		c2, bot, c2p = bot, c2, f.origPort()
 	}
 	server := d.hostPort(c2, v6, c2p)
-	o := d.cfg.Origin.OfConn(f.uid).New(records.ObsC2Channel, ch.Protocol.String()+" "+server, tsTime(c.ts), c.n, 0)
+	o := d.cfg.Origin.OfConn(d.uidOf(f)).New(records.ObsC2Channel, ch.Protocol.String()+" "+server, tsTime(c.ts), c.n, 0)
 	o.LastSeen = tsTime(f.last)
 	o.C2Channel = &records.C2ChannelInfo{Family: ch.Protocol.Family(), Protocol: ch.Protocol.String(), Server: server,
 		Clients: []string{d.addrString(bot, v6)}, Identities: ch.Identities, Channels: ch.Channels, Reports: ch.Reports,

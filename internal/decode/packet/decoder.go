@@ -483,6 +483,14 @@ func (d *Decoder) unlink(f *flow) {
 	}
 }
 
+// uidOf is a connection's uid, made when an observable first names it.
+func (d *Decoder) uidOf(f *flow) string {
+	if f.uid == "" {
+		f.uid = d.uids.At(f.seq)
+	}
+	return f.uid
+}
+
 func (d *Decoder) newFlow(key flowKey, h uint64, k *pkt) *flow {
 	d.Flows++
 	return d.insert(key, h, k.ts, k.n)
@@ -500,7 +508,7 @@ func (d *Decoder) insert(key flowKey, h uint64, ts, n int64) *flow {
 	} else {
 		f = new(flow)
 	}
-	*f = flow{key: key, hash: h, hnext: d.flows[h], start: ts, last: ts, firstPkt: n, list: nLists, uid: d.uids.Next()}
+	*f = flow{key: key, hash: h, hnext: d.flows[h], start: ts, last: ts, firstPkt: n, list: nLists, seq: d.uids.Next()}
 	d.flows[h] = f
 	d.nflows++
 	return f
@@ -641,10 +649,10 @@ func (d *Decoder) tcpPacket(k *pkt) {
 		}
 		switch flags & (flagSYN | flagACK | flagRST | flagFIN) {
 		case flagSYN:
-			d.floodPacket(vecSYN, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n, f.uid)
+			d.floodPacket(vecSYN, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n, f.seq)
 		case flagACK:
 			if peer.pkts == 0 {
-				d.floodPacket(vecACK, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n, f.uid)
+				d.floodPacket(vecACK, k.dst, k.src, k.v6, dp, k.ipLen, ts, k.n, f.seq)
 			}
 		}
 	}
@@ -692,9 +700,9 @@ func (d *Decoder) udpPacket(k *pkt) {
 		// A datagram to a peer that never answered may be a flood's.
 		vec := udpVector(dp, u.Payload[:min(ulen, len(u.Payload))])
 		if reflection(vec) {
-			d.floodPacket(vec, k.src, k.dst, k.v6, dp, k.ipLen, k.ts, k.n, f.uid)
+			d.floodPacket(vec, k.src, k.dst, k.v6, dp, k.ipLen, k.ts, k.n, f.seq)
 		} else {
-			d.floodPacket(vec, k.dst, k.src, k.v6, dp, k.ipLen, k.ts, k.n, f.uid)
+			d.floodPacket(vec, k.dst, k.src, k.v6, dp, k.ipLen, k.ts, k.n, f.seq)
 		}
 	}
 	if isDNSPort(sp) || isDNSPort(dp) {
@@ -759,7 +767,7 @@ func (d *Decoder) icmpPacket(k *pkt, typ, code uint8, v6 bool) {
 		f.icmpType, f.icmpCode = typ, code
 	}
 	if d.encap == 0 && (typ == 8 && !v6 || typ == 128 && v6) {
-		d.floodPacket(vecICMP, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n, f.uid)
+		d.floodPacket(vecICMP, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n, f.seq)
 	}
 	ep := &f.ep[1]
 	if isOrig {
@@ -779,7 +787,7 @@ func (d *Decoder) otherPacket(k *pkt) {
 		ep = &f.ep[0]
 	}
 	if k.proto == 47 && d.encap == 0 {
-		d.floodPacket(vecGRE, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n, f.uid)
+		d.floodPacket(vecGRE, k.dst, k.src, k.v6, 0, k.ipLen, k.ts, k.n, f.seq)
 	}
 	// Zeek counts no payload bytes for protocols it does not analyse;
 	// only their IP bytes.

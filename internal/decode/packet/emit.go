@@ -58,17 +58,16 @@ func (d *Decoder) emitFlow(f *flow) {
 		state = "OTH"
 	}
 	service := svcNames[f.service()]
-	d.conn = flowlog.Conn{UID: f.uid, Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
+	d.conn = flowlog.Conn{UID: f.uid, UIDs: d.uids, UIDSeq: f.seq, Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
 		Packet: f.firstPkt, Exchange: f.exchange()}
 	d.cfg.Sink.Conn(&d.conn)
-	origin := d.cfg.Origin.OfConn(f.uid)
 	start, last := tsTime(f.start), tsTime(f.last)
 	if proto == "icmp" {
 		ohs, rhs := d.addrString(f.origAddr(), v6), d.addrString(f.respAddr(), v6)
 		value := ohs + ">" + rhs + " " + strconv.Itoa(int(f.icmpType)) + "/" + strconv.Itoa(int(f.icmpCode))
-		ic := origin.New(records.ObsICMP, value, start, f.firstPkt, 0)
+		ic := d.cfg.Origin.OfConn(d.uidOf(f)).New(records.ObsICMP, value, start, f.firstPkt, 0)
 		ic.LastSeen = last
 		ic.ICMP = &records.ICMPInfo{OrigH: ohs, RespH: rhs, Type: f.icmpType, Code: f.icmpCode, V6: v6,
 			Packets: o.pkts + r.pkts, Bytes: ob + rb}
@@ -91,9 +90,10 @@ func (d *Decoder) emitHTTP(f *flow, r *httpReq) *poll {
 	server := d.hostPort(f.respAddr(), v6, f.respPort())
 	host := cmp.Or(r.req.Host, server)
 	value, client := observe.HTTPValue(r.req.Method, host, r.req.URI), d.addrString(f.origAddr(), v6)
-	p := d.pollRequest(r, value, server, client, f.uid)
-	d.floodPacket(vecHTTP, f.respAddr(), f.origAddr(), v6, f.respPort(), 0, r.ts, r.n, f.uid)
-	o, _ := d.cfg.Origin.OfConn(f.uid).NewHTTP(value, tsTime(r.ts), r.n, 0,
+	uid := d.uidOf(f)
+	p := d.pollRequest(r, value, server, client, uid)
+	d.floodPacket(vecHTTP, f.respAddr(), f.origAddr(), v6, f.respPort(), 0, r.ts, r.n, f.seq)
+	o, _ := d.cfg.Origin.OfConn(uid).NewHTTP(value, tsTime(r.ts), r.n, 0,
 		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, client)
 	d.cfg.Sink.Add(o)
 	return p
@@ -105,7 +105,7 @@ func (d *Decoder) emitTLS(f *flow, t *tlsSeen, rp uint16) {
 		value = d.hostPort(f.respAddr(), f.key.v6, rp)
 	}
 	v := cmp.Or(t.server, t.client)
-	o, _ := d.cfg.Origin.OfConn(f.uid).NewTLS(value, tsTime(t.ts), t.n, 0, t.sni, tlsfp.VersionName(v), t.ja3, t.ja4, t.alpn,
+	o, _ := d.cfg.Origin.OfConn(d.uidOf(f)).NewTLS(value, tsTime(t.ts), t.n, 0, t.sni, tlsfp.VersionName(v), t.ja3, t.ja4, t.alpn,
 		d.hostPort(f.respAddr(), f.key.v6, rp), d.addrString(f.origAddr(), f.key.v6))
 	d.cfg.Sink.Add(o)
 }

@@ -80,7 +80,8 @@ type flow struct {
 	attemptAt          int64
 	bothClosedAt       int64
 	firstPkt           int64
-	uid                string      // its flow-log line's and its observables' (flowlog.UIDs)
+	seq                int64       // its number among the input's (flowlog.UIDs)
+	uid                string      // its uid, once something keeps it (uidOf)
 	ep                 [2]endpoint // originator, responder
 	icmpType, icmpCode uint8
 	list               uint8
