@@ -45,8 +45,8 @@ CREATE INDEX IF NOT EXISTS talkbox_journal_xid ON talkbox_journal (xid, seq);
 const pgSchemaCurrent = `SELECT to_regclass('talkbox_fleet_keys') IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute
 	WHERE attrelid = to_regclass('talkbox_journal') AND attname = 'xid' AND NOT attisdropped)`
 
-// journal appends entries in the writer's transaction, and notifies the
-// followers when it commits, in one round trip.
+// journal appends entries in the writer's transaction; journaled tells
+// the followers once it has committed.
 func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
 	n := len(es)
 	ats, ops, kinds, ids := make([]time.Time, n), make([]string, n), make([]string, n), make([]string, n)
@@ -57,14 +57,28 @@ func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
 			data[i] = e.Record
 		}
 	}
-	var b pgx.Batch
-	b.Queue(`INSERT INTO talkbox_journal (at, op, kind, id, rev, data)
+	_, err := tx.Exec(ctx, `INSERT INTO talkbox_journal (at, op, kind, id, rev, data)
 		SELECT at, op, kind, id, rev, data
 		FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[])
 			WITH ORDINALITY AS e(at, op, kind, id, rev, data, n)
 		ORDER BY n`, ats, ops, kinds, ids, revs, data)
-	b.Queue(`SELECT pg_notify($1, '')`, pgNotifyChannel)
-	return tx.SendBatch(ctx, &b).Close()
+	return err
+}
+
+// journaled follows the commit of n journal entries: it wakes the
+// followers, and compacts the journal now and then. The notification goes
+// after the commit, in a statement of its own that writes nothing, because
+// PostgreSQL commits the transactions that NOTIFY one at a time (under a
+// lock held through the commit's flush to disk): a NOTIFY inside every
+// write would make writers take turns again. A follower that is not woken
+// (this process died between the commit and the notification, or the
+// notification failed) reads the entries at its next poll (pgWaitAtMost).
+func (s *pgStore) journaled(ctx context.Context, n int) {
+	if n == 0 {
+		return
+	}
+	s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
+	s.compactNow(ctx, n)
 }
 
 // pgFollower reads the journal table window by window (see above), and

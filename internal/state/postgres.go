@@ -100,7 +100,7 @@ CREATE TABLE IF NOT EXISTS talkbox_index (
 ` + pgFleetSchema + pgJournalSchema
 
 // pgNotifyChannel is where each commit that appends to the journal
-// notifies followers.
+// notifies followers (journaled).
 const pgNotifyChannel = "talkbox_journal"
 
 func openShared(ctx context.Context, url string, dir *dirStore, lockTimeout time.Duration) (*pgStore, error) {
@@ -253,7 +253,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		return pgErr(err)
 	}
 	s.dir.hook(crashPgCommitted)
-	s.compactNow(ctx, 1)
+	s.journaled(ctx, 1)
 	return nil
 }
 
@@ -391,7 +391,11 @@ func (s *pgStore) Delete(ctx context.Context, id string) error {
 		s.dir.hook(crashPgWritten)
 		return nil
 	})
-	return pgErr(err)
+	if err != nil {
+		return pgErr(err)
+	}
+	s.journaled(ctx, 1)
+	return nil
 }
 
 func checkIndexKey(name, key string) error {
@@ -473,7 +477,7 @@ func (s *pgStore) Claim(ctx context.Context, name, key string, newRecord func() 
 		return "", false, pgErr(err)
 	}
 	if created {
-		s.compactNow(ctx, 1)
+		s.journaled(ctx, 1)
 	}
 	return id, created, nil
 }

@@ -189,7 +189,7 @@ func (b *pgBatch) Commit() error {
 	if err != nil {
 		return pgErr(err)
 	}
-	b.s.compactNow(b.ctx, n)
+	b.s.journaled(b.ctx, n)
 	return nil
 }
 
