@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -259,7 +257,7 @@ func (c *startCmd) Run(env *cli.Env) (err error) {
 func leaseFromStdin(in io.Reader, log *slog.Logger) (string, error) {
 	rd := records.NewReader(in, "stdin")
 	lease := ""
-	passed := map[string]int{}
+	passed := records.PassedOver{}
 	for {
 		rec, err := rd.Record()
 		if errors.Is(err, io.EOF) {
@@ -271,18 +269,16 @@ func leaseFromStdin(in io.Reader, log *slog.Logger) (string, error) {
 		h := rec.Header()
 		switch {
 		case lease != "":
-			passed[h.Kind]++
+			passed.Add(h.Kind)
 		case h.Kind == records.KindLease:
 			lease = h.ID
 		case h.Kind == records.KindCapture && rec.(*records.Capture).Lease != "":
 			lease = rec.(*records.Capture).Lease
 		default:
-			passed[h.Kind]++
+			passed.Add(h.Kind)
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(passed)) {
-		log.Info("passed over records it does not use", "kind", k, "count", passed[k])
-	}
+	passed.Log(log)
 	if lease == "" {
 		return "", fault.DataErr(errors.New("stdin: no lease or capture record (give --lease or --iface)"))
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"maps"
 	"slices"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
@@ -97,12 +96,8 @@ func ReadObservables(b *Book, in Input, log *slog.Logger, warnf func(format stri
 	}
 	if in.Stdin != nil {
 		rd := records.NewReader(in.Stdin, "stdin")
-		passed := map[string]int{}
-		defer func() {
-			for _, k := range slices.Sorted(maps.Keys(passed)) {
-				log.Info("passed over records it does not use", "kind", k, "count", passed[k])
-			}
-		}()
+		passed := records.PassedOver{}
+		defer passed.Log(log)
 		for {
 			l, err := rd.Next()
 			if err == io.EOF {
@@ -119,7 +114,7 @@ func ReadObservables(b *Book, in Input, log *slog.Logger, warnf func(format stri
 				continue
 			}
 			if o.Kind != records.KindObservable {
-				passed[o.Kind]++
+				passed.Add(o.Kind)
 				continue
 			}
 			add(&o)
