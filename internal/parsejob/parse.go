@@ -103,27 +103,30 @@ type Job struct {
 	// batch holds the bad stdin lines, already reported: the rest of the
 	// inputs are still parsed.
 	batch fault.Batch
+	// passed counts the stdin records that name nothing to parse (a
+	// lease's, a capture's): Run logs them.
+	passed records.PassedOver
 }
 
 // Prepare reads the inputs that stdin names (when req.FromStdin); each bad
-// line goes to warnf and the others are parsed. Without any input it is a
-// usage error.
+// line goes to warnf and the others are parsed. Without any input, and no
+// record on stdin passed over, it is a usage error.
 func Prepare(req Request, stdin io.Reader, warnf func(format string, a ...any)) (*Job, error) {
-	j := &Job{req: req}
+	j := &Job{req: req, passed: records.PassedOver{}}
 	for _, p := range req.Inputs {
 		if p != "-" {
 			j.inputs = append(j.inputs, input{name: p, path: p, lease: req.Lease, cycle: req.Cycle})
 		}
 	}
 	if req.FromStdin {
-		in, bad := readStdin(stdin, req)
+		in, bad := readStdin(stdin, req, j.passed)
 		for _, e := range bad {
 			warnf("%v", e)
 			j.batch.Add(fault.DataErr(e))
 		}
 		j.inputs = append(j.inputs, in...)
 	}
-	if len(j.inputs) == 0 {
+	if len(j.inputs) == 0 && len(j.passed) == 0 {
 		if j.batch.Failed() > 0 {
 			return nil, j.batch.Err()
 		}
@@ -148,6 +151,7 @@ func (j *Job) NeedsState() bool {
 // are still processed; the exit code is the first failure's.
 func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	req, inputs, batch := j.req, j.inputs, &j.batch
+	j.passed.Log(out.Log)
 	o := &output{ctx: ctx, log: out.Log, warnf: out.Warnf, st: st, req: req, w: bufio.NewWriterSize(out.Stdout, 256<<10), carries: map[string]*carried{}}
 	if st != nil && !req.NoStore {
 		o.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
@@ -220,9 +224,11 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	return batch.Err()
 }
 
-// readStdin reads artifact records (any record with a uri or path) or
-// bare paths, one per line.
-func readStdin(r io.Reader, req Request) ([]input, []error) {
+// readStdin reads artifact records (any record with a uri, path or
+// sha256) or bare paths, one per line; a record that names nothing to
+// parse (a lease's, a capture's) is passed over and counted
+// in passed, so that pipes compose.
+func readStdin(r io.Reader, req Request, passed records.PassedOver) ([]input, []error) {
 	var ins []input
 	var bad []error
 	rd := records.NewReader(r, "stdin")
@@ -248,6 +254,10 @@ func readStdin(r io.Reader, req Request) ([]input, []error) {
 			continue
 		}
 		in, err := fromRecord(&rec, req)
+		if errors.Is(err, errNothingToParse) {
+			passed.Add(rec.Kind)
+			continue
+		}
 		if err != nil {
 			bad = append(bad, l.Err(err))
 			continue
@@ -297,10 +307,14 @@ func fromRecord(rec records.Record, req Request) (input, error) {
 		in.blob = strings.ToLower(str("sha256"))
 		in.name = "blob:sha256:" + in.blob
 	default:
-		return in, fmt.Errorf("%s: record has no uri, path or sha256 to parse", h.ID)
+		return in, errNothingToParse
 	}
 	return in, nil
 }
+
+// errNothingToParse is a record with no uri, path or sha256: readStdin
+// passes it over.
+var errNothingToParse = errors.New("record has no uri, path or sha256 to parse")
 
 // inputSink is where one input's decoder sends what it finds: observables
 // to the lease's set, connections to the cycle's destinations and to the
