@@ -10,8 +10,9 @@ type Conn struct {
 	// UID names the connection in the flow log and in the provenance of
 	// what was seen on it: the decoder gives it (UIDs), or takes the
 	// sensor's own (Zeek's uid, Suricata's flow_id). Empty, it is UIDs'
-	// UIDSeq-th, not made into a string until something keeps it
-	// (UIDText): most of a scan's connections are only written.
+	// UIDSeq-th, not made into a string until something keeps it (an
+	// observable's provenance): most of a scan's connections are only
+	// written (AppendUID).
 	UID    string
 	UIDs   *UIDs
 	UIDSeq int64
@@ -77,14 +78,6 @@ func (c *Conn) Established() bool {
 		return true
 	}
 	return false
-}
-
-// UIDText is the connection's uid, made into a string if need be.
-func (c *Conn) UIDText() string {
-	if c.UID == "" && c.UIDs != nil {
-		return c.UIDs.At(c.UIDSeq)
-	}
-	return c.UID
 }
 
 // AppendUID appends the connection's uid.

@@ -58,8 +58,7 @@ type scanGroup struct {
 	sample, openSample, clients       []string
 	scanning                          bool
 	tracked                           int // a host group: endpoints tracked
-	prov                              records.Provenance
-	source                            string
+	seen                              firstConn
 }
 
 type endpointStat struct {
@@ -80,8 +79,7 @@ type endpointStat struct {
 	lastOrig   netip.AddrPort
 	lastStart  int64
 	lastEstabl bool
-	prov       records.Provenance
-	source     string
+	seen       firstConn
 	tick       uint64
 }
 
@@ -136,6 +134,7 @@ func (o oneShots) remember(k epKey, first int64, n int32) {
 // Dests folds one cycle's connections into endpoint and scan observables.
 type Dests struct {
 	cycle   string
+	in      *seenIn // the input of the last destination first seen
 	named   func(netip.Addr) bool
 	emit    func(*records.Observable)
 	groups  map[groupKey]*scanGroup
@@ -161,14 +160,14 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 		g = &scanGroup{proto: c.Proto, port: c.RespP}
 		t.groups[groupKey{c.Proto, c.RespP}] = g
 	}
-	g.add(c, origin)
+	g.add(c, t, origin)
 	if !g.scanning && g.dests.AtLeast(observe.ScanMinDests) {
 		t.startScan(g)
 	}
 	hk := hostKey{c.RespH, c.Proto}
 	h := t.hosts[hk]
 	if h != nil && h.scanning {
-		h.add(c, origin)
+		h.add(c, t, origin)
 	}
 	k := epKey{c.RespH, c.RespP, c.Proto}
 	e := t.eps[k]
@@ -208,15 +207,52 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 }
 
 func (t *Dests) track(k epKey, c *Conn, origin *observe.Origin) *endpointStat {
-	e := &endpointStat{key: k, first: c.Start, last: c.End, prov: origin.OfConn(c.UIDText()).Prov(c.Packet, c.Line), source: origin.Source}
+	e := &endpointStat{key: k, first: c.Start, last: c.End, seen: t.firstSeen(c, origin)}
 	t.eps[k] = e
 	return e
 }
 
-// add counts one connection; for a host group the destination is the port.
-func (g *scanGroup) add(c *Conn, origin *observe.Origin) {
+// firstConn is the connection a destination was first seen on, for its
+// observable's provenance: its input, shared by the destinations of one
+// input (not its four strings in each), its packet or line, and its uid,
+// made into a string only when the observable is (tracked destinations are
+// most of tb-parse's live heap on a capture of many small conversations).
+type firstConn struct {
+	in           *seenIn
+	packet, line int64
+	uidSeq       int64  // the uid is in.uids' uidSeq-th when uid is ""
+	uid          string // a sensor's, or one the decoder had made
+}
+
+type seenIn struct {
+	origin observe.Origin
+	uids   *UIDs
+}
+
+// firstSeen is the provenance of c, seen in origin, kept by a destination.
+func (t *Dests) firstSeen(c *Conn, origin *observe.Origin) firstConn {
+	if t.in == nil || t.in.origin != *origin || t.in.uids != c.UIDs {
+		t.in = &seenIn{origin: *origin, uids: c.UIDs}
+	}
+	return firstConn{in: t.in, packet: c.Packet, line: c.Line, uidSeq: c.UIDSeq, uid: c.UID}
+}
+
+// origin is the origin of the observables of a destination first seen on
+// f in cycle.
+func (f *firstConn) origin(cycle string) observe.Origin {
+	o := f.in.origin
+	o.Cycle, o.UID = cycle, f.uid
+	if o.UID == "" && f.in.uids != nil {
+		o.UID = f.in.uids.At(f.uidSeq)
+	}
+	return o
+}
+
+// add counts one connection of t seen in origin; for a host group the
+// destination is the port.
+func (g *scanGroup) add(c *Conn, t *Dests, origin *observe.Origin) {
 	if g.conns == 0 {
-		g.first, g.last, g.prov, g.source = c.Start, c.End, origin.OfConn(c.UIDText()).Prov(c.Packet, c.Line), origin.Source
+		g.first, g.last, g.seen = c.Start, c.End, t.firstSeen(c, origin)
 	}
 	accepted := c.Accepted()
 	switch {
@@ -357,7 +393,7 @@ func (t *Dests) startHostScan(h *scanGroup) {
 			continue
 		}
 		if h.conns == 0 {
-			h.prov, h.source = e.prov, e.source
+			h.seen = e.seen
 		}
 		open := e.established
 		h.count(e.conns, open, 0, e.conns-open, e.first, e.last)
@@ -465,8 +501,8 @@ func (t *Dests) out(e *endpointStat) {
 	}
 	addr := k.addr.String()
 	first, last := nsTime(e.first), nsTime(e.last)
-	origin := observe.Origin{Cycle: t.cycle, Artifact: e.prov.Artifact, Input: e.prov.Input, Source: e.source, UID: e.prov.UID}
-	o := origin.New(records.ObsEndpoint, endpoint.New(k.addr, k.port, k.proto).String(), first, e.prov.Packet, e.prov.Line)
+	origin := e.seen.origin(t.cycle)
+	o := origin.New(records.ObsEndpoint, endpoint.New(k.addr, k.port, k.proto).String(), first, e.seen.packet, e.seen.line)
 	o.LastSeen, o.Count = last, e.conns
 	o.Endpoint = &records.EndpointInfo{Proto: k.proto, Addr: addr, Port: k.port, Conns: e.conns, Established: e.established,
 		ConnStates: e.states, Services: e.services, OrigPkts: e.origPkts, OrigBytes: e.origBytes, RespPkts: e.respPkts,
@@ -484,7 +520,7 @@ func (t *Dests) out(e *endpointStat) {
 		}
 	}
 	t.emit(o)
-	ip := origin.New(records.ObsIP, addr, first, e.prov.Packet, e.prov.Line)
+	ip := origin.New(records.ObsIP, addr, first, e.seen.packet, e.seen.line)
 	ip.LastSeen, ip.Count = last, e.conns
 	ip.IP = &records.IPInfo{Conns: e.conns, Ports: []string{k.proto + "/" + strconv.Itoa(int(k.port))}, Clients: slices.Clone(e.clients),
 		OrigBytes: e.origBytes, RespBytes: e.respBytes, Starts: slices.Clone(starts)}
@@ -492,9 +528,9 @@ func (t *Dests) out(e *endpointStat) {
 }
 
 func (t *Dests) scanObservable(g *scanGroup, value string) *records.Observable {
-	origin := observe.Origin{Cycle: t.cycle, Artifact: g.prov.Artifact, Input: g.prov.Input, Source: g.source, UID: g.prov.UID}
+	origin := g.seen.origin(t.cycle)
 	first, last := nsTime(g.first), nsTime(g.last)
-	o := origin.New(records.ObsScan, value, first, g.prov.Packet, g.prov.Line)
+	o := origin.New(records.ObsScan, value, first, g.seen.packet, g.seen.line)
 	o.LastSeen, o.Count = last, g.conns
 	n, est := g.dests.Count()
 	info := &records.ScanInfo{Proto: g.proto, Conns: g.conns, Open: g.open, Rejected: g.rejected, Unanswered: g.unanswered,

@@ -102,6 +102,8 @@ type Decoder struct {
 	sh        tlsfp.ServerHello
 	conn      flowlog.Conn
 	uids      *flowlog.UIDs
+	uid       string // the uid uidOf made last, of the connection numbered uidSeq
+	uidSeq    int64
 	bots      int // bot-channel recognisers in use
 	freeBots  []*botConv
 	botFlow   *flow // the connection a recogniser is being fed
@@ -483,12 +485,25 @@ func (d *Decoder) unlink(f *flow) {
 	}
 }
 
-// uidOf is a connection's uid, made when an observable first names it.
+// uidOf is a connection's uid, made when something keeps it. The last one
+// made is kept here rather than in the flow: a connection's observables
+// mostly come together (a DNS message's names, an HTTP exchange, the
+// connection's end), while a string in every flow of the table took the
+// flow to the next size class (64 bytes more a connection held).
 func (d *Decoder) uidOf(f *flow) string {
-	if f.uid == "" {
-		f.uid = d.uids.At(f.seq)
+	if d.uidSeq != f.seq {
+		d.uid, d.uidSeq = d.uids.At(f.seq), f.seq
 	}
-	return f.uid
+	return d.uid
+}
+
+// madeUID is the connection's uid if uidOf made it last, else "" (the flow
+// log writes it from the connection's number).
+func (d *Decoder) madeUID(f *flow) string {
+	if d.uidSeq == f.seq {
+		return d.uid
+	}
+	return ""
 }
 
 func (d *Decoder) newFlow(key flowKey, h uint64, k *pkt) *flow {

@@ -58,7 +58,7 @@ func (d *Decoder) emitFlow(f *flow) {
 		state = "OTH"
 	}
 	service := svcNames[f.service()]
-	d.conn = flowlog.Conn{UID: f.uid, UIDs: d.uids, UIDSeq: f.seq, Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
+	d.conn = flowlog.Conn{UID: d.madeUID(f), UIDs: d.uids, UIDSeq: f.seq, Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
 		Packet: f.firstPkt, Exchange: f.exchange()}

@@ -80,8 +80,7 @@ type flow struct {
 	attemptAt          int64
 	bothClosedAt       int64
 	firstPkt           int64
-	seq                int64       // its number among the input's (flowlog.UIDs)
-	uid                string      // its uid, once something keeps it (uidOf)
+	seq                int64       // its number among the input's: its uid is made from it (uidOf)
 	ep                 [2]endpoint // originator, responder
 	icmpType, icmpCode uint8
 	list               uint8
