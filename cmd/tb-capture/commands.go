@@ -417,7 +417,7 @@ func (c *allowCmd) Run(env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	fw, err := lab.Firewall()
+	fw, err := lab.LiveFirewall()
 	if err != nil {
 		return err
 	}

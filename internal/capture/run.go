@@ -155,16 +155,8 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		if lab == nil {
 			return nil, fmt.Errorf("no rules can be applied for %s (or --no-rules): %w", req.Lease, labErr)
 		}
-		if fw, err = lab.Firewall(); err != nil {
+		if fw, err = lab.LiveFirewall(); err != nil {
 			return nil, err
-		}
-		// A lab whose table is gone (nftables flushed, a reboot) is not
-		// up though its configuration is on disk: its ports and rules
-		// have nowhere to go, and it is the one not-up error, exit 69.
-		if ok, err := fw.Present(); err != nil {
-			return nil, err
-		} else if !ok {
-			return nil, &netlab.NotUpError{Lab: lab.Name}
 		}
 		rules, rec.Rules, err = leaseRules(st, req.Lease, rec, lab)
 		if err != nil {

@@ -114,6 +114,24 @@ func (l *Lab) Firewall() (*firewall.NFT, error) {
 	return l.Config.Firewall()
 }
 
+// LiveFirewall is the lab's firewall for changing a lease's rules: as
+// Firewall, and a *NotUpError too for a lab whose nftables table is gone
+// (flushed, a reboot) though its configuration is on disk, which has no
+// table to put rules in. What only removes rules takes Firewall: a table
+// that is gone holds none.
+func (l *Lab) LiveFirewall() (*firewall.NFT, error) {
+	fw, err := l.Firewall()
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := fw.Present(); err != nil {
+		return nil, fmt.Errorf("lab %q: %w", l.Name, err)
+	} else if !ok {
+		return nil, &NotUpError{Lab: l.Name}
+	}
+	return fw, nil
+}
+
 // Validator is the firewall's validator of what may be allowed out of the
 // lab: never its own networks or the host's addresses (those of the
 // namespace it runs in), the documentation ranges only when documentation

@@ -99,6 +99,9 @@ func TestOpenUpLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := lab.LiveFirewall(); err != nil {
+		t.Fatalf("the live firewall of a lab that is up: %v", err)
+	}
 	fs, err := fw.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -153,5 +156,11 @@ func TestOpenUpLab(t *testing.T) {
 	}
 	if fs, err := fw.Status(ctx); err != nil || fs.Up {
 		t.Fatalf("the lab's table after down: %+v, %v, want gone", fs, err)
+	}
+	// The handle still says up; its table is gone: not up, in the one
+	// wording.
+	notUp := (&netlab.NotUpError{Lab: cfg.Name}).Error()
+	if _, err := lab.LiveFirewall(); !errors.Is(err, netlab.ErrNotUp) || err.Error() != notUp || fault.Code(err) != fault.ExitUnavailable {
+		t.Fatalf("the live firewall of a lab whose table is gone: %v (exit %d), want %q, exit 69", err, fault.Code(err), notUp)
 	}
 }
