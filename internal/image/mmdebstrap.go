@@ -76,8 +76,9 @@ func (MMDebstrap) Rootfs(ctx context.Context, s *Spec, dir, cacheDir string, log
 		// made before anything is unpacked; else bookworm's
 		// init-system-helpers pulls in usrmerge, whose conversion (and
 		// the whole of perl it needs) runs under qemu-user on a foreign
-		// build, a fifth of its time.
-		"--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+		// build, a fifth of its time. "maybe": only for a release that
+		// has the usr-is-merged package the hook installs.
+		"--hook-dir=/usr/share/mmdebstrap/hooks/maybe-merged-usr",
 		"--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
 		"--setup-hook=sync-in " + shq(cacheDir) + " /var/cache/apt/archives/",
 		// Talkbox builds its own small initramfs; running update-initramfs
