@@ -66,18 +66,24 @@ func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
 }
 
 // journaled follows the commit of n journal entries: it wakes the
-// followers, and compacts the journal now and then. The notification goes
-// after the commit, in a statement of its own that writes nothing, because
-// PostgreSQL commits the transactions that NOTIFY one at a time (under a
-// lock held through the commit's flush to disk): a NOTIFY inside every
-// write would make writers take turns again. A follower that is not woken
-// (this process died between the commit and the notification, or the
-// notification failed) reads the entries at its next poll (pgWaitAtMost).
-func (s *pgStore) journaled(ctx context.Context, n int) {
+// followers, and the fleet's workers when fleet says the commit changed
+// their work (replaceFleetKeys), and compacts the journal now and then.
+// The notifications go after the commit, in a statement of their own that
+// writes nothing, because PostgreSQL commits the transactions that NOTIFY
+// one at a time (under a lock held through the commit's flush to disk): a
+// NOTIFY inside every write would make writers take turns again. A
+// follower that is not woken (this process died between the commit and
+// the notification, or the notification failed) reads the entries at its
+// next poll (pgWaitAtMost), a worker at its next heartbeat.
+func (s *pgStore) journaled(ctx context.Context, n int, fleet bool) {
 	if n == 0 {
 		return
 	}
-	s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
+	if fleet {
+		s.pool.Exec(ctx, `SELECT pg_notify($1, ''), pg_notify($2, '')`, pgNotifyChannel, pgFleetChannel)
+	} else {
+		s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
+	}
 	s.compactNow(ctx, n)
 }
 

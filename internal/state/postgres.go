@@ -187,6 +187,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	var (
 		r     records.Record
 		saved records.Meta
+		fleet bool // the fleet's workers are woken once it commits
 	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := xactLock(ctx, tx, "record", id); err != nil {
@@ -217,7 +218,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		if err := replaceKeys(ctx, tx, kind, id, prev, indexKeys(r)); err != nil {
 			return err
 		}
-		if err := replaceFleetKeys(ctx, tx, kind, id, prev, r); err != nil {
+		if fleet, err = replaceFleetKeys(ctx, tx, kind, id, prev, r); err != nil {
 			return err
 		}
 		if err := replaceWorkerKeys(ctx, tx, kind, id, r); err != nil {
@@ -253,7 +254,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		return pgErr(err)
 	}
 	s.dir.hook(crashPgCommitted)
-	s.journaled(ctx, 1)
+	s.journaled(ctx, 1, fleet)
 	return nil
 }
 
@@ -380,11 +381,6 @@ func (s *pgStore) Delete(ctx context.Context, id string) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE id = $1`, id); err != nil {
 			return err
 		}
-		if kind == records.KindCycle {
-			if err := notifyFleet(ctx, tx); err != nil {
-				return err
-			}
-		}
 		if err := s.journal(ctx, tx, []entry{{At: s.dir.Now(), Op: opDelete, Kind: kind, ID: id, Rev: rev}}); err != nil {
 			return err
 		}
@@ -394,7 +390,7 @@ func (s *pgStore) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return pgErr(err)
 	}
-	s.journaled(ctx, 1)
+	s.journaled(ctx, 1, kind == records.KindCycle)
 	return nil
 }
 
@@ -433,6 +429,7 @@ func (s *pgStore) Claim(ctx context.Context, name, key string, newRecord func() 
 	var (
 		id      string
 		created bool
+		fleet   bool // the fleet's workers are woken once it commits
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := xactLock(ctx, tx, "index", name+"\x00"+key); err != nil {
@@ -470,14 +467,14 @@ func (s *pgStore) Claim(ctx context.Context, name, key string, newRecord func() 
 			return err
 		}
 		s.dir.hook(crashPgWritten)
-		created = true
+		created, fleet = true, b.fleet
 		return nil
 	})
 	if err != nil {
 		return "", false, pgErr(err)
 	}
 	if created {
-		s.journaled(ctx, 1)
+		s.journaled(ctx, 1, fleet)
 	}
 	return id, created, nil
 }

@@ -28,6 +28,9 @@ type pgBatch struct {
 	// again, and a batch must refuse a key it holds, as the directory's
 	// does (the same observable emitted twice is written on its own).
 	held map[string]bool
+	// fleet: a queued record changes the fleet's work, so its workers are
+	// woken once the batch commits.
+	fleet bool
 }
 
 type pgBatchRec struct {
@@ -154,11 +157,7 @@ func (b *pgBatch) flush() error {
 	if len(es) == 0 {
 		return nil
 	}
-	if fleet {
-		if err := notifyFleet(b.ctx, b.tx); err != nil {
-			return err
-		}
-	}
+	b.fleet = fleet
 	return b.s.journal(b.ctx, b.tx, es)
 }
 
@@ -185,11 +184,12 @@ func (b *pgBatch) Commit() error {
 		b.giveBack()
 	}
 	n := len(b.recs)
-	b.tx, b.recs, b.keys, b.ids, b.held = nil, nil, nil, nil, nil
+	fleet := b.fleet
+	b.tx, b.recs, b.keys, b.ids, b.held, b.fleet = nil, nil, nil, nil, nil, false
 	if err != nil {
 		return pgErr(err)
 	}
-	b.s.journaled(b.ctx, n)
+	b.s.journaled(b.ctx, n, fleet)
 	return nil
 }
 

@@ -66,23 +66,21 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 }
 
 // replaceFleetKeys makes a record's fleet keys those of its new version,
-// and tells the fleet's watchers when they changed (a cycle queued, taken
-// or ended), or a worker's capacity did.
-func replaceFleetKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []byte, r records.Record) error {
+// and tells whether the fleet's watchers must be woken once the write
+// commits: its keys changed (a cycle queued, taken or ended), or a worker's
+// capacity did.
+func replaceFleetKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []byte, r records.Record) (bool, error) {
 	switch kind {
 	case records.KindWorker:
-		if capacityChanged(prev, r) {
-			return notifyFleet(ctx, tx)
-		}
-		return nil
+		return capacityChanged(prev, r), nil
 	case records.KindCycle:
 	default:
-		return nil
+		return false, nil
 	}
 	rows, err := tx.Query(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4) RETURNING field, value`,
 		kind, id, keyQueued, keyActive)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var had []records.IndexKey
 	var k records.IndexKey
@@ -90,19 +88,16 @@ func replaceFleetKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []by
 		had = append(had, k)
 		return nil
 	}); err != nil {
-		return err
+		return false, err
 	}
 	keys, err := fleetKeys(ctx, tx, r, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := insertKeys(ctx, tx, kind, id, keys); err != nil {
-		return err
+		return false, err
 	}
-	if slices.Equal(had, keys) {
-		return nil
-	}
-	return notifyFleet(ctx, tx)
+	return !slices.Equal(had, keys), nil
 }
 
 // capacityChanged tells whether a worker's new record changes what the
@@ -122,13 +117,8 @@ func capacityChanged(prev []byte, r records.Record) bool {
 }
 
 // pgFleetChannel is where the commits that change a fleet's work notify
-// its workers (WatchFleet).
+// its workers (WatchFleet), after they commit (journaled).
 const pgFleetChannel = "talkbox_fleet"
-
-func notifyFleet(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, pgFleetChannel)
-	return err
-}
 
 func (s *pgStore) listenFleet(ctx context.Context) (*pgxpool.Conn, error) {
 	c, err := s.pool.Acquire(ctx)
