@@ -760,13 +760,13 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 	switch {
 	case !m.Response && fromOrig && q0.open:
 		d.floodQuery(observe.NormName(m.Questions[0].Name), f.respAddr(), f.key.v6, k.ipLen, k.ts, k.n, f.seq)
-		f.dnsQ[f.dnsN%uint8(len(f.dnsQ))] = q0
-		f.dnsN++
+		f.dnsQ.set(int(f.dnsQ.n)%len(f.dnsQ.names), q0)
+		f.dnsQ.n++
 	case m.Response && !fromOrig && q0.open:
-		for i := range f.dnsQ[:min(int(f.dnsN), len(f.dnsQ))] {
-			if f.dnsQ[i] == q0 {
+		for i := range f.dnsQ.len() {
+			if f.dnsQ.at(i) == q0 {
 				count, answered = 0, true
-				f.dnsQ[i].open = false // answered once
+				f.dnsQ.open &^= 1 << i // answered once
 				break
 			}
 		}

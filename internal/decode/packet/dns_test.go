@@ -156,3 +156,19 @@ func TestForgedAnswersAreNotResolutions(t *testing.T) {
 		t.Errorf("the resolved address is named %v", e.Domains)
 	}
 }
+
+// A response repeated (a resolver's retransmission, or a guest replaying
+// one) is a sighting of its own: only the first answers the query, which
+// the flow then no longer holds open.
+func TestDNSResponseAnswersItsQueryOnce(t *testing.T) {
+	resp := pcapgen.DNSResponse(7, "again.example", layers.DNSTypeA, 0, []layers.DNSResourceRecord{
+		pcapgen.A("again.example", netip.MustParseAddr("192.0.2.77"), 60)})
+	r := run(t, pcapgen.Options{}, func(g *pcapgen.Gen) {
+		c, s := ap(client, 40007), ap(dnssrv, 53)
+		g.DNSOverUDP(c, s, pcapgen.DNSQuery(7, "again.example", layers.DNSTypeA), resp)
+		g.UDP(s, c, resp)
+	})
+	if o := r.get(t, "domain", "again.example"); o.Count != 2 || o.Domain.Queries != 1 || o.Domain.Responses != 2 {
+		t.Errorf("count %d queries %d responses %d, want 2 1 2", o.Count, o.Domain.Queries, o.Domain.Responses)
+	}
+}
