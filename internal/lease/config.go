@@ -5,6 +5,7 @@
 package lease
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
 )
 
@@ -128,12 +130,13 @@ func (c *Config) check(path string) error {
 	default:
 		return fault.DataErr(fmt.Errorf("%s: placement %q is not least-loaded, native-arch-first or explicit", path, c.Placement))
 	}
-	if c.Bridge == "" {
-		c.Bridge = "tb-lab0"
-	}
-	if c.LabNet == "" {
-		c.LabNet = "10.13.37.0/24"
-	}
+	// The bridge and network are the lab's (netlab owns them): without
+	// a configuration or flag, the default lab's, as tb-capture net up
+	// makes it with no flag.
+	var lab netlab.Config
+	lab.Defaults()
+	c.Bridge = cmp.Or(c.Bridge, lab.Bridge)
+	c.LabNet = cmp.Or(c.LabNet, lab.LabNet.String())
 	if _, err := netip.ParsePrefix(c.LabNet); err != nil {
 		return fault.DataErr(fmt.Errorf("%s: lab_net: %w", path, err))
 	}
