@@ -147,7 +147,7 @@ func (c *acquireCmd) Run(env *cli.Env) error {
 	}
 	return c.manager(env, func(m *lease.Manager) error {
 		var err error
-		if r.Plan, err = lease.ReadPlan(m.St, stdin, c.Plan); err != nil {
+		if r.Plan, err = lease.ReadPlan(m.St, stdin, c.Plan, env.Log); err != nil {
 			return err
 		}
 		if r.DryRun {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,8 +58,12 @@ type Decision struct {
 	Pool      string `json:"pool"`
 }
 
-// ReadPlan reads the first plan record from r, or the stored plan id.
-func ReadPlan(st *state.Store, r io.Reader, id string) (*records.Plan, error) {
+// ReadPlan is the stored plan id or, without one, the first plan record
+// on r, which it reads to the end (so that the tool before it never sees
+// a closed pipe): the records it does not use, a second plan among them,
+// are passed over and counted in log, so that pipes compose. A line that
+// is not a record is bad data (exit 65), named by its line number.
+func ReadPlan(st *state.Store, r io.Reader, id string, log *slog.Logger) (*records.Plan, error) {
 	if id != "" {
 		var p records.Plan
 		if records.KindOf(id) != records.KindPlan {
@@ -70,18 +75,27 @@ func ReadPlan(st *state.Store, r io.Reader, id string) (*records.Plan, error) {
 		return &p, nil
 	}
 	rd := records.NewReader(r, "stdin")
+	var plan *records.Plan
+	passed := records.PassedOver{}
 	for {
 		rec, err := rd.Record()
 		if errors.Is(err, io.EOF) {
-			return nil, fault.Usage(errors.New("no plan record on stdin (pipe tb-plan's output, or give --plan ID)"))
+			break
 		}
 		if err != nil {
 			return nil, fault.DataErr(err)
 		}
-		if p, ok := rec.(*records.Plan); ok {
-			return p, nil
+		if p, ok := rec.(*records.Plan); ok && plan == nil {
+			plan = p
+			continue
 		}
+		passed.Add(rec.Header().Kind)
 	}
+	passed.Log(log)
+	if plan == nil {
+		return nil, fault.Usage(errors.New("no plan record on stdin (pipe tb-plan's output, or give --plan ID)"))
+	}
+	return plan, nil
 }
 
 func (r *Request) defaults() {
