@@ -21,7 +21,7 @@ type parseCmd struct {
 	Cycle          string         `name:"cycle" help:"Cycle the file inputs belong to (artifact records carry their own)."`
 	Merge          bool           `name:"merge" help:"Fold observables into those the state already holds for the lease (count, first/last seen, sets)."`
 	NoStore        bool           `name:"no-store" help:"Only print the observables; do not write them to the state."`
-	MaxFlows       int            `name:"max-flows" default:"131072" help:"Connections tracked at once (about 450 bytes each); beyond it the least recently active one is ended early."`
+	MaxFlows       int            `name:"max-flows" default:"131072" help:"Connections tracked at once (about 530 bytes each: a flow's 512 and its table entry); beyond it the least recently active one is ended early."`
 	MaxHeld        int            `name:"max-held" default:"16384" help:"Distinct observables held for deduplication; beyond it the least recently updated half is written out early."`
 	MinFree        diskspace.Size `name:"min-free" default:"1G" placeholder:"SIZE" help:"Stop (exit 75) before less than SIZE (default ${default}) is free on the state's file system; 0 and --min-free-percent 0: never."`
 	MinFreePercent float64        `name:"min-free-percent" default:"2" placeholder:"P" help:"... or less than P percent of it (default ${default}; the larger bound wins)."`

@@ -161,7 +161,8 @@ func Apply(ctx context.Context, b *Book, req ApplyRequest, out cmdout.Sink) (err
 	if err != nil {
 		return err
 	}
-	fw, err := lab.Firewall()
+	// The rules change: a lab whose table is gone is not up (exit 69).
+	fw, err := lab.LiveFirewall()
 	if err != nil {
 		return err
 	}

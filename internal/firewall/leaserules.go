@@ -349,8 +349,9 @@ var ErrTableAbsent = errors.New("the lab's nftables table is absent")
 // TableAbsentError is a lease's rules asked of a lab whose table is not in
 // the kernel (the lab was taken down, the host rebooted): the lab is not
 // up. netlab owns the one wording of that and cannot be imported from
-// here (it imports this package), so a caller that holds the lab turns
-// this into its netlab.NotUpError; the exit class is already the same, 69.
+// here (it imports this package): its Lab.LiveFirewall checks the table
+// first and gives the lab's NotUpError; this is what a table lost between
+// that check and the rules says, exit 69 too.
 type TableAbsentError struct{ Table string }
 
 func (e *TableAbsentError) Error() string {
