@@ -22,18 +22,8 @@ import (
 func TestRestorePseriesRealGuest(t *testing.T) {
 	h := newRealGuestHost(t, "debian-bookworm-ppc64el", documentationLab)
 	ctx := context.Background()
-	st, m, stderr := h.st, h.m, h.stderr
-
-	p := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "ppc64el"},
-		Lease: records.LeaseNeeds{VCPUs: 1, MemoryMiB: 512, TTL: records.Duration(time.Hour)}}
-	records.Init(p, records.KindPlan, st.Now())
-	if err := st.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	src, err := m.Acquire(ctx, lease.Request{Plan: p, Holder: "cycle_p", Accel: "tcg"})
-	if err != nil {
-		t.Fatal(err, stderr.String())
-	}
+	m, stderr := h.m, h.stderr
+	src := h.acquireOne(t, "ppc64el", 512)
 	guestSh(t, m, src.ID, "(setsid /bin/busybox sh -c 'while :; do /bin/busybox usleep 3000; done' >/dev/null 2>&1 </dev/null &)")
 	snap, err := m.Snapshot(ctx, src.ID)
 	if err != nil {
@@ -68,18 +58,8 @@ func TestRestorePseriesRealGuest(t *testing.T) {
 func TestRestoreMaltaRealGuest(t *testing.T) {
 	h := newRealGuestHost(t, "debian-bookworm-mipsel", documentationLab)
 	ctx := context.Background()
-	st, m, stderr := h.st, h.m, h.stderr
-
-	p := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "mipsel"},
-		Lease: records.LeaseNeeds{VCPUs: 1, MemoryMiB: 256, TTL: records.Duration(time.Hour)}}
-	records.Init(p, records.KindPlan, st.Now())
-	if err := st.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	src, err := m.Acquire(ctx, lease.Request{Plan: p, Holder: "cycle_p", Accel: "tcg"})
-	if err != nil {
-		t.Fatal(err, stderr.String())
-	}
+	m, stderr := h.m, h.stderr
+	src := h.acquireOne(t, "mipsel", 256)
 	if out := guestSh(t, m, src.ID, "/bin/busybox grep -w timer /proc/interrupts"); strings.TrimSpace(out) == "" {
 		t.Fatal("the guest has no timer line in /proc/interrupts")
 	}
@@ -111,4 +91,22 @@ done' >/dev/null 2>&1 </dev/null &)`)
 	if out := guestSh(t, m, restored.ID, "/bin/busybox ip -4 -o addr show dev eth0"); !strings.Contains(out, restored.IP+"/") {
 		t.Errorf("the restored guest does not have its lease's address %s: %q", restored.IP, out)
 	}
+}
+
+// acquireOne stores a runnable plan for one vCPU of platform with
+// memoryMiB and acquires a lease for it under TCG.
+func (h *realGuestHost) acquireOne(t *testing.T, platform string, memoryMiB int) *records.SandboxLease {
+	t.Helper()
+	ctx := context.Background()
+	p := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: platform},
+		Lease: records.LeaseNeeds{VCPUs: 1, MemoryMiB: memoryMiB, TTL: records.Duration(time.Hour)}}
+	records.Init(p, records.KindPlan, h.st.Now())
+	if err := h.st.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.m.Acquire(ctx, lease.Request{Plan: p, Holder: "cycle_p", Accel: "tcg"})
+	if err != nil {
+		t.Fatal(err, h.stderr.String())
+	}
+	return l
 }
