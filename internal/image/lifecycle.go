@@ -2,7 +2,6 @@ package image
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -231,8 +230,13 @@ func (l *Lifecycle) Verify(ref string) error {
 		}
 		return fault.DataErr(fmt.Errorf("%s (%s %s): %d problem(s); first: %s", img.ID, img.Spec, img.Version, len(probs), probs[0]))
 	}
-	fmt.Fprintf(l.Out.Stdout, "%s %s %s: ok (signature by key %s, %d files)\n", img.ID, img.Spec, img.Version, img.KeyID, len(m.Files)+2)
-	return nil
+	return records.PrintLine(l.Out.Stdout, records.LineImageVerified, struct {
+		ID      string `json:"id"`
+		Spec    string `json:"spec"`
+		Version string `json:"version"`
+		KeyID   string `json:"key_id"`
+		Files   int    `json:"files"`
+	}{img.ID, img.Spec, img.Version, img.KeyID, len(m.Files) + 2})
 }
 
 // Pin protects an image from gc and rm, and an active pinned image from
@@ -349,8 +353,11 @@ func (l *Lifecycle) Rm(ctx context.Context, ref string, force bool) error {
 		if err := l.remove(ctx, &cur); err != nil {
 			return err
 		}
-		fmt.Fprintf(l.Out.Stdout, "removed %s (%s %s)\n", cur.ID, cur.Spec, cur.Version)
-		return nil
+		return records.PrintLine(l.Out.Stdout, records.LineImageRemoved, struct {
+			ID      string `json:"id"`
+			Spec    string `json:"spec"`
+			Version string `json:"version"`
+		}{cur.ID, cur.Spec, cur.Version})
 	})
 }
 
@@ -418,8 +425,9 @@ func (l *Lifecycle) GC(ctx context.Context) error {
 		}
 		removed += n
 	}
-	fmt.Fprintf(l.Out.Stdout, "gc: removed %d item(s)\n", removed)
-	return nil
+	return records.PrintLine(l.Out.Stdout, records.LineGCSummary, struct {
+		Removed int `json:"removed"`
+	}{removed})
 }
 
 func (l *Lifecycle) gcSpec(ctx context.Context, spec string) (int, error) {
@@ -507,11 +515,12 @@ func (l *Lifecycle) SmokeAgain(ctx context.Context, ref, uri, accel, specsDir st
 		Name: "tb-smoke-" + strings.ToLower(filepath.Base(work))}
 	res, err := sm.Run(ctx)
 	if res != nil {
-		b, _ := json.Marshal(struct {
-			Image string `json:"image"`
+		if perr := records.PrintLine(l.Out.Stdout, records.LineImageSmoke, struct {
+			ID string `json:"id"`
 			*records.SmokeResult
-		}{img.ID, res})
-		fmt.Fprintf(l.Out.Stdout, "%s\n", b)
+		}{img.ID, res}); err == nil {
+			err = perr
+		}
 	}
 	return err
 }

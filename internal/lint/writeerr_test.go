@@ -6,23 +6,11 @@ import (
 	"go/ast"
 	"go/types"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/tools/go/packages"
 )
-
-// knownStdoutWrites are the functions, by file and name, that still drop
-// the error of a write to a command's stdout, in a package whose owner has
-// yet to return it (issue 27 item 10): each goes from this list when its
-// function is fixed, and nothing is added to it.
-var knownStdoutWrites = []string{
-	"internal/image/lifecycle.go Lifecycle.Verify",
-	"internal/image/lifecycle.go Lifecycle.Rm",
-	"internal/image/lifecycle.go Lifecycle.GC",
-	"internal/image/lifecycle.go Lifecycle.SmokeAgain",
-}
 
 // TestWriteErrorsChecked fails for a discarded error of a write to a
 // record stream or to a command's stdout: any Flush() error,
@@ -69,7 +57,6 @@ func TestWriteErrorsChecked(t *testing.T) {
 				if !ok || fd.Body == nil {
 					continue
 				}
-				where := rel + " " + funcName(fd)
 				ast.Inspect(fd.Body, func(n ast.Node) bool {
 					call := discarded(n)
 					if call == nil {
@@ -82,10 +69,7 @@ func TestWriteErrorsChecked(t *testing.T) {
 					if what == "" && writesTo(p.TypesInfo, call) {
 						what = "an error of Talkbox's own function that writes to an io.Writer"
 					}
-					switch {
-					case what == "":
-					case what == stdoutWrite && slices.Contains(knownStdoutWrites, where):
-					default:
+					if what != "" {
 						found = append(found, fmt.Sprintf("%s: %s", p.Fset.Position(call.Pos()), what))
 					}
 					return true
@@ -168,20 +152,6 @@ func discarded(n ast.Node) *ast.CallExpr {
 		return c
 	}
 	return nil
-}
-
-func funcName(fd *ast.FuncDecl) string {
-	if fd.Recv == nil || len(fd.Recv.List) == 0 {
-		return fd.Name.Name
-	}
-	t := fd.Recv.List[0].Type
-	if s, ok := t.(*ast.StarExpr); ok {
-		t = s.X
-	}
-	if ix, ok := t.(*ast.IndexExpr); ok {
-		t = ix.X
-	}
-	return types.ExprString(t) + "." + fd.Name.Name
 }
 
 // discardsWriteError says what call is when it is one of the checked

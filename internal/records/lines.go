@@ -30,6 +30,10 @@ const (
 	LineCaptureStatus   = "capture-status"   // tb-capture status
 	LineCycleReport     = "cycle-report"     // tb-run report --format json
 	LineSpecSummary     = "spec-summary"     // tb-build specs --format json
+	LineImageVerified   = "image-verified"   // tb-build verify
+	LineImageRemoved    = "image-removed"    // tb-build rm
+	LineImageSmoke      = "image-smoke"      // tb-build smoke
+	LineGCSummary       = "gc-summary"       // tb-build gc
 	LineProfileSummary  = "profile-summary"  // tb-plan profiles
 	LineFlowConn        = "flow-conn"        // tb-parse flows
 )
