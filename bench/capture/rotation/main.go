@@ -32,7 +32,6 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
-	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -192,10 +191,9 @@ func measure(ctx context.Context, c config, name, bin string) (result, error) {
 	return r, sc.Err()
 }
 
-// send writes the frames from the generator's namespace, paced in batches
-// of 1000 (one SendFrames call each: its interface lookup and socket are
-// then a small part of the cost), and returns how many it sent and the rate
-// it reached.
+// send writes the frames from the generator's namespace through a transmit
+// ring, paced in batches of 1000 (one send each), and returns how many it
+// sent and the rate it reached.
 func send(c config) (int, float64, error) {
 	frame, err := udpFrame(c.frame)
 	if err != nil {
@@ -210,6 +208,11 @@ func send(c config) (int, float64, error) {
 	var sent int
 	var took time.Duration
 	err = netns.Do(netns.Path(c.genNS), func() error {
+		ring, err := openTxRing(c.genIf)
+		if err != nil {
+			return err
+		}
+		defer ring.Close()
 		start := time.Now()
 		for sent < n {
 			due := start.Add(time.Duration(float64(sent) / float64(c.rate) * float64(time.Second)))
@@ -217,7 +220,7 @@ func send(c config) (int, float64, error) {
 				time.Sleep(d) // pacing the generator, not synchronisation
 			}
 			b := frames[:min(batch, n-sent)]
-			if err := netlab.SendFrames(c.genIf, b...); err != nil {
+			if err := ring.Send(b); err != nil {
 				return err
 			}
 			sent += len(b)
