@@ -28,8 +28,11 @@ type Transport interface {
 // CommandTimeout bounds one agent command, in seconds (libvirt's and
 // virsh's unit): the agent answers in milliseconds once it runs, and the
 // largest command, a Chunk's guest-file-write, in well under a second even
-// under TCG.
-const CommandTimeout = 5
+// under TCG; but a one-vCPU mipsel guest under TCG on a host loaded by
+// other guests left a guest-exec-status unanswered past 5 s (a fresh-clone
+// make test, 2026-11-28), and libvirt then calls the agent unresponsive,
+// which failed the cycle. 15 s still finds a dead agent quickly.
+const CommandTimeout = 15
 
 // ErrNotReady is a guest agent that is not connected or does not answer.
 var ErrNotReady = errors.New("guest agent not ready")
