@@ -79,6 +79,11 @@ type flowsCmd struct {
 
 func (c *flowsCmd) Run(env *cli.Env) error {
 	q := flowlog.Query{Lease: c.Lease, Cycle: c.Cycle, Artifacts: c.Artifacts, Ports: c.Ports, UIDs: c.UIDs}
+	for _, u := range c.UIDs {
+		if !flowlog.ValidUID(u) {
+			return fault.Usage(fmt.Errorf("--uid %q: not a connection uid (letters, digits, - and _, at most %d)", u, flowlog.MaxUID))
+		}
+	}
 	for _, s := range c.Addrs {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
