@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
@@ -291,6 +294,17 @@ func TestLive(t *testing.T) {
 	b := &allowlist.Book{St: st}
 	if revs, err := b.Verify(ctx, allowlist.Chain{Scope: records.ScopeLease, Lease: lease}); err != nil || len(revs) != 3 {
 		t.Fatalf("verify: %d %v", len(revs), err)
+	}
+
+	// A lab whose table is gone from the kernel (flushed, a reboot) is not
+	// up: apply says so as every command does (exit 69), not an nftables
+	// error.
+	if out, err := exec.Command("ip", "netns", "exec", cfg.HostNS, "nft", "delete", "table", "inet", cfg.Table).CombinedOutput(); err != nil {
+		t.Fatalf("nft delete table: %v %s", err, out)
+	}
+	ab, asink, _ := book(t, stateDir)
+	if err := allowlist.Apply(ctx, ab, allowlist.ApplyRequest{Lab: l.ID}, asink); !errors.Is(err, netlab.ErrNotUp) || fault.Code(err) != 69 {
+		t.Fatalf("apply on a lab whose table is gone: %v, want the lab's not-up error, exit 69", err)
 	}
 }
 
