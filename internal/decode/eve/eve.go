@@ -22,13 +22,10 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// Stats counts the lines read.
-type Stats = lines.Stats
-
 // Read reads EVE events and passes observables to sink. Malformed lines are
 // counted and skipped; the error is for the stream itself.
-func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink decode.Sink) (Stats, error) {
-	var st Stats
+func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink decode.Sink) (lines.Stats, error) {
+	var st lines.Stats
 	err := lines.Each(ctx, br, &st, func(line []byte, n int64) error {
 		return Event(line, o, n, sink)
 	})

@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
+	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
 
-func read(t *testing.T, data []byte) (*decodetest.Sink, Stats) {
+func read(t *testing.T, data []byte) (*decodetest.Sink, lines.Stats) {
 	t.Helper()
 	return decodetest.ReadLog(t, Read, observe.Origin{Input: "eve.json", Source: "eve"}, data)
 }

@@ -24,9 +24,6 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// Stats counts the lines read.
-type Stats = lines.Stats
-
 // row gives access to one log entry's fields by Zeek name ("id.orig_h").
 type row interface {
 	str(name string) (string, bool) // false when absent or unset
@@ -36,8 +33,8 @@ type row interface {
 // Read reads one Zeek log (TSV or JSON lines) and passes observables to sink.
 // Malformed lines are counted and skipped; the error is for the stream
 // itself (a read error).
-func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink decode.Sink) (Stats, error) {
-	var st Stats
+func Read(ctx context.Context, br *bufio.Reader, o observe.Origin, sink decode.Sink) (lines.Stats, error) {
+	var st lines.Stats
 	t := &tsv{sep: "\t", setSep: ",", empty: "(empty)", unset: "-"}
 	err := lines.Each(ctx, br, &st, func(line []byte, n int64) error {
 		switch {

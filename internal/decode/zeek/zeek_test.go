@@ -15,7 +15,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 )
 
-func read(t *testing.T, data []byte) (*decodetest.Sink, Stats) {
+func read(t *testing.T, data []byte) (*decodetest.Sink, lines.Stats) {
 	t.Helper()
 	return decodetest.ReadLog(t, Read, observe.Origin{Input: "zeek", Source: "zeek"}, data)
 }
