@@ -48,6 +48,23 @@ const pgSchemaCurrent = `SELECT to_regclass('talkbox_fleet_keys') IS NOT NULL AN
 // journal appends entries in the writer's transaction; journaled tells
 // the followers once it has committed.
 func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
+	_, err := tx.Exec(ctx, pgJournalInsert, journalArgs(es)...)
+	return err
+}
+
+// queueJournal queues the append of entries into a pipeline of the
+// writer's transaction.
+func queueJournal(b *pgx.Batch, es []entry) {
+	b.Queue(pgJournalInsert, journalArgs(es)...)
+}
+
+const pgJournalInsert = `INSERT INTO talkbox_journal (at, op, kind, id, rev, data)
+	SELECT at, op, kind, id, rev, data
+	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[])
+		WITH ORDINALITY AS e(at, op, kind, id, rev, data, n)
+	ORDER BY n`
+
+func journalArgs(es []entry) []any {
 	n := len(es)
 	ats, ops, kinds, ids := make([]time.Time, n), make([]string, n), make([]string, n), make([]string, n)
 	revs, data := make([]int64, n), make([][]byte, n)
@@ -57,17 +74,12 @@ func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
 			data[i] = e.Record
 		}
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO talkbox_journal (at, op, kind, id, rev, data)
-		SELECT at, op, kind, id, rev, data
-		FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[])
-			WITH ORDINALITY AS e(at, op, kind, id, rev, data, n)
-		ORDER BY n`, ats, ops, kinds, ids, revs, data)
-	return err
+	return []any{ats, ops, kinds, ids, revs, data}
 }
 
 // journaled follows the commit of n journal entries: it wakes the
 // followers, and the fleet's workers when fleet says the commit changed
-// their work (replaceFleetKeys), and compacts the journal now and then.
+// their work (queueFleetKeys), and compacts the journal now and then.
 // The notifications go after the commit, in a statement of their own that
 // writes nothing, because PostgreSQL commits the transactions that NOTIFY
 // one at a time (under a lock held through the commit's flush to disk): a
@@ -79,12 +91,20 @@ func (s *pgStore) journaled(ctx context.Context, n int, fleet bool) {
 	if n == 0 {
 		return
 	}
-	if fleet {
-		s.pool.Exec(ctx, `SELECT pg_notify($1, ''), pg_notify($2, '')`, pgNotifyChannel, pgFleetChannel)
-	} else {
-		s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, pgNotifyChannel)
-	}
+	b := &pgx.Batch{}
+	queueNotify(b, fleet)
+	s.pool.SendBatch(ctx, b).Close()
 	s.compactNow(ctx, n)
+}
+
+// queueNotify queues the notifications of a commit (journaled): in a
+// pipeline, after the COMMIT of the transaction they follow.
+func queueNotify(b *pgx.Batch, fleet bool) {
+	if fleet {
+		b.Queue(`SELECT pg_notify($1, ''), pg_notify($2, '')`, pgNotifyChannel, pgFleetChannel)
+	} else {
+		b.Queue(`SELECT pg_notify($1, '')`, pgNotifyChannel)
+	}
 }
 
 // pgFollower reads the journal table window by window (see above), and

@@ -41,17 +41,14 @@ func workerKeys(r records.Record) []records.IndexKey {
 	return keys
 }
 
-// replaceWorkerKeys makes a worker record's keys of the fleet those of its
-// new version.
-func replaceWorkerKeys(ctx context.Context, tx pgx.Tx, kind, id string, r records.Record) error {
+// queueWorkerKeys queues into b the statements that make a worker
+// record's keys of the fleet those of its new version.
+func queueWorkerKeys(b *pgx.Batch, kind, id string, r records.Record) {
 	if kind != records.KindWorker {
-		return nil
+		return
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)`,
-		kind, id, keyLive, keyFree); err != nil {
-		return err
-	}
-	return insertKeys(ctx, tx, kind, id, workerKeys(r))
+	b.Queue(`DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)`, kind, id, keyLive, keyFree)
+	queueInsertKeys(b, kind, id, workerKeys(r))
 }
 
 // LiveWorkers returns the workers alive at now: on PostgreSQL in one

@@ -184,24 +184,40 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	if err != nil {
 		return err
 	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return pgErr(err)
+	}
+	defer conn.Release()
+	c := conn.Conn()
 	var (
 		r     records.Record
 		saved records.Meta
 		fleet bool // the fleet's workers are woken once it commits
 	)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := xactLock(ctx, tx, "record", id); err != nil {
-			return err
-		}
+	// The transaction's statements go to the server in three pipelines, a
+	// round trip each (where a statement each took one, and the round trips
+	// were most of a write's cost): BEGIN, the record's lock and its read;
+	// every write; COMMIT and the notification that follows it.
+	err = func() error {
 		var prev []byte
 		var rev int64
-		err := tx.QueryRow(ctx, `SELECT data, rev FROM talkbox_records WHERE id = $1`, id).Scan(&prev, &rev)
-		if errors.Is(err, pgx.ErrNoRows) {
-			prev, err = nil, nil
-		}
-		if err != nil {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, lockKey("record", id))
+		// A statement of its own after the lock's: under READ COMMITTED a
+		// statement reads as of its start, so this one sees the commit of
+		// the lock's previous holder.
+		b.Queue(`SELECT data, rev FROM talkbox_records WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&prev, &rev); !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			return nil
+		})
+		if err := c.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
+		var err error
 		if r, err = build(prev); err != nil {
 			return err
 		}
@@ -215,33 +231,35 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		if err != nil {
 			return err
 		}
-		if err := replaceKeys(ctx, tx, kind, id, prev, indexKeys(r)); err != nil {
+		w := &pgx.Batch{}
+		queueKeys(w, kind, id, prev, indexKeys(r))
+		// Reads the plan of a queued cycle, in a round trip of its own.
+		if err := queueFleetKeys(ctx, c, w, kind, id, prev, r, &fleet); err != nil {
 			return err
 		}
-		if fleet, err = replaceFleetKeys(ctx, tx, kind, id, prev, r); err != nil {
-			return err
-		}
-		if err := replaceWorkerKeys(ctx, tx, kind, id, r); err != nil {
-			return err
-		}
+		queueWorkerKeys(w, kind, id, r)
 		if prev == nil {
-			_, err = tx.Exec(ctx, `INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4)`, id, kind, h.Rev, data)
+			w.Queue(`INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4)`, id, kind, h.Rev, data)
 		} else {
-			var tag pgconn.CommandTag
-			tag, err = tx.Exec(ctx, `UPDATE talkbox_records SET rev = $2, data = $3 WHERE id = $1 AND rev = $4`, id, h.Rev, data, rev)
-			if err == nil && tag.RowsAffected() != 1 {
-				err = fmt.Errorf("%s: changed by another writer while its lock was held", id)
-			}
+			w.Queue(`UPDATE talkbox_records SET rev = $2, data = $3 WHERE id = $1 AND rev = $4`, id, h.Rev, data, rev).Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() != 1 {
+					return fmt.Errorf("%s: changed by another writer while its lock was held", id)
+				}
+				return nil
+			})
 		}
-		if err != nil {
-			return err
-		}
-		if err := s.journal(ctx, tx, []entry{{At: h.UpdatedAt, Op: opPut, Kind: kind, ID: id, Rev: h.Rev, Record: data}}); err != nil {
+		queueJournal(w, []entry{{At: h.UpdatedAt, Op: opPut, Kind: kind, ID: id, Rev: h.Rev, Record: data}})
+		if err := c.SendBatch(ctx, w).Close(); err != nil {
 			return err
 		}
 		s.dir.hook(crashPgWritten)
-		return nil
-	})
+		return commitNotify(ctx, c, fleet)
+	}()
+	if err != nil && c.PgConn().TxStatus() != 'I' && !c.IsClosed() {
+		// Not committed: end the transaction, or the pool drops the
+		// connection it cannot tell the state of.
+		c.Exec(ctx, `ROLLBACK`)
+	}
 	if errors.Is(err, ErrNoChange) {
 		return nil
 	}
@@ -254,13 +272,37 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		return pgErr(err)
 	}
 	s.dir.hook(crashPgCommitted)
-	s.journaled(ctx, 1, fleet)
+	s.compactNow(ctx, 1)
 	return nil
 }
 
-// replaceKeys makes the record's keys exactly keys: those of the version
-// it replaces (prev) that it no longer has go, new ones are added.
-func replaceKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []byte, keys []records.IndexKey) error {
+// commitNotify commits the transaction open on c and then, in the same
+// round trip but a statement of its own (journaled says why), notifies
+// the journal's followers and, when fleet, the fleet's workers. Only the
+// COMMIT's outcome is the write's: a notification that fails is made up
+// for by the followers' next poll.
+func commitNotify(ctx context.Context, c *pgx.Conn, fleet bool) error {
+	committed := false
+	b := &pgx.Batch{}
+	b.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			// COMMIT of a transaction that failed rolls it back.
+			return pgx.ErrTxCommitRollback
+		}
+		committed = true
+		return nil
+	})
+	queueNotify(b, fleet)
+	if err := c.SendBatch(ctx, b).Close(); err != nil && !committed {
+		return err
+	}
+	return nil
+}
+
+// queueKeys queues into b the statements that make the record's keys
+// exactly keys: those of the version it replaces (prev) that it no longer
+// has go, new ones are added.
+func queueKeys(b *pgx.Batch, kind, id string, prev []byte, keys []records.IndexKey) {
 	var had []records.IndexKey
 	if prev != nil {
 		if old, err := records.Decode(prev); err == nil {
@@ -280,12 +322,10 @@ func replaceKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []byte, k
 	}
 	if len(gone) > 0 {
 		fields, values := splitKeys(gone)
-		if _, err := tx.Exec(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2
-			AND (field, value) IN (SELECT * FROM unnest($3::text[], $4::text[]))`, kind, id, fields, values); err != nil {
-			return err
-		}
+		b.Queue(`DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2
+			AND (field, value) IN (SELECT * FROM unnest($3::text[], $4::text[]))`, kind, id, fields, values)
 	}
-	return insertKeys(ctx, tx, kind, id, added)
+	queueInsertKeys(b, kind, id, added)
 }
 
 func splitKeys(keys []records.IndexKey) (fields, values []string) {
@@ -295,15 +335,24 @@ func splitKeys(keys []records.IndexKey) (fields, values []string) {
 	return fields, values
 }
 
+const pgInsertKeys = `INSERT INTO talkbox_keys (kind, field, value, id)
+	SELECT $1, f, v, $2 FROM unnest($3::text[], $4::text[]) AS k(f, v)
+	ON CONFLICT DO NOTHING`
+
 func insertKeys(ctx context.Context, tx pgx.Tx, kind, id string, keys []records.IndexKey) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	fields, values := splitKeys(keys)
-	_, err := tx.Exec(ctx, `INSERT INTO talkbox_keys (kind, field, value, id)
-		SELECT $1, f, v, $2 FROM unnest($3::text[], $4::text[]) AS k(f, v)
-		ON CONFLICT DO NOTHING`, kind, id, fields, values)
+	_, err := tx.Exec(ctx, pgInsertKeys, kind, id, fields, values)
 	return err
+}
+
+func queueInsertKeys(b *pgx.Batch, kind, id string, keys []records.IndexKey) {
+	if len(keys) > 0 {
+		fields, values := splitKeys(keys)
+		b.Queue(pgInsertKeys, kind, id, fields, values)
+	}
 }
 
 // compactNow compacts the journal table after every pgCompactEvery writes

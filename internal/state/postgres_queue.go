@@ -65,39 +65,39 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 	return []records.IndexKey{{Field: keyQueued, Value: plat + "/" + c.PinnedTo}}, nil
 }
 
-// replaceFleetKeys makes a record's fleet keys those of its new version,
-// and tells whether the fleet's watchers must be woken once the write
-// commits: its keys changed (a cycle queued, taken or ended), or a worker's
-// capacity did.
-func replaceFleetKeys(ctx context.Context, tx pgx.Tx, kind, id string, prev []byte, r records.Record) (bool, error) {
+// queueFleetKeys queues into b the statements that make a record's fleet
+// keys those of its new version (a queued cycle's plan is read first, on
+// q), and once b has run, *wake tells whether the fleet's watchers must be
+// woken when the write commits: its keys changed (a cycle queued, taken or
+// ended), or a worker's capacity did.
+func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, prev []byte, r records.Record, wake *bool) error {
 	switch kind {
 	case records.KindWorker:
-		return capacityChanged(prev, r), nil
+		*wake = capacityChanged(prev, r)
+		return nil
 	case records.KindCycle:
 	default:
-		return false, nil
-	}
-	rows, err := tx.Query(ctx, `DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4) RETURNING field, value`,
-		kind, id, keyQueued, keyActive)
-	if err != nil {
-		return false, err
-	}
-	var had []records.IndexKey
-	var k records.IndexKey
-	if _, err := pgx.ForEachRow(rows, []any{&k.Field, &k.Value}, func() error {
-		had = append(had, k)
 		return nil
-	}); err != nil {
-		return false, err
 	}
-	keys, err := fleetKeys(ctx, tx, r, nil)
+	keys, err := fleetKeys(ctx, q, r, nil)
 	if err != nil {
-		return false, err
+		return err
 	}
-	if err := insertKeys(ctx, tx, kind, id, keys); err != nil {
-		return false, err
-	}
-	return !slices.Equal(had, keys), nil
+	b.Queue(`DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4) RETURNING field, value`,
+		kind, id, keyQueued, keyActive).Query(func(rows pgx.Rows) error {
+		var had []records.IndexKey
+		var k records.IndexKey
+		if _, err := pgx.ForEachRow(rows, []any{&k.Field, &k.Value}, func() error {
+			had = append(had, k)
+			return nil
+		}); err != nil {
+			return err
+		}
+		*wake = !slices.Equal(had, keys)
+		return nil
+	})
+	queueInsertKeys(b, kind, id, keys)
+	return nil
 }
 
 // capacityChanged tells whether a worker's new record changes what the
