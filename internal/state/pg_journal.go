@@ -52,12 +52,6 @@ func (s *pgStore) journal(ctx context.Context, tx pgx.Tx, es []entry) error {
 	return err
 }
 
-// queueJournal queues the append of entries into a pipeline of the
-// writer's transaction.
-func queueJournal(b *pgx.Batch, es []entry) {
-	b.Queue(pgJournalInsert, journalArgs(es)...)
-}
-
 const pgJournalInsert = `INSERT INTO talkbox_journal (at, op, kind, id, rev, data)
 	SELECT at, op, kind, id, rev, data
 	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[])

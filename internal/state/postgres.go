@@ -238,17 +238,20 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 			return err
 		}
 		queueWorkerKeys(w, kind, id, r)
+		var write *pgx.QueuedQuery
 		if prev == nil {
-			w.Queue(`INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4)`, id, kind, h.Rev, data)
+			write = w.Queue(`WITH r AS (INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4) RETURNING id, kind, rev, data)
+				`+pgJournalPut, id, kind, h.Rev, data, h.UpdatedAt, opPut)
 		} else {
-			w.Queue(`UPDATE talkbox_records SET rev = $2, data = $3 WHERE id = $1 AND rev = $4`, id, h.Rev, data, rev).Exec(func(tag pgconn.CommandTag) error {
-				if tag.RowsAffected() != 1 {
-					return fmt.Errorf("%s: changed by another writer while its lock was held", id)
-				}
-				return nil
-			})
+			write = w.Queue(`WITH r AS (UPDATE talkbox_records SET rev = $3, data = $4 WHERE id = $1 AND rev = $2 RETURNING id, kind, rev, data)
+				`+pgJournalPut, id, rev, h.Rev, data, h.UpdatedAt, opPut)
 		}
-		queueJournal(w, []entry{{At: h.UpdatedAt, Op: opPut, Kind: kind, ID: id, Rev: h.Rev, Record: data}})
+		write.Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("%s: changed by another writer while its lock was held", id)
+			}
+			return nil
+		})
 		if err := c.SendBatch(ctx, w).Close(); err != nil {
 			return err
 		}
@@ -275,6 +278,12 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	s.compactNow(ctx, 1)
 	return nil
 }
+
+// pgJournalPut appends the journal entry of the version that the
+// statement's first part, r, wrote: one statement for the record and its
+// entry, whose data is sent once. A write that matched no row appends no
+// entry, which its caller sees in the rows inserted ($5: when, $6: opPut).
+const pgJournalPut = `INSERT INTO talkbox_journal (at, op, kind, id, rev, data) SELECT $5, $6, kind, id, rev, data FROM r`
 
 // commitNotify commits the transaction open on c and then, in the same
 // round trip but a statement of its own (journaled says why), notifies

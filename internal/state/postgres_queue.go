@@ -65,11 +65,13 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 	return []records.IndexKey{{Field: keyQueued, Value: plat + "/" + c.PinnedTo}}, nil
 }
 
-// queueFleetKeys queues into b the statements that make a record's fleet
+// queueFleetKeys queues into b the statement that makes a record's fleet
 // keys those of its new version (a queued cycle's plan is read first, on
 // q), and once b has run, *wake tells whether the fleet's watchers must be
 // woken when the write commits: its keys changed (a cycle queued, taken or
-// ended), or a worker's capacity did.
+// ended), or a worker's capacity did. The statement deletes the stored keys
+// the new version lacks and adds those it lacks, so that keys which stay
+// are not rewritten; they changed if it deleted or added any.
 func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, prev []byte, r records.Record, wake *bool) error {
 	switch kind {
 	case records.KindWorker:
@@ -83,20 +85,19 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 	if err != nil {
 		return err
 	}
-	b.Queue(`DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4) RETURNING field, value`,
-		kind, id, keyQueued, keyActive).Query(func(rows pgx.Rows) error {
-		var had []records.IndexKey
-		var k records.IndexKey
-		if _, err := pgx.ForEachRow(rows, []any{&k.Field, &k.Value}, func() error {
-			had = append(had, k)
-			return nil
-		}); err != nil {
-			return err
-		}
-		*wake = !slices.Equal(had, keys)
-		return nil
+	fields, values := splitKeys(keys)
+	b.Queue(`WITH new AS (SELECT * FROM unnest($5::text[], $6::text[]) AS k(field, value)),
+		gone AS (DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)
+			AND (field, value) NOT IN (SELECT field, value FROM new) RETURNING 1),
+		added AS (INSERT INTO talkbox_keys (kind, field, value, id) SELECT $1, field, value, $2 FROM new
+			ON CONFLICT DO NOTHING RETURNING 1)
+		SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM added)`,
+		kind, id, keyQueued, keyActive, fields, values).QueryRow(func(row pgx.Row) error {
+		var changed int64
+		err := row.Scan(&changed)
+		*wake = changed > 0
+		return err
 	})
-	queueInsertKeys(b, kind, id, keys)
 	return nil
 }
 

@@ -1,0 +1,162 @@
+package state
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
+)
+
+// TestPostgresWrite checks what a PostgreSQL write sends in its pipelines
+// (commitLocked): a cycle's fleet keys that stay are kept and do not wake
+// the fleet's workers, those that change do; a row changed behind the
+// record's lock fails the write and leaves nothing of it.
+func TestPostgresWrite(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Start(t, pgtest.WithoutFsync())
+	url := c.NewDatabase(t)
+	st := openT(t, t.TempDir(), WithShared(url))
+	defer st.Close()
+	plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "amd64"}}
+	records.Init(plan, records.KindPlan, st.Now())
+	if err := st.Create(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	newCycle := func(state string) string {
+		cy := &records.Cycle{State: state, Plan: plan.ID, Sample: "sha256-x"}
+		records.Init(cy, records.KindCycle, st.Now())
+		if err := st.Create(ctx, cy); err != nil {
+			t.Fatal(err)
+		}
+		return cy.ID
+	}
+	queuedID, activeID := newCycle(records.CyclePending), newCycle(records.CycleExecuting)
+	update := func(id string, fn func(*records.Cycle)) error {
+		var cy records.Cycle
+		return st.Update(ctx, id, &cy, func(bool) error { fn(&cy); return nil })
+	}
+	expect := func(what string, got []*records.Cycle, err error, want string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if len(got) != 1 || got[0].ID != want {
+			var ids []string
+			for _, cy := range got {
+				ids = append(ids, cy.ID)
+			}
+			t.Fatalf("%s: got %v, want [%s]", what, ids, want)
+		}
+	}
+	amd64 := QueueFilter{Host: "host-a", Platforms: []string{"amd64"}}
+
+	listen, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(ctx)
+	if _, err := listen.Exec(ctx, `LISTEN `+pgFleetChannel); err != nil {
+		t.Fatal(err)
+	}
+	// nextWake is the payload of the next notification to the fleet: the
+	// store's are empty, the test's own marker is not. Notifications come
+	// in the order their transactions committed.
+	nextWake := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, time.Minute) // a hang guard
+		defer cancel()
+		n, err := listen.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Payload
+	}
+	marker := func() {
+		t.Helper()
+		if _, err := st.rec.(*pgStore).pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, pgFleetChannel); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("keys that stay", func(t *testing.T) {
+		if err := update(queuedID, func(cy *records.Cycle) { cy.Allowed++ }); err != nil {
+			t.Fatal(err)
+		}
+		if err := update(activeID, func(cy *records.Cycle) { cy.Allowed++ }); err != nil {
+			t.Fatal(err)
+		}
+		marker()
+		if p := nextWake(); p != "marker" {
+			t.Errorf("a write that kept a cycle's fleet keys woke the fleet (notification %q before the marker)", p)
+		}
+		got, err := Queued(ctx, st, amd64, 10)
+		expect("queued after a write that kept it queued", got, err, queuedID)
+		got, err = ActiveCycles(ctx, st)
+		expect("active after a write that kept it active", got, err, activeID)
+	})
+
+	t.Run("keys that change", func(t *testing.T) {
+		if err := update(queuedID, func(cy *records.Cycle) { cy.State = records.CycleLeasing }); err != nil {
+			t.Fatal(err)
+		}
+		marker()
+		if p := nextWake(); p != "" {
+			t.Errorf("a cycle that left the queue did not wake the fleet (notification %q first)", p)
+		} else {
+			for nextWake() != "marker" {
+			}
+		}
+		got, err := Queued(ctx, st, QueueFilter{}, 10)
+		if err != nil || len(got) != 0 {
+			t.Fatalf("queued after leaving the queue: %v, %v", got, err)
+		}
+		if err := update(queuedID, func(cy *records.Cycle) { cy.State = records.CyclePending }); err != nil {
+			t.Fatal(err)
+		}
+		got, err = Queued(ctx, st, amd64, 10)
+		expect("queued again", got, err, queuedID)
+	})
+
+	t.Run("row changed behind the lock", func(t *testing.T) {
+		raw, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close(ctx)
+		var journaled int
+		count := func() int {
+			t.Helper()
+			var n int
+			if err := raw.QueryRow(ctx, `SELECT count(*) FROM talkbox_journal WHERE id = $1`, queuedID).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		journaled = count()
+		// A writer that does not take the record's lock (none of this
+		// store's do) moves the row on between the read and the write.
+		err = update(queuedID, func(cy *records.Cycle) {
+			if _, err := raw.Exec(ctx, `UPDATE talkbox_records SET rev = rev + 10 WHERE id = $1`, queuedID); err != nil {
+				t.Error(err)
+			}
+			cy.State = records.CycleLeasing
+		})
+		if err == nil || !strings.Contains(err.Error(), "changed by another writer") {
+			t.Fatalf("write over a row changed behind its lock: %v, want the changed-by-another-writer error", err)
+		}
+		if n := count(); n != journaled {
+			t.Errorf("journal entries of %s: %d, was %d before the failed write", queuedID, n, journaled)
+		}
+		var cy records.Cycle
+		if err := st.Get(queuedID, &cy); err != nil || cy.State != records.CyclePending {
+			t.Errorf("stored cycle after the failed write: state %q, %v", cy.State, err)
+		}
+		got, err := Queued(ctx, st, amd64, 10)
+		expect("queued after the failed write", got, err, queuedID)
+	})
+}
