@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"time"
@@ -73,11 +74,12 @@ type Worker struct {
 	waiting map[string]bool
 	// lookedForWaits is when the worker last looked for them.
 	lookedForWaits time.Time
-	// live are the other live workers as read at liveAt, once a
-	// heartbeat (every look of an idle check): which hosts are dead,
-	// and who could take a cycle that waits.
-	live   []*records.Worker
-	liveAt time.Time
+	// live are the other live workers as read at the last sweep: which
+	// hosts are dead, and who could take a cycle that waits.
+	live []*records.Worker
+	// sweepAt is when the worker next reads every active cycle and every
+	// live worker, for dead hosts' cycles (every look of an idle check).
+	sweepAt time.Time
 }
 
 // replacementIndex keys a dead host's cycle to its replacement.
@@ -292,20 +294,21 @@ func (w *Worker) beat(ctx context.Context) {
 }
 
 // take starts driving the cycles this worker should drive now, as slots
-// allow, and replaces those of dead hosts. idle reports that no open cycle
-// was left undriven. It reads the active cycles (as many as the fleet
-// drives), the first queued ones this host may take (never the whole
-// queue) and the capacity of at most freeWorkersRead other workers with a
-// free slot; every worker record only once a heartbeat (see readLive).
+// allow, and, at a sweep, replaces those of dead hosts. idle reports that
+// no open cycle was left undriven (known only at a sweep, which an idle
+// check makes at every look). A look reads the active cycles of its own
+// host (as many as it drives), the first queued ones this host may take
+// (never the whole queue) and the capacity of at most freeWorkersRead
+// other workers with a free slot; a sweep reads every active cycle and
+// every live worker (see sweepEvery).
 func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err error) {
 	st := w.R.St
-	active, err := state.ActiveCycles(ctx, st)
-	if err != nil {
-		return false, err
-	}
 	now := st.Now()
-	if err := w.readLive(ctx, now); err != nil {
-		return false, err
+	sweep := w.UntilIdle || !now.Before(w.sweepAt)
+	if sweep {
+		if err := w.readLive(ctx); err != nil {
+			return false, err
+		}
 	}
 	alive := map[string]bool{w.Host: true}
 	for _, o := range w.live {
@@ -324,7 +327,19 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 			return false, nil
 		}
 	}
-	idle = true
+	var active []*records.Cycle
+	if sweep {
+		active, err = state.ActiveCycles(ctx, st)
+	} else {
+		active, err = state.ActiveCyclesOn(ctx, st, w.Host)
+	}
+	if err != nil {
+		return false, err
+	}
+	if sweep {
+		w.sweepAt = now.Add(w.sweepEvery())
+	}
+	idle = sweep
 	for _, c := range active {
 		if w.running[c.ID] {
 			continue
@@ -352,7 +367,7 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		switch {
 		case mine:
 			w.start(ctx, c.ID, done)
-		case !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter() && !w.hostAlive(ctx, owner, now):
+		case sweep && !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter() && !w.hostAlive(ctx, owner, now):
 			if err := w.replace(ctx, c, owner); err != nil {
 				w.R.Log.Warn("replacing a dead host's cycle", "cycle", c.ID, "err", err)
 			}
@@ -367,6 +382,28 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 	return idle && !busy, nil
 }
 
+// sweepsPerHeartbeat is how many workers of a fleet sweep for dead hosts'
+// cycles in a heartbeat, together: a sweep reads every active cycle and
+// every live worker, as many as the fleet has, so that each worker
+// sweeping every heartbeat would make the fleet's reads grow with the
+// square of its size.
+const sweepsPerHeartbeat = 8
+
+// sweepEvery is how long a worker waits for its next sweep: a heartbeat in
+// a fleet of up to sweepsPerHeartbeat live workers; in a larger one, as
+// many heartbeats as keep the fleet's sweeps at about sweepsPerHeartbeat a
+// heartbeat, each worker's at a random point of its period so that they
+// spread out. A dead host's cycles are then found within about a heartbeat
+// of its DeadAfter, by whichever worker sweeps first.
+func (w *Worker) sweepEvery() time.Duration {
+	n := len(w.live) + 1
+	if n <= sweepsPerHeartbeat {
+		return w.heartbeat()
+	}
+	period := w.heartbeat() * time.Duration(n) / sweepsPerHeartbeat
+	return period/2 + rand.N(period)
+}
+
 // freeWorkersRead bounds how many other workers with a free slot a claim
 // reads, so that a claim costs the same in a fleet of any size. Past it,
 // the claim asks for fewer queued cycles than the fleet's free slots and
@@ -374,21 +411,15 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 // by a host that is not the least loaded, never left waiting.
 const freeWorkersRead = 64
 
-// readLive reads the other live workers once a heartbeat, and for every
-// look of an idle check (which needs to know them now). A host taken for
-// alive here is at most a heartbeat late to be found dead, well within
-// DeadAfter; one found dead is asked again before its cycles are replaced
-// (hostAlive).
-func (w *Worker) readLive(ctx context.Context, now time.Time) error {
-	if !w.UntilIdle && now.Sub(w.liveAt) < w.heartbeat() {
-		return nil
-	}
-	live, err := state.LiveWorkers(ctx, w.R.St, now)
+// readLive reads the other live workers, at a sweep. A host taken for
+// alive here may have died since; one found dead is asked again before its
+// cycles are replaced (hostAlive).
+func (w *Worker) readLive(ctx context.Context) error {
+	live, err := state.LiveWorkers(ctx, w.R.St, w.R.St.Now())
 	if err != nil {
 		return err
 	}
 	w.live = slices.DeleteFunc(live, func(o *records.Worker) bool { return o.ID == w.rec.ID })
-	w.liveAt = now
 	return nil
 }
 

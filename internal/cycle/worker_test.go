@@ -253,11 +253,12 @@ func TestWorkersShareABatch(t *testing.T) {
 
 // TestLookReadsBoundedByFleetSize: what a worker's look reads of the
 // store does not grow with the number of hosts in the fleet. Between
-// heartbeats a look reads the other workers' capacity from the live
-// workers with a free slot, at most freeWorkersRead of them, not every
-// worker record; rows are counted by pg_stat_statements, with 100 and
-// with 1,000 other live hosts, each with free slots (the most a look
-// could have to weigh).
+// sweeps a look reads the other workers' capacity from the live workers
+// with a free slot, at most freeWorkersRead of them, not every worker
+// record, and the active cycles of its own host, not every one the fleet
+// drives; rows are counted by pg_stat_statements, with 100 and with 1,000
+// other live hosts, each with free slots (the most a look could have to
+// weigh) and driving a cycle.
 func TestLookReadsBoundedByFleetSize(t *testing.T) {
 	ctx := context.Background()
 	pg := pgtest.Start(t, pgtest.WithoutFsync(), pgtest.WithStatementStats())
@@ -288,6 +289,18 @@ func TestLookReadsBoundedByFleetSize(t *testing.T) {
 			if _, err := b.Create(o); err != nil {
 				t.Fatal(err)
 			}
+			// Each drives a cycle of its own, on a lease of its host.
+			l := &records.SandboxLease{State: records.LeaseBusy, Health: records.HealthHealthy, Host: o.Host, Plan: p.ID}
+			records.Init(l, records.KindLease, st.Now())
+			c := &records.Cycle{State: records.CycleExecuting, Plan: p.ID, Sample: blob.SHA256, Lease: l.ID,
+				Host: o.Host, RequestedAt: st.Now(), Seq: 4}
+			records.Init(c, records.KindCycle, st.Now())
+			l.Holder = c.ID
+			for _, r := range []records.Record{l, c} {
+				if _, err := b.Create(r); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		if err := b.Commit(); err != nil {
 			t.Fatal(err)
@@ -306,7 +319,7 @@ func TestLookReadsBoundedByFleetSize(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan driven)
-		if _, err := w.take(ctx, done); err != nil { // the heartbeat's look
+		if _, err := w.take(ctx, done); err != nil { // the first look sweeps
 			t.Fatal(err)
 		}
 		pg.StatementRows(t, url)

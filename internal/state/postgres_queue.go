@@ -17,8 +17,11 @@ import (
 // The PostgreSQL store keeps two keys of its own on each open cycle, beside
 // the record's IndexKeys, exact as every key there is: a queued cycle has
 // keyQueued = "PLATFORM/PINNED_TO" (its plan's platform, read when the
-// cycle is written), any other open one keyActive = "1". A claim reads the
-// first rows of the key's index for each value a host may take.
+// cycle is written), any other open one keyActive = its Host (the fleet
+// host whose runner drove it last, "" before one has; a database written
+// before may still say "1"). A claim reads the first rows of the key's
+// index for each value a host may take; a worker's look, the active
+// cycles of its own host (and of none) from one value of the other.
 const (
 	keyQueued = "queued"
 	keyActive = "active"
@@ -40,7 +43,7 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 		return nil, nil
 	}
 	if !queuedCycle(c) {
-		return []records.IndexKey{{Field: keyActive, Value: "1"}}, nil
+		return []records.IndexKey{{Field: keyActive, Value: c.Host}}, nil
 	}
 	plat, ok := platforms[c.Plan]
 	if !ok {
@@ -264,7 +267,20 @@ func (s *pgStore) queued(ctx context.Context, f QueueFilter, n int) ([][]byte, e
 
 func (s *pgStore) activeCycles(ctx context.Context) ([][]byte, error) {
 	rows, err := s.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
-		WHERE k.kind = $1 AND k.field = $2 AND k.value = '1' ORDER BY k.id`, records.KindCycle, keyActive)
+		WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id`, records.KindCycle, keyActive)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	return out, pgErr(err)
+}
+
+// activeCyclesOn reads the active cycles whose key names the host or no
+// host: one range of the keys' index for each, as many rows as that host
+// drives, whatever the fleet's size.
+func (s *pgStore) activeCyclesOn(ctx context.Context, host string) ([][]byte, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
+		WHERE k.kind = $1 AND k.field = $2 AND k.value IN ($3, '') ORDER BY k.id`, records.KindCycle, keyActive, host)
 	if err != nil {
 		return nil, pgErr(err)
 	}

@@ -13,9 +13,11 @@ import (
 // no lease yet: any host that boots the plan's platform and that the cycle
 // is not pinned away from may take it) and active (every other open one: a
 // host leases, runs or post-processes it). A worker asks for the first few
-// queued cycles it may take and for the active ones, never for every open
-// cycle: on PostgreSQL both are index reads whose cost does not grow with
-// the queue; the directory reads its open cycles, as it always did.
+// queued cycles it may take and for its own host's active ones on every
+// look, for every active one only now and then (a sweep for dead hosts'),
+// never for every open cycle: on PostgreSQL these are index reads whose
+// cost does not grow with the queue, and the look's not with the fleet;
+// the directory reads its open cycles, as it always did.
 
 // QueueFilter says which queued cycles a host may take.
 type QueueFilter struct {
@@ -46,6 +48,7 @@ func (f QueueFilter) takes(platform, pin string) bool {
 type fleetBackend interface {
 	queued(ctx context.Context, f QueueFilter, n int) ([][]byte, error)
 	activeCycles(ctx context.Context) ([][]byte, error)
+	activeCyclesOn(ctx context.Context, host string) ([][]byte, error)
 }
 
 // Queued returns up to n queued cycles a host under f may take, oldest
@@ -97,6 +100,23 @@ func ActiveCycles(ctx context.Context, st *Store) ([]*records.Cycle, error) {
 	}
 	return FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
 		return !records.CycleTerminal(c.State) && !queuedCycle(c)
+	})
+}
+
+// ActiveCyclesOn returns the active cycles last driven on the host (their
+// Host), and those no host has driven yet (a cycle submitted onto a lease),
+// by ID: what a worker's look reads between the sweeps that read every
+// active cycle. A cycle's lease, not this, says which host goes on with it.
+func ActiveCyclesOn(ctx context.Context, st *Store, host string) ([]*records.Cycle, error) {
+	if fb, ok := st.rec.(fleetBackend); ok {
+		raw, err := fb.activeCyclesOn(ctx, host)
+		if err != nil {
+			return nil, err
+		}
+		return decodeCycles(raw)
+	}
+	return FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
+		return !records.CycleTerminal(c.State) && !queuedCycle(c) && (c.Host == host || c.Host == "")
 	})
 }
 

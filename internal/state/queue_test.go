@@ -14,7 +14,8 @@ import (
 // TestQueue: a host is offered the queued cycles it may take (its
 // platforms, pinned to none or to it), oldest first and as many as it asks
 // for; the active cycles are the other open ones; a cycle moves between
-// them as it is written, and the fleet's watchers are told; on PostgreSQL, a database made before the queue's
+// them as it is written, and the fleet's watchers are told; a host's
+// active cycles are those its runner drove last and those none has yet; on PostgreSQL, a database made before the queue's
 // keys gets them when a store opens it.
 func TestQueue(t *testing.T) {
 	eachBackend(t, func(t *testing.T, be testBackend) {
@@ -97,6 +98,10 @@ func TestQueue(t *testing.T) {
 		expect("host-b's first two", c, err, "amd64", "pinned-b")
 		c, err = ActiveCycles(ctx, st)
 		expect("active", c, err, "leasing", "executing")
+		c, err = ActiveCyclesOn(ctx, st, "host-a")
+		expect("active on host-a, or on none yet", c, err, "leasing", "executing")
+		c, err = ActiveCyclesOn(ctx, st, "host-b")
+		expect("active on host-b, or on none yet", c, err, "executing")
 
 		// Leasing leaves the queue, which the fleet's watchers hear of;
 		// ending leaves the active cycles.
@@ -122,6 +127,8 @@ func TestQueue(t *testing.T) {
 		expect("host-a, amd64, after a lease", c, err, "any", "batched")
 		c, err = ActiveCycles(ctx, st)
 		expect("active, after an end", c, err, "amd64", "leasing")
+		c, err = ActiveCyclesOn(ctx, st, "host-b")
+		expect("active on host-b, or on none yet, after an end", c, err, "amd64")
 
 		// Closing the store waits for the watcher's connection.
 		stopWatching()
@@ -147,5 +154,7 @@ func TestQueue(t *testing.T) {
 		expect("host-b, amd64, after the migration", c, err, "pinned-b", "any", "batched")
 		c, err = ActiveCycles(ctx, st)
 		expect("active, after the migration", c, err, "amd64", "leasing")
+		c, err = ActiveCyclesOn(ctx, st, "host-a")
+		expect("active on host-a, after the migration", c, err, "amd64", "leasing")
 	})
 }
