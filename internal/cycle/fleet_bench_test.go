@@ -32,6 +32,9 @@ import (
 // "driving"). Each worker holds up to four connections (its fleet
 // listener, a cycle's lock, its lease's lock, a query), as a real host
 // does, and the cluster allows that many for the most workers run.
+// TB_FLEET_STATEMENTS=N logs, after each run, the N statements PostgreSQL
+// spent the most time on in it (pg_stat_statements): what bounds the run
+// on the server's side.
 func BenchmarkFleetScale(b *testing.B) {
 	queue := 100_000
 	if s := os.Getenv("TB_FLEET_QUEUE"); s != "" {
@@ -52,8 +55,21 @@ func BenchmarkFleetScale(b *testing.B) {
 			fleets = append(fleets, n)
 		}
 	}
+	statements := 0
+	if s := os.Getenv("TB_FLEET_STATEMENTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("TB_FLEET_STATEMENTS=%q: not a number of statements", s)
+		}
+		statements = n
+	}
+	opts := []pgtest.Option{pgtest.WithMaxConnections(4*slices.Max(fleets) + 50)}
+	if statements > 0 {
+		opts = append(opts, pgtest.WithStatementStats())
+	}
 	// One queue for every run: each tops it up by what it drives.
-	f := newBenchFleet(b, pgtest.Start(b, pgtest.WithMaxConnections(4*slices.Max(fleets)+50)), queue)
+	f := newBenchFleet(b, pgtest.Start(b, opts...), queue)
+	f.statements = statements
 	for _, workers := range fleets {
 		b.Run(fmt.Sprintf("workers=%d/queue=%d", workers, queue), func(b *testing.B) {
 			f.run(b, workers)
@@ -70,12 +86,15 @@ type benchFleet struct {
 	sample     string
 	queued     int
 	runs       int
+	// statements is how many of the costliest statements a run logs.
+	statements int
+	db         string
 }
 
 func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int) *benchFleet {
 	ctx := context.Background()
 	db := pg.NewDatabase(b)
-	f := &benchFleet{url: db + "&pool_max_conns=4", blobs: b.TempDir()}
+	f := &benchFleet{url: db + "&pool_max_conns=4", blobs: b.TempDir(), db: db}
 	st, err := state.Open(ctx, b.TempDir(), state.WithShared(f.url), state.WithSharedBlobs(f.blobs))
 	if err != nil {
 		b.Fatal(err)
@@ -219,6 +238,9 @@ func (f *benchFleet) run(b *testing.B, workers int) {
 				}
 			}})
 	}
+	if f.statements > 0 {
+		f.statementStats(ctx, b, `SELECT pg_stat_statements_reset()`)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	for _, w := range ws {
@@ -242,4 +264,40 @@ func (f *benchFleet) run(b *testing.B, workers int) {
 		b.ReportMetric(float64(claims.claims[(n*99)/100].Microseconds())/1000, "claim-p99-ms")
 	}
 	b.ReportMetric(0, "ns/op")
+	if f.statements > 0 {
+		f.statementStats(context.Background(), b, `SELECT calls, round(total_exec_time)::bigint, rows,
+				regexp_replace(left(query, 160), '\s+', ' ', 'g')
+			FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			ORDER BY total_exec_time DESC LIMIT $1`, f.statements)
+	}
+}
+
+// statementStats runs a query of pg_stat_statements on the fleet's
+// database and logs its rows.
+func (f *benchFleet) statementStats(ctx context.Context, b *testing.B, query string, args ...any) {
+	conn, err := pgx.Connect(ctx, f.db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		b.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, query, args...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(vals) > 1 {
+			b.Logf("calls %v, %v ms, rows %v: %v", vals...)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
 }

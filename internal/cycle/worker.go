@@ -66,9 +66,6 @@ type Worker struct {
 	paused bool
 	// planPlatform caches each plan's platform (a plan never changes).
 	planPlatform map[string]string
-	// leaseHost caches each lease's host (a lease never moves), so that a
-	// look does not read the lease of every cycle being driven.
-	leaseHost map[string]string
 	// waiting holds the waits already logged: a platform no live host
 	// boots, a pinned host that cannot take its cycle.
 	waiting map[string]bool
@@ -194,7 +191,6 @@ func (w *Worker) register(ctx context.Context) error {
 	}
 	w.running = map[string]bool{}
 	w.planPlatform = map[string]string{}
-	w.leaseHost = map[string]string{}
 	w.waiting = map[string]bool{}
 	return nil
 }
@@ -296,11 +292,12 @@ func (w *Worker) beat(ctx context.Context) {
 // take starts driving the cycles this worker should drive now, as slots
 // allow, and, at a sweep, replaces those of dead hosts. idle reports that
 // no open cycle was left undriven (known only at a sweep, which an idle
-// check makes at every look). A look reads the active cycles of its own
-// host (as many as it drives), the first queued ones this host may take
-// (never the whole queue) and the capacity of at most freeWorkersRead
-// other workers with a free slot; a sweep reads every active cycle and
-// every live worker (see sweepEvery).
+// check makes at every look). A look reads where the active cycles of its
+// own host go on (as many as it drives, with their leases' hosts, not the
+// records), the first queued ones this host may take (never the whole
+// queue) and the capacity of at most freeWorkersRead other workers with a
+// free slot; a sweep reads the same of every active cycle, and every live
+// worker (see sweepEvery).
 func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err error) {
 	st := w.R.St
 	now := st.Now()
@@ -327,11 +324,11 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 			return false, nil
 		}
 	}
-	var active []*records.Cycle
+	var active []state.ActiveRef
 	if sweep {
-		active, err = state.ActiveCycles(ctx, st)
+		active, err = state.ActiveRefs(ctx, st)
 	} else {
-		active, err = state.ActiveCyclesOn(ctx, st, w.Host)
+		active, err = state.ActiveRefsOn(ctx, st, w.Host)
 	}
 	if err != nil {
 		return false, err
@@ -344,20 +341,25 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		if w.running[c.ID] {
 			continue
 		}
-		owner, err := w.ownerOf(c)
-		if err != nil {
-			w.R.Log.Warn("cycle's lease", "cycle", c.ID, "err", err)
-			continue
+		owner := c.Host
+		if c.Lease != "" {
+			if !c.LeaseFound {
+				w.R.Log.Warn("cycle's lease", "cycle", c.ID, "lease", c.Lease, "err", "not found")
+				continue
+			}
+			owner = c.LeaseHost
 		}
 		mine := owner == "" || owner == w.Host
+		silent := now.Sub(c.UpdatedAt) >= w.deadAfter()
 		switch {
 		case mine && len(w.running) >= w.Slots:
 			// No slot: whether someone drives it is asked when one frees.
 			idle = false
 			continue
-		case !mine && alive[owner] && !w.UntilIdle:
-			// Another live host's, and only an idle check would need to
-			// know whether it is driven: no lock round trip per cycle.
+		case !mine && (alive[owner] || !silent) && !w.UntilIdle:
+			// Another live host's, or one not silent long enough to be
+			// taken for dead, and only an idle check would need to know
+			// whether it is driven: no lock round trip per cycle.
 			continue
 		}
 		if w.busy(ctx, c.ID) {
@@ -367,8 +369,8 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		switch {
 		case mine:
 			w.start(ctx, c.ID, done)
-		case sweep && !alive[owner] && now.Sub(c.UpdatedAt) >= w.deadAfter() && !w.hostAlive(ctx, owner, now):
-			if err := w.replace(ctx, c, owner); err != nil {
+		case sweep && !alive[owner] && silent && !w.hostAlive(ctx, owner, now):
+			if err := w.replace(ctx, c.ID, owner); err != nil {
 				w.R.Log.Warn("replacing a dead host's cycle", "cycle", c.ID, "err", err)
 			}
 		}
@@ -598,31 +600,6 @@ func (w *Worker) boots(platform string) bool {
 	return w.Capabilities == nil || w.rec.Boots(platform)
 }
 
-// ownerOf is the fleet host a cycle that has or is getting a lease must go
-// on with: its lease's, or the host that began leasing for it (which may
-// hold a lease for it); "" when any host may take it.
-func (w *Worker) ownerOf(c *records.Cycle) (string, error) {
-	if c.Lease == "" {
-		return c.Host, nil
-	}
-	if h, ok := w.leaseHost[c.Lease]; ok {
-		return h, nil
-	}
-	var l records.SandboxLease
-	if err := w.R.St.Get(c.Lease, &l); err != nil {
-		return "", err
-	}
-	if len(w.leaseHost) >= leaseHostsKept {
-		clear(w.leaseHost)
-	}
-	w.leaseHost[c.Lease] = l.Host
-	return l.Host, nil
-}
-
-// leaseHostsKept bounds the leases whose host a worker keeps: many more
-// than a fleet drives at once.
-const leaseHostsKept = 1 << 14
-
 // yields leaves a cycle that needs a lease of the platform to a better
 // live worker whose host boots it and has a free slot: one whose host runs
 // the platform under KVM before one whose host does not (native-arch-first),
@@ -679,14 +656,14 @@ func (w *Worker) start(ctx context.Context, id string, done chan<- driven) {
 
 // replace makes a dead host's cycle again on a fresh lease, and ends the
 // old one naming its replacement.
-func (w *Worker) replace(ctx context.Context, old *records.Cycle, host string) error {
+func (w *Worker) replace(ctx context.Context, oldID, host string) error {
 	r := w.R
-	unlock, ok, err := r.St.TryLock(ctx, cycleLock(old.ID))
+	unlock, ok, err := r.St.TryLock(ctx, cycleLock(oldID))
 	if err != nil || !ok {
 		return err
 	}
 	defer unlock()
-	old, err = r.Get(old.ID)
+	old, err := r.Get(oldID)
 	if err != nil || records.CycleTerminal(old.State) {
 		return err
 	}

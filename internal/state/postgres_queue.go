@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -265,25 +266,43 @@ func (s *pgStore) queued(ctx context.Context, f QueueFilter, n int) ([][]byte, e
 	return out, pgErr(err)
 }
 
-func (s *pgStore) activeCycles(ctx context.Context) ([][]byte, error) {
-	rows, err := s.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
-		WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id`, records.KindCycle, keyActive)
+// activeRefs reads the active cycles (whose key names the host or no
+// host, when host is not nil: one range of the keys' index for each) with
+// their leases' hosts, the fields taken from the records by the server.
+func (s *pgStore) activeRefs(ctx context.Context, host *string) ([]ActiveRef, error) {
+	where, args := ``, []any{records.KindCycle, keyActive}
+	if host != nil {
+		where, args = `AND k.value IN ($3, '')`, append(args, *host)
+	}
+	// The cycle and its lease are lateral lookups, one probe of the
+	// primary key each, kept from being flattened into joins (OFFSET 0):
+	// as joins the planner reads every record of the store (a hash join)
+	// to find a few hundred.
+	rows, err := s.pool.Query(ctx, `SELECT k.id, c.host, c.lease, c.updated, l.host IS NOT NULL, coalesce(l.host, '')
+		FROM talkbox_keys k
+		CROSS JOIN LATERAL (SELECT coalesce(j->>'host', '') AS host, coalesce(j->>'lease', '') AS lease,
+				coalesce(j->>'updated_at', '') AS updated
+			FROM (SELECT convert_from(data, 'UTF8')::jsonb AS j FROM talkbox_records WHERE id = k.id OFFSET 0) r) c
+		LEFT JOIN LATERAL (SELECT coalesce(convert_from(data, 'UTF8')::jsonb->>'host', '') AS host
+			FROM talkbox_records WHERE id = c.lease OFFSET 0) l ON true
+		WHERE k.kind = $1 AND k.field = $2 `+where+` ORDER BY k.id`, args...)
 	if err != nil {
 		return nil, pgErr(err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	return out, pgErr(err)
-}
-
-// activeCyclesOn reads the active cycles whose key names the host or no
-// host: one range of the keys' index for each, as many rows as that host
-// drives, whatever the fleet's size.
-func (s *pgStore) activeCyclesOn(ctx context.Context, host string) ([][]byte, error) {
-	rows, err := s.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
-		WHERE k.kind = $1 AND k.field = $2 AND k.value IN ($3, '') ORDER BY k.id`, records.KindCycle, keyActive, host)
-	if err != nil {
-		return nil, pgErr(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	var out []ActiveRef
+	var ref ActiveRef
+	var updated string
+	_, err = pgx.ForEachRow(rows, []any{&ref.ID, &ref.Host, &ref.Lease, &updated, &ref.LeaseFound, &ref.LeaseHost}, func() error {
+		ref.UpdatedAt = time.Time{}
+		if updated != "" {
+			t, err := time.Parse(time.RFC3339Nano, updated)
+			if err != nil {
+				return fmt.Errorf("cycle %s: updated_at %q: %w", ref.ID, updated, err)
+			}
+			ref.UpdatedAt = t
+		}
+		out = append(out, ref)
+		return nil
+	})
 	return out, pgErr(err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -47,8 +48,7 @@ func (f QueueFilter) takes(platform, pin string) bool {
 // fleetBackend is a store that keeps its cycles' queue in an index.
 type fleetBackend interface {
 	queued(ctx context.Context, f QueueFilter, n int) ([][]byte, error)
-	activeCycles(ctx context.Context) ([][]byte, error)
-	activeCyclesOn(ctx context.Context, host string) ([][]byte, error)
+	activeRefs(ctx context.Context, host *string) ([]ActiveRef, error)
 }
 
 // Queued returns up to n queued cycles a host under f may take, oldest
@@ -89,36 +89,63 @@ func Queued(ctx context.Context, st *Store, f QueueFilter, n int) ([]*records.Cy
 	return out, nil
 }
 
-// ActiveCycles returns the open cycles that are not queued, by ID.
-func ActiveCycles(ctx context.Context, st *Store) ([]*records.Cycle, error) {
-	if fb, ok := st.rec.(fleetBackend); ok {
-		raw, err := fb.activeCycles(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return decodeCycles(raw)
-	}
-	return FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
-		return !records.CycleTerminal(c.State) && !queuedCycle(c)
-	})
+// ActiveRef is an active cycle as a fleet's worker weighs it: where it
+// must go on, and since when it has not changed; not the record.
+type ActiveRef struct {
+	ID string
+	// Host is the fleet host whose runner drove it last ("" none yet).
+	Host string
+	// Lease is its lease, LeaseHost that lease's host, and LeaseFound
+	// whether the lease's record is there.
+	Lease      string
+	LeaseHost  string
+	LeaseFound bool
+	UpdatedAt  time.Time
 }
 
-// ActiveCyclesOn returns the active cycles last driven on the host (their
-// Host), and those no host has driven yet (a cycle submitted onto a lease),
-// by ID: what a worker's look reads between the sweeps that read every
-// active cycle. A cycle's lease, not this, says which host goes on with it.
-func ActiveCyclesOn(ctx context.Context, st *Store, host string) ([]*records.Cycle, error) {
-	if fb, ok := st.rec.(fleetBackend); ok {
-		raw, err := fb.activeCyclesOn(ctx, host)
-		if err != nil {
-			return nil, err
-		}
-		return decodeCycles(raw)
-	}
-	return FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
-		return !records.CycleTerminal(c.State) && !queuedCycle(c) && (c.Host == host || c.Host == "")
-	})
+// ActiveRefs returns every active cycle, by ID, with its lease's host: on
+// PostgreSQL in one query that sends no record (a sweep of the fleet for
+// dead hosts' cycles).
+func ActiveRefs(ctx context.Context, st *Store) ([]ActiveRef, error) {
+	return activeRefs(ctx, st, nil)
 }
+
+// ActiveRefsOn returns the active cycles last driven on the host (their
+// Host), and those no host has driven yet (a cycle submitted onto a lease),
+// by ID: what a worker's look reads, as many as its host drives, whatever
+// the fleet's size. A cycle's lease, not this, says which host goes on
+// with it.
+func ActiveRefsOn(ctx context.Context, st *Store, host string) ([]ActiveRef, error) {
+	return activeRefs(ctx, st, &host)
+}
+
+func activeRefs(ctx context.Context, st *Store, host *string) ([]ActiveRef, error) {
+	if fb, ok := st.rec.(fleetBackend); ok {
+		return fb.activeRefs(ctx, host)
+	}
+	cs, err := FindBy(st, records.KindCycle, records.KeyOpen, "1", func(c *records.Cycle) bool {
+		return activeCycle(c) && (host == nil || c.Host == *host || c.Host == "")
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ActiveRef, 0, len(cs))
+	for _, c := range cs {
+		ref := ActiveRef{ID: c.ID, Host: c.Host, Lease: c.Lease, UpdatedAt: c.UpdatedAt}
+		if c.Lease != "" {
+			var l records.SandboxLease
+			err := st.Get(c.Lease, &l)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
+			ref.LeaseHost, ref.LeaseFound = l.Host, err == nil
+		}
+		out = append(out, ref)
+	}
+	return out, nil
+}
+
+func activeCycle(c *records.Cycle) bool { return !records.CycleTerminal(c.State) && !queuedCycle(c) }
 
 // queuedCycle tells whether a cycle waits for a host to take it.
 func queuedCycle(c *records.Cycle) bool { return c.State == records.CyclePending && c.Lease == "" }

@@ -52,7 +52,12 @@ func TestQueue(t *testing.T) {
 		add("pinned-b", &records.Cycle{State: records.CyclePending, Plan: plan["amd64"], PinnedTo: "host-b"})
 		add("any", &records.Cycle{State: records.CyclePending, Plan: plan[""]})
 		add("leasing", &records.Cycle{State: records.CycleLeasing, Plan: plan["amd64"], Host: "host-a"})
-		add("executing", &records.Cycle{State: records.CycleExecuting, Plan: plan["amd64"], Lease: "lease_01JD0000000000000000000000"})
+		lease := &records.SandboxLease{State: records.LeaseBusy, Host: "host-c"}
+		records.Init(lease, records.KindLease, st.Now())
+		if err := st.Create(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+		add("executing", &records.Cycle{State: records.CycleExecuting, Plan: plan["amd64"], Lease: lease.ID})
 		add("completed", &records.Cycle{State: records.CycleCompleted, Plan: plan["amd64"]})
 		b := st.NewBatch()
 		batched := &records.Cycle{State: records.CyclePending, Plan: plan["amd64"]}
@@ -82,6 +87,32 @@ func TestQueue(t *testing.T) {
 				t.Errorf("%s: got %v, want %v (%v)", what, gotIDs, wantIDs, want)
 			}
 		}
+		// A host's active cycles, or every one (host ""), as refs: each
+		// with its lease's host when its lease is there.
+		expectRefs := func(what, host string, want ...string) {
+			t.Helper()
+			refs, err := ActiveRefs(ctx, st)
+			if host != "" {
+				refs, err = ActiveRefsOn(ctx, st, host)
+			}
+			var got []*records.Cycle
+			for _, ref := range refs {
+				var c records.Cycle
+				if err := st.Get(ref.ID, &c); err != nil {
+					t.Fatal(err)
+				}
+				if ref.Host != c.Host || ref.Lease != c.Lease || !ref.UpdatedAt.Equal(c.UpdatedAt) {
+					t.Errorf("%s: %+v, of a cycle on %q, lease %q, updated at %s", what, ref, c.Host, c.Lease, c.UpdatedAt)
+				}
+				var l records.SandboxLease
+				lerr := st.Get(c.Lease, &l)
+				if ref.LeaseFound != (lerr == nil) || ref.LeaseHost != l.Host {
+					t.Errorf("%s: %s's lease found %v on %q; the lease: %+v, %v", what, ref.ID, ref.LeaseFound, ref.LeaseHost, l, lerr)
+				}
+				got = append(got, &c)
+			}
+			expect(what, got, err, want...)
+		}
 		queued := func(f QueueFilter, n int) ([]*records.Cycle, error) { return Queued(ctx, st, f, n) }
 		amd64 := []string{"amd64"}
 		c, err := queued(QueueFilter{Host: "host-a", Platforms: amd64}, 10)
@@ -96,12 +127,9 @@ func TestQueue(t *testing.T) {
 		expect("every queued cycle", c, err, "amd64", "mipsel", "pinned-b", "any", "batched")
 		c, err = queued(QueueFilter{Host: "host-b", Platforms: amd64}, 2)
 		expect("host-b's first two", c, err, "amd64", "pinned-b")
-		c, err = ActiveCycles(ctx, st)
-		expect("active", c, err, "leasing", "executing")
-		c, err = ActiveCyclesOn(ctx, st, "host-a")
-		expect("active on host-a, or on none yet", c, err, "leasing", "executing")
-		c, err = ActiveCyclesOn(ctx, st, "host-b")
-		expect("active on host-b, or on none yet", c, err, "executing")
+		expectRefs("active on host-a, or on none yet", "host-a", "leasing", "executing")
+		expectRefs("active on host-b, or on none yet", "host-b", "executing")
+		expectRefs("every active one", "", "leasing", "executing")
 
 		// Leasing leaves the queue, which the fleet's watchers hear of;
 		// ending leaves the active cycles.
@@ -125,10 +153,8 @@ func TestQueue(t *testing.T) {
 		}
 		c, err = queued(QueueFilter{Host: "host-a", Platforms: amd64}, 10)
 		expect("host-a, amd64, after a lease", c, err, "any", "batched")
-		c, err = ActiveCycles(ctx, st)
-		expect("active, after an end", c, err, "amd64", "leasing")
-		c, err = ActiveCyclesOn(ctx, st, "host-b")
-		expect("active on host-b, or on none yet, after an end", c, err, "amd64")
+		expectRefs("active, after an end", "", "amd64", "leasing")
+		expectRefs("active on host-b, or on none yet, after an end", "host-b", "amd64")
 
 		// Closing the store waits for the watcher's connection.
 		stopWatching()
@@ -152,9 +178,7 @@ func TestQueue(t *testing.T) {
 		}
 		c, err = queued(QueueFilter{Host: "host-b", Platforms: amd64}, 10)
 		expect("host-b, amd64, after the migration", c, err, "pinned-b", "any", "batched")
-		c, err = ActiveCycles(ctx, st)
-		expect("active, after the migration", c, err, "amd64", "leasing")
-		c, err = ActiveCyclesOn(ctx, st, "host-a")
-		expect("active on host-a, after the migration", c, err, "amd64", "leasing")
+		expectRefs("active, after the migration", "", "amd64", "leasing")
+		expectRefs("active on host-a, after the migration", "host-a", "amd64", "leasing")
 	})
 }
