@@ -469,3 +469,45 @@ func TestWorkerUntilIdleEndsWhenNoLiveHostFits(t *testing.T) {
 		t.Errorf("the wait for host-d is logged %d times, want once:\n%s", n, log)
 	}
 }
+
+// TestLookBetweenSweepsTakesItsHostsCycles: a look that is not a sweep
+// (which reads every active cycle) still finds the cycles its own host
+// must go on with: one submitted onto a lease of its host (no host has
+// driven it yet), and not one submitted onto another live host's lease.
+func TestLookBetweenSweepsTakesItsHostsCycles(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t, "amd64")
+	f.host(t, "host-o", 1, 0, []string{"amd64"}, nil)
+	w := f.registered(t, "host-m", 1, []string{"amd64"}, nil)
+	if got := f.takes(t, w); len(got) != 0 { // the first look sweeps
+		t.Fatalf("host-m started %v", got)
+	}
+	sweepAt := w.sweepAt
+	onLease := func(host string) string {
+		l := &records.SandboxLease{State: records.LeaseIdle, Health: records.HealthHealthy, VMName: "tb-" + host, Host: host,
+			Plan: f.plans["amd64"]}
+		records.Init(l, records.KindLease, f.clock.Now())
+		if err := f.st.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		r := &Runner{St: f.st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		c, err := r.Create(ctx, Request{Plan: f.plans["amd64"], Lease: l.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.ID
+	}
+	mine, theirs := onLease("host-m"), onLease("host-o")
+	if got := f.takes(t, w); !slices.Equal(got, []string{mine}) {
+		t.Fatalf("host-m started %v, want its lease's cycle %s", got, mine)
+	}
+	if w.sweepAt != sweepAt {
+		t.Fatalf("the look swept (next sweep %s, was %s): it should have been a look between sweeps", w.sweepAt, sweepAt)
+	}
+	if c := f.cycle(t, mine); c.State != records.CycleCompleted || c.Host != "host-m" {
+		t.Errorf("host-m's lease's cycle ended %s on %q", c.State, c.Host)
+	}
+	if c := f.cycle(t, theirs); c.State != records.CyclePending {
+		t.Errorf("host-o's lease's cycle is %s, want pending for host-o", c.State)
+	}
+}
