@@ -32,6 +32,9 @@ import (
 // "driving"). Each worker holds up to four connections (its fleet
 // listener, a cycle's lock, its lease's lock, a query), as a real host
 // does, and the cluster allows that many for the most workers run.
+// Each worker beats every TB_FLEET_HEARTBEAT (default 5s, tb-run
+// worker's default): every beat is a write of its record, so that a
+// fleet's heartbeats alone are workers/heartbeat writes a second.
 // TB_FLEET_STATEMENTS=N logs, after each run, the N statements PostgreSQL
 // spent the most time on in it (pg_stat_statements): what bounds the run
 // on the server's side.
@@ -55,6 +58,14 @@ func BenchmarkFleetScale(b *testing.B) {
 			fleets = append(fleets, n)
 		}
 	}
+	heartbeat := 5 * time.Second
+	if s := os.Getenv("TB_FLEET_HEARTBEAT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			b.Fatalf("TB_FLEET_HEARTBEAT=%q: not a duration", s)
+		}
+		heartbeat = d
+	}
 	statements := 0
 	if s := os.Getenv("TB_FLEET_STATEMENTS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -69,7 +80,7 @@ func BenchmarkFleetScale(b *testing.B) {
 	}
 	// One queue for every run: each tops it up by what it drives.
 	f := newBenchFleet(b, pgtest.Start(b, opts...), queue)
-	f.statements = statements
+	f.statements, f.heartbeat = statements, heartbeat
 	for _, workers := range fleets {
 		b.Run(fmt.Sprintf("workers=%d/queue=%d", workers, queue), func(b *testing.B) {
 			f.run(b, workers)
@@ -88,6 +99,7 @@ type benchFleet struct {
 	runs       int
 	// statements is how many of the costliest statements a run logs.
 	statements int
+	heartbeat  time.Duration
 	db         string
 }
 
@@ -219,7 +231,7 @@ func (f *benchFleet) run(b *testing.B, workers int) {
 		r := &Runner{St: st, Log: log, Post: &fakePost{st: st}, Leaser: &hostLeaser{st: st, host: host},
 			Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
 			Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host, PID: os.Getpid()}
-		ws = append(ws, &Worker{R: r, Host: host, Slots: 1, Heartbeat: time.Second, DeadAfter: time.Minute,
+		ws = append(ws, &Worker{R: r, Host: host, Slots: 1, Heartbeat: f.heartbeat, DeadAfter: time.Minute,
 			Capabilities: func(ctx context.Context) ([]string, []string, error) {
 				return []string{"amd64"}, nil, nil
 			},
