@@ -232,10 +232,19 @@ func (s *pgStore) queued(ctx context.Context, f QueueFilter, n int) ([][]byte, e
 				ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) q
 			JOIN talkbox_records r ON r.id = q.id
 			ORDER BY q.id LIMIT $4`, values, records.KindCycle, keyQueued, n)
+	} else if f.Platforms == nil && f.Host == "" {
+		// Every queued cycle (a look at what no host takes): the first n,
+		// and only those locked for the statement. Read as below, every
+		// row of the queue was locked until the last was sorted, and the
+		// writes taking cycles out of the queue waited for it.
+		rows, err = s.pool.Query(ctx, `SELECT r.data FROM (SELECT id FROM talkbox_keys
+				WHERE kind = $1 AND field = $2 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) q
+			JOIN talkbox_records r ON r.id = q.id
+			ORDER BY q.id`, records.KindCycle, keyQueued, n)
 	} else {
 		// Any platform, or any pin: filtered as the queue is read, oldest
 		// first (a sort of the whole queue: for a worker that does not say
-		// what it boots, and a look at what no host takes).
+		// what it boots).
 		rows, err = s.pool.Query(ctx, `SELECT r.data, k.value FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
 			WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id FOR UPDATE OF k SKIP LOCKED`, records.KindCycle, keyQueued)
 		if err != nil {
@@ -304,5 +313,15 @@ func (s *pgStore) activeRefs(ctx context.Context, host *string) ([]ActiveRef, er
 		out = append(out, ref)
 		return nil
 	})
+	return out, pgErr(err)
+}
+
+func (s *pgStore) activeCycles(ctx context.Context) ([][]byte, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
+		WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id`, records.KindCycle, keyActive)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	return out, pgErr(err)
 }
