@@ -2,6 +2,7 @@ package cycle
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -509,5 +510,27 @@ func TestLookBetweenSweepsTakesItsHostsCycles(t *testing.T) {
 	}
 	if c := f.cycle(t, theirs); c.State != records.CyclePending {
 		t.Errorf("host-o's lease's cycle is %s, want pending for host-o", c.State)
+	}
+}
+
+// TestFirstSweepSpreadInALargeFleet: workers started together do not all
+// sweep (read every live worker and every active cycle) at their first
+// look: in a fleet of more than sweepsPerHeartbeat live workers a new
+// worker's first sweep is at a random point of its period; in a smaller
+// one it is at its first look.
+func TestFirstSweepSpreadInALargeFleet(t *testing.T) {
+	f := newFleet(t, "amd64")
+	small := f.registered(t, "host-small", 1, []string{"amd64"}, nil)
+	if !small.sweepAt.IsZero() {
+		t.Errorf("in a fleet of one, the first sweep is at %s, want the first look", small.sweepAt)
+	}
+	for i := range 40 {
+		f.host(t, fmt.Sprintf("host-%02d", i), 1, 0, []string{"amd64"}, nil)
+	}
+	now := f.clock.Now()
+	w := f.registered(t, "host-m", 1, []string{"amd64"}, nil)
+	period := w.sweepPeriod(42)
+	if w.sweepAt.Before(now) || !w.sweepAt.Before(now.Add(period)) {
+		t.Errorf("in a fleet of 42, the first sweep is at %s, want within %s of %s", w.sweepAt, period, now)
 	}
 }

@@ -189,6 +189,17 @@ func (w *Worker) register(ctx context.Context) error {
 	if err := w.R.St.Create(ctx, w.rec); err != nil {
 		return err
 	}
+	// Workers started together (a fleet brought up, or its store back)
+	// would all sweep at their first look, each reading every live
+	// worker: in a larger fleet a worker's first sweep comes at a random
+	// point of its period. Its own host's cycles are read at every look.
+	live, err := state.CountLiveWorkers(ctx, w.R.St, now)
+	if err != nil {
+		return err
+	}
+	if live > sweepsPerHeartbeat {
+		w.sweepAt = now.Add(rand.N(w.sweepPeriod(live)))
+	}
 	w.running = map[string]bool{}
 	w.planPlatform = map[string]string{}
 	w.waiting = map[string]bool{}
@@ -399,11 +410,20 @@ const sweepsPerHeartbeat = 8
 // of its DeadAfter, by whichever worker sweeps first.
 func (w *Worker) sweepEvery() time.Duration {
 	n := len(w.live) + 1
+	period := w.sweepPeriod(n)
+	if n <= sweepsPerHeartbeat {
+		return period
+	}
+	return period/2 + rand.N(period)
+}
+
+// sweepPeriod is the mean time between a worker's sweeps in a fleet of n
+// live workers.
+func (w *Worker) sweepPeriod(n int) time.Duration {
 	if n <= sweepsPerHeartbeat {
 		return w.heartbeat()
 	}
-	period := w.heartbeat() * time.Duration(n) / sweepsPerHeartbeat
-	return period/2 + rand.N(period)
+	return w.heartbeat() * time.Duration(n) / sweepsPerHeartbeat
 }
 
 // freeWorkersRead bounds how many other workers with a free slot a claim

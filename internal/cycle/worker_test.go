@@ -319,7 +319,7 @@ func TestLookReadsBoundedByFleetSize(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan driven)
-		if _, err := w.take(ctx, done); err != nil { // the first look sweeps
+		if _, err := w.take(ctx, done); err != nil { // a first look (its sweep comes later in a fleet this size)
 			t.Fatal(err)
 		}
 		pg.StatementRows(t, url)

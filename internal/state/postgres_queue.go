@@ -325,3 +325,12 @@ func (s *pgStore) activeCycles(ctx context.Context) ([][]byte, error) {
 	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	return out, pgErr(err)
 }
+
+// countLiveWorkers counts the live keys not expired at now (a worker's
+// Stopped is not in its key: a stopped worker has none).
+func (s *pgStore) countLiveWorkers(ctx context.Context, now time.Time) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM talkbox_keys WHERE kind = $1 AND field = $2 AND value >= $3`,
+		records.KindWorker, keyLive, now.UTC().Format(freeUntilLayout)).Scan(&n)
+	return n, pgErr(err)
+}

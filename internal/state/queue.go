@@ -90,6 +90,17 @@ func Queued(ctx context.Context, st *Store, f QueueFilter, n int) ([]*records.Cy
 	return out, nil
 }
 
+// CountLiveWorkers counts the workers alive at now: on PostgreSQL from
+// their keys alone (one range of an index), no record read; on the
+// directory, from every worker record.
+func CountLiveWorkers(ctx context.Context, st *Store, now time.Time) (int, error) {
+	if pg, ok := st.rec.(*pgStore); ok {
+		return pg.countLiveWorkers(ctx, now)
+	}
+	live, err := LiveWorkers(ctx, st, now)
+	return len(live), err
+}
+
 // ActiveCycles returns the open cycles that are not queued, by ID, their
 // records (a worker reads ActiveRefs instead).
 func ActiveCycles(ctx context.Context, st *Store) ([]*records.Cycle, error) {
