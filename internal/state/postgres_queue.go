@@ -316,16 +316,6 @@ func (s *pgStore) activeRefs(ctx context.Context, host *string) ([]ActiveRef, er
 	return out, pgErr(err)
 }
 
-func (s *pgStore) activeCycles(ctx context.Context) ([][]byte, error) {
-	rows, err := s.pool.Query(ctx, `SELECT r.data FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
-		WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id`, records.KindCycle, keyActive)
-	if err != nil {
-		return nil, pgErr(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	return out, pgErr(err)
-}
-
 // countLiveWorkers counts the live keys not expired at now (a worker's
 // Stopped is not in its key: a stopped worker has none).
 func (s *pgStore) countLiveWorkers(ctx context.Context, now time.Time) (int, error) {

@@ -48,7 +48,6 @@ func (f QueueFilter) takes(platform, pin string) bool {
 // fleetBackend is a store that keeps its cycles' queue in an index.
 type fleetBackend interface {
 	queued(ctx context.Context, f QueueFilter, n int) ([][]byte, error)
-	activeCycles(ctx context.Context) ([][]byte, error)
 	activeRefs(ctx context.Context, host *string) ([]ActiveRef, error)
 }
 
@@ -99,19 +98,6 @@ func CountLiveWorkers(ctx context.Context, st *Store, now time.Time) (int, error
 	}
 	live, err := LiveWorkers(ctx, st, now)
 	return len(live), err
-}
-
-// ActiveCycles returns the open cycles that are not queued, by ID, their
-// records (a worker reads ActiveRefs instead).
-func ActiveCycles(ctx context.Context, st *Store) ([]*records.Cycle, error) {
-	if fb, ok := st.rec.(fleetBackend); ok {
-		raw, err := fb.activeCycles(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return decodeCycles(raw)
-	}
-	return FindBy(st, records.KindCycle, records.KeyOpen, "1", activeCycle)
 }
 
 // ActiveRef is an active cycle as a fleet's worker weighs it: where it
