@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
 
 // TestQueue: a host is offered the queued cycles it may take (its
@@ -181,4 +182,52 @@ func TestQueue(t *testing.T) {
 		expectRefs("active, after the migration", "", "amd64", "leasing")
 		expectRefs("active on host-a, after the migration", "host-a", "amd64", "leasing")
 	})
+}
+
+// TestQueuedUnfilteredReadsWhatItAsks: a look at every queued cycle (an
+// idle worker's note of cycles no host takes) reads, and locks, the first n
+// rows of the queue's key, not the whole queue: at 1,000 workers the whole
+// queue's read took tens of seconds a call, and the writes taking cycles
+// out of the queue waited on its locks. Counted with pg_stat_statements.
+func TestQueuedUnfilteredReadsWhatItAsks(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Start(t, pgtest.WithoutFsync(), pgtest.WithStatementStats())
+	url := c.NewDatabase(t)
+	st := openT(t, t.TempDir(), WithShared(url))
+	defer st.Close()
+	plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "amd64"}}
+	records.Init(plan, records.KindPlan, st.Now())
+	if err := st.Create(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	const queue, asked = 200, 3
+	b := st.NewBatch()
+	var all []string
+	for range queue {
+		cy := &records.Cycle{State: records.CyclePending, Plan: plan.ID}
+		records.Init(cy, records.KindCycle, st.Now())
+		if _, err := b.Create(cy); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, cy.ID)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	c.StatementRows(t, url) // from here on
+	got, err := Queued(ctx, st, QueueFilter{}, asked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, cy := range got {
+		ids = append(ids, cy.ID)
+	}
+	slices.Sort(all) // by ID: the queue's order
+	if first := all[:asked]; !slices.Equal(ids, first) {
+		t.Fatalf("Queued(any, %d) = %v, want the first by ID %v", asked, ids, first)
+	}
+	if rows := c.StatementRows(t, url, "talkbox_keys")["talkbox_keys"]; rows > asked {
+		t.Errorf("a look at %d queued cycles read %d rows of a queue of %d: it reads the whole queue", asked, rows, queue)
+	}
 }
