@@ -31,6 +31,9 @@ type Store struct {
 // batch stores records and index keys together or not at all.
 type backend interface {
 	commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error
+	// create stores r, which must be new (Store.Create); a backend may
+	// take a shorter way than commitLocked to it.
+	create(ctx context.Context, r records.Record) error
 	ReadRaw(id string) ([]byte, error)
 	Exists(id string) bool
 	List(kind string) ([]string, error)

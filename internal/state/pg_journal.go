@@ -25,12 +25,12 @@ import (
 //
 // Each record's revisions arrive in their order because a transaction gets
 // its xid with its first write, and every write comes after the record
-// locks the transaction takes (commitLocked, Delete, pgBatch.flush): the
-// transaction writing a record's next revision got its xid after the one
-// writing the previous revision committed, so its xid is the larger one and
-// its seq too. A transaction that holds a lock for long writes nothing
-// (named locks, lockNamed), so it has no xid and does not hold the
-// watermark back.
+// locks the transaction takes (commitLocked, create, Delete,
+// pgBatch.flush): the transaction writing a record's next revision got its
+// xid after the one writing the previous revision committed, so its xid is
+// the larger one and its seq too. A transaction that holds a lock for long
+// writes nothing (named locks, lockNamed), so it has no xid and does not
+// hold the watermark back.
 //
 // pgJournalSchema adds the xid to a journal made before it: entries written
 // before count as committed long ago (xid 0); new ones get their writer's.
@@ -86,17 +86,43 @@ func (s *pgStore) journaled(ctx context.Context, n int, fleet bool) {
 		return
 	}
 	b := &pgx.Batch{}
-	queueNotify(b, fleet)
+	if fleet {
+		queueNotify(b, wakeFleet)
+	} else {
+		queueNotify(b, wakeFollowers)
+	}
 	s.pool.SendBatch(ctx, b).Close()
 	s.compactNow(ctx, n)
 }
 
+// fleetWake says whom a commit notifies (queueNotify): the journal's
+// followers always, the fleet's workers when it changed their work.
+type fleetWake uint8
+
+const (
+	wakeFollowers fleetWake = iota
+	wakeFleet
+	// wakeIfKeysChanged: the fleet too if the write's fleet-keys statement
+	// (queueFleetKeys) changed a key, as it recorded in the session's
+	// setting pgKeysChanged. Set by a session-wide set_config in the
+	// transaction, the setting outlives the COMMIT (and goes with a
+	// rollback); every write that reads it set it first.
+	wakeIfKeysChanged
+)
+
+// pgKeysChanged is the session setting of wakeIfKeysChanged.
+const pgKeysChanged = "talkbox.fleet_keys_changed"
+
 // queueNotify queues the notifications of a commit (journaled): in a
 // pipeline, after the COMMIT of the transaction they follow.
-func queueNotify(b *pgx.Batch, fleet bool) {
-	if fleet {
+func queueNotify(b *pgx.Batch, wake fleetWake) {
+	switch wake {
+	case wakeFleet:
 		b.Queue(`SELECT pg_notify($1, ''), pg_notify($2, '')`, pgNotifyChannel, pgFleetChannel)
-	} else {
+	case wakeIfKeysChanged:
+		b.Queue(`SELECT pg_notify($1, ''), CASE WHEN current_setting('`+pgKeysChanged+`') = 'true' THEN pg_notify($2, '') END`,
+			pgNotifyChannel, pgFleetChannel)
+	default:
 		b.Queue(`SELECT pg_notify($1, '')`, pgNotifyChannel)
 	}
 }

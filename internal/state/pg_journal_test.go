@@ -3,7 +3,6 @@ package state
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +22,8 @@ func TestPostgresJournalOrder(t *testing.T) {
 	c := pgtest.Start(t, pgtest.WithoutFsync())
 
 	t.Run("late commit", func(t *testing.T) {
-		s := openT(t, t.TempDir(), WithShared(c.NewDatabase(t)))
+		url := c.NewDatabase(t)
+		s := openT(t, t.TempDir(), WithShared(url))
 		defer s.Close()
 		var ids []string
 		for range 5 {
@@ -40,23 +40,38 @@ func TestPostgresJournalOrder(t *testing.T) {
 		}
 		defer fromStart.Close()
 
-		// The late writer stops between its statements (its journal row
-		// inserted, its seq taken) and its commit.
-		var armed atomic.Bool
-		held, release := make(chan struct{}), make(chan struct{})
-		s.crashAt = func(point string) {
-			if point == crashPgWritten && armed.CompareAndSwap(true, false) {
-				close(held)
-				<-release
-			}
+		// The late writer writes as the store does (commitLocked: the
+		// record's lock, then its row and journal entry in one statement),
+		// on a connection of the test's, and stops before its COMMIT: the
+		// store sends a write's COMMIT in the round trip of its statements,
+		// so only another connection can hold one open between the two.
+		lateConn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
 		}
-		armed.Store(true)
-		lateDone := make(chan error, 1)
-		go func() {
-			var r counterRec
-			lateDone <- s.Update(ctx, late, &r, func(bool) error { r.Total++; return nil })
-		}()
-		<-held
+		defer lateConn.Close(ctx)
+		var lateRec counterRec
+		if err := s.Get(late, &lateRec); err != nil {
+			t.Fatal(err)
+		}
+		lateRec.Total++
+		lateData, err := stampRecord(late, stored{Rev: lateRec.Rev, CreatedAt: lateRec.CreatedAt}, s.Now(), &lateRec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lateTx, err := lateConn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lateTx.Rollback(ctx)
+		if _, err := lateTx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("record", late)); err != nil {
+			t.Fatal(err)
+		}
+		tag, err := lateTx.Exec(ctx, `WITH r AS (UPDATE talkbox_records SET rev = $3, data = $4 WHERE id = $1 AND rev = $2 RETURNING id, kind, rev, data)
+			`+pgJournalPut, late, lateRec.Rev-1, lateRec.Rev, lateData, lateRec.UpdatedAt, opPut)
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("late write: %v, %d journal entries, want 1", err, tag.RowsAffected())
+		}
 		// A follower from the end starts while the late entry is in
 		// flight: it must see it, and none of the entries before it.
 		fromEnd, err := s.FollowJournal(ctx, false)
@@ -101,8 +116,7 @@ func TestPostgresJournalOrder(t *testing.T) {
 		}
 		drain(fromStart)
 		drain(fromEnd)
-		close(release)
-		if err := <-lateDone; err != nil {
+		if err := lateTx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
 		// A last entry, committed after the late one: once a follower has

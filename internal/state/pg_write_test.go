@@ -2,6 +2,8 @@ package state
 
 import (
 	"context"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +15,12 @@ import (
 )
 
 // TestPostgresWrite checks what a PostgreSQL write sends in its pipelines
-// (commitLocked): a cycle's fleet keys that stay are kept and do not wake
-// the fleet's workers, those that change do; a row changed behind the
-// record's lock fails the write and leaves nothing of it.
+// (commitLocked, create), where the COMMIT goes with the writes: a cycle's
+// fleet keys that stay are kept and do not wake the fleet's workers, those
+// that change do, a new queued cycle's too; a row changed behind the
+// record's lock fails the write and leaves nothing of it; a Create of a
+// taken id fails with ErrExists and leaves nothing of it, and the
+// caller's record as it was.
 func TestPostgresWrite(t *testing.T) {
 	ctx := context.Background()
 	c := pgtest.Start(t, pgtest.WithoutFsync())
@@ -102,6 +107,24 @@ func TestPostgresWrite(t *testing.T) {
 		}
 	})
 
+	t.Run("new queued cycle", func(t *testing.T) {
+		id := newCycle(records.CyclePending)
+		marker()
+		if p := nextWake(); p != "" {
+			t.Errorf("a new queued cycle did not wake the fleet (notification %q first)", p)
+		} else {
+			for nextWake() != "marker" {
+			}
+		}
+		// Out of the queue again, so that the subtests below see one.
+		if err := update(id, func(cy *records.Cycle) { cy.State = records.CycleFailed }); err != nil {
+			t.Fatal(err)
+		}
+		marker()
+		for nextWake() != "marker" {
+		}
+	})
+
 	t.Run("keys that change", func(t *testing.T) {
 		if err := update(queuedID, func(cy *records.Cycle) { cy.State = records.CycleLeasing }); err != nil {
 			t.Fatal(err)
@@ -160,5 +183,44 @@ func TestPostgresWrite(t *testing.T) {
 		}
 		got, err := Queued(ctx, st, amd64, 10)
 		expect("queued after the failed write", got, err, queuedID)
+	})
+	t.Run("create of a taken id", func(t *testing.T) {
+		raw, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close(ctx)
+		var journaled int
+		if err := raw.QueryRow(ctx, `SELECT count(*) FROM talkbox_journal`).Scan(&journaled); err != nil {
+			t.Fatal(err)
+		}
+		var stored records.Cycle
+		if err := st.Get(activeID, &stored); err != nil {
+			t.Fatal(err)
+		}
+		// The active cycle's id, queued: had it been stored, it would be
+		// in the queue.
+		dup := &records.Cycle{State: records.CyclePending, Plan: plan.ID, Sample: "sha256-dup"}
+		dup.Meta = records.Meta{ID: activeID, Kind: records.KindCycle}
+		want := *dup
+		if err := st.Create(ctx, dup); !errors.Is(err, ErrExists) {
+			t.Fatalf("Create of a taken id: %v, want ErrExists", err)
+		}
+		if !reflect.DeepEqual(*dup, want) {
+			t.Errorf("a failed Create changed the caller's record: %+v, was %+v", *dup, want)
+		}
+		var n int
+		if err := raw.QueryRow(ctx, `SELECT count(*) FROM talkbox_journal`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != journaled {
+			t.Errorf("journal entries after a failed Create: %d, was %d", n, journaled)
+		}
+		var after records.Cycle
+		if err := st.Get(activeID, &after); err != nil || after.Rev != stored.Rev || after.State != stored.State {
+			t.Errorf("stored record after a failed Create: rev %d state %q (%v), was rev %d state %q", after.Rev, after.State, err, stored.Rev, stored.State)
+		}
+		got, err := Queued(ctx, st, amd64, 10)
+		expect("queued after a failed Create", got, err, queuedID)
 	})
 }

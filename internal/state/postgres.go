@@ -36,7 +36,8 @@ import (
 // A write is one transaction: it takes the record's advisory lock (which
 // stands for the row even before the row exists), reads the stored version,
 // builds the new one, writes it only if the row's rev is still the one read,
-// and appends the journal entry. A process or host that dies mid-write
+// and appends the journal entry (a Create reads nothing: its row is written
+// only if the id has none). A process or host that dies mid-write
 // leaves the transaction aborted: nothing to recover. A named lock is an
 // advisory lock held by a transaction that writes nothing, which the server
 // ends pgLockTimeout after its holder went silent.
@@ -193,12 +194,13 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	var (
 		r     records.Record
 		saved records.Meta
-		fleet bool // the fleet's workers are woken once it commits
 	)
-	// The transaction's statements go to the server in three pipelines, a
+	// The transaction's statements go to the server in two pipelines, a
 	// round trip each (where a statement each took one, and the round trips
 	// were most of a write's cost): BEGIN, the record's lock and its read;
-	// every write; COMMIT and the notification that follows it.
+	// every write, COMMIT and the notification that follows it. A write
+	// that fails fails on the server, so that the COMMIT after it is
+	// skipped (sendCommit).
 	err = func() error {
 		var prev []byte
 		var rev int64
@@ -232,32 +234,72 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 			return err
 		}
 		w := &pgx.Batch{}
+		if prev == nil {
+			queueInsert(w, id, kind, data, h, fmt.Errorf("%s: changed by another writer while its lock was held", id))
+		} else {
+			queueUpdate(w, id, rev, data, h)
+		}
 		queueKeys(w, kind, id, prev, indexKeys(r))
 		// Reads the plan of a queued cycle, in a round trip of its own.
-		if err := queueFleetKeys(ctx, c, w, kind, id, prev, r, &fleet); err != nil {
+		wake, err := queueFleetKeys(ctx, c, w, kind, id, prev, r)
+		if err != nil {
 			return err
 		}
 		queueWorkerKeys(w, kind, id, r)
-		var write *pgx.QueuedQuery
-		if prev == nil {
-			write = w.Queue(`WITH r AS (INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4) RETURNING id, kind, rev, data)
-				`+pgJournalPut, id, kind, h.Rev, data, h.UpdatedAt, opPut)
-		} else {
-			write = w.Queue(`WITH r AS (UPDATE talkbox_records SET rev = $3, data = $4 WHERE id = $1 AND rev = $2 RETURNING id, kind, rev, data)
-				`+pgJournalPut, id, rev, h.Rev, data, h.UpdatedAt, opPut)
-		}
-		write.Exec(func(tag pgconn.CommandTag) error {
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("%s: changed by another writer while its lock was held", id)
-			}
-			return nil
-		})
-		if err := c.SendBatch(ctx, w).Close(); err != nil {
+		s.dir.hook(crashPgSending)
+		return sendCommit(ctx, c, w, wake)
+	}()
+	return s.wrote(ctx, c, r, saved, err)
+}
+
+// create stores a new record in one round trip: BEGIN, the record's lock,
+// its row (whose id, if taken, fails the transaction with ErrExists) with
+// its journal entry, its keys, COMMIT and the notification. Only a queued
+// cycle's plan is read before (queueFleetKeys).
+func (s *pgStore) create(ctx context.Context, r records.Record) error {
+	h := r.Header()
+	id := h.ID
+	kind, err := checkRef(id)
+	if err != nil {
+		return err
+	}
+	saved := *h
+	data, err := stampRecord(id, stored{}, s.dir.Now(), r)
+	if err != nil {
+		restoreHeader(h, saved)
+		return err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		restoreHeader(h, saved)
+		return pgErr(err)
+	}
+	defer conn.Release()
+	c := conn.Conn()
+	err = func() error {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		// The lock first, as every writer of the record takes it: the
+		// transaction gets its xid (pg_journal.go) only once it holds it.
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, lockKey("record", id))
+		queueInsert(b, id, kind, data, h, fmt.Errorf("%s: %w", id, ErrExists))
+		queueKeys(b, kind, id, nil, indexKeys(r))
+		wake, err := queueFleetKeys(ctx, c, b, kind, id, nil, r)
+		if err != nil {
 			return err
 		}
-		s.dir.hook(crashPgWritten)
-		return commitNotify(ctx, c, fleet)
+		queueWorkerKeys(b, kind, id, r)
+		s.dir.hook(crashPgSending)
+		return sendCommit(ctx, c, b, wake)
 	}()
+	return s.wrote(ctx, c, r, saved, err)
+}
+
+// wrote ends a write on c whose outcome is err: one that did not commit
+// rolls back, and gives the caller back its record r as it was (saved),
+// and one that had nothing to store (ErrNoChange) is no error; one that
+// committed counts to the next compaction.
+func (s *pgStore) wrote(ctx context.Context, c *pgx.Conn, r records.Record, saved records.Meta, err error) error {
 	if err != nil && c.PgConn().TxStatus() != 'I' && !c.IsClosed() {
 		// Not committed: end the transaction, or the pool drops the
 		// connection it cannot tell the state of.
@@ -269,8 +311,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	if err != nil {
 		if r != nil {
 			// Not stored (or not known to be): give the caller back its record.
-			h := r.Header()
-			h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
+			restoreHeader(r.Header(), saved)
 		}
 		return pgErr(err)
 	}
@@ -279,20 +320,65 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	return nil
 }
 
+// restoreHeader puts back the fields of h that stamping a write set.
+func restoreHeader(h *records.Meta, saved records.Meta) {
+	h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
+}
+
+// queueInsert queues the insert of a new record's row and its journal
+// entry, in one statement; taken is its error when the id has a row.
+func queueInsert(b *pgx.Batch, id, kind string, data []byte, h *records.Meta, taken error) {
+	b.Queue(`WITH r AS (INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, $3, $4) RETURNING id, kind, rev, data)
+		`+pgJournalPut, id, kind, h.Rev, data, h.UpdatedAt, opPut).Fn = func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == pgUniqueViolation && pe.ConstraintName == "talkbox_records_pkey" {
+			return taken
+		}
+		return err
+	}
+}
+
+// queueUpdate queues the write of a record's new version over the one of
+// revision rev, with its journal entry, in one statement. A row whose rev
+// is no longer rev (changed behind the record's lock) is not written, and
+// the statement then fails, on the server, with a division by zero: the
+// transaction is aborted there and the COMMIT queued after it skipped.
+func queueUpdate(b *pgx.Batch, id string, rev int64, data []byte, h *records.Meta) {
+	b.Queue(`WITH r AS (UPDATE talkbox_records SET rev = $3, data = $4 WHERE id = $1 AND rev = $2 RETURNING id, kind, rev, data),
+		j AS (`+pgJournalPut+` RETURNING 1)
+		SELECT 1 / count(*) FROM j`, id, rev, h.Rev, data, h.UpdatedAt, opPut).Fn = func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == pgDivisionByZero {
+			return fmt.Errorf("%s: changed by another writer while its lock was held", id)
+		}
+		return err
+	}
+}
+
+// The SQLSTATEs a write maps to its own errors.
+const (
+	pgUniqueViolation = "23505"
+	pgDivisionByZero  = "22012"
+)
+
 // pgJournalPut appends the journal entry of the version that the
 // statement's first part, r, wrote: one statement for the record and its
 // entry, whose data is sent once. A write that matched no row appends no
-// entry, which its caller sees in the rows inserted ($5: when, $6: opPut).
+// entry ($5: when, $6: opPut).
 const pgJournalPut = `INSERT INTO talkbox_journal (at, op, kind, id, rev, data) SELECT $5, $6, kind, id, rev, data FROM r`
 
-// commitNotify commits the transaction open on c and then, in the same
-// round trip but a statement of its own (journaled says why), notifies
-// the journal's followers and, when fleet, the fleet's workers. Only the
+// sendCommit ends b with COMMIT and then, in the same round trip but a
+// statement of its own (journaled says why), the notifications of the
+// journal's followers and, as wake says, of the fleet's workers; and
+// sends it on c, where a transaction is open or opened by b. A statement
+// of b that fails makes the server skip the rest, the COMMIT too, and
+// leaves the transaction aborted (the caller rolls it back). Only the
 // COMMIT's outcome is the write's: a notification that fails is made up
 // for by the followers' next poll.
-func commitNotify(ctx context.Context, c *pgx.Conn, fleet bool) error {
+func sendCommit(ctx context.Context, c *pgx.Conn, b *pgx.Batch, wake fleetWake) error {
 	committed := false
-	b := &pgx.Batch{}
 	b.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			// COMMIT of a transaction that failed rolls it back.
@@ -301,7 +387,7 @@ func commitNotify(ctx context.Context, c *pgx.Conn, fleet bool) error {
 		committed = true
 		return nil
 	})
-	queueNotify(b, fleet)
+	queueNotify(b, wake)
 	if err := c.SendBatch(ctx, b).Close(); err != nil && !committed {
 		return err
 	}

@@ -71,23 +71,27 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 
 // queueFleetKeys queues into b the statement that makes a record's fleet
 // keys those of its new version (a queued cycle's plan is read first, on
-// q), and once b has run, *wake tells whether the fleet's watchers must be
-// woken when the write commits: its keys changed (a cycle queued, taken or
-// ended), or a worker's capacity did. The statement deletes the stored keys
-// the new version lacks and adds those it lacks, so that keys which stay
-// are not rewritten; they changed if it deleted or added any.
-func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, prev []byte, r records.Record, wake *bool) error {
+// q), and tells whether the fleet's watchers must be woken when the write
+// commits: its keys changed (a cycle queued, taken or ended), or a
+// worker's capacity did. The statement deletes the stored keys the new
+// version lacks and adds those it lacks, so that keys which stay are not
+// rewritten; they changed if it deleted or added any, which it records
+// for the notification after the COMMIT (wakeIfKeysChanged): the COMMIT
+// is sent before its result is back.
+func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, prev []byte, r records.Record) (fleetWake, error) {
 	switch kind {
 	case records.KindWorker:
-		*wake = capacityChanged(prev, r)
-		return nil
+		if capacityChanged(prev, r) {
+			return wakeFleet, nil
+		}
+		return wakeFollowers, nil
 	case records.KindCycle:
 	default:
-		return nil
+		return wakeFollowers, nil
 	}
 	keys, err := fleetKeys(ctx, q, r, nil)
 	if err != nil {
-		return err
+		return wakeFollowers, err
 	}
 	fields, values := splitKeys(keys)
 	b.Queue(`WITH new AS (SELECT * FROM unnest($5::text[], $6::text[]) AS k(field, value)),
@@ -95,14 +99,9 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 			AND (field, value) NOT IN (SELECT field, value FROM new) RETURNING 1),
 		added AS (INSERT INTO talkbox_keys (kind, field, value, id) SELECT $1, field, value, $2 FROM new
 			ON CONFLICT DO NOTHING RETURNING 1)
-		SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM added)`,
-		kind, id, keyQueued, keyActive, fields, values).QueryRow(func(row pgx.Row) error {
-		var changed int64
-		err := row.Scan(&changed)
-		*wake = changed > 0
-		return err
-	})
-	return nil
+		SELECT set_config('`+pgKeysChanged+`', ((SELECT count(*) FROM gone) + (SELECT count(*) FROM added) > 0)::text, false)`,
+		kind, id, keyQueued, keyActive, fields, values)
+	return wakeIfKeysChanged, nil
 }
 
 // capacityChanged tells whether a worker's new record changes what the

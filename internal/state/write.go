@@ -30,6 +30,7 @@ const (
 	crashBlobLinked      = "blob:linked"      // blob linked into place
 	crashClaimCreated    = "claim:created"    // Claim's record created, index not yet written
 	crashPgWritten       = "pg:written"       // a PostgreSQL write's statements done, not yet committed
+	crashPgSending       = "pg:sending"       // a PostgreSQL write's statements and COMMIT about to be sent
 	crashPgCommitted     = "pg:committed"     // committed, the caller not yet told
 )
 
@@ -43,8 +44,14 @@ func (s *dirStore) hook(point string) {
 // (records.Init); it fails with ErrExists if that ID is taken, leaving r as
 // it was. The stored version is rev 1.
 func (s *Store) Create(ctx context.Context, r records.Record) error {
+	return s.rec.create(ctx, r)
+}
+
+// create is the directory's Create: a write under the record's lock that
+// finds no record.
+func (s *dirStore) create(ctx context.Context, r records.Record) error {
 	h := r.Header()
-	return s.rec.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
+	return s.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
 		if prev != nil {
 			return nil, fmt.Errorf("%s: %w", h.ID, ErrExists)
 		}
