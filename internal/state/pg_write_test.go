@@ -20,7 +20,8 @@ import (
 // that change do, a new queued cycle's too; a row changed behind the
 // record's lock fails the write and leaves nothing of it; a Create of a
 // taken id fails with ErrExists and leaves nothing of it, and the
-// caller's record as it was.
+// caller's record as it was; a queued cycle's key names its plan's
+// platform, or none when the plan is gone.
 func TestPostgresWrite(t *testing.T) {
 	ctx := context.Background()
 	c := pgtest.Start(t, pgtest.WithoutFsync())
@@ -222,5 +223,21 @@ func TestPostgresWrite(t *testing.T) {
 		}
 		got, err := Queued(ctx, st, amd64, 10)
 		expect("queued after a failed Create", got, err, queuedID)
+	})
+	t.Run("queued on a plan that is gone", func(t *testing.T) {
+		// The queue's key of a queued cycle is its plan's platform, read
+		// by the write's own statement: a plan that is gone gives no
+		// platform, as fleetKeys's does, which any host's look takes.
+		cy := &records.Cycle{State: records.CyclePending, Plan: "plan_gone", Sample: "sha256-y"}
+		records.Init(cy, records.KindCycle, st.Now())
+		if err := st.Create(ctx, cy); err != nil {
+			t.Fatal(err)
+		}
+		var value string
+		if err := st.rec.(*pgStore).pool.QueryRow(ctx, `SELECT value FROM talkbox_keys WHERE id = $1 AND field = $2`, cy.ID, keyQueued).Scan(&value); err != nil || value != "/" {
+			t.Fatalf("queue key of a cycle whose plan is gone: %q (%v), want %q", value, err, "/")
+		}
+		got, err := Queued(ctx, st, QueueFilter{Host: "host-a", Platforms: []string{"arm64"}}, 10)
+		expect("queued on a plan that is gone, for an arm64 host", got, err, cy.ID)
 	})
 }

@@ -70,14 +70,16 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 }
 
 // queueFleetKeys queues into b the statement that makes a record's fleet
-// keys those of its new version (a queued cycle's plan is read first, on
-// q), and tells whether the fleet's watchers must be woken when the write
-// commits: its keys changed (a cycle queued, taken or ended), or a
-// worker's capacity did. The statement deletes the stored keys the new
-// version lacks and adds those it lacks, so that keys which stay are not
-// rewritten; they changed if it deleted or added any, which it records
-// for the notification after the COMMIT (wakeIfKeysChanged): the COMMIT
-// is sent before its result is back.
+// keys those of its new version, and tells whether the fleet's watchers
+// must be woken when the write commits: its keys changed (a cycle queued,
+// taken or ended), or a worker's capacity did. The statement deletes the
+// stored keys the new version lacks and adds those it lacks, so that keys
+// which stay are not rewritten; they changed if it deleted or added any,
+// which it records for the notification after the COMMIT
+// (wakeIfKeysChanged): the COMMIT is sent before its result is back. A
+// queued cycle's key, its plan's platform, is read by the statement
+// itself (pgPlanPlatform), not in a round trip of its own while the
+// record's lock is held.
 func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, prev []byte, r records.Record) (fleetWake, error) {
 	switch kind {
 	case records.KindWorker:
@@ -89,20 +91,37 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 	default:
 		return wakeFollowers, nil
 	}
-	keys, err := fleetKeys(ctx, q, r, nil)
-	if err != nil {
-		return wakeFollowers, err
+	// Its keys are those of a queued cycle's queue ($5: the plan, $6: the
+	// pin), or those fleetKeys gives without a read.
+	var (
+		newKeys = `SELECT $3::text AS field, ` + pgPlanPlatform + ` || '/' || $6::text AS value`
+		args    = []any{kind, id, keyQueued, keyActive}
+	)
+	if c, ok := r.(*records.Cycle); ok && !records.CycleTerminal(c.State) && queuedCycle(c) {
+		args = append(args, c.Plan, c.PinnedTo)
+	} else {
+		keys, err := fleetKeys(ctx, q, r, nil)
+		if err != nil {
+			return wakeFollowers, err
+		}
+		fields, values := splitKeys(keys)
+		newKeys = `SELECT * FROM unnest($5::text[], $6::text[]) AS k(field, value)`
+		args = append(args, fields, values)
 	}
-	fields, values := splitKeys(keys)
-	b.Queue(`WITH new AS (SELECT * FROM unnest($5::text[], $6::text[]) AS k(field, value)),
+	b.Queue(`WITH new AS (`+newKeys+`),
 		gone AS (DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)
 			AND (field, value) NOT IN (SELECT field, value FROM new) RETURNING 1),
 		added AS (INSERT INTO talkbox_keys (kind, field, value, id) SELECT $1, field, value, $2 FROM new
 			ON CONFLICT DO NOTHING RETURNING 1)
 		SELECT set_config('`+pgKeysChanged+`', ((SELECT count(*) FROM gone) + (SELECT count(*) FROM added) > 0)::text, false)`,
-		kind, id, keyQueued, keyActive, fields, values)
+		args...)
 	return wakeIfKeysChanged, nil
 }
+
+// pgPlanPlatform is the platform of the plan $5 as fleetKeys reads it:
+// "" when the plan is gone (any host may try, and the cycle fails naming
+// it) or says none.
+const pgPlanPlatform = `coalesce((SELECT convert_from(data, 'UTF8')::jsonb #>> '{image,platform}' FROM talkbox_records WHERE id = $5::text), '')`
 
 // capacityChanged tells whether a worker's new record changes what the
 // fleet's placement reads of it: new, stopped, its slots, its running
