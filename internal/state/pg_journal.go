@@ -106,7 +106,9 @@ const (
 	// (queueFleetKeys) changed a key, as it recorded in the session's
 	// setting pgKeysChanged. Set by a session-wide set_config in the
 	// transaction, the setting outlives the COMMIT (and goes with a
-	// rollback); every write that reads it set it first.
+	// rollback); every write that reads it set it first. Read where it
+	// was never set (a pooler that moved the session), it wakes only the
+	// followers: the workers' next heartbeat makes up for it.
 	wakeIfKeysChanged
 )
 
@@ -120,7 +122,7 @@ func queueNotify(b *pgx.Batch, wake fleetWake) {
 	case wakeFleet:
 		b.Queue(`SELECT pg_notify($1, ''), pg_notify($2, '')`, pgNotifyChannel, pgFleetChannel)
 	case wakeIfKeysChanged:
-		b.Queue(`SELECT pg_notify($1, ''), CASE WHEN current_setting('`+pgKeysChanged+`') = 'true' THEN pg_notify($2, '') END`,
+		b.Queue(`SELECT pg_notify($1, ''), CASE WHEN current_setting('`+pgKeysChanged+`', true) = 'true' THEN pg_notify($2, '') END`,
 			pgNotifyChannel, pgFleetChannel)
 	default:
 		b.Queue(`SELECT pg_notify($1, '')`, pgNotifyChannel)
