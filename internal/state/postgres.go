@@ -240,7 +240,6 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 			queueUpdate(w, id, rev, data, h)
 		}
 		queueKeys(w, kind, id, prev, indexKeys(r))
-		// Reads the plan of a queued cycle, in a round trip of its own.
 		wake, err := queueFleetKeys(ctx, c, w, kind, id, prev, r)
 		if err != nil {
 			return err
@@ -254,8 +253,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 
 // create stores a new record in one round trip: BEGIN, the record's lock,
 // its row (whose id, if taken, fails the transaction with ErrExists) with
-// its journal entry, its keys, COMMIT and the notification. Only a queued
-// cycle's plan is read before (queueFleetKeys).
+// its journal entry, its keys, COMMIT and the notification.
 func (s *pgStore) create(ctx context.Context, r records.Record) error {
 	h := r.Header()
 	id := h.ID
