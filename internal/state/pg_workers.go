@@ -11,14 +11,24 @@ import (
 )
 
 // The PostgreSQL store keeps two keys of its own on a worker record,
-// beside its IndexKeys, whose value is when the worker is taken for dead
-// unless it beats again (Heartbeat plus DeadAfter, UTC, in a layout of
-// fixed width so that the text order is the time order): keyLive while it
-// has not stopped, keyFree while it also has a free slot. The workers
-// alive at a time (with a free slot) are then one range of the key's
-// index: a claim reads those with a free slot instead of every worker
-// record of the fleet, and the live ones are read in one query. A worker
-// rewrites its record every heartbeat, which moves its keys.
+// beside its IndexKeys, whose value is a time by which the worker is taken
+// for dead unless it beats again (UTC, in a layout of fixed width so that
+// the text order is the time order): keyLive while it has not stopped,
+// keyFree while it also has a free slot. The workers alive at a time (with
+// a free slot) are then one range of the key's index: a claim reads those
+// with a free slot instead of every worker record of the fleet, and the
+// live ones are read in one query.
+//
+// The value is coarse: Heartbeat plus DeadAfter rounded up to a multiple of
+// DeadAfter, so that it is never before the worker's death and at most
+// DeadAfter after it, and a reader keeps only the records that say the
+// worker is alive. A worker rewrites its record every heartbeat; were the
+// key its exact expiry, every beat would delete the key and insert another,
+// and each deleted entry, until vacuumed, lies in the range that every
+// read of live or free workers scans and checks against the table: about
+// DeadAfter/heartbeat entries a worker (12 at tb-run worker's defaults),
+// 170 ms a read at 1,000 workers. Coarse, the key moves once every
+// DeadAfter, and the writes that leave it as it was do not touch it.
 const (
 	keyLive = "live"
 	keyFree = "free"
@@ -33,22 +43,34 @@ func workerKeys(r records.Record) []records.IndexKey {
 	if !ok || w.Stopped {
 		return nil
 	}
-	until := w.Heartbeat.Add(time.Duration(w.DeadAfter)).UTC().Format(freeUntilLayout)
-	keys := []records.IndexKey{{Field: keyLive, Value: until}}
+	until := w.Heartbeat.Add(time.Duration(w.DeadAfter)).UTC()
+	if step := time.Duration(w.DeadAfter); step > 0 {
+		if up := until.Truncate(step); up.Before(until) {
+			until = up.Add(step)
+		}
+	}
+	value := until.Format(freeUntilLayout)
+	keys := []records.IndexKey{{Field: keyLive, Value: value}}
 	if w.Free() > 0 {
-		keys = append(keys, records.IndexKey{Field: keyFree, Value: until})
+		keys = append(keys, records.IndexKey{Field: keyFree, Value: value})
 	}
 	return keys
 }
 
-// queueWorkerKeys queues into b the statements that make a worker
-// record's keys of the fleet those of its new version.
+// queueWorkerKeys queues into b the statement that makes a worker record's
+// keys of the fleet those of its new version: it deletes the stored ones
+// the new version lacks and adds those it lacks, so that a key that stays
+// (most heartbeats) is neither deleted nor written.
 func queueWorkerKeys(b *pgx.Batch, kind, id string, r records.Record) {
 	if kind != records.KindWorker {
 		return
 	}
-	b.Queue(`DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)`, kind, id, keyLive, keyFree)
-	queueInsertKeys(b, kind, id, workerKeys(r))
+	fields, values := splitKeys(workerKeys(r))
+	b.Queue(`WITH new AS (SELECT * FROM unnest($5::text[], $6::text[]) AS k(field, value)),
+		gone AS (DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)
+			AND (field, value) NOT IN (SELECT field, value FROM new))
+		INSERT INTO talkbox_keys (kind, field, value, id) SELECT $1, field, value, $2 FROM new
+		ON CONFLICT DO NOTHING`, kind, id, keyLive, keyFree, fields, values)
 }
 
 // LiveWorkers returns the workers alive at now: on PostgreSQL in one
@@ -62,7 +84,8 @@ func LiveWorkers(ctx context.Context, st *Store, now time.Time) ([]*records.Work
 }
 
 // FreeWorkers returns up to n of the workers alive at now that have a free
-// slot, those whose heartbeat is the latest first. On PostgreSQL it reads
+// slot: on the directory those whose heartbeat is the latest first, on
+// PostgreSQL those whose key expires the latest first. On PostgreSQL it reads
 // one range of an index, n rows at most, whatever the number of workers in
 // the fleet; on the directory, every worker record.
 func FreeWorkers(ctx context.Context, st *Store, now time.Time, n int) ([]*records.Worker, error) {
@@ -80,7 +103,7 @@ func FreeWorkers(ctx context.Context, st *Store, now time.Time, n int) ([]*recor
 
 // workersByExpiry reads the workers whose key field has not expired at
 // now, the latest to expire first, n at most (-1: all), those keep keeps:
-// the key is as of the record's write, the record says the rest.
+// the key is as of the record's write and coarse, the record says the rest.
 func workersByExpiry(ctx context.Context, pg *pgStore, field string, now time.Time, n int, keep func(*records.Worker) bool) ([]*records.Worker, error) {
 	limit := any(nil) // LIMIT NULL: no limit
 	if n >= 0 {

@@ -334,8 +334,9 @@ func (s *pgStore) activeRefs(ctx context.Context, host *string) ([]ActiveRef, er
 	return out, pgErr(err)
 }
 
-// countLiveWorkers counts the live keys not expired at now (a worker's
-// Stopped is not in its key: a stopped worker has none).
+// countLiveWorkers counts the live keys not expired at now (a stopped
+// worker has none; one dead for less than its DeadAfter may still have
+// one: workerKeys).
 func (s *pgStore) countLiveWorkers(ctx context.Context, now time.Time) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM talkbox_keys WHERE kind = $1 AND field = $2 AND value >= $3`,

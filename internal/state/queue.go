@@ -90,7 +90,8 @@ func Queued(ctx context.Context, st *Store, f QueueFilter, n int) ([]*records.Cy
 }
 
 // CountLiveWorkers counts the workers alive at now: on PostgreSQL from
-// their keys alone (one range of an index), no record read; on the
+// their keys alone (one range of an index), no record read, and so with
+// those dead for less than their DeadAfter (the keys are coarse); on the
 // directory, from every worker record.
 func CountLiveWorkers(ctx context.Context, st *Store, now time.Time) (int, error) {
 	if pg, ok := st.rec.(*pgStore); ok {
