@@ -20,7 +20,8 @@ import (
 // host), which it acquires on its host. It drives up to Slots at once,
 // each under the cycle's lock, so that a cycle is driven by one worker; it
 // says it is alive (and how many slots are free: its host's capacity) in
-// its worker record, every Heartbeat and whenever it takes or ends a cycle.
+// its worker record, every Heartbeat, whenever it takes a cycle, and when
+// one ends and the look that follows leaves the slot free.
 //
 // A cycle left on a host whose workers all fell silent for DeadAfter (the
 // host died, or its worker was killed and not restarted) and that no one
@@ -64,6 +65,8 @@ type Worker struct {
 	running map[string]bool
 	// paused: Ready failed, and the heartbeat offers no free slot.
 	paused bool
+	// unsaid: a cycle ended since the record was last written.
+	unsaid bool
 	// planPlatform caches each plan's platform (a plan never changes).
 	planPlatform map[string]string
 	// waiting holds the waits already logged: a platform no live host
@@ -126,6 +129,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			if err != nil {
 				w.R.Log.Warn("looking for cycles", "err", err)
 			}
+			if w.unsaid {
+				// The slots a cycle's end freed and the look left free.
+				w.beat(ctx)
+			}
 			if w.UntilIdle && idle && len(w.running) == 0 {
 				w.R.Log.Info("worker idle: nothing left to drive", "worker", w.rec.ID)
 				return nil
@@ -139,8 +146,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			return nil
 		case d := <-done:
+			// The record says the slot is free after the look that
+			// follows, which most often fills it again: a slot freed and
+			// taken is one write of the record (by start), not two, and
+			// wakes the fleet's free workers once, not twice.
 			w.finish(ctx, d)
-			w.beat(ctx)
 		case <-tick.C:
 			if err := w.capabilities(ctx); err != nil {
 				w.R.Log.Warn("what this host can boot; keeping the last answer", "err", err)
@@ -268,6 +278,7 @@ func (w *Worker) releaseAbandoned(ctx context.Context) {
 func (w *Worker) finish(ctx context.Context, d driven) {
 	delete(w.running, d.id)
 	w.rec.Running = slices.DeleteFunc(w.rec.Running, func(id string) bool { return id == d.id })
+	w.unsaid = true
 	if errors.Is(d.err, ErrBusy) {
 		return // another worker took it first
 	}
@@ -297,7 +308,9 @@ func (w *Worker) beat(ctx context.Context) {
 	})
 	if err != nil {
 		w.R.Log.Warn("heartbeat", "err", err)
+		return
 	}
+	w.unsaid = false
 }
 
 // take starts driving the cycles this worker should drive now, as slots

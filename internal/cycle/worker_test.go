@@ -339,3 +339,41 @@ func TestLookReadsBoundedByFleetSize(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimWritesTheWorkerOnce: a worker whose cycle ends and that takes
+// the next one at once writes its record once for the two (the next
+// cycle's start), not once for the slot freed and again for it taken: each
+// write is a commit on the claim's path and a wake of every free worker of
+// the fleet. The record still says the slot is free when no cycle is left
+// to fill it, and the worker stopped when it ends.
+func TestClaimWritesTheWorkerOnce(t *testing.T) {
+	f := newFleet(t, "amd64")
+	const queued = 6
+	for range queued {
+		f.submit(t, "amd64", "")
+	}
+	w := f.worker("host-a", 1, []string{"amd64"}, nil, nil)
+	w.Heartbeat, w.UntilIdle = time.Hour, true // no beat but the claims'
+	ended := 0
+	w.Ended = func(c *records.Cycle, err error) {
+		if c == nil || c.State != records.CycleCompleted {
+			t.Errorf("cycle ended %v: %v", c, err)
+		}
+		ended++
+	}
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ended != queued {
+		t.Fatalf("the worker drove %d cycles, want %d", ended, queued)
+	}
+	rec := get(t, f.st, w.rec.ID, &records.Worker{})
+	if !rec.Stopped || len(rec.Running) != 0 {
+		t.Errorf("the worker's last record: stopped %v, running %v; want stopped, running none", rec.Stopped, rec.Running)
+	}
+	// Its creation, each cycle's start, the slot left free at the end and
+	// its stop.
+	if want := int64(1 + queued + 2); rec.Rev > want {
+		t.Errorf("the worker wrote its record %d times for %d cycles taken one after another, want %d at most", rec.Rev, queued, want)
+	}
+}
