@@ -160,7 +160,7 @@ func (f *fleet) takes(t *testing.T, w *Worker) []string {
 	t.Helper()
 	ctx := context.Background()
 	done := make(chan driven)
-	if _, err := w.take(ctx, done); err != nil {
+	if _, err := w.take(ctx, done, true); err != nil {
 		t.Fatal(err)
 	}
 	var started []string
@@ -532,5 +532,37 @@ func TestFirstSweepSpreadInALargeFleet(t *testing.T) {
 	period := w.sweepPeriod(42)
 	if w.sweepAt.Before(now) || !w.sweepAt.Before(now.Add(period)) {
 		t.Errorf("in a fleet of 42, the first sweep is at %s, want within %s of %s", w.sweepAt, period, now)
+	}
+}
+
+// TestClaimPutsOffADueSweep: a look that a cycle's end (or a wake) brings
+// takes its cycle without sweeping, though a sweep is due: a sweep reads
+// every live worker and every cycle being driven in the fleet, and the
+// claim would wait for it. The heartbeat's look that follows makes it.
+func TestClaimPutsOffADueSweep(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t, "amd64")
+	f.host(t, "host-o", 1, 1, []string{"amd64"}, nil)
+	w := f.registered(t, "host-m", 1, []string{"amd64"}, nil)
+	if !w.sweepAt.IsZero() {
+		t.Fatalf("in a fleet of two, the first sweep is at %s, want due now", w.sweepAt)
+	}
+	id := f.submit(t, "amd64", "")
+	done := make(chan driven)
+	if _, err := w.take(ctx, done, false); err != nil {
+		t.Fatal(err)
+	}
+	if !w.running[id] {
+		t.Fatalf("the look after a cycle's end started %v, want %s", w.running, id)
+	}
+	if !w.sweepAt.IsZero() || w.live != nil {
+		t.Errorf("the look after a cycle's end swept (next sweep at %s, live workers read %d)", w.sweepAt, len(w.live))
+	}
+	w.finish(ctx, <-done)
+	if _, err := w.take(ctx, done, true); err != nil {
+		t.Fatal(err)
+	}
+	if w.sweepAt.IsZero() || len(w.live) != 1 {
+		t.Errorf("the heartbeat's look did not sweep (next sweep at %s, live workers read %d)", w.sweepAt, len(w.live))
 	}
 }

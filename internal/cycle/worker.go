@@ -122,10 +122,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	done := make(chan driven)
 	tick := time.NewTicker(w.heartbeat())
 	defer tick.Stop()
-	look := true
+	// The first look and the heartbeat's may sweep; a look that a cycle's
+	// end or a wake brings puts a due sweep off to the next heartbeat, so
+	// that the claim it makes does not wait on reading every cycle being
+	// driven and every live worker of the fleet.
+	look, heartbeat := true, true
 	for {
 		if look {
-			idle, err := w.take(ctx, done)
+			idle, err := w.take(ctx, done, heartbeat)
 			if err != nil {
 				w.R.Log.Warn("looking for cycles", "err", err)
 			}
@@ -138,7 +142,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				return nil
 			}
 		}
-		look = true
+		look, heartbeat = true, false
 		select {
 		case <-ctx.Done():
 			for range len(w.running) {
@@ -156,6 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.R.Log.Warn("what this host can boot; keeping the last answer", "err", err)
 			}
 			w.beat(ctx)
+			heartbeat = true
 		case <-changed:
 			// A worker with no free slot has nothing to take: the
 			// cycles of dead hosts are looked for every heartbeat, and
@@ -314,18 +319,19 @@ func (w *Worker) beat(ctx context.Context) {
 }
 
 // take starts driving the cycles this worker should drive now, as slots
-// allow, and, at a sweep, replaces those of dead hosts. idle reports that
-// no open cycle was left undriven (known only at a sweep, which an idle
-// check makes at every look). A look reads where the active cycles of its
+// allow, and, at a sweep, replaces those of dead hosts. A sweep is made at
+// the heartbeat's look once one is due (sweepEvery), and at every look of
+// an idle check. idle reports that no open cycle was left undriven (known
+// only at a sweep). A look reads where the active cycles of its
 // own host go on (as many as it drives, with their leases' hosts, not the
 // records), the first queued ones this host may take (never the whole
 // queue) and the capacity of at most freeWorkersRead other workers with a
 // free slot; a sweep reads the same of every active cycle, and every live
 // worker (see sweepEvery).
-func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err error) {
+func (w *Worker) take(ctx context.Context, done chan<- driven, heartbeat bool) (idle bool, err error) {
 	st := w.R.St
 	now := st.Now()
-	sweep := w.UntilIdle || !now.Before(w.sweepAt)
+	sweep := w.UntilIdle || heartbeat && !now.Before(w.sweepAt)
 	if sweep {
 		if err := w.readLive(ctx); err != nil {
 			return false, err
@@ -358,7 +364,10 @@ func (w *Worker) take(ctx context.Context, done chan<- driven) (idle bool, err e
 		return false, err
 	}
 	if sweep {
-		w.sweepAt = now.Add(w.sweepEvery())
+		// Sweeps are made at heartbeats: half of one early, so that
+		// the heartbeat's look about sweepEvery from now finds it due
+		// however late this look came after its tick.
+		w.sweepAt = now.Add(w.sweepEvery() - w.heartbeat()/2)
 	}
 	idle = sweep
 	for _, c := range active {
@@ -419,8 +428,9 @@ const sweepsPerHeartbeat = 8
 // a fleet of up to sweepsPerHeartbeat live workers; in a larger one, as
 // many heartbeats as keep the fleet's sweeps at about sweepsPerHeartbeat a
 // heartbeat, each worker's at a random point of its period so that they
-// spread out. A dead host's cycles are then found within about a heartbeat
-// of its DeadAfter, by whichever worker sweeps first.
+// spread out. A dead host's cycles are then found within about two
+// heartbeats of its DeadAfter (a due sweep waits for the heartbeat's
+// look), by whichever worker sweeps first.
 func (w *Worker) sweepEvery() time.Duration {
 	n := len(w.live) + 1
 	period := w.sweepPeriod(n)

@@ -319,11 +319,11 @@ func TestLookReadsBoundedByFleetSize(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan driven)
-		if _, err := w.take(ctx, done); err != nil { // a first look (its sweep comes later in a fleet this size)
+		if _, err := w.take(ctx, done, true); err != nil { // a first look (its sweep comes later in a fleet this size)
 			t.Fatal(err)
 		}
 		pg.StatementRows(t, url)
-		if _, err := w.take(ctx, done); err != nil {
+		if _, err := w.take(ctx, done, true); err != nil {
 			t.Fatal(err)
 		}
 		rows[hosts] = pg.StatementRows(t, url, "talkbox_records", "talkbox_keys")
