@@ -502,7 +502,11 @@ func (w *Worker) takeQueued(ctx context.Context, now time.Time, done chan<- driv
 	for _, o := range others {
 		othersFree += o.Free()
 	}
-	queued, err := state.Queued(ctx, w.R.St, w.queueFilter(), free+othersFree+claimMargin)
+	// The cycles other workers drive already are passed over at once,
+	// not each asked about with a lock's round trips.
+	f := w.queueFilter()
+	f.Lock = cycleLock
+	queued, err := state.Queued(ctx, w.R.St, f, free+othersFree+claimMargin)
 	if err != nil {
 		return false, err
 	}

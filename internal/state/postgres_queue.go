@@ -230,8 +230,8 @@ func backfillFleetKeys(ctx context.Context, tx pgx.Tx) error {
 var errEnough = errors.New("enough rows")
 
 func (s *pgStore) queued(ctx context.Context, f QueueFilter, n int) ([][]byte, error) {
-	var rows pgx.Rows
-	var err error
+	var out [][]byte
+	var data []byte
 	if f.Platforms != nil && f.Host != "" {
 		// One ordered index scan per key value the host may take, each
 		// stopping after n rows: the cost is n per value, whatever the
@@ -244,34 +244,43 @@ func (s *pgStore) queued(ctx context.Context, f QueueFilter, n int) ([][]byte, e
 		for _, p := range plats {
 			values = append(values, p+"/", p+"/"+f.Host)
 		}
-		rows, err = s.pool.Query(ctx, `SELECT r.data FROM unnest($1::text[]) AS v(value)
+		err := s.lockingRead(ctx, func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&data}, func() error {
+				out = append(out, append([]byte(nil), data...))
+				return nil
+			})
+			return err
+		}, `SELECT r.data FROM unnest($1::text[]) AS v(value)
 			CROSS JOIN LATERAL (SELECT id FROM talkbox_keys
 				WHERE kind = $2 AND field = $3 AND value = v.value
 				ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) q
 			JOIN talkbox_records r ON r.id = q.id
 			ORDER BY q.id LIMIT $4`, values, records.KindCycle, keyQueued, n)
-	} else if f.Platforms == nil && f.Host == "" {
+		return out, err
+	}
+	if f.Platforms == nil && f.Host == "" {
 		// Every queued cycle (a look at what no host takes): the first n,
 		// and only those locked for the statement. Read as below, every
 		// row of the queue was locked until the last was sorted, and the
 		// writes taking cycles out of the queue waited for it.
-		rows, err = s.pool.Query(ctx, `SELECT r.data FROM (SELECT id FROM talkbox_keys
+		err := s.lockingRead(ctx, func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&data}, func() error {
+				out = append(out, append([]byte(nil), data...))
+				return nil
+			})
+			return err
+		}, `SELECT r.data FROM (SELECT id FROM talkbox_keys
 				WHERE kind = $1 AND field = $2 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) q
 			JOIN talkbox_records r ON r.id = q.id
 			ORDER BY q.id`, records.KindCycle, keyQueued, n)
-	} else {
-		// Any platform, or any pin: filtered as the queue is read, oldest
-		// first (a sort of the whole queue: for a worker that does not say
-		// what it boots).
-		rows, err = s.pool.Query(ctx, `SELECT r.data, k.value FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
-			WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id FOR UPDATE OF k SKIP LOCKED`, records.KindCycle, keyQueued)
-		if err != nil {
-			return nil, pgErr(err)
-		}
-		var out [][]byte
-		var data []byte
-		var value string
-		_, err = pgx.ForEachRow(rows, []any{&data, &value}, func() error {
+		return out, err
+	}
+	// Any platform, or any pin: filtered as the queue is read, oldest
+	// first (a sort of the whole queue: for a worker that does not say
+	// what it boots).
+	var value string
+	err := s.lockingRead(ctx, func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&data, &value}, func() error {
 			plat, pin, _ := strings.Cut(value, "/")
 			if f.takes(plat, pin) {
 				out = append(out, append([]byte(nil), data...))
@@ -284,13 +293,69 @@ func (s *pgStore) queued(ctx context.Context, f QueueFilter, n int) ([][]byte, e
 		if errors.Is(err, errEnough) {
 			err = nil
 		}
-		return out, pgErr(err)
+		return err
+	}, `SELECT r.data, k.value FROM talkbox_keys k JOIN talkbox_records r ON r.id = k.id
+		WHERE k.kind = $1 AND k.field = $2 ORDER BY k.id FOR UPDATE OF k SKIP LOCKED`, records.KindCycle, keyQueued)
+	return out, err
+}
+
+// lockingRead runs a read of queued cycles that locks the rows it returns
+// (FOR UPDATE SKIP LOCKED: claims made at once skip each other's) in a
+// transaction of its own, in one round trip, that commits without waiting
+// for its WAL to reach the disk. Its row locks are all it writes and end
+// with it, so that a crash loses nothing a flush would have kept; waited
+// for, the flush was an fsync on every claim's path.
+func (s *pgStore) lockingRead(ctx context.Context, read func(pgx.Rows) error, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SET LOCAL synchronous_commit = off`)
+	b.Queue(sql, args...)
+	b.Queue(`COMMIT`)
+	br := s.pool.SendBatch(ctx, b)
+	err := func() error {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		err = read(rows)
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = br.Exec()
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
+	return pgErr(err)
+}
+
+// unlocked tells, for each named lock, whether no one holds it: each
+// taken and let go at once, all in one statement (a try of the advisory
+// lock that TryLock's holder keeps; nothing is written).
+func (s *pgStore) unlocked(ctx context.Context, names []string) ([]bool, error) {
+	keys := make([]int64, len(names))
+	for i, n := range names {
+		keys[i] = lockKey("named", n)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT pg_try_advisory_xact_lock(k) FROM unnest($1::bigint[]) WITH ORDINALITY AS l(k, i) ORDER BY i`, keys)
 	if err != nil {
 		return nil, pgErr(err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	return out, pgErr(err)
+	free, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err == nil && len(free) != len(names) {
+		err = fmt.Errorf("asked about %d locks, told of %d", len(names), len(free))
+	}
+	return free, pgErr(err)
 }
 
 // activeRefs reads the active cycles (whose key names the host or no

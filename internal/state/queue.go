@@ -28,6 +28,13 @@ type QueueFilter struct {
 	// taken by a host that leases any (as records.Worker.Boots says). Nil:
 	// every platform, for a worker that does not say what it boots.
 	Platforms []string
+	// Lock, when set, names a cycle's lock, which whoever drives the
+	// cycle holds: on PostgreSQL the cycles whose lock is held are left
+	// out, in one round trip for them all. Claims made at once would
+	// otherwise each ask, one lock at a time, about the cycles another
+	// has just started driving, which stay queued until it has leased.
+	// A cycle may still be taken between this read and its caller's lock.
+	Lock func(cycleID string) string
 }
 
 // takes tells whether a host under f may take a queued cycle of a plan of
@@ -48,6 +55,7 @@ func (f QueueFilter) takes(platform, pin string) bool {
 // fleetBackend is a store that keeps its cycles' queue in an index.
 type fleetBackend interface {
 	queued(ctx context.Context, f QueueFilter, n int) ([][]byte, error)
+	unlocked(ctx context.Context, names []string) ([]bool, error)
 	activeRefs(ctx context.Context, host *string) ([]ActiveRef, error)
 }
 
@@ -64,7 +72,25 @@ func Queued(ctx context.Context, st *Store, f QueueFilter, n int) ([]*records.Cy
 		if err != nil {
 			return nil, err
 		}
-		return decodeCycles(raw)
+		cs, err := decodeCycles(raw)
+		if err != nil || f.Lock == nil || len(cs) == 0 {
+			return cs, err
+		}
+		names := make([]string, len(cs))
+		for i, c := range cs {
+			names[i] = f.Lock(c.ID)
+		}
+		free, err := fb.unlocked(ctx, names)
+		if err != nil {
+			return nil, err
+		}
+		out := cs[:0]
+		for i, c := range cs {
+			if free[i] {
+				out = append(out, c)
+			}
+		}
+		return out, nil
 	}
 	platforms := map[string]string{}
 	var out []*records.Cycle

@@ -231,3 +231,65 @@ func TestQueuedUnfilteredReadsWhatItAsks(t *testing.T) {
 		t.Errorf("a look at %d queued cycles read %d rows of a queue of %d: it reads the whole queue", asked, rows, queue)
 	}
 }
+
+// TestQueuedLeavesOutLockedCycles: asked with the cycles' lock, a read of
+// the queue leaves out those whose lock someone holds (a worker drives
+// them: they stay queued until it has leased), in one statement, and
+// holds none of the locks it tried.
+func TestQueuedLeavesOutLockedCycles(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Start(t, pgtest.WithoutFsync()).NewDatabase(t)
+	st := openT(t, t.TempDir(), WithShared(url))
+	defer st.Close()
+	driver := openT(t, t.TempDir(), WithShared(url))
+	defer driver.Close()
+	plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "amd64"}}
+	records.Init(plan, records.KindPlan, st.Now())
+	if err := st.Create(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 3 {
+		c := &records.Cycle{State: records.CyclePending, Plan: plan.ID}
+		records.Init(c, records.KindCycle, st.Now())
+		if err := st.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	lock := func(id string) string { return "tb-run/cycle/" + id }
+	unlock, ok, err := driver.TryLock(ctx, lock(ids[0]))
+	if err != nil || !ok {
+		t.Fatalf("locking %s: %v %v", ids[0], ok, err)
+	}
+	defer unlock()
+	f := QueueFilter{Host: "host-a", Platforms: []string{"amd64"}}
+	read := func(f QueueFilter) []string {
+		t.Helper()
+		cs, err := Queued(ctx, st, f, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range cs {
+			got = append(got, c.ID)
+		}
+		return got
+	}
+	if got := read(f); !slices.Equal(got, ids) {
+		t.Errorf("without the lock's name, queued %v, want all %v", got, ids)
+	}
+	f.Lock = lock
+	if got := read(f); !slices.Equal(got, ids[1:]) {
+		t.Errorf("with %s's lock held, queued %v, want %v", ids[0], got, ids[1:])
+	}
+	for _, id := range ids[1:] {
+		u, ok, err := driver.TryLock(ctx, lock(id))
+		if err != nil || !ok {
+			t.Errorf("after the read, %s's lock is held (%v %v)", id, ok, err)
+			continue
+		}
+		u()
+	}
+}
