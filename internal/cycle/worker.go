@@ -693,12 +693,16 @@ func (w *Worker) busy(ctx context.Context, id string) bool {
 func (w *Worker) start(ctx context.Context, id string, done chan<- driven) {
 	w.running[id] = true
 	w.rec.Running = append(w.rec.Running, id)
-	w.beat(ctx)
-	w.R.Log.Info("driving", "cycle", id, "host", w.Host)
+	// Drive takes the cycle's lock first, before the record is written:
+	// until it holds it, the cycle is still queued and unlocked, and any
+	// worker looking then starts it too, only for one of them to find it
+	// busy.
 	go func() {
 		c, err := w.R.Drive(ctx, id)
 		done <- driven{id: id, c: c, err: err}
 	}()
+	w.beat(ctx)
+	w.R.Log.Info("driving", "cycle", id, "host", w.Host)
 }
 
 // replace makes a dead host's cycle again on a fresh lease, and ends the
