@@ -33,7 +33,9 @@ type QueueFilter struct {
 	// out, in one round trip for them all. Claims made at once would
 	// otherwise each ask, one lock at a time, about the cycles another
 	// has just started driving, which stay queued until it has leased.
-	// A cycle may still be taken between this read and its caller's lock.
+	// Twice n are read, so that as many as n of those may be passed over
+	// and still n returned. A cycle may still be taken between this read
+	// and its caller's lock.
 	Lock func(cycleID string) string
 }
 
@@ -68,7 +70,11 @@ func Queued(ctx context.Context, st *Store, f QueueFilter, n int) ([]*records.Cy
 		return nil, nil
 	}
 	if fb, ok := st.rec.(fleetBackend); ok {
-		raw, err := fb.queued(ctx, f, n)
+		read := n
+		if f.Lock != nil {
+			read = 2 * n
+		}
+		raw, err := fb.queued(ctx, f, read)
 		if err != nil {
 			return nil, err
 		}
@@ -86,7 +92,7 @@ func Queued(ctx context.Context, st *Store, f QueueFilter, n int) ([]*records.Cy
 		}
 		out := cs[:0]
 		for i, c := range cs {
-			if free[i] {
+			if free[i] && len(out) < n {
 				out = append(out, c)
 			}
 		}

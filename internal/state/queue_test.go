@@ -284,6 +284,11 @@ func TestQueuedLeavesOutLockedCycles(t *testing.T) {
 	if got := read(f); !slices.Equal(got, ids[1:]) {
 		t.Errorf("with %s's lock held, queued %v, want %v", ids[0], got, ids[1:])
 	}
+	// Asked for as many as are queued, less the one locked: the locked
+	// one is passed over, not counted.
+	if got, err := Queued(ctx, st, f, 2); err != nil || !slices.Equal(cycleIDs(got), ids[1:]) {
+		t.Errorf("asked for 2 with %s's lock held, queued %v (%v), want %v", ids[0], cycleIDs(got), err, ids[1:])
+	}
 	for _, id := range ids[1:] {
 		u, ok, err := driver.TryLock(ctx, lock(id))
 		if err != nil || !ok {
@@ -292,4 +297,12 @@ func TestQueuedLeavesOutLockedCycles(t *testing.T) {
 		}
 		u()
 	}
+}
+
+func cycleIDs(cs []*records.Cycle) []string {
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids
 }
