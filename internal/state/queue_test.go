@@ -306,3 +306,67 @@ func cycleIDs(cs []*records.Cycle) []string {
 	}
 	return ids
 }
+
+// TestQueuedUnfilteredReadDoesNotGrowWithTheEnded: a look at every queued
+// cycle reads as many index pages with 5,000 ended cycles before the queue
+// (IDs sort by age) as with 1,000. Ordered by ID alone, it scanned every
+// cycle's keys from the oldest, the ended ones first: at 100,000 cycles,
+// 25-35 ms a look, made by every idle worker once a heartbeat. Counted as
+// the blocks its statements touched (pg_stat_statements).
+func TestQueuedUnfilteredReadDoesNotGrowWithTheEnded(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Start(t, pgtest.WithoutFsync(), pgtest.WithStatementStats())
+	blocks := map[int]int64{}
+	for _, ended := range []int{1000, 5000} {
+		url := c.NewDatabase(t)
+		st := openT(t, t.TempDir(), WithShared(url))
+		defer st.Close()
+		var plans []string
+		for _, p := range []string{"amd64", "mipsel"} {
+			plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: p}}
+			records.Init(plan, records.KindPlan, st.Now())
+			if err := st.Create(ctx, plan); err != nil {
+				t.Fatal(err)
+			}
+			plans = append(plans, plan.ID)
+		}
+		b := st.NewBatch()
+		for i := range ended + 200 {
+			cy := &records.Cycle{State: records.CycleCompleted, Plan: plans[i%2], Sample: "sample"}
+			if i >= ended {
+				cy.State = records.CyclePending
+			}
+			records.Init(cy, records.KindCycle, st.Now())
+			if _, err := b.Create(cy); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+			t.Fatal(err)
+		}
+		c.StatementRows(t, url) // from here on
+		got, err := Queued(ctx, st, QueueFilter{}, 3)
+		if err != nil || len(got) != 3 {
+			t.Fatalf("Queued(any, 3) = %d cycles, %v", len(got), err)
+		}
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint FROM pg_stat_statements
+			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query ~ '\mtalkbox_keys\M'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		blocks[ended] = n
+	}
+	t.Logf("blocks a look at the queue touched, by ended cycles before it: %v", blocks)
+	if blocks[5000] > blocks[1000]+blocks[1000]/2 {
+		t.Errorf("a look at the queue touched %d blocks with 5,000 ended cycles before it, %d with 1,000: it reads the ended ones",
+			blocks[5000], blocks[1000])
+	}
+}
