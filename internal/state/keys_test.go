@@ -20,10 +20,11 @@ func newCapture(t *testing.T, s *Store, lease string) *records.Capture {
 	return c
 }
 
-func captureIDs(cs []*records.Capture) []string {
+// idsOf lists the records' IDs, in their order.
+func idsOf[R records.Record](rs []R) []string {
 	var ids []string
-	for _, c := range cs {
-		ids = append(ids, c.ID)
+	for _, r := range rs {
+		ids = append(ids, r.Header().ID)
 	}
 	return ids
 }
@@ -49,12 +50,12 @@ func TestFindBy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ids := captureIDs(got); len(ids) != 2 || ids[0] != a.ID || ids[1] != a2.ID {
+	if ids := idsOf(got); len(ids) != 2 || ids[0] != a.ID || ids[1] != a2.ID {
 		t.Errorf("lease_a: %v, want %s %s", ids, a.ID, a2.ID)
 	}
 	odd, err := FindBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease:b/odd name", nil)
 	if err != nil || len(odd) != 1 || odd[0].ID != moved.ID {
-		t.Errorf("odd value: %v, %v", captureIDs(odd), err)
+		t.Errorf("odd value: %v, %v", idsOf(odd), err)
 	}
 	last, err := LatestBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_a", nil)
 	if err != nil || last.ID != a2.ID {
@@ -64,7 +65,7 @@ func TestFindBy(t *testing.T) {
 		t.Errorf("LatestBy of no record: %v", err)
 	}
 	all, err := Find(s, records.KindCapture, func(c *records.Capture) bool { return c.Lease != "lease_a" })
-	if ids := captureIDs(all); err != nil || len(ids) != 2 || ids[0] != b.ID || ids[1] != moved.ID {
+	if ids := idsOf(all); err != nil || len(ids) != 2 || ids[0] != b.ID || ids[1] != moved.ID {
 		t.Errorf("Find: %v, %v", ids, err)
 	}
 	if _, err := os.Stat(filepath.Join(s.keyDir(records.KindCapture, records.KeyLease, "lease_a"), gone.ID)); err == nil {
@@ -113,7 +114,7 @@ func TestCheckKeys(t *testing.T) {
 		t.Fatalf("Check with Repair: %+v, %v", rep, err)
 	}
 	if got, err := FindBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_a", nil); err != nil || len(got) != 1 {
-		t.Errorf("after repair: %v, %v", captureIDs(got), err)
+		t.Errorf("after repair: %v, %v", idsOf(got), err)
 	}
 }
 
@@ -129,6 +130,6 @@ func TestBackfillKeys(t *testing.T) {
 	s = openT(t, dir)
 	got, err := FindBy[records.Capture](s, records.KindCapture, records.KeyLease, "lease_a", nil)
 	if err != nil || len(got) != 1 || got[0].ID != c.ID {
-		t.Errorf("after backfill: %v, %v", captureIDs(got), err)
+		t.Errorf("after backfill: %v, %v", idsOf(got), err)
 	}
 }

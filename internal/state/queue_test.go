@@ -286,8 +286,8 @@ func TestQueuedLeavesOutLockedCycles(t *testing.T) {
 	}
 	// Asked for as many as are queued, less the one locked: the locked
 	// one is passed over, not counted.
-	if got, err := Queued(ctx, st, f, 2); err != nil || !slices.Equal(cycleIDs(got), ids[1:]) {
-		t.Errorf("asked for 2 with %s's lock held, queued %v (%v), want %v", ids[0], cycleIDs(got), err, ids[1:])
+	if got, err := Queued(ctx, st, f, 2); err != nil || !slices.Equal(idsOf(got), ids[1:]) {
+		t.Errorf("asked for 2 with %s's lock held, queued %v (%v), want %v", ids[0], idsOf(got), err, ids[1:])
 	}
 	for _, id := range ids[1:] {
 		u, ok, err := driver.TryLock(ctx, lock(id))
@@ -297,14 +297,6 @@ func TestQueuedLeavesOutLockedCycles(t *testing.T) {
 		}
 		u()
 	}
-}
-
-func cycleIDs(cs []*records.Cycle) []string {
-	var ids []string
-	for _, c := range cs {
-		ids = append(ids, c.ID)
-	}
-	return ids
 }
 
 // TestQueuedUnfilteredReadDoesNotGrowWithTheEnded: a look at every queued
