@@ -222,3 +222,15 @@ func mkdirT(t testing.TB, elem ...string) string {
 	}
 	return p
 }
+
+// createPlan stores a runnable plan for platform ("" for any) and returns
+// its ID.
+func createPlan(t testing.TB, st *Store, platform string) string {
+	t.Helper()
+	plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: platform}}
+	records.Init(plan, records.KindPlan, st.Now())
+	if err := st.Create(context.Background(), plan); err != nil {
+		t.Fatal(err)
+	}
+	return plan.ID
+}

@@ -28,13 +28,9 @@ func TestPostgresWrite(t *testing.T) {
 	url := c.NewDatabase(t)
 	st := openT(t, t.TempDir(), WithShared(url))
 	defer st.Close()
-	plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "amd64"}}
-	records.Init(plan, records.KindPlan, st.Now())
-	if err := st.Create(ctx, plan); err != nil {
-		t.Fatal(err)
-	}
+	planID := createPlan(t, st, "amd64")
 	newCycle := func(state string) string {
-		cy := &records.Cycle{State: state, Plan: plan.ID, Sample: "sha256-x"}
+		cy := &records.Cycle{State: state, Plan: planID, Sample: "sha256-x"}
 		records.Init(cy, records.KindCycle, st.Now())
 		if err := st.Create(ctx, cy); err != nil {
 			t.Fatal(err)
@@ -201,7 +197,7 @@ func TestPostgresWrite(t *testing.T) {
 		}
 		// The active cycle's id, queued: had it been stored, it would be
 		// in the queue.
-		dup := &records.Cycle{State: records.CyclePending, Plan: plan.ID, Sample: "sha256-dup"}
+		dup := &records.Cycle{State: records.CyclePending, Plan: planID, Sample: "sha256-dup"}
 		dup.Meta = records.Meta{ID: activeID, Kind: records.KindCycle}
 		want := *dup
 		if err := st.Create(ctx, dup); !errors.Is(err, ErrExists) {

@@ -33,12 +33,7 @@ func TestQueue(t *testing.T) {
 		}()
 		plan := map[string]string{}
 		for _, p := range []string{"amd64", "mipsel", ""} {
-			r := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: p}}
-			records.Init(r, records.KindPlan, st.Now())
-			if err := st.Create(ctx, r); err != nil {
-				t.Fatal(err)
-			}
-			plan[p] = r.ID
+			plan[p] = createPlan(t, st, p)
 		}
 		ids := map[string]string{}
 		add := func(name string, c *records.Cycle) {
@@ -195,16 +190,12 @@ func TestQueuedUnfilteredReadsWhatItAsks(t *testing.T) {
 	url := c.NewDatabase(t)
 	st := openT(t, t.TempDir(), WithShared(url))
 	defer st.Close()
-	plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "amd64"}}
-	records.Init(plan, records.KindPlan, st.Now())
-	if err := st.Create(ctx, plan); err != nil {
-		t.Fatal(err)
-	}
+	planID := createPlan(t, st, "amd64")
 	const queue, asked = 200, 3
 	b := st.NewBatch()
 	var all []string
 	for range queue {
-		cy := &records.Cycle{State: records.CyclePending, Plan: plan.ID}
+		cy := &records.Cycle{State: records.CyclePending, Plan: planID}
 		records.Init(cy, records.KindCycle, st.Now())
 		if _, err := b.Create(cy); err != nil {
 			t.Fatal(err)
@@ -243,14 +234,10 @@ func TestQueuedLeavesOutLockedCycles(t *testing.T) {
 	defer st.Close()
 	driver := openT(t, t.TempDir(), WithShared(url))
 	defer driver.Close()
-	plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: "amd64"}}
-	records.Init(plan, records.KindPlan, st.Now())
-	if err := st.Create(ctx, plan); err != nil {
-		t.Fatal(err)
-	}
+	planID := createPlan(t, st, "amd64")
 	var ids []string
 	for range 3 {
-		c := &records.Cycle{State: records.CyclePending, Plan: plan.ID}
+		c := &records.Cycle{State: records.CyclePending, Plan: planID}
 		records.Init(c, records.KindCycle, st.Now())
 		if err := st.Create(ctx, c); err != nil {
 			t.Fatal(err)
@@ -315,12 +302,7 @@ func TestQueuedUnfilteredReadDoesNotGrowWithTheEnded(t *testing.T) {
 		defer st.Close()
 		var plans []string
 		for _, p := range []string{"amd64", "mipsel"} {
-			plan := &records.Plan{Runnable: true, Image: records.ImageNeeds{Platform: p}}
-			records.Init(plan, records.KindPlan, st.Now())
-			if err := st.Create(ctx, plan); err != nil {
-				t.Fatal(err)
-			}
-			plans = append(plans, plan.ID)
+			plans = append(plans, createPlan(t, st, p))
 		}
 		b := st.NewBatch()
 		for i := range ended + 200 {
