@@ -52,8 +52,12 @@ if [ "$(id -u)" -eq 0 ]; then
   # What Debian's udev rule does. Without it libvirtd finds KVM "not
   # available" and re-probes QEMU on every domain start (~85 s here).
   if [ -e /dev/kvm ] && getent group kvm >/dev/null; then chgrp kvm /dev/kvm; chmod 660 /dev/kvm; fi
-  if ! pgrep -x virtlogd >/dev/null; then virtlogd -d; fi
-  if ! pgrep -x libvirtd >/dev/null; then libvirtd -d; fi
+  # By the system daemons' pid files, not by process name: a test's own
+  # libvirtd (leasetest.SecondHost, another mount namespace) is not this
+  # host's.
+  running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+  running /run/virtlogd.pid || virtlogd -d
+  running /run/libvirtd.pid || libvirtd -d
   for _ in $(seq 1 100); do
     virsh -c qemu:///system version >/dev/null 2>&1 && break
     sleep 0.1 # waiting for a daemon's socket; no event to wait on
