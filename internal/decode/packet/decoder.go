@@ -1,5 +1,5 @@
 // Package packet turns packets into observables: it decodes link, network and
-// transport layers with gopacket's DecodingLayerParser, tracks connections
+// transport layers at fixed offsets (headers.go, link.go), tracks connections
 // the way Zeek's conn.log counts them, reads DNS from UDP and TCP, and reads
 // HTTP and TLS from the first bytes of each TCP direction.
 package packet
@@ -8,9 +8,6 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"time"
-
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
@@ -64,19 +61,11 @@ type Stats struct {
 type Decoder struct {
 	cfg Config
 
-	eth   layers.Ethernet
-	dot1q layers.Dot1Q
-	sll   layers.LinuxSLL
-	ip4   ip4Layer
-	ip6   ip6Layer
-	tcp   layers.TCP
-	udp   layers.UDP
-	icmp4 layers.ICMPv4
-	icmp6 layers.ICMPv6
-
-	pEth, pSLL, pIP4, pIP6 *gopacket.DecodingLayerParser
-	decoded                []gopacket.LayerType
-	encap                  int // tunnels the current packet was taken out of
+	ip4   ip4Header
+	ip6   ip6Header
+	tcp   tcpHeader
+	udp   udpHeader
+	encap int // tunnels the current packet was taken out of
 
 	// flows maps a 5-tuple's hash to its connection (chained through
 	// hnext): the table's slots stay small and the key is compared in the
@@ -124,39 +113,10 @@ func New(cfg Config) *Decoder {
 	}
 	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(), uids: flowlog.NewUIDs(cfg.Origin.Key()),
 		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
-		polls: make(map[uint64]*poll), floods: make(map[uint64]*flood),
-		decoded: make([]gopacket.LayerType, 0, 16)}
+		polls: make(map[uint64]*poll), floods: make(map[uint64]*flood)}
 	d.frags.m = make(map[fragKey]*fragBuf)
 	d.dnsMsg.Names = &d.dnsNames
-	all := []gopacket.DecodingLayer{&d.eth, &d.dot1q, &d.sll, &d.ip4, &d.ip6, &d.tcp, &d.udp, &d.icmp4, &d.icmp6}
-	mk := func(first gopacket.LayerType) *gopacket.DecodingLayerParser {
-		p := gopacket.NewDecodingLayerParser(first)
-		// A sparse array indexed by layer type instead of the default map.
-		dlc := gopacket.DecodingLayerContainer(gopacket.DecodingLayerSparse(nil))
-		for _, l := range all {
-			dlc = dlc.Put(l)
-		}
-		p.SetDecodingLayerContainer(dlc)
-		p.IgnoreUnsupported = true
-		return p
-	}
-	d.pEth, d.pSLL = mk(layers.LayerTypeEthernet), mk(layers.LayerTypeLinuxSLL)
-	d.pIP4, d.pIP6 = mk(layers.LayerTypeIPv4), mk(layers.LayerTypeIPv6)
 	return d
-}
-
-// byVersion picks the IP parser from the version nibble of a raw packet.
-func (d *Decoder) byVersion(b []byte) *gopacket.DecodingLayerParser {
-	if len(b) == 0 {
-		return nil
-	}
-	switch b[0] >> 4 {
-	case 4:
-		return d.pIP4
-	case 6:
-		return d.pIP6
-	}
-	return nil
 }
 
 // Packet processes one captured frame.
@@ -169,9 +129,19 @@ func (d *Decoder) Packet(p *capfile.Packet) {
 	data := p.Data
 	switch p.LinkType {
 	case capfile.LinkEthernet:
-		d.run(p, d.pEth, data)
+		if len(data) < 14 {
+			d.Malformed++
+			return
+		}
+		d.ether(p, binary.BigEndian.Uint16(data[12:]), data[14:])
 	case capfile.LinkSLL:
-		d.run(p, d.pSLL, data)
+		// Linux cooked capture v1: the protocol at 14, whatever the
+		// address length says (the address field is 8 bytes).
+		if len(data) < 16 {
+			d.Malformed++
+			return
+		}
+		d.ether(p, binary.BigEndian.Uint16(data[14:]), data[16:])
 	case capfile.LinkRaw, capfile.LinkIPv4, capfile.LinkIPv6, capfile.LinkRawBSD, capfile.LinkRawOpen:
 		d.ip(p, data)
 	case capfile.LinkNull, capfile.LinkLoop:
@@ -211,46 +181,17 @@ func (d *Decoder) Packet(p *capfile.Packet) {
 
 // ip decodes a raw IP packet of either version.
 func (d *Decoder) ip(p *capfile.Packet, b []byte) {
-	if parser := d.byVersion(b); parser != nil {
-		d.run(p, parser, b)
+	if len(b) == 0 {
+		d.NonIP++
 		return
 	}
-	d.NonIP++
-}
-
-// run decodes a frame with one of the parsers; what the parser leaves at
-// the link layer (an EtherType it does not know) goes to ether.
-func (d *Decoder) run(p *capfile.Packet, parser *gopacket.DecodingLayerParser, data []byte) {
-	if err := parser.DecodeLayers(data, &d.decoded); err != nil {
-		d.Malformed++
-		return
-	}
-	var net, l4, last gopacket.LayerType
-	for _, t := range d.decoded {
-		switch t {
-		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
-			net = t
-		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
-			l4 = t
-		}
-		last = t
-	}
-	switch net {
-	case layers.LayerTypeIPv4:
-		d.ipv4(p, l4)
-	case layers.LayerTypeIPv6:
-		d.ipv6(p, l4)
+	switch b[0] >> 4 {
+	case 4:
+		d.ipv4(p, b)
+	case 6:
+		d.ipv6(p, b)
 	default:
-		switch last {
-		case layers.LayerTypeEthernet:
-			d.ether(p, uint16(d.eth.EthernetType), d.eth.Payload)
-		case layers.LayerTypeDot1Q:
-			d.ether(p, uint16(d.dot1q.Type), d.dot1q.Payload)
-		case layers.LayerTypeLinuxSLL:
-			d.ether(p, uint16(d.sll.EthernetType), d.sll.Payload)
-		default:
-			d.NonIP++
-		}
+		d.NonIP++
 	}
 }
 
@@ -264,63 +205,71 @@ type pkt struct {
 	l4Len    int // transport length from the IP header (not the captured length)
 }
 
-func (d *Decoder) ipv4(p *capfile.Packet, l4 gopacket.LayerType) {
+func (d *Decoder) ipv4(p *capfile.Packet, b []byte) {
 	ip := &d.ip4
-	if len(ip.SrcIP) != 4 || len(ip.DstIP) != 4 {
+	if !ip.decode(b) {
 		d.Malformed++
 		return
 	}
 	var k pkt
 	k.n, k.ts = p.N, p.TS
-	copy(k.src[:4], ip.SrcIP)
-	copy(k.dst[:4], ip.DstIP)
-	k.proto = uint8(ip.Protocol)
-	hl := int(ip.IHL) * 4
-	k.ipLen = int(ip.Length)
+	copy(k.src[:4], ip.src)
+	copy(k.dst[:4], ip.dst)
+	k.proto = ip.proto
+	hl := ip.hdrLen
+	k.ipLen = int(ip.length)
 	k.l4Len = k.ipLen - hl
-	if ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 {
+	if ip.more || ip.fragOff != 0 {
 		d.Fragments++
-		whole := d.frags.add(fragKey{src: k.src, dst: k.dst, id: uint32(ip.Id), proto: k.proto}, int(ip.FragOffset)*8,
-			ip.Flags&layers.IPv4MoreFragments != 0, ip.Payload, k.ts)
+		whole := d.frags.add(fragKey{src: k.src, dst: k.dst, id: uint32(ip.id), proto: k.proto}, int(ip.fragOff)*8,
+			ip.more, ip.payload, k.ts)
 		if whole == nil {
 			return
 		}
 		d.Reassembled++
 		k.ipLen, k.l4Len = hl+len(whole), len(whole)
-		d.transport(&k, 0, whole)
+		d.transport(&k, whole)
 		d.tunnel(p, k.proto, whole)
 		return
 	}
-	payload := ip.Payload
-	d.transport(&k, l4, payload)
-	d.tunnel(p, k.proto, payload)
+	payload := ip.payload
+	// A transport header that does not decode makes the whole packet
+	// malformed: a tunnel is not looked for inside it.
+	if d.transport(&k, payload) {
+		d.tunnel(p, k.proto, payload)
+	}
 }
 
-func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
+func (d *Decoder) ipv6(p *capfile.Packet, b []byte) {
 	ip := &d.ip6
+	if !ip.decode(b) {
+		d.Malformed++
+		return
+	}
 	var k pkt
 	k.n, k.ts, k.v6 = p.N, p.TS, true
-	copy(k.src[:], ip.SrcIP)
-	copy(k.dst[:], ip.DstIP)
-	nh := ip.NextHeader
-	if ip.HopByHop != nil {
-		nh = ip.HopByHop.NextHeader
-	}
-	payload := ip.Payload
+	copy(k.src[:], ip.src)
+	copy(k.dst[:], ip.dst)
+	nh := ip.next
+	payload := ip.payload
 	// A payload length of 0 (a jumbogram, or a segment captured before
 	// the NIC split it) means the captured bytes, as Zeek reads it.
 	k.ipLen, k.l4Len = 40+len(payload), len(payload)
-	if ip.Length > 0 {
-		k.ipLen = 40 + int(ip.Length)
-		k.l4Len = int(ip.Length) - hbhLen(&ip.IPv6)
+	if ip.length > 0 {
+		k.ipLen = 40 + int(ip.length)
+		k.l4Len = int(ip.length) - ip.hbhLen
 	}
-	if l4 != 0 {
-		k.proto = uint8(nh)
-		d.transport(&k, l4, payload)
-		d.tunnel(p, k.proto, payload)
+	switch nh {
+	case 6, 17, 58:
+		// As right after an IPv4 header: a transport header that does
+		// not decode makes the packet malformed.
+		k.proto = nh
+		if d.transport(&k, payload) {
+			d.tunnel(p, k.proto, payload)
+		}
 		return
 	}
-	// Extension headers gopacket leaves to us, and fragments.
+	// Extension headers, and fragments.
 	for i := 0; i < 8; i++ {
 		switch nh {
 		case 0, 43, 60: // hop-by-hop, routing, destination options
@@ -333,7 +282,7 @@ func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
 				d.Malformed++
 				return
 			}
-			nh, payload = layers.IPProtocol(payload[0]), payload[l:]
+			nh, payload = payload[0], payload[l:]
 			k.l4Len -= l
 		case 51: // authentication header
 			if len(payload) < 8 {
@@ -345,7 +294,7 @@ func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
 				d.Malformed++
 				return
 			}
-			nh, payload = layers.IPProtocol(payload[0]), payload[l:]
+			nh, payload = payload[0], payload[l:]
 			k.l4Len -= l
 		case 44:
 			if len(payload) < 8 {
@@ -364,12 +313,12 @@ func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
 			d.Reassembled++
 			k.ipLen = k.ipLen - k.l4Len + len(whole)
 			k.l4Len = len(whole)
-			d.transport(&k, 0, whole)
+			d.transport(&k, whole)
 			d.tunnel(p, k.proto, whole)
 			return
 		default:
-			k.proto = uint8(nh)
-			d.transport(&k, 0, payload)
+			k.proto = nh
+			d.transport(&k, payload)
 			d.tunnel(p, k.proto, payload)
 			return
 		}
@@ -377,51 +326,32 @@ func (d *Decoder) ipv6(p *capfile.Packet, l4 gopacket.LayerType) {
 	d.Malformed++
 }
 
-func hbhLen(ip *layers.IPv6) int {
-	if ip.HopByHop == nil {
-		return 0
-	}
-	return int(ip.HopByHop.ActualLength)
-}
-
-// transport decodes the transport header (unless the parser already did:
-// l4 names the layer it filled) and updates the connection.
-func (d *Decoder) transport(k *pkt, l4 gopacket.LayerType, b []byte) {
-	nf := gopacket.NilDecodeFeedback
-	if l4 == 0 {
-		var err error
-		switch k.proto {
-		case 6:
-			err, l4 = d.tcp.DecodeFromBytes(b, nf), layers.LayerTypeTCP
-		case 17:
-			err, l4 = d.udp.DecodeFromBytes(b, nf), layers.LayerTypeUDP
-		case 1:
-			err, l4 = d.icmp4.DecodeFromBytes(b, nf), layers.LayerTypeICMPv4
-		case 58:
-			err, l4 = d.icmp6.DecodeFromBytes(b, nf), layers.LayerTypeICMPv6
+// transport decodes the transport header by the IP protocol and updates
+// the connection; false when the header is malformed.
+func (d *Decoder) transport(k *pkt, b []byte) bool {
+	k.l4Len = max(k.l4Len, 0)
+	ok := true
+	switch k.proto {
+	case 6:
+		if ok = d.tcp.decode(b); ok {
+			d.tcpPacket(k)
 		}
-		if err != nil {
-			d.Malformed++
-			return
+	case 17:
+		if ok = d.udp.decode(b); ok {
+			d.udpPacket(k)
 		}
-	}
-	if k.l4Len < 0 {
-		k.l4Len = 0
-	}
-	switch l4 {
-	case layers.LayerTypeTCP:
-		d.tcpPacket(k)
-	case layers.LayerTypeUDP:
-		d.udpPacket(k)
-	case layers.LayerTypeICMPv4:
-		t := d.icmp4.TypeCode
-		d.icmpPacket(k, t.Type(), t.Code(), false)
-	case layers.LayerTypeICMPv6:
-		t := d.icmp6.TypeCode
-		d.icmpPacket(k, t.Type(), t.Code(), true)
+	case 1, 58:
+		var typ, code uint8
+		if typ, code, ok = icmpHeader(b, k.proto == 58); ok {
+			d.icmpPacket(k, typ, code, k.proto == 58)
+		}
 	default:
 		d.otherPacket(k)
 	}
+	if !ok {
+		d.Malformed++
+	}
+	return ok
 }
 
 // lookup finds or creates the connection of a packet. newOrigIsSender
@@ -591,38 +521,18 @@ func (d *Decoder) finishAll() {
 	d.emitFloods()
 }
 
-func tcpFlags(t *layers.TCP) uint8 {
-	var f uint8
-	if t.FIN {
-		f |= flagFIN
-	}
-	if t.SYN {
-		f |= flagSYN
-	}
-	if t.RST {
-		f |= flagRST
-	}
-	if t.PSH {
-		f |= flagPSH
-	}
-	if t.ACK {
-		f |= flagACK
-	}
-	return f
-}
-
 func (d *Decoder) tcpPacket(k *pkt) {
 	t := &d.tcp
-	flags := tcpFlags(t)
-	sp, dp := uint16(t.SrcPort), uint16(t.DstPort)
-	plen := max(k.l4Len-int(t.DataOffset)*4, 0)
+	flags := t.flags
+	sp, dp := t.srcPort, t.dstPort
+	plen := max(k.l4Len-int(t.dataOffset)*4, 0)
 	ts := k.ts
 	key, fwd := makeKey(k.src, k.dst, sp, dp, 6, k.v6)
 	f, h := d.find(&key)
 	if f != nil {
 		if (f.tcpAttempt() && f.attemptAt != 0 && ts-f.attemptAt >= attemptDelay) ||
 			(f.tcpClosing() && ts-f.last >= listTimeout[listShort]) || ts-f.last >= listTimeout[listTCP] ||
-			f.isReuse(fwd == f.origIsA, flags, t.Seq) {
+			f.isReuse(fwd == f.origIsA, flags, t.seq) {
 			d.finish(f)
 			f = nil
 		}
@@ -647,9 +557,9 @@ func (d *Decoder) tcpPacket(k *pkt) {
 	ep.pkts++
 	ep.ipBytes += int64(k.ipLen)
 	sent := ep.lastRel
-	f.tcpSegment(isOrig, flags, t.Seq, t.Ack, plen, ts)
+	f.tcpSegment(isOrig, flags, t.seq, t.ack, plen, ts)
 	f.tcpHistory(fwd == f.origIsA, flags, plen)
-	payload := t.Payload
+	payload := t.payload
 	if len(payload) > plen {
 		payload = payload[:plen]
 	}
@@ -672,7 +582,7 @@ func (d *Decoder) tcpPacket(k *pkt) {
 		}
 	}
 	if len(payload) > 0 && flags&flagRST == 0 {
-		seq := t.Seq
+		seq := t.seq
 		if flags&flagSYN != 0 {
 			seq++
 		}
@@ -688,13 +598,13 @@ func (d *Decoder) tcpPacket(k *pkt) {
 
 func (d *Decoder) udpPacket(k *pkt) {
 	u := &d.udp
-	sp, dp := uint16(u.SrcPort), uint16(u.DstPort)
-	ulen := int(u.Length) - 8
+	sp, dp := u.srcPort, u.dstPort
+	ulen := int(u.length) - 8
 	if ulen < 0 || ulen > k.l4Len-8 {
 		ulen = max(k.l4Len-8, 0)
 	}
 	f, isOrig := d.lookup(k, sp, dp, func() bool {
-		return udpSenderIsOrig(sp, dp, u.Payload[:min(ulen, len(u.Payload))], k.dst, k.v6)
+		return udpSenderIsOrig(sp, dp, u.payload[:min(ulen, len(u.payload))], k.dst, k.v6)
 	}, func(f *flow) bool { return k.ts-f.last >= listTimeout[listOther] })
 	ep := &f.ep[1]
 	if isOrig {
@@ -705,7 +615,7 @@ func (d *Decoder) udpPacket(k *pkt) {
 	ep.udpBytes += int64(ulen)
 	if ulen > 0 {
 		f.history(isOrig, 'D')
-		f.converse(isOrig, u.Payload[:min(ulen, len(u.Payload))])
+		f.converse(isOrig, u.payload[:min(ulen, len(u.payload))])
 	}
 	peer := &f.ep[1]
 	if !isOrig {
@@ -713,7 +623,7 @@ func (d *Decoder) udpPacket(k *pkt) {
 	}
 	if peer.pkts == 0 && d.encap == 0 && !isDNSPort(sp) && !isDNSPort(dp) {
 		// A datagram to a peer that never answered may be a flood's.
-		vec := udpVector(dp, u.Payload[:min(ulen, len(u.Payload))])
+		vec := udpVector(dp, u.payload[:min(ulen, len(u.payload))])
 		if reflection(vec) {
 			d.floodPacket(vec, k.src, k.dst, k.v6, dp, k.ipLen, k.ts, k.n, f.seq)
 		} else {
@@ -721,7 +631,7 @@ func (d *Decoder) udpPacket(k *pkt) {
 		}
 	}
 	if isDNSPort(sp) || isDNSPort(dp) {
-		payload := u.Payload
+		payload := u.payload
 		if len(payload) > ulen {
 			payload = payload[:ulen]
 		}

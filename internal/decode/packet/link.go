@@ -3,16 +3,12 @@ package packet
 import (
 	"encoding/binary"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 )
 
-// The parsers decode Ethernet, 802.1Q/802.1ad tags, Linux cooked capture
-// v1, IP and the transport header: the common frame in one pass. Everything
-// else around an IP packet (MPLS, PPP, PPPoE, other tags, tunnels) is read
-// here by hand, from the EtherType that names it.
+// Everything around an IP packet (Ethernet, tags, MPLS, PPP, PPPoE,
+// tunnels) is read here, from the EtherType that names it; the IP and
+// transport headers in headers.go.
 
 // EtherTypes read by hand.
 const (
@@ -35,63 +31,6 @@ const (
 // flows are recorded.
 const maxTunnels = 8
 
-// ip4Layer and ip6Layer stop the parsers at the transport header: gopacket
-// would decode a tunnelled IP packet into the same layer as its outer one.
-type ip4Layer struct{ layers.IPv4 }
-
-func (l *ip4Layer) NextLayerType() gopacket.LayerType {
-	if l.Flags&layers.IPv4MoreFragments == 0 && l.FragOffset == 0 {
-		switch l.Protocol {
-		case layers.IPProtocolTCP:
-			return layers.LayerTypeTCP
-		case layers.IPProtocolUDP:
-			return layers.LayerTypeUDP
-		case layers.IPProtocolICMPv4:
-			return layers.LayerTypeICMPv4
-		}
-	}
-	return gopacket.LayerTypePayload
-}
-
-type ip6Layer struct{ layers.IPv6 }
-
-func (l *ip6Layer) NextLayerType() gopacket.LayerType {
-	nh := l.NextHeader
-	if l.HopByHop != nil {
-		nh = l.HopByHop.NextHeader
-	}
-	switch nh {
-	case layers.IPProtocolTCP:
-		return layers.LayerTypeTCP
-	case layers.IPProtocolUDP:
-		return layers.LayerTypeUDP
-	case layers.IPProtocolICMPv6:
-		return layers.LayerTypeICMPv6
-	}
-	return gopacket.LayerTypePayload
-}
-
-// DecodeFromBytes reads a payload length of 0 (a jumbogram, or a segment
-// captured before the NIC split it) as the rest of the captured frame, as
-// Zeek does: gopacket refuses the second, and leaves the Hop-by-Hop header
-// in the first's payload. The extension headers are then read by ipv6.
-func (l *ip6Layer) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
-	if len(data) < 40 || data[4] != 0 || data[5] != 0 {
-		return l.IPv6.DecodeFromBytes(data, df)
-	}
-	ip := &l.IPv6
-	ip.Version = data[0] >> 4
-	ip.TrafficClass = uint8(binary.BigEndian.Uint16(data[0:2]) >> 4)
-	ip.FlowLabel = binary.BigEndian.Uint32(data[0:4]) & 0xfffff
-	ip.Length = 0
-	ip.NextHeader = layers.IPProtocol(data[6])
-	ip.HopLimit = data[7]
-	ip.SrcIP, ip.DstIP = data[8:24], data[24:40]
-	ip.HopByHop = nil
-	ip.BaseLayer = layers.BaseLayer{Contents: data[:40], Payload: data[40:]}
-	return nil
-}
-
 // ether decodes what an EtherType names: tags, MPLS labels, PPPoE and
 // Ethernet in a tunnel, until the IP packet they carry.
 func (d *Decoder) ether(p *capfile.Packet, et uint16, b []byte) {
@@ -99,10 +38,10 @@ func (d *Decoder) ether(p *capfile.Packet, et uint16, b []byte) {
 	for {
 		switch et {
 		case etherIPv4:
-			d.run(p, d.pIP4, b)
+			d.ipv4(p, b)
 			return
 		case etherIPv6:
-			d.run(p, d.pIP6, b)
+			d.ipv6(p, b)
 			return
 		case etherVLAN, etherQinQ, etherQinQOld:
 			if len(b) < 4 {
