@@ -786,6 +786,12 @@ func appendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonPlainASCII marks ('1') the ASCII bytes a JSON string holds as they
+// are: not the control characters, '"', '\\', and not '<', '>' and '&',
+// which encoding/json escapes to be HTML-safe. One load per byte instead
+// of six comparisons: strings are most of what tb-parse prints.
+const jsonPlainASCII = "00000000000000000000000000000000110111011111111111111111111101011111111111111111111111111111011111111111111111111111111111111111"
+
 // appendJSONString quotes s as encoding/json does, HTML-safe: <, > and &
 // as \u003c, \u003e and \u0026, invalid UTF-8 as U+FFFD.
 func appendJSONString(b []byte, s string) []byte {
@@ -794,7 +800,7 @@ func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonPlainASCII[c] == '1' {
 				i++
 				continue
 			}
