@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -210,25 +210,30 @@ var typeOrder = map[string]int{
 // persistence, evasion, c2-channel, c2-command, attack), then first
 // sighting, then value; it returns the first error emit returned.
 func (s *Set) Flush() error {
-	all := make([]*records.Observable, 0, len(s.m))
-	for _, e := range s.m {
-		all = append(all, e.o)
+	// The type's rank is looked up once per observable, not twice per
+	// comparison.
+	type ranked struct {
+		rank int
+		o    *records.Observable
 	}
-	sort.Slice(all, func(i, j int) bool {
-		a, b := all[i], all[j]
-		if ta, tb := typeOrder[a.Type], typeOrder[b.Type]; ta != tb {
-			return ta < tb
+	all := make([]ranked, 0, len(s.m))
+	for _, e := range s.m {
+		all = append(all, ranked{typeOrder[e.o.Type], e.o})
+	}
+	slices.SortFunc(all, func(a, b ranked) int {
+		if c := cmp.Compare(a.rank, b.rank); c != 0 {
+			return c
 		}
-		if !a.FirstSeen.Equal(b.FirstSeen) {
-			return a.FirstSeen.Before(b.FirstSeen)
+		if c := a.o.FirstSeen.Compare(b.o.FirstSeen); c != 0 {
+			return c
 		}
-		if a.Value != b.Value {
-			return a.Value < b.Value
+		if c := strings.Compare(a.o.Value, b.o.Value); c != 0 {
+			return c
 		}
-		return a.Cycle < b.Cycle
+		return strings.Compare(a.o.Cycle, b.o.Cycle)
 	})
-	for _, o := range all {
-		s.out(o)
+	for _, r := range all {
+		s.out(r.o)
 	}
 	clear(s.m)
 	s.bytes = 0
