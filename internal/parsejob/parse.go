@@ -85,6 +85,9 @@ type input struct {
 	typ      string // the artifact's type (pcap, sensor-log, guest-log, …)
 	capture  string // the capture an artifact was rotated from
 	reason   string // why tb-capture closed the file (stop: the last)
+	// followed: a later input of this run is of the same stream (see
+	// streamOf), and continues the connections this one leaves open.
+	followed bool
 }
 
 // label names the input in a message: its name, after its stdin line.
@@ -164,6 +167,12 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	// cycle, and a scan is one observable per cycle.
 	dests := map[string]*flowlog.Dests{}
 	destCycle := map[string]string{}
+	later := map[string]bool{}
+	for i := len(inputs) - 1; i >= 0; i-- {
+		s := streamOf(inputs[i])
+		inputs[i].followed = later[s]
+		later[s] = true
+	}
 	for _, in := range inputs {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -472,7 +481,14 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 			return ctx.Err()
 		}
 	}
-	c := &carried{carryHeader: carryHeader{Version: carryVersion, Source: inputKey(in), End: last}, Conns: dec.FinishCarry(packet.DefaultMaxCarry)}
+	// The connections left open are described only for a capture that
+	// follows: a later input of the stream, or a later run's (kept in the
+	// state).
+	maxCarry := 0
+	if in.followed || rotated(in) && o.st != nil && !req.NoStore {
+		maxCarry = packet.DefaultMaxCarry
+	}
+	c := &carried{carryHeader: carryHeader{Version: carryVersion, Source: inputKey(in), End: last}, Conns: dec.FinishCarry(maxCarry)}
 	if !seen && prev != nil {
 		// No packet: the previous file's connections go on to the next.
 		c.End, c.Conns = prev.End, prev.Conns
