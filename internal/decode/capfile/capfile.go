@@ -129,6 +129,12 @@ type Reader struct {
 	ifaces []iface
 	n      int64
 	off    int64
+	// win is what of br's buffer a pcap's records are read from without
+	// a call into br for each: the bytes br had buffered after the last
+	// record read through it, of which used are consumed (and not yet
+	// discarded from br).
+	win  []byte
+	used int
 	// undecoded counts the packets of link types the decoder does not read.
 	undecoded *LinkError
 }
@@ -248,6 +254,18 @@ func (r *Reader) count(link uint32) {
 }
 
 func (r *Reader) nextPcap(p *Packet) error {
+	if w := r.win[r.used:]; len(w) >= 16 {
+		if caplen := r.u32(w[8:12]); caplen <= MaxCaplen && 16+int(caplen) <= len(w) {
+			b := w[:16+caplen]
+			r.used += len(b)
+			r.record(p, b)
+			return nil
+		}
+	}
+	// The record is not wholly in the window (or is bad): through br,
+	// which reads more.
+	r.br.Discard(r.used)
+	r.win, r.used = nil, 0
 	h, err := r.br.Peek(16)
 	if err != nil {
 		if len(h) == 0 && err == io.EOF {
@@ -262,8 +280,6 @@ func (r *Reader) nextPcap(p *Packet) error {
 	if caplen > MaxCaplen {
 		return r.errf("packet %d: record length %d exceeds %d", r.n+1, caplen, MaxCaplen)
 	}
-	sec, frac := int64(r.u32(h[0:4])), int64(r.u32(h[4:8]))
-	orig := r.u32(h[12:16])
 	b, err := r.br.Peek(16 + int(caplen))
 	if err != nil {
 		if err == io.EOF {
@@ -271,6 +287,16 @@ func (r *Reader) nextPcap(p *Packet) error {
 		}
 		return err
 	}
+	r.br.Discard(len(b))
+	r.record(p, b)
+	// Peeking at what is buffered reads nothing: b stays valid.
+	r.win, _ = r.br.Peek(r.br.Buffered())
+	return nil
+}
+
+// record fills p from b, a pcap record (its 16-byte header and data).
+func (r *Reader) record(p *Packet, b []byte) {
+	sec, frac := int64(r.u32(b[0:4])), int64(r.u32(b[4:8]))
 	r.n++
 	p.N = r.n
 	if r.nano {
@@ -279,11 +305,9 @@ func (r *Reader) nextPcap(p *Packet) error {
 		p.TS = sec*1e9 + frac*1000
 	}
 	p.LinkType = r.link
-	p.OrigLen = int(orig)
+	p.OrigLen = int(r.u32(b[12:16]))
 	p.Data = b[16:]
-	r.br.Discard(len(b))
 	r.off += int64(len(b))
-	return nil
 }
 
 func pad4(n uint32) uint32 { return (n + 3) &^ 3 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/gopacket"
@@ -202,5 +204,60 @@ func TestUndecodedLinkTypes(t *testing.T) {
 		if _, err := readAll(t, pcapFile(binary.LittleEndian, false, link, []byte("x"))); err != nil {
 			t.Errorf("link type %d: %v", link, err)
 		}
+	}
+}
+
+// Records are read from what the buffer holds without a call into it for
+// each (the window) and through it when one is not wholly buffered: every
+// packet of a file many buffers long comes back whole and in order, from a
+// reader that returns little at a time too, and a cut or an absurd record
+// length deep in the file is reported at its record's offset.
+func TestPcapAcrossBuffers(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	var pkts [][]byte
+	var offsets []int // each record's offset
+	size := 24
+	for size < 3*BufferSize {
+		n := rng.Intn(1600)
+		if rng.Intn(50) == 0 {
+			n = MaxCaplen - rng.Intn(3) // as large as a record may be
+		}
+		p := make([]byte, n)
+		rng.Read(p)
+		pkts = append(pkts, p)
+		offsets = append(offsets, size)
+		size += 16 + n
+	}
+	data := pcapFile(binary.BigEndian, true, 1, pkts...)
+	check := func(name string, r io.Reader, want int, wantErr error, at int) {
+		t.Helper()
+		rd, err := NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p Packet
+		i := 0
+		for ; ; i++ {
+			if err = rd.Next(&p); err != nil {
+				break
+			}
+			if i >= len(pkts) || p.N != int64(i+1) || !bytes.Equal(p.Data, pkts[i]) || p.OrigLen != len(pkts[i])+4 ||
+				p.TS != 1700000000*1e9+500000000+int64(i) {
+				t.Fatalf("%s: packet %d: N %d, %d bytes, orig %d, ts %d", name, i+1, p.N, len(p.Data), p.OrigLen, p.TS)
+			}
+		}
+		if i != want || !errors.Is(err, wantErr) || at >= 0 && !strings.Contains(err.Error(), fmt.Sprintf("offset %d:", at)) {
+			t.Fatalf("%s: %d packets, %v; want %d, %v at offset %d", name, i, err, want, wantErr, at)
+		}
+	}
+	check("whole", bytes.NewReader(data), len(pkts), io.EOF, -1)
+	check("a little at a time", iotest.HalfReader(bytes.NewReader(data)), len(pkts), io.EOF, -1)
+	for _, k := range []int{1, len(pkts) / 3, len(pkts) / 2, len(pkts) - 1} {
+		// Cut inside record k's data, and inside its header.
+		check(fmt.Sprintf("cut in packet %d", k+1), bytes.NewReader(data[:offsets[k]+16+len(pkts[k])/2]), k, ErrCutShort, offsets[k])
+		check(fmt.Sprintf("cut in header %d", k+1), bytes.NewReader(data[:offsets[k]+7]), k, ErrCutShort, offsets[k])
+		bad := slices.Clone(data)
+		binary.BigEndian.PutUint32(bad[offsets[k]+8:], MaxCaplen+1)
+		check(fmt.Sprintf("absurd length of packet %d", k+1), bytes.NewReader(bad), k, ErrBadData, offsets[k])
 	}
 }
