@@ -54,16 +54,23 @@ func (c *parseCmd) Run(env *cli.Env) error {
 // memoryLimit is the soft heap limit tb-parse runs under (see tb-parse(1)).
 const memoryLimit = 128 << 20
 
-// tuneGC trades idle heap for fewer collections: parsing allocates mostly
-// short-lived observables over a small live heap (the bounded flow table and
-// observable set), so collecting at 4× the live heap is cheaper, and the
-// soft limit keeps the total bounded. GOGC and GOMEMLIMIT still win.
+// tuneGC collects only as the heap nears the soft limit: parsing allocates
+// mostly short-lived observables over a live heap the flow table and the
+// observable set bound, so a capture whose allocations fit under the limit
+// is parsed without a collection, and a larger one collects no more often
+// than the limit makes it. Under a GOMEMLIMIT of the user's, which may be
+// far larger, it collects at 5× the live heap instead. GOGC still wins.
 func tuneGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
+	limit := os.Getenv("GOMEMLIMIT") == ""
+	if limit {
 		debug.SetMemoryLimit(memoryLimit)
+	}
+	if os.Getenv("GOGC") == "" {
+		if limit {
+			debug.SetGCPercent(-1)
+		} else {
+			debug.SetGCPercent(400)
+		}
 	}
 }
 
