@@ -74,7 +74,7 @@ for name in bulk day; do
   printf '| %s | %s | %s s | %s s | %s s | %s | %s, %s |\n' "$name" "$after" "$aw" "$ac" "$al" "$an" "$(change "$bc" "$ac")" "$(change "$bl" "$al")"
 done
 echo
-echo "bulk: $bulk, $(stat -c %s "$bulk") bytes; day: $day, 24 files, $(cat "${day_files[@]}" | wc -c) bytes; $runs runs of each, in turns"
+echo "bulk: $bulk, $(stat -L -c %s "$bulk") bytes; day: $day, 24 files, $(cat "${day_files[@]}" | wc -c) bytes; $runs runs of each, in turns"
 echo "load before: $load_before"
 echo "load after:  $load_after"
 echo "command (under /usr/bin/time, taskset -c 0, GOMAXPROCS=1): tb-parse --no-store FILE, one invocation per file"

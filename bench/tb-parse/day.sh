@@ -25,7 +25,7 @@ mkdir -p "$out"
 [ -s "$day/day.json" ] || go run ./bench/tb-parse/day -o "$day" -conns "$conns"
 CGO_ENABLED=0 go build -trimpath -o "$out/" ./cmd/tb-parse ./cmd/tb-allow
 files=("$day"/hour-*.pcap)
-bytes=$(stat -c %s "${files[@]}" | awk '{s += $1} END {print s}')
+bytes=$(stat -L -c %s "${files[@]}" | awk '{s += $1} END {print s}')
 
 fields=(-e frame.time_epoch -e ip.src -e ip.dst -e ipv6.src -e ipv6.dst -e ip.proto
   -e tcp.srcport -e tcp.dstport -e tcp.len -e tcp.flags -e udp.srcport -e udp.dstport -e udp.length

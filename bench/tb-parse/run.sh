@@ -38,7 +38,7 @@ run() {
   rm -f "$tf"
 }
 
-bytes=$(stat -c %s "$pcap")
+bytes=$(stat -L -c %s "$pcap")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 mb=$(awk -v b="$bytes" 'BEGIN{printf "%.0f", b/1e6}')
 # tb-parse runs three times (the median by wall clock is reported), tshark
