@@ -208,10 +208,8 @@ func (b *dirBatch) commit() error {
 			return err
 		}
 	}
-	for _, r := range b.recs {
-		if err := s.setKeys(r.kind, r.id, indexKeys(r.r)); err != nil {
-			return err
-		}
+	if err := s.appendKeys(b.recs); err != nil {
+		return err
 	}
 	body, journalLen, err := b.intentBody()
 	if err != nil {
@@ -308,16 +306,34 @@ func (b *dirBatch) placeRecords() error {
 	return inParallel(byDir)
 }
 
-// placeKeys writes the queued index keys, a directory's one after the
-// other and directories in parallel.
+// placeKeys writes the queued index keys: a key that has its own file
+// (SetIndex wrote it) is replaced there, a directory's one after the other
+// and directories in parallel; the rest are appended to their index's
+// partition file, one append per index.
 func (b *dirBatch) placeKeys() error {
 	byDir := make(map[string][]func() error)
+	packed := make(map[string][]byte)
 	for _, k := range b.keys {
 		path, _ := b.s.indexPath(k.Index, k.Key) // checked by SetIndex
 		dir := filepath.Dir(path)
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err == unix.ENOENT {
+			packed[dir] = fmt.Appendf(packed[dir], "%s %s\n", k.Key, k.ID)
+			continue
+		} else if err != nil {
+			return pathErr("stat", path, err)
+		}
 		byDir[dir] = append(byDir[dir], func() error { return b.s.placeKey(path, k.ID) })
 	}
-	return inParallel(byDir)
+	if err := inParallel(byDir); err != nil {
+		return err
+	}
+	for dir, lines := range packed {
+		if err := b.s.appendPartition(dir, lines); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // inParallel runs each list of steps in order, the lists at once, and

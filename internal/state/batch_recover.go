@@ -157,18 +157,23 @@ func (s *dirStore) settleBatchRecord(e *entry) error {
 	return s.placeRecord(e.Kind, e.ID, bytes.TrimSpace(e.Record))
 }
 
+// settleBatchKey sets a committed batch's index key unless it names a
+// record already (this one, or one a later write put there), and only if
+// its own record is there: a key never names a record the crash left out.
 func (s *dirStore) settleBatchKey(k *batchKey) error {
 	path, err := s.indexPath(k.Index, k.Key)
 	if err != nil {
 		return err
 	}
-	kind, err := checkRef(k.ID)
-	if err != nil {
+	if !s.Exists(k.ID) {
+		return nil
+	}
+	if id, ok, err := s.indexEntry(k.Index, k.Key); err != nil || ok && s.Exists(id) {
 		return err
 	}
 	var st unix.Stat_t
-	if unix.Lstat(path, &st) == nil || unix.Lstat(s.recordPath(kind, k.ID), &st) != nil {
-		return nil
+	if err := unix.Lstat(path, &st); err == unix.ENOENT {
+		return s.appendPartition(filepath.Dir(path), fmt.Appendf(nil, "%s %s\n", k.Key, k.ID))
 	}
 	return s.placeKey(path, k.ID)
 }

@@ -322,6 +322,8 @@ func testBatchCrashWindows(t *testing.T, opts ...Option) {
 		{crashPutJournaled, func(int) bool { return true }},
 		{crashPutRenamed, func(int) bool { return true }}, // one placed, three rolled forward
 		{crashClaimCreated, func(int) bool { return true }},
+		// Half of the index keys' append: two lines whole.
+		{crashPartitionTorn, func(int) bool { return true }},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
 			dir, snap := t.TempDir(), filepath.Join(t.TempDir(), "snap")

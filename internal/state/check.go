@@ -81,6 +81,7 @@ func (s *dirStore) Check(ctx context.Context, opts CheckOptions) (*CheckReport, 
 	}
 	rep.Journal = stats
 	seen := make(map[string]bool)
+	keys := &keyChecker{s: s}
 	recDir := filepath.Join(s.root, "records")
 	kinds, err := os.ReadDir(recDir)
 	if err != nil {
@@ -123,7 +124,7 @@ func (s *dirStore) Check(ctx context.Context, opts CheckOptions) (*CheckReport, 
 					rep.problem(id, path, "does not decode: %v", err)
 				} else if rec.Header().ID != id {
 					rep.problem(id, path, "holds record %q", rec.Header().ID)
-				} else if err := s.checkKeys(rep, rec, path, opts.Repair); err != nil {
+				} else if err := keys.checkKeys(rep, rec, path, opts.Repair); err != nil {
 					return nil, err
 				}
 				if j, ok := want[id]; ok && bytes.Equal(j, data) {

@@ -572,6 +572,7 @@ func TestCrashPoints(t *testing.T) {
 		{"claim", crashPutIntent, want{}, false, false, false, 0, false},
 		{"claim", crashPutJournaled, want{}, false, false, false, 0, false},
 		{"claim", crashClaimCreated, want{}, false, false, false, 0, false},
+		{"claim", crashPartitionTorn, want{}, false, false, false, 0, false},
 		// Compactions: explicit, and started by a write that just committed
 		// (its intent is still there).
 		{"compact", crashCompactWritten, want{2, 0}, false, false, false, 0, false},

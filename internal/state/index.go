@@ -26,22 +26,33 @@ func (s *dirStore) indexPath(name, key string) (string, error) {
 // Lookup returns the ID stored under an index key, or ErrNotFound. A key whose
 // record has gone counts as absent.
 func (s *dirStore) Lookup(name, key string) (string, error) {
-	path, err := s.indexPath(name, key)
+	id, ok, err := s.indexEntry(name, key)
 	if err != nil {
 		return "", err
 	}
-	b, err := readFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%s %s: %w", name, key, ErrNotFound)
-	}
-	if err != nil {
-		return "", err
-	}
-	id := strings.TrimSpace(string(b))
-	if !s.Exists(id) {
+	if !ok || !s.Exists(id) {
 		return "", fmt.Errorf("%s %s: %w", name, key, ErrNotFound)
 	}
 	return id, nil
+}
+
+// indexEntry returns the ID an index key names, whether or not its record
+// is there: the key's own file (written by SetIndex, or by a batch when the
+// file was there already) if it has one, else the last line a batch
+// appended for it to the index's partition file.
+func (s *dirStore) indexEntry(name, key string) (string, bool, error) {
+	path, err := s.indexPath(name, key)
+	if err != nil {
+		return "", false, err
+	}
+	b, err := readFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s.lookupPacked(name, key)
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return strings.TrimSpace(string(b)), true, nil
 }
 
 func (s *dirStore) indexLockPath(name string) string {

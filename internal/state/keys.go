@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -17,7 +17,8 @@ import (
 
 // Secondary keys of records that implement records.Keyed live under
 //
-//	keys/<kind>/<field>/<value>/<id>   (empty files)
+//	keys/<kind>/<field>/<value>/<id>       (empty files: single writes)
+//	keys/<kind>/<field>/<value>/.batched   (one ID a line: batches)
 //
 // A key is created before the record version that has it is written, and
 // never removed by a write: a record is always found under each of its keys,
@@ -74,7 +75,32 @@ func (s *dirStore) setKeys(kind, id string, keys []records.IndexKey) error {
 	return nil
 }
 
-// dropKeys removes a deleted record's keys; one left behind is harmless.
+// appendKeys makes sure each of a batch's records is found under each of
+// its keys, durably before the batch's journal append: one line per record
+// in the partition file of each key's directory, one append per directory
+// (partition.go).
+func (s *dirStore) appendKeys(recs []batchRec) error {
+	lines := make(map[string][]byte)
+	var dirs []string
+	for _, r := range recs {
+		for _, k := range indexKeys(r.r) {
+			dir := s.keyDir(r.kind, k.Field, k.Value)
+			if _, ok := lines[dir]; !ok {
+				dirs = append(dirs, dir)
+			}
+			lines[dir] = append(append(lines[dir], r.id...), '\n')
+		}
+	}
+	for _, dir := range dirs {
+		if err := s.appendPartition(dir, lines[dir]); err != nil {
+			return fmt.Errorf("keys of a batch in %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// dropKeys removes a deleted record's keys; one left behind is harmless,
+// as is the line a batch appended for it, which stays.
 func (s *dirStore) dropKeys(kind, id string, prev []byte) {
 	rec, err := records.Decode(prev)
 	if err != nil {
@@ -86,13 +112,15 @@ func (s *dirStore) dropKeys(kind, id string, prev []byte) {
 }
 
 // ByKey lists the IDs of the records of a kind stored with field = value,
-// oldest first. It may name a record that has since changed the field or
-// been deleted; FindBy and LatestBy check.
+// oldest first: the key directory's files (single writes) and the lines of
+// its partition file (batches). It may name a record that has since
+// changed the field or been deleted; FindBy and LatestBy check.
 func (s *dirStore) ByKey(kind, field, value string) ([]string, error) {
 	if !records.ValidKind(kind) {
 		return nil, fmt.Errorf("invalid kind %q", kind)
 	}
-	ents, err := os.ReadDir(s.keyDir(kind, field, value))
+	dir := s.keyDir(kind, field, value)
+	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -101,27 +129,68 @@ func (s *dirStore) ByKey(kind, field, value string) ([]string, error) {
 	}
 	ids := make([]string, 0, len(ents))
 	for _, e := range ents {
-		if records.CheckID(e.Name()) == nil && records.KindOf(e.Name()) == kind {
-			ids = append(ids, e.Name())
+		if e.Name() == partitionFile {
+			packed, _, err := partitionLines(dir, 0)
+			if err != nil {
+				return nil, err
+			}
+			ids = append(ids, packed...)
+			continue
 		}
+		ids = append(ids, e.Name())
 	}
-	sort.Strings(ids)
-	return ids, nil
+	ids = slices.DeleteFunc(ids, func(id string) bool {
+		return records.CheckID(id) != nil || records.KindOf(id) != kind
+	})
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// keyChecker tells whether a record is found under a key, reading each
+// key directory's partition file once per Check.
+type keyChecker struct {
+	s      *dirStore
+	packed map[string]map[string]bool // key directory -> IDs in its partition file
+}
+
+func (c *keyChecker) has(dir, id string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, id)); err == nil {
+		return true, nil
+	}
+	ids, ok := c.packed[dir]
+	if !ok {
+		lines, _, err := partitionLines(dir, 0)
+		if err != nil {
+			return false, err
+		}
+		ids = make(map[string]bool, len(lines))
+		for _, l := range lines {
+			ids[l] = true
+		}
+		if c.packed == nil {
+			c.packed = make(map[string]map[string]bool)
+		}
+		c.packed[dir] = ids
+	}
+	return ids[id], nil
 }
 
 // checkKeys reports (and with repair, adds) the keys a stored record lacks.
-func (s *dirStore) checkKeys(rep *CheckReport, rec records.Record, path string, repair bool) error {
+func (c *keyChecker) checkKeys(rep *CheckReport, rec records.Record, path string, repair bool) error {
 	h := rec.Header()
 	for _, k := range indexKeys(rec) {
-		key := filepath.Join(s.keyDir(h.Kind, k.Field, k.Value), h.ID)
-		if _, err := os.Stat(key); err == nil {
+		ok, err := c.has(c.s.keyDir(h.Kind, k.Field, k.Value), h.ID)
+		if err != nil {
+			return err
+		}
+		if ok {
 			continue
 		}
 		if !repair {
 			rep.problem(h.ID, path, "not found under its key %s=%s", k.Field, k.Value)
 			continue
 		}
-		if err := s.setKeys(h.Kind, h.ID, []records.IndexKey{k}); err != nil {
+		if err := c.s.setKeys(h.Kind, h.ID, []records.IndexKey{k}); err != nil {
 			return err
 		}
 		rep.Repaired = append(rep.Repaired, fmt.Sprintf("%s: key %s=%s", h.ID, k.Field, k.Value))

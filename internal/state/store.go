@@ -26,7 +26,11 @@
 //	                           tmp/ and locks/blobs in the shared blob
 //	                           directory with WithSharedBlobs)
 //	index/<name>/<key>         unique keys (e.g. sample sha256 -> id): Claim
+//	index/<name>/.batched      the keys batches set, "<key> <id>" a line
+//	                           (partition.go); a key's own file comes first
 //	keys/<kind>/<field>/<v>/<id>  records by field value (keys.go): FindBy
+//	keys/<kind>/<field>/<v>/.batched  the same for batches' records, an ID a line
+//	locks/partitions           a byte lock per partition file
 //	tmp/                       blob and index files being written
 //	anything else              the tools' own directories (Path)
 package state
@@ -88,6 +92,11 @@ type dirStore struct {
 	crashAt func(point string)
 
 	dirs sync.Map // directories known to exist (ensureDir)
+
+	partsMu sync.Mutex
+	// parts caches the index keys read from each index's partition file
+	// (lookupPacked).
+	parts map[string]*indexPart
 
 	journalMu sync.Mutex
 	// journal is opened on the first append and kept until a compaction
