@@ -18,9 +18,11 @@ import (
 // dirBatch creates many new records, and index keys naming them, with one
 // intent file and one journal append for all of them: the intent (every
 // record's journal entry, then every key) is written, the entries appended
-// to the journal in one write, which commits them, then each record's file
-// and each key are linked into place (the files of different directories
-// in parallel) and the intent removed. The locks of its records and keys
+// to the journal in one write, which commits them, then the records are put
+// in place: a batch of at least packMin records keeps them in its intent,
+// linked into packs/ (pack.go), a smaller one gives each record its file
+// (the files of different directories in parallel); then the keys, and the
+// intent is removed. The locks of its records and keys
 // are held from the moment they are queued until Commit. A crash leaves
 // each record committed or not, as a crash between single writes would,
 // never half of one; recovery (Open) gives a committed record its file and
@@ -49,6 +51,7 @@ type batchRec struct {
 	r        records.Record
 	saved    records.Meta // the caller's header, given back if not stored
 	data     []byte
+	off      int64 // where data is in the batch's intent (intentBody)
 }
 
 // batchKey is an index key a batch sets, as its intent holds it.
@@ -143,14 +146,13 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 // settling may have rolled a committed write forward.
 func (b *dirBatch) checkNew(r *batchRec) error {
 	s := b.s
-	path := s.recordPath(r.kind, r.id)
 	for try := 0; ; try++ {
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err == nil {
+		if ok, err := s.recordExists(r.kind, r.id); err != nil {
+			return err
+		} else if ok {
 			return fmt.Errorf("%s: %w", r.id, ErrExists)
-		} else if err != unix.ENOENT {
-			return pathErr("stat", path, err)
 		}
+		var st unix.Stat_t
 		err := unix.Lstat(s.intentPath(r.kind, r.id), &st)
 		if err == unix.ENOENT || try > 0 {
 			return nil
@@ -239,7 +241,11 @@ func (b *dirBatch) commit() error {
 		return err
 	}
 	s.hook(crashPutJournaled)
-	if err := b.placeRecords(); err != nil {
+	place := b.placeRecords
+	if len(b.recs) >= s.packMin {
+		place = func() error { return b.packRecords(intent, name) }
+	}
+	if err := place(); err != nil {
 		return fmt.Errorf("batch %s committed but not yet in place (recovered when the state is next opened): %w", name, err)
 	}
 	s.hook(crashClaimCreated)
@@ -262,7 +268,7 @@ func (b *dirBatch) intentBody() (body []byte, journalLen int, err error) {
 	var buf, head bytes.Buffer
 	enc := json.NewEncoder(&head)
 	enc.SetEscapeHTML(false) // see appendJournal
-	for _, r := range b.recs {
+	for i, r := range b.recs {
 		h := r.r.Header()
 		head.Reset()
 		if err := enc.Encode(&entry{At: h.UpdatedAt, Op: opPut, Kind: r.kind, ID: r.id, Rev: h.Rev}); err != nil {
@@ -274,6 +280,7 @@ func (b *dirBatch) intentBody() (body []byte, journalLen int, err error) {
 		}
 		buf.Write(line)
 		buf.WriteString(`,"record":`)
+		b.recs[i].off = int64(buf.Len())
 		buf.Write(r.data)
 		buf.WriteString("}\n")
 	}

@@ -145,10 +145,12 @@ func (s *dirStore) settleBatch(ctx context.Context, intent string, held bool) er
 	return s.syncDir(filepath.Dir(intent))
 }
 
+// settleBatchRecord gives a committed record of the batch its file unless
+// it has one or is in a pack already: a batch that died while packing its
+// records leaves those without their pack line to this.
 func (s *dirStore) settleBatchRecord(e *entry) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(s.recordPath(e.Kind, e.ID), &st); err == nil {
-		return nil
+	if ok, err := s.recordExists(e.Kind, e.ID); ok || err != nil {
+		return err
 	}
 	last, err := s.lastJournalEntry(e.ID)
 	if err != nil || last == nil || last.Op != opPut || !bytes.Equal(bytes.TrimSpace(last.Record), bytes.TrimSpace(e.Record)) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -303,26 +304,43 @@ func copyTree(t *testing.T, src, dst string) {
 // batch's (those whose journal lines are whole), and the index keys of
 // those and only those are set: recovery finishes what the intent names.
 func TestBatchCrashWindows(t *testing.T) {
-	testBatchCrashWindows(t)
-	withoutTmpfile(t, func(t *testing.T) { testBatchCrashWindows(t) })
+	testBatchCrashWindows(t, 4)
+	withoutTmpfile(t, func(t *testing.T) { testBatchCrashWindows(t, 4) })
 	// Every append compacting the journal: a batch's lines are compacted
 	// like any others.
-	t.Run("compacting", func(t *testing.T) { testBatchCrashWindows(t, WithJournalLimit(1)) })
+	t.Run("compacting", func(t *testing.T) { testBatchCrashWindows(t, 4, WithJournalLimit(1)) })
+	// A batch large enough to keep its records in a pack.
+	t.Run("packed", func(t *testing.T) { testBatchCrashWindows(t, defaultPackMin) })
+	t.Run("packed-compacting", func(t *testing.T) { testBatchCrashWindows(t, defaultPackMin, WithJournalLimit(1)) })
 }
 
-func testBatchCrashWindows(t *testing.T, opts ...Option) {
-	const n = 4
+// packsBatchOf reports whether the tests' stores pack a batch of n records
+// (packMinFromEnv).
+func packsBatchOf(n int) bool {
+	min, err := strconv.Atoi(os.Getenv("TB_PACK_MIN"))
+	if err != nil {
+		min = defaultPackMin
+	}
+	return n >= min
+}
+
+func testBatchCrashWindows(t *testing.T, n int, opts ...Option) {
+	placed := crashPutRenamed // one placed, the rest rolled forward
+	if packsBatchOf(n) {
+		placed = crashPackLinked // the pack linked, its lines not appended
+	}
 	for _, tc := range []struct {
 		point string
 		kept  func(int) bool // which of the n records (and their keys) recovery keeps
 	}{
 		{crashPutIntent, func(int) bool { return false }},
-		// Half of the batch's journal bytes: the first two lines whole.
+		// Half of the batch's journal bytes: the first lines whole.
 		{crashJournalTorn, func(i int) bool { return i < n/2 }},
 		{crashPutJournaled, func(int) bool { return true }},
-		{crashPutRenamed, func(int) bool { return true }}, // one placed, three rolled forward
+		{placed, func(int) bool { return true }},
 		{crashClaimCreated, func(int) bool { return true }},
-		// Half of the index keys' append: two lines whole.
+		// Half of the first partition append (the pack's lines, or the
+		// index keys'): the first lines whole.
 		{crashPartitionTorn, func(int) bool { return true }},
 	} {
 		t.Run(tc.point, func(t *testing.T) {

@@ -36,6 +36,7 @@ func workerChaos() {
 	if err != nil {
 		fail("open: %v", err)
 	}
+	packMinFromEnv(s)
 	rng := rand.New(rand.NewSource(int64(envInt("TB_SEED"))))
 	seq := envInt("TB_SEQ")
 	if pm := envInt("TB_SELFKILL_PERMILLE"); pm > 0 {
@@ -301,7 +302,10 @@ func sameRecs(a, b map[string]recState) bool {
 	return true
 }
 
-func TestCrashRandomKill(t *testing.T) { eachBackend(t, crashRandomKill) }
+func TestCrashRandomKill(t *testing.T) {
+	eachBackend(t, crashRandomKill)
+	withPacks(t, func(t *testing.T) { crashRandomKill(t, testBackend{name: "dir"}) })
+}
 
 func crashRandomKill(t *testing.T, be testBackend) {
 	seed := time.Now().UnixNano()
@@ -489,6 +493,7 @@ func workerCrashAt() {
 	if err != nil {
 		fail("open: %v", err)
 	}
+	packMinFromEnv(s)
 	point, id := mustEnv("TB_POINT"), mustEnv("TB_ID")
 	s.crashAt = func(p string) {
 		if p == point {
@@ -534,6 +539,12 @@ func workerCrashAt() {
 }
 
 func TestCrashPoints(t *testing.T) {
+	testCrashPoints(t)
+	// A claim's batch packed: its crash windows are a large batch's.
+	withPacks(t, testCrashPoints)
+}
+
+func testCrashPoints(t *testing.T) {
 	type want struct {
 		rev   int64 // of the target record after recovery; 0: absent
 		total int
@@ -576,6 +587,7 @@ func TestCrashPoints(t *testing.T) {
 		// Compactions: explicit, and started by a write that just committed
 		// (its intent is still there).
 		{"compact", crashCompactWritten, want{2, 0}, false, false, false, 0, false},
+		{"claim", crashPackLinked, want{}, false, false, false, 0, false},
 		{"compact", crashCompactRenamed, want{2, 0}, false, false, false, 0, true},
 		{"update", crashCompactWritten, want{3, 1}, true, false, false, 1, false},
 		{"update", crashCompactRenamed, want{3, 1}, true, false, false, 1, true},
@@ -584,6 +596,9 @@ func TestCrashPoints(t *testing.T) {
 		{"delete", crashCompactRenamed, want{0, 0}, false, true, false, 1, true},
 	}
 	for _, tc := range cases {
+		if tc.point == crashPackLinked && !packsBatchOf(1) {
+			continue // a claim packs nothing
+		}
 		for _, via := range []string{"open", "writer"} {
 			if via == "writer" && (tc.op == "blob" || tc.op == "claim") {
 				continue
@@ -594,7 +609,7 @@ func TestCrashPoints(t *testing.T) {
 				s0 := openT(t, dir)
 				base := newCounter(s0)
 				base.Note = "<a&b>\u2028"
-				if err := s0.Create(ctx, base); err != nil {
+				if err := createBase(s0, base); err != nil {
 					t.Fatal(err)
 				}
 				var g records.Generic
@@ -743,6 +758,20 @@ func TestCrashPoints(t *testing.T) {
 			})
 		}
 	}
+}
+
+// createBase stores the crash tests' base record: in a pack when batches
+// of one are packed (withPacks), so that its later versions shadow the
+// pack's copy and its delete marks that copy deleted.
+func createBase(s *Store, base *counterRec) error {
+	if !packsBatchOf(1) {
+		return s.Create(context.Background(), base)
+	}
+	b := s.NewBatch()
+	if line, err := b.Create(base); err != nil || line == nil {
+		return fmt.Errorf("batch create: %s, %v", line, err)
+	}
+	return b.Commit()
 }
 
 func checkTarget(t *testing.T, s *Store, id string, rev int64, total int) {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,7 +41,26 @@ func openT(t testing.TB, dir string, opts ...Option) *Store {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	packMinFromEnv(s)
 	return s
+}
+
+// packMinFromEnv sets the fewest records a batch of s packs from
+// TB_PACK_MIN, which the tests of every write path set to 1 to run them
+// again with every batch packed, a Claim's included (withPacks).
+func packMinFromEnv(s *Store) {
+	if n, err := strconv.Atoi(os.Getenv("TB_PACK_MIN")); err == nil {
+		s.packMin = n
+	}
+}
+
+// withPacks runs fn again with every batch packed, in this process and in
+// the workers it starts.
+func withPacks(t *testing.T, fn func(t *testing.T)) {
+	t.Run("packed", func(t *testing.T) {
+		t.Setenv("TB_PACK_MIN", "1")
+		fn(t)
+	})
 }
 
 // recordFiles reads every record file, keyed by ID.

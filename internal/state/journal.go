@@ -475,6 +475,9 @@ func (s *dirStore) resolveIntent(kind, id string) error {
 		if err := s.syncDir(filepath.Dir(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		if err := s.dropPacked(kind, id); err != nil {
+			return err
+		}
 	}
 	// Whatever is left never committed: discard.
 	if havePut {

@@ -279,6 +279,7 @@ func workerClaim() {
 	if err != nil {
 		fail("open: %v", err)
 	}
+	packMinFromEnv(s)
 	waitForGo()
 	id, created, err := s.Claim(ctx, "sha256", claimKey, func() (records.Record, error) {
 		var g records.Generic

@@ -11,7 +11,10 @@
 // Layout of the state directory (the records' parts only when they are
 // kept there):
 //
-//	records/<kind>/<id>.json   current version of each record
+//	records/<kind>/<id>.json   current version of each record (comes first)
+//	packs/<batch>.batch        the records of a large batch, as committed
+//	packs/<kind>/.batched      where each packed record is, or that it was
+//	                           deleted (pack.go)
 //	journal/journal.jsonl      puts and deletes in commit order: since the last
 //	                           compaction, every one; before it, the last of
 //	                           each record (compact.go)
@@ -42,6 +45,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -97,6 +101,11 @@ type dirStore struct {
 	// parts caches the index keys read from each index's partition file
 	// (lookupPacked).
 	parts map[string]*indexPart
+	// packs caches each kind's pack lines (pack.go), also under partsMu.
+	packs map[string]*packIndex
+	// packMin is the fewest records a batch packs (defaultPackMin; tests
+	// lower it).
+	packMin int
 
 	journalMu sync.Mutex
 	// journal is opened on the first append and kept until a compaction
@@ -213,7 +222,7 @@ func (s *dirStore) ReadRaw(id string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := readFile(s.recordPath(kind, id))
+	b, err := s.readRecord(kind, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -242,43 +251,56 @@ func (s *dirStore) Exists(id string) bool {
 	if err != nil {
 		return false
 	}
-	_, err = os.Stat(s.recordPath(kind, id))
-	return err == nil
+	ok, err := s.recordExists(kind, id)
+	return ok && err == nil
 }
 
-// List returns the IDs of one kind, oldest first.
+// List returns the IDs of one kind, oldest first: those with their file
+// and those in packs.
 func (s *dirStore) List(kind string) ([]string, error) {
 	if !records.ValidKind(kind) {
 		return nil, fmt.Errorf("invalid kind %q", kind)
 	}
 	ents, err := os.ReadDir(filepath.Join(s.root, "records", kind))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
+	packed, err := s.packedIDs(kind)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(ents))
+	ids := make([]string, 0, len(ents)+len(packed))
 	for _, e := range ents {
 		if id, ok := strings.CutSuffix(e.Name(), ".json"); ok && records.CheckID(id) == nil {
-			ids = append(ids, id)
+			if _, dup := packed[id]; !dup {
+				ids = append(ids, id)
+			}
 		}
+	}
+	for id := range packed {
+		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	return ids, nil
 }
 
-// Kinds lists the record kinds present in the store.
+// Kinds lists the record kinds present in the store (with their files or
+// in packs).
 func (s *dirStore) Kinds() ([]string, error) {
 	ents, err := os.ReadDir(filepath.Join(s.root, "records"))
 	if err != nil {
 		return nil, err
 	}
+	packed, err := os.ReadDir(filepath.Join(s.root, "packs"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
 	var kinds []string
-	for _, e := range ents {
+	for _, e := range append(ents, packed...) {
 		if e.IsDir() && records.ValidKind(e.Name()) {
 			kinds = append(kinds, e.Name())
 		}
 	}
-	return kinds, nil
+	slices.Sort(kinds)
+	return slices.Compact(kinds), nil
 }

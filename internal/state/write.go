@@ -211,8 +211,7 @@ func (s *dirStore) commitLocked(ctx context.Context, id string, build func(prev 
 	if err := s.resolveIntent(kind, id); err != nil {
 		return err
 	}
-	path := s.recordPath(kind, id)
-	prev, err := readFile(path)
+	prev, err := s.readRecord(kind, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		prev, err = nil, nil
 	}
@@ -293,7 +292,7 @@ func (s *dirStore) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	path := s.recordPath(kind, id)
-	prev, err := os.ReadFile(path)
+	prev, err := s.readRecord(kind, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -318,11 +317,15 @@ func (s *dirStore) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	s.hook(crashDeleteJournaled)
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(path); err == nil {
+		if err := s.syncDir(filepath.Dir(path)); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s: deleted in the journal but the file remains (recovered on next write): %w", id, err)
 	}
-	if err := s.syncDir(filepath.Dir(path)); err != nil {
-		return err
+	if err := s.dropPacked(kind, id); err != nil {
+		return fmt.Errorf("%s: deleted in the journal but its pack copy remains (recovered on next write): %w", id, err)
 	}
 	s.hook(crashDeleteRemoved)
 	s.dropKeys(kind, id, prev)

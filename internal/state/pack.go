@@ -1,0 +1,240 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// A large batch keeps its records in one pack instead of a file each:
+// creating a file is the dominant cost of a write on ext4, and a parse run
+// stores thousands of observables. The pack is the batch's intent itself
+// (every record's journal line), linked into packs/ once the journal append
+// has committed it; a partition file per kind says where each record is:
+//
+//	packs/<batch>.batch    a committed batch's intent, kept
+//	packs/<kind>/.batched  "<id> <batch> <offset> <length>" a line: where a
+//	                       record is in its pack; "<id> -": deleted
+//
+// A record's own file, records/<kind>/<id>.json, comes first: a later write
+// of a packed record gives it one (the pack's copy is then stale), a delete
+// removes that file and appends the "-" line. Readers load a kind's lines
+// once and then only what was appended since (the file's size tells).
+// Packs are never removed: a record updated or deleted leaves its first
+// version's bytes in its pack.
+//
+// Smaller batches (fewer than defaultPackMin records: a Claim, a plan's few
+// records) give each record its file as single writes do: a reader of such
+// a record needs no kind's pack lines, which grow with every packed record.
+const defaultPackMin = 64
+
+// crashPackLinked: a test kills a batch after its pack is linked into
+// packs/, before its records' lines are appended.
+const crashPackLinked = "pack:linked"
+
+// packLoc is where a packed record's bytes are; an empty batch marks a
+// deleted one.
+type packLoc struct {
+	batch string
+	off   int64
+	n     int64
+}
+
+// packIndex is what this store has read of a kind's pack lines: each ID's
+// last line, up to end.
+type packIndex struct {
+	end  int64
+	locs map[string]packLoc
+}
+
+func (s *dirStore) packDir(kind string) string { return filepath.Join(s.root, "packs", kind) }
+
+func (s *dirStore) packPath(batch string) string {
+	return filepath.Join(s.root, "packs", batch+batchIntentSuffix)
+}
+
+// packIndexOf reads what was appended to a kind's pack lines since the last
+// call. The caller holds partsMu.
+func (s *dirStore) packIndexOf(kind string) (*packIndex, error) {
+	p := s.packs[kind]
+	if p == nil {
+		p = &packIndex{locs: make(map[string]packLoc)}
+		if s.packs == nil {
+			s.packs = make(map[string]*packIndex)
+		}
+		s.packs[kind] = p
+	}
+	dir := s.packDir(kind)
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, partitionFile), &st); err == unix.ENOENT || err == nil && st.Size <= p.end {
+		return p, nil
+	} else if err != nil {
+		return nil, pathErr("stat", filepath.Join(dir, partitionFile), err)
+	}
+	lines, end, err := partitionLines(dir, p.end)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range lines {
+		// The store alone writes these lines: one that does not parse
+		// (which Check reports) names no record.
+		if id, loc, ok := parsePackLine(l); ok && records.KindOf(id) == kind {
+			p.locs[id] = loc
+		}
+	}
+	p.end = end
+	return p, nil
+}
+
+func parsePackLine(l string) (string, packLoc, bool) {
+	f := strings.Fields(l)
+	if len(f) == 2 && f[1] == "-" && records.CheckID(f[0]) == nil {
+		return f[0], packLoc{}, true
+	}
+	if len(f) != 4 || records.CheckID(f[0]) != nil || records.KindOf(f[1]) != batchIntentKind || records.CheckID(f[1]) != nil {
+		return "", packLoc{}, false
+	}
+	off, err1 := strconv.ParseInt(f[2], 10, 64)
+	n, err2 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || off < 0 || n <= 0 {
+		return "", packLoc{}, false
+	}
+	return f[0], packLoc{batch: f[1], off: off, n: n}, true
+}
+
+// packed returns where a record is in its pack; false if it is in none, or
+// was deleted since.
+func (s *dirStore) packed(kind, id string) (packLoc, bool, error) {
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	p, err := s.packIndexOf(kind)
+	if err != nil {
+		return packLoc{}, false, err
+	}
+	loc, ok := p.locs[id]
+	return loc, ok && loc.batch != "", err
+}
+
+// packedIDs lists the packed records of a kind that were not deleted since,
+// with where each is.
+func (s *dirStore) packedIDs(kind string) (map[string]packLoc, error) {
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	p, err := s.packIndexOf(kind)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]packLoc, len(p.locs))
+	for id, loc := range p.locs {
+		if loc.batch != "" {
+			live[id] = loc
+		}
+	}
+	return live, nil
+}
+
+// readPacked reads a record's bytes from its pack.
+func (s *dirStore) readPacked(loc packLoc) ([]byte, error) {
+	path := s.packPath(loc.batch)
+	fd, err := openRetry(path, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, loc.n)
+	for n := 0; n < len(buf); {
+		m, err := unix.Pread(fd, buf[n:], loc.off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, pathErr("read", path, err)
+		}
+		if m == 0 {
+			return nil, fmt.Errorf("%s: ends before the record at %d", path, loc.off)
+		}
+		n += m
+	}
+	return buf, nil
+}
+
+// readRecord returns a record's stored bytes: its file, else its pack's
+// copy. An error wrapping fs.ErrNotExist: neither.
+func (s *dirStore) readRecord(kind, id string) ([]byte, error) {
+	b, err := readFile(s.recordPath(kind, id))
+	if !errors.Is(err, fs.ErrNotExist) {
+		return b, err
+	}
+	loc, ok, perr := s.packed(kind, id)
+	if perr != nil {
+		return nil, perr
+	}
+	if !ok {
+		return nil, err
+	}
+	return s.readPacked(loc)
+}
+
+// recordExists reports whether a record has its file or a pack's copy.
+func (s *dirStore) recordExists(kind, id string) (bool, error) {
+	var st unix.Stat_t
+	err := unix.Lstat(s.recordPath(kind, id), &st)
+	if err == nil {
+		return true, nil
+	}
+	if err != unix.ENOENT {
+		return false, pathErr("stat", s.recordPath(kind, id), err)
+	}
+	_, ok, err := s.packed(kind, id)
+	return ok, err
+}
+
+// dropPacked marks a deleted record's pack copy deleted, if it has one; the
+// caller holds the record's lock and has removed its file.
+func (s *dirStore) dropPacked(kind, id string) error {
+	if _, ok, err := s.packed(kind, id); !ok || err != nil {
+		return err
+	}
+	return s.appendPartition(s.packDir(kind), []byte(id+" -\n"))
+}
+
+// packRecords keeps a committed batch's records in its intent: the intent
+// is linked into packs/, then each kind's records are appended to the
+// kind's pack lines. A crash before the lines are whole leaves the records
+// without lines to recovery, which gives them their files (settleBatch).
+func (b *dirBatch) packRecords(intent, name string) error {
+	s := b.s
+	pack := s.packPath(name)
+	if err := s.ensureDir(filepath.Dir(pack)); err != nil {
+		return err
+	}
+	if err := os.Link(intent, pack); err != nil {
+		return err
+	}
+	if err := s.syncDir(filepath.Dir(pack)); err != nil {
+		return err
+	}
+	s.hook(crashPackLinked)
+	lines := make(map[string][]byte)
+	var kinds []string
+	for _, r := range b.recs {
+		if _, ok := lines[r.kind]; !ok {
+			kinds = append(kinds, r.kind)
+		}
+		lines[r.kind] = fmt.Appendf(lines[r.kind], "%s %s %d %d\n", r.id, name, r.off, len(r.data))
+	}
+	for _, kind := range kinds {
+		if err := s.appendPartition(s.packDir(kind), lines[kind]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
