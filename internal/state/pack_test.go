@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -153,5 +154,21 @@ func TestBatchPacked(t *testing.T) {
 	}
 	if len(rep.Problems) == 0 || slices.ContainsFunc(rep.Problems, func(p Problem) bool { return p.ID != ids[3] }) {
 		t.Errorf("Check of a tampered pack: %+v", rep.Problems)
+	}
+	// A packed record that does not decode is named by its pack.
+	loc, ok, err := s.packed(records.KindCapture, ids[5])
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	f, err := os.OpenFile(pack[0], os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte("["), int(loc.n)), loc.off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := s.Get(ids[5], &c); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s (at %d): stored record does not decode", pack[0], loc.off)) {
+		t.Errorf("Get of a packed record that does not decode: %v", err)
 	}
 }

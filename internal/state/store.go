@@ -186,7 +186,16 @@ func (s *dirStore) Path(elem ...string) string {
 // Now is the store's clock, truncated as records store time.
 func (s *dirStore) Now() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
-func (s *dirStore) where(id string) string { return s.recordPath(records.KindOf(id), id) }
+func (s *dirStore) where(id string) string {
+	kind := records.KindOf(id)
+	path := s.recordPath(kind, id)
+	if _, err := os.Lstat(path); err != nil {
+		if loc, ok, _ := s.packed(kind, id); ok {
+			return fmt.Sprintf("%s (at %d)", s.packPath(loc.batch), loc.off)
+		}
+	}
+	return path
+}
 
 func (s *dirStore) recordPath(kind, id string) string {
 	return filepath.Join(s.root, "records", kind, id+".json")
