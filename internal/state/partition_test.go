@@ -192,3 +192,39 @@ func TestBatchKeysTornAppend(t *testing.T) {
 	}
 	assertConsistent(t, r)
 }
+
+// TestPartitionLinesOfHostileValues: an index key or field value taken from
+// a guest's traffic (an observable's value) cannot add a line of its own to
+// a partition file: a key with a space or newline is refused, and a field
+// value is a directory name (hex when it is not a plain token), never a line.
+func TestPartitionLinesOfHostileValues(t *testing.T) {
+	s := openT(t, t.TempDir())
+	victim := batchCaptures(t, s, "lease_a", "k", 1)[0]
+	b := s.NewBatch()
+	c := &records.Capture{Lease: "lease_x\n" + victim}
+	records.Init(c, records.KindCapture, s.Now())
+	if line, err := b.Create(c); err != nil || line == nil {
+		t.Fatal(line, err)
+	}
+	// Either would, written as a line, point k0 at the guest's record.
+	for _, key := range []string{"evil\nk0", "k0 x\nk0"} {
+		if ok, err := b.TryLockIndex("cap", key); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if err := b.SetIndex("cap", key, c.ID); err == nil {
+			t.Errorf("SetIndex of key %q accepted", key)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Lookup("cap", "k0"); err != nil || got != victim {
+		t.Errorf("Lookup k0 = %s, %v; want %s", got, err, victim)
+	}
+	if got := findLease(t, s, "lease_x\n"+victim); !slices.Equal(got, []string{c.ID}) {
+		t.Errorf("FindBy of the value with a newline = %v, want %s", got, c.ID)
+	}
+	if got := findLease(t, s, "lease_x"); len(got) != 0 {
+		t.Errorf("FindBy lease_x = %v, want none", got)
+	}
+}
