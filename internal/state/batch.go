@@ -151,16 +151,20 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 // checkNew fails with ErrExists if a queued record's ID is taken. A
 // single write's intent in the way can only be a dead writer's: it is
 // settled as commitLocked settles it, and the ID checked again, since
-// settling may have rolled a committed write forward.
-func (b *dirBatch) checkNew(r *batchRec) error {
+// settling may have rolled a committed write forward. packed tells the
+// kind's packed records.
+func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool) error {
 	s := b.s
+	if packed(r.id) {
+		return fmt.Errorf("%s: %w", r.id, ErrExists)
+	}
 	for try := 0; ; try++ {
-		if ok, err := s.recordExists(r.kind, r.id); err != nil {
-			return err
-		} else if ok {
-			return fmt.Errorf("%s: %w", r.id, ErrExists)
-		}
 		var st unix.Stat_t
+		if err := unix.Lstat(s.recordPath(r.kind, r.id), &st); err == nil {
+			return fmt.Errorf("%s: %w", r.id, ErrExists)
+		} else if err != unix.ENOENT {
+			return pathErr("stat", s.recordPath(r.kind, r.id), err)
+		}
 		err := unix.Lstat(s.intentPath(r.kind, r.id), &st)
 		if err == unix.ENOENT || try > 0 {
 			return nil
@@ -214,8 +218,20 @@ func (b *dirBatch) commit() error {
 	if len(b.recs) == 0 {
 		return b.placeKeys()
 	}
+	// The pack lines of the batch's kinds are read once, now that the
+	// batch holds its records' locks: no line for them can come later.
+	packed := make(map[string]func(id string) bool)
+	for _, r := range b.recs {
+		if _, ok := packed[r.kind]; !ok {
+			in, err := s.packedAsOfNow(r.kind)
+			if err != nil {
+				return err
+			}
+			packed[r.kind] = in
+		}
+	}
 	for i := range b.recs {
-		if err := b.checkNew(&b.recs[i]); err != nil {
+		if err := b.checkNew(&b.recs[i], packed[b.recs[i].kind]); err != nil {
 			return err
 		}
 	}

@@ -123,6 +123,24 @@ func (s *dirStore) packed(kind, id string) (packLoc, bool, error) {
 	return loc, ok && loc.batch != "", err
 }
 
+// packedAsOfNow reads a kind's pack lines and returns a test of whether a
+// record is packed (and not deleted) that does not read them again: for a
+// caller that holds the locks of the records it asks about, so that no line
+// for them can be appended meanwhile.
+func (s *dirStore) packedAsOfNow(kind string) (func(id string) bool, error) {
+	s.partsMu.Lock()
+	p, err := s.packIndexOf(kind)
+	s.partsMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return func(id string) bool {
+		s.partsMu.Lock()
+		defer s.partsMu.Unlock()
+		return p.locs[id].batch != ""
+	}, nil
+}
+
 // packedIDs lists the packed records of a kind that were not deleted since,
 // with where each is.
 func (s *dirStore) packedIDs(kind string) (map[string]packLoc, error) {
