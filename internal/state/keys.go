@@ -57,6 +57,13 @@ func indexKeys(r records.Record) []records.IndexKey {
 func (s *dirStore) setKeys(kind, id string, keys []records.IndexKey) error {
 	for _, k := range keys {
 		dir := s.keyDir(kind, k.Field, k.Value)
+		// A record a batch stored has its keys as partition lines: a later
+		// write of it must not give it a file per key as well.
+		if packed, err := s.inKeyPartition(dir, id); err != nil {
+			return err
+		} else if packed {
+			continue
+		}
 		if err := s.ensureDir(dir); err != nil {
 			return err
 		}

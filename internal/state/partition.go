@@ -168,6 +168,43 @@ func partitionLines(dir string, from int64) (lines []string, end int64, err erro
 	return strings.Split(string(buf[:complete-1]), "\n"), from + int64(complete), nil
 }
 
+// keyPart is what this store has read of a key directory's partition file:
+// the IDs up to end.
+type keyPart struct {
+	end int64
+	ids map[string]bool
+}
+
+// inKeyPartition reports whether the partition file of the key directory
+// dir has a line for id, reading only what was appended since the last call.
+func (s *dirStore) inKeyPartition(dir, id string) (bool, error) {
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	p := s.keyParts[dir]
+	if p == nil {
+		p = &keyPart{ids: make(map[string]bool)}
+		if s.keyParts == nil {
+			s.keyParts = make(map[string]*keyPart)
+		}
+		s.keyParts[dir] = p
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, partitionFile), &st); err == unix.ENOENT || err == nil && st.Size <= p.end {
+		return p.ids[id], nil
+	} else if err != nil {
+		return false, pathErr("stat", filepath.Join(dir, partitionFile), err)
+	}
+	lines, end, err := partitionLines(dir, p.end)
+	if err != nil {
+		return false, err
+	}
+	for _, l := range lines {
+		p.ids[l] = true
+	}
+	p.end = end
+	return p.ids[id], nil
+}
+
 // indexPart is what this store has read of an index's partition file: the
 // keys up to end, each to the ID of its last line.
 type indexPart struct {

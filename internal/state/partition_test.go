@@ -228,3 +228,32 @@ func TestPartitionLinesOfHostileValues(t *testing.T) {
 		t.Errorf("FindBy lease_x = %v, want none", got)
 	}
 }
+
+// TestUpdateOfABatchedRecordKeepsItsKeyLines: a later write of a record
+// whose keys a batch stored as lines finds them there, and gives it no file
+// per key (which made every merge into a parse run's observables cost two
+// more inodes).
+func TestUpdateOfABatchedRecordKeepsItsKeyLines(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir())
+	ids := batchCaptures(t, s, "lease_a", "k", 2)
+	var c records.Capture
+	if err := s.Update(ctx, ids[0], &c, func(bool) error { c.Iface = "tap9"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	dir := s.keyDir(records.KindCapture, records.KeyLease, "lease_a")
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
+		t.Errorf("%s after an update holds %v, %v; want only %s", dir, ents, err, partitionFile)
+	}
+	if got := findLease(t, s, "lease_a"); !slices.Equal(got, sorted(ids)) {
+		t.Errorf("FindBy = %v, want %v", got, sorted(ids))
+	}
+	// A new value still gets its key.
+	if err := s.Update(ctx, ids[1], &c, func(bool) error { c.Lease = "lease_b"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := findLease(t, s, "lease_b"); !slices.Equal(got, []string{ids[1]}) {
+		t.Errorf("FindBy lease_b = %v", got)
+	}
+	assertConsistent(t, s)
+}

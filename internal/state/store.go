@@ -101,6 +101,9 @@ type dirStore struct {
 	// parts caches the index keys read from each index's partition file
 	// (lookupPacked).
 	parts map[string]*indexPart
+	// keyParts caches the IDs of key directories' partition files
+	// (inKeyPartition), also under partsMu.
+	keyParts map[string]*keyPart
 	// packs caches each kind's pack lines (pack.go), also under partsMu.
 	packs map[string]*packIndex
 	// packMin is the fewest records a batch packs (defaultPackMin; tests
