@@ -282,6 +282,12 @@ func (r *Runner) Drive(ctx context.Context, id string) (*records.Cycle, error) {
 	if !ok {
 		return nil, fault.TempFail(fmt.Errorf("cycle %s: %w: another tb-run drives it", id, ErrBusy))
 	}
+	return r.driveLocked(ctx, id, unlock)
+}
+
+// driveLocked is Drive under the cycle's lock, which the caller took (a
+// worker's claim) and which unlock lets go of when it returns.
+func (r *Runner) driveLocked(ctx context.Context, id string, unlock func()) (*records.Cycle, error) {
 	defer unlock()
 	c, err := r.Get(id)
 	if err != nil {

@@ -63,6 +63,8 @@ type Worker struct {
 
 	rec     *records.Worker
 	running map[string]bool
+	// yielded: the last look left queued cycles to better placed workers.
+	yielded bool
 	// paused: Ready failed, and the heartbeat offers no free slot.
 	paused bool
 	// unsaid: a cycle ended since the record was last written.
@@ -111,8 +113,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		"platforms", w.rec.Platforms, "native", w.rec.Native)
 	w.releaseAbandoned(ctx)
 
-	// A cycle queued, taken or ended, a worker's capacity changed: there
-	// may be work to take.
+	// A cycle queued, a worker gone or with fewer slots: there may be
+	// work to take (WatchFleet).
 	wctx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
 	changed, err := w.R.St.WatchFleet(wctx)
@@ -127,11 +129,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	// that the claim it makes does not wait on reading every cycle being
 	// driven and every live worker of the fleet.
 	look, heartbeat := true, true
+	// recheck fires a look soon after one that left queued cycles to
+	// better placed workers and took none: nothing wakes this worker if
+	// one of those takes another cycle instead.
+	var recheck <-chan time.Time
 	for {
 		if look {
 			idle, err := w.take(ctx, done, heartbeat)
 			if err != nil {
 				w.R.Log.Warn("looking for cycles", "err", err)
+			}
+			recheck = nil
+			if w.yielded && len(w.running) < w.Slots {
+				recheck = time.After(w.heartbeat() / 4)
 			}
 			if w.unsaid {
 				// The slots a cycle's end freed and the look left free.
@@ -152,9 +162,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		case d := <-done:
 			// The record says the slot is free after the look that
 			// follows, which most often fills it again: a slot freed and
-			// taken is one write of the record (by start), not two, and
-			// wakes the fleet's free workers once, not twice.
+			// taken is one write of the record (by start), not two.
 			w.finish(ctx, d)
+		case <-recheck:
 		case <-tick.C:
 			if err := w.capabilities(ctx); err != nil {
 				w.R.Log.Warn("what this host can boot; keeping the last answer", "err", err)
@@ -395,14 +405,20 @@ func (w *Worker) take(ctx context.Context, done chan<- driven, heartbeat bool) (
 			// whether it is driven: no lock round trip per cycle.
 			continue
 		}
+		if mine {
+			unlock, ok := w.claim(ctx, c.ID)
+			if !ok {
+				continue // driven by someone
+			}
+			idle = false
+			w.start(ctx, c.ID, unlock, done)
+			continue
+		}
 		if w.busy(ctx, c.ID) {
 			continue // driven by someone
 		}
 		idle = false
-		switch {
-		case mine:
-			w.start(ctx, c.ID, done)
-		case sweep && !alive[owner] && silent && !w.hostAlive(ctx, owner, now):
+		if sweep && !alive[owner] && silent && !w.hostAlive(ctx, owner, now) {
 			if err := w.replace(ctx, c.ID, owner); err != nil {
 				w.R.Log.Warn("replacing a dead host's cycle", "cycle", c.ID, "err", err)
 			}
@@ -485,6 +501,7 @@ const claimMargin = 4
 // reports that a queued cycle keeps the worker from being idle: it drives
 // one, or a live host's worker will.
 func (w *Worker) takeQueued(ctx context.Context, now time.Time, done chan<- driven) (keepsBusy bool, err error) {
+	w.yielded = false
 	free := w.Slots - len(w.running)
 	if free <= 0 {
 		// No slot: whether someone drives them is asked when one frees.
@@ -530,16 +547,17 @@ func (w *Worker) takeQueued(ctx context.Context, now time.Time, done chan<- driv
 			if w.yields(plat, c, others, now, ahead[plat]) {
 				if !w.UntilIdle || !w.busy(ctx, c.ID) {
 					ahead[plat]++
-					keepsBusy = true
+					keepsBusy, w.yielded = true, true
 				}
 				continue
 			}
 		}
-		if w.busy(ctx, c.ID) {
+		unlock, ok := w.claim(ctx, c.ID)
+		if !ok {
 			continue // driven by someone
 		}
 		keepsBusy = true
-		w.start(ctx, c.ID, done)
+		w.start(ctx, c.ID, unlock, done)
 	}
 	if keepsBusy {
 		return true, nil
@@ -682,23 +700,31 @@ func (w *Worker) yields(platform string, c *records.Cycle, others []*records.Wor
 
 // busy tells whether a process drives the cycle now.
 func (w *Worker) busy(ctx context.Context, id string) bool {
-	unlock, ok, err := w.R.St.TryLock(ctx, cycleLock(id))
-	if err != nil || !ok {
-		return true
+	unlock, ok := w.claim(ctx, id)
+	if ok {
+		unlock()
 	}
-	unlock()
-	return false
+	return !ok
 }
 
-func (w *Worker) start(ctx context.Context, id string, done chan<- driven) {
+// claim takes the cycle's lock, which whoever drives it holds: ok when no
+// one else drives it, and this worker now may.
+func (w *Worker) claim(ctx context.Context, id string) (unlock func(), ok bool) {
+	unlock, ok, err := w.R.St.TryLock(ctx, cycleLock(id))
+	if err != nil {
+		w.R.Log.Warn("cycle's lock", "cycle", id, "err", err)
+	}
+	return unlock, ok && err == nil
+}
+
+// start drives a cycle whose lock the claim took (unlock lets go of it):
+// handed to the driver, not let go of and taken again, so that no other
+// worker takes the cycle in between only for one of them to find it busy.
+func (w *Worker) start(ctx context.Context, id string, unlock func(), done chan<- driven) {
 	w.running[id] = true
 	w.rec.Running = append(w.rec.Running, id)
-	// Drive takes the cycle's lock first, before the record is written:
-	// until it holds it, the cycle is still queued and unlocked, and any
-	// worker looking then starts it too, only for one of them to find it
-	// busy.
 	go func() {
-		c, err := w.R.Drive(ctx, id)
+		c, err := w.R.driveLocked(ctx, id, unlock)
 		done <- driven{id: id, c: c, err: err}
 	}()
 	w.beat(ctx)

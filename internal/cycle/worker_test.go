@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -376,4 +377,123 @@ func TestClaimWritesTheWorkerOnce(t *testing.T) {
 	if want := int64(1 + queued + 2); rec.Rev > want {
 		t.Errorf("the worker wrote its record %d times for %d cycles taken one after another, want %d at most", rec.Rev, queued, want)
 	}
+}
+
+// TestClaimsWakeNoIdleWorker: on PostgreSQL, workers with a free slot and
+// nothing they can take (their hosts boot another platform) look again
+// when a cycle is queued or a worker stops, not at every cycle another
+// worker claims, drives or ends: each look is a few queries, and a fleet
+// whose every claim woke every free worker paid as many looks a claim as
+// it has free workers. The idle workers' looks while another drives a
+// batch are bounded by the batch's queueing and that worker's stop,
+// whatever the batch's length.
+func TestClaimsWakeNoIdleWorker(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Start(t, pgtest.WithoutFsync()).NewDatabase(t)
+	blobs := t.TempDir()
+	open := func() *state.Store {
+		st, err := state.Open(ctx, t.TempDir(), state.WithShared(url), state.WithSharedBlobs(blobs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	st := open()
+	b, err := st.PutBlob(ctx, strings.NewReader("out beacon\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
+		Network:  records.NetPolicy{Mode: "sinkhole"},
+		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
+	records.Init(p, records.KindPlan, st.Now())
+	if err := st.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	worker := func(host, platform string) *Worker {
+		st := open()
+		g := newFakeGuest()
+		r := &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Post: &fakePost{st: st},
+			Leaser:  &hostLeaser{st: st, host: host},
+			Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
+			Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host}
+		// No heartbeat during the test: every look is the first or a wake's.
+		return &Worker{R: r, Host: host, Slots: 1, Heartbeat: time.Hour, DeadAfter: time.Hour,
+			Capabilities: func(ctx context.Context) ([]string, []string, error) { return []string{platform}, nil, nil }}
+	}
+
+	const idle, batch = 6, 20
+	looks := make(chan string, 1000)
+	wctx, stopIdle := context.WithCancel(ctx)
+	defer stopIdle()
+	var running sync.WaitGroup
+	for i := range idle {
+		w := worker(fmt.Sprintf("arm-%d", i), "arm64")
+		// Ready is asked at every look.
+		w.Ready = func(context.Context) error { looks <- w.Host; return nil }
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			if err := w.Run(wctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	// register's Ready, then the first look's.
+	for range 2 * idle {
+		<-looks
+	}
+
+	// The batch queued in one commit, as tb-run submit --batch does.
+	sb := st.NewBatch()
+	for range batch {
+		c := &records.Cycle{State: records.CyclePending, Plan: p.ID, Sample: p.SampleSHA256,
+			Timeout: records.Duration(time.Minute), Post: []string{StepRotate, StepParse}, RequestedAt: st.Now(), Seq: 1}
+		records.Init(c, records.KindCycle, st.Now())
+		if _, err := sb.Create(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	amd := worker("amd-0", "amd64")
+	amd.UntilIdle = true
+	ended := 0
+	amd.Ended = func(c *records.Cycle, err error) {
+		if c == nil || c.State != records.CycleCompleted {
+			t.Errorf("cycle ended %v: %v", c, err)
+		}
+		ended++
+	}
+	if err := amd.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ended != batch {
+		t.Fatalf("the amd64 worker drove %d cycles, want %d", ended, batch)
+	}
+	// Counted before the idle workers stop: a worker's stop wakes the
+	// others.
+	perWorker := map[string]int{}
+	for counted := false; !counted; {
+		select {
+		case h := <-looks:
+			perWorker[h]++
+		default:
+			counted = true
+		}
+	}
+	stopIdle()
+	running.Wait()
+	// The batch's commit wakes them, and the amd64 worker's stop: two
+	// looks each at most, however many cycles were claimed; each of the
+	// batch's claims, starts and ends waking them would be up to three a
+	// cycle.
+	for h, n := range perWorker {
+		if n > 2 {
+			t.Errorf("idle worker %s looked %d times while another drove %d cycles, want 2 at most", h, n, batch)
+		}
+	}
+	t.Logf("idle workers' looks while %d cycles were queued and driven: %v", batch, perWorker)
 }

@@ -8,14 +8,15 @@ import (
 )
 
 // WatchFleet signals on the channel it returns (at most one signal
-// waiting) when a fleet's work may have changed: a cycle was queued, left
-// the queue or ended, or a worker's capacity changed. A signal may come
-// with no change; a watcher that must not miss one also looks now and then
-// (a worker, every heartbeat). The channel is closed when ctx ends, which
+// waiting) when a worker that found no work may find some: a cycle was
+// queued (or submitted onto a lease), or a worker stopped, lost slots or
+// changed what its host boots. A cycle leaving the queue, being driven or
+// ending signals nothing on PostgreSQL, nor a worker taking a cycle or
+// freeing a slot. A signal may come with no change; a watcher that must
+// not miss one also looks now and then (a worker, every heartbeat). The channel is closed when ctx ends, which
 // must come before the store is closed: the watcher holds a connection.
 //
-// On PostgreSQL, the commits that change the queue's keys or a worker's
-// capacity notify a channel of their own, and the watcher listens to it
+// On PostgreSQL, those commits notify a channel of their own, and the watcher listens to it
 // and reads nothing; the directory's watcher follows the journal for
 // cycles and workers.
 func (s *Store) WatchFleet(ctx context.Context) (<-chan struct{}, error) {

@@ -72,8 +72,8 @@ func journalArgs(es []entry) []any {
 }
 
 // journaled follows the commit of n journal entries: it wakes the
-// followers, and the fleet's workers when fleet says the commit changed
-// their work (queueFleetKeys), and compacts the journal now and then.
+// followers, and the fleet's workers when fleet says the commit brought
+// them work (queueFleetKeys), and compacts the journal now and then.
 // The notifications go after the commit, in a statement of their own that
 // writes nothing, because PostgreSQL commits the transactions that NOTIFY
 // one at a time (under a lock held through the commit's flush to disk): a
@@ -103,7 +103,7 @@ const (
 	wakeFollowers fleetWake = iota
 	wakeFleet
 	// wakeIfKeysChanged: the fleet too if the write's fleet-keys statement
-	// (queueFleetKeys) changed a key, as it recorded in the session's
+	// (queueFleetKeys) added a key that brings work, as it recorded in the session's
 	// setting pgKeysChanged. Set by a session-wide set_config in the
 	// transaction, the setting outlives the COMMIT (and goes with a
 	// rollback); every write that reads it set it first. Read where it
@@ -117,17 +117,37 @@ const pgKeysChanged = "talkbox.fleet_keys_changed"
 
 // queueNotify queues the notifications of a commit (journaled): in a
 // pipeline, after the COMMIT of the transaction they follow.
+//
+// PostgreSQL signals every backend that listens in the database at each
+// notification, whatever channel it listens to, and each one signalled
+// wakes and reads the notification queue: a fleet of a thousand workers
+// has a thousand listening backends, so that a notification on every
+// commit made every commit cost a thousand wake-ups on the server. The
+// journal's channel is notified only while a follower holds the follower
+// lock (followerLock): a commit that can take that lock's shared side at
+// once has no follower to wake.
 func queueNotify(b *pgx.Batch, wake fleetWake) {
+	followers := `CASE WHEN pg_try_advisory_xact_lock_shared($2) THEN NULL ELSE pg_notify($1, '') END`
 	switch wake {
 	case wakeFleet:
-		b.Queue(`SELECT pg_notify($1, ''), pg_notify($2, '')`, pgNotifyChannel, pgFleetChannel)
+		b.Queue(`SELECT `+followers+`, pg_notify($3, '')`, pgNotifyChannel, followerLock(), pgFleetChannel)
 	case wakeIfKeysChanged:
-		b.Queue(`SELECT pg_notify($1, ''), CASE WHEN current_setting('`+pgKeysChanged+`', true) = 'true' THEN pg_notify($2, '') END`,
-			pgNotifyChannel, pgFleetChannel)
+		b.Queue(`SELECT `+followers+`, CASE WHEN current_setting('`+pgKeysChanged+`', true) = 'true' THEN pg_notify($3, '') END`,
+			pgNotifyChannel, followerLock(), pgFleetChannel)
 	default:
-		b.Queue(`SELECT pg_notify($1, '')`, pgNotifyChannel)
+		b.Queue(`SELECT `+followers, pgNotifyChannel, followerLock())
 	}
 }
+
+// followerLock is the advisory lock a follower of the journal holds,
+// exclusive, on its listening connection, for as long as it listens:
+// while one holds it, commits notify the journal's channel (every
+// follower listening to it hears them). One follower holds it at a time;
+// another that could not take it tries again at each of its waits, and
+// meanwhile reads what is committed at least every pgWaitAtMost, as it
+// does after a lost notification. A follower that dies lets go of it with
+// its connection.
+func followerLock() int64 { return lockKey("journal", "follower") }
 
 // pgFollower reads the journal table window by window (see above), and
 // waits for the next commit on a connection that LISTENs to the channel
@@ -135,6 +155,8 @@ func queueNotify(b *pgx.Batch, wake fleetWake) {
 type pgFollower struct {
 	s      *pgStore
 	listen *pgxpool.Conn
+	// holds: the listening connection holds followerLock.
+	holds bool
 	// from is the last watermark: every entry whose xid is below it has
 	// been read.
 	from uint64
@@ -194,10 +216,7 @@ func snapshotBounds(snap string) (xmin, xmax uint64, err error) {
 }
 
 func (fl *pgFollower) relisten(ctx context.Context) error {
-	if fl.listen != nil {
-		fl.listen.Release()
-		fl.listen = nil
-	}
+	fl.unlisten()
 	c, err := fl.s.pool.Acquire(ctx)
 	if err != nil {
 		return pgErr(err)
@@ -207,7 +226,32 @@ func (fl *pgFollower) relisten(ctx context.Context) error {
 		return pgErr(err)
 	}
 	fl.listen = c
-	return nil
+	// Listening first: a commit that finds the lock held notifies a
+	// connection that already listens.
+	return fl.holdLock(ctx)
+}
+
+// holdLock takes followerLock on the listening connection, if no other
+// follower holds it.
+func (fl *pgFollower) holdLock(ctx context.Context) error {
+	if fl.holds {
+		return nil
+	}
+	err := fl.listen.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, followerLock()).Scan(&fl.holds)
+	return pgErr(err)
+}
+
+// unlisten gives the listening connection back to the pool, listening to
+// nothing and holding no lock.
+func (fl *pgFollower) unlisten() {
+	if fl.listen == nil {
+		return
+	}
+	if !fl.listen.Conn().IsClosed() {
+		fl.listen.Conn().Exec(context.Background(), `UNLISTEN *; SELECT pg_advisory_unlock_all()`)
+	}
+	fl.listen.Release()
+	fl.listen, fl.holds = nil, false
 }
 
 func (fl *pgFollower) Next() (*JournalEntry, error) {
@@ -295,12 +339,15 @@ func (fl *pgFollower) Wait(ctx context.Context) error {
 	defer cancel()
 	_, err := fl.listen.Conn().WaitForNotification(wctx)
 	switch {
-	case err == nil:
+	case err == nil, ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		// The follower that held the lock may have gone.
+		if err := fl.holdLock(ctx); err != nil && ctx.Err() == nil {
+			fl.listen.Conn().Close(context.Background())
+			return fl.relisten(ctx)
+		}
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil
 	}
 	// The connection is gone (the server restarted): listen on a new one,
 	// and read again whatever was committed meanwhile.
@@ -309,10 +356,6 @@ func (fl *pgFollower) Wait(ctx context.Context) error {
 }
 
 func (fl *pgFollower) Close() error {
-	if fl.listen != nil {
-		fl.listen.Conn().Exec(context.Background(), `UNLISTEN *`)
-		fl.listen.Release()
-		fl.listen = nil
-	}
+	fl.unlisten()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -235,4 +236,86 @@ func TestPostgresJournalOrder(t *testing.T) {
 			t.Fatalf("revisions across the migration: %v, want [1 2]", revs)
 		}
 	})
+}
+
+// TestPostgresJournalNotifiesOnlyFollowers: PostgreSQL signals every
+// backend listening in the database at each notification, whatever its
+// channel (a fleet's thousand workers each listen), so a commit notifies
+// the journal's channel only while a follower follows: a listener that is
+// not a follower hears none of the commits made with no follower, hears
+// those made while one follows, and none again once it closed; a second
+// follower takes over the follower lock at its next wait once the first
+// closed.
+func TestPostgresJournalNotifiesOnlyFollowers(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Start(t, pgtest.WithoutFsync()).NewDatabase(t)
+	s := openT(t, t.TempDir(), WithShared(url))
+	defer s.Close()
+	listen, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close(ctx)
+	if _, err := listen.Exec(ctx, `LISTEN `+pgNotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	// notified tells whether a commit of the store notified the channel:
+	// the commit's notification comes before the test's marker.
+	notified := func() bool {
+		t.Helper()
+		if err := s.Create(ctx, newCounter(s)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.rec.(*pgStore).pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, pgNotifyChannel); err != nil {
+			t.Fatal(err)
+		}
+		woke := false
+		for {
+			wctx, cancel := context.WithTimeout(ctx, time.Minute) // a hang guard
+			n, err := listen.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Payload == "marker" {
+				return woke
+			}
+			woke = true
+		}
+	}
+	if notified() {
+		t.Errorf("a commit with no follower notified the journal's channel")
+	}
+	first, err := s.FollowJournal(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.FollowJournal(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if !notified() {
+		t.Errorf("a commit while a follower follows did not notify the journal's channel")
+	}
+	first.Close()
+	// Woken by nothing (the lock's holder closed), the wait ends at
+	// pgWaitAtMost, and takes the lock.
+	for drain := true; drain; {
+		e, err := second.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain = e != nil
+	}
+	if err := second.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !notified() {
+		t.Errorf("a commit after the second follower's wait did not notify the journal's channel")
+	}
+	second.Close()
+	if notified() {
+		t.Errorf("a commit once every follower closed notified the journal's channel")
+	}
 }

@@ -16,8 +16,10 @@ import (
 
 // TestPostgresWrite checks what a PostgreSQL write sends in its pipelines
 // (commitLocked, create), where the COMMIT goes with the writes: a cycle's
-// fleet keys that stay are kept and do not wake the fleet's workers, those
-// that change do, a new queued cycle's too; a row changed behind the
+// fleet keys that stay are kept and do not wake the fleet's workers; a
+// cycle queued (new, or again) or submitted onto a lease wakes them, one
+// leaving the queue or ending does not, nor a worker taking a cycle or
+// freeing its slot, and a worker stopping or losing slots does; a row changed behind the
 // record's lock fails the write and leaves nothing of it; a Create of a
 // taken id fails with ErrExists and leaves nothing of it, and the
 // caller's record as it was; a queued cycle's key names its plan's
@@ -84,6 +86,17 @@ func TestPostgresWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// wakes tells whether the writes of do woke the fleet.
+	wakes := func(do func()) bool {
+		t.Helper()
+		do()
+		marker()
+		woke := false
+		for nextWake() != "marker" {
+			woke = true
+		}
+		return woke
+	}
 
 	t.Run("keys that stay", func(t *testing.T) {
 		if err := update(queuedID, func(cy *records.Cycle) { cy.Allowed++ }); err != nil {
@@ -123,25 +136,87 @@ func TestPostgresWrite(t *testing.T) {
 	})
 
 	t.Run("keys that change", func(t *testing.T) {
-		if err := update(queuedID, func(cy *records.Cycle) { cy.State = records.CycleLeasing }); err != nil {
-			t.Fatal(err)
-		}
-		marker()
-		if p := nextWake(); p != "" {
-			t.Errorf("a cycle that left the queue did not wake the fleet (notification %q first)", p)
-		} else {
-			for nextWake() != "marker" {
+		if wakes(func() {
+			if err := update(queuedID, func(cy *records.Cycle) { cy.State, cy.Host = records.CycleLeasing, "host-a" }); err != nil {
+				t.Fatal(err)
 			}
+		}) {
+			t.Errorf("a cycle that left the queue woke the fleet")
 		}
 		got, err := Queued(ctx, st, QueueFilter{}, 10)
 		if err != nil || len(got) != 0 {
 			t.Fatalf("queued after leaving the queue: %v, %v", got, err)
 		}
-		if err := update(queuedID, func(cy *records.Cycle) { cy.State = records.CyclePending }); err != nil {
-			t.Fatal(err)
+		if !wakes(func() {
+			if err := update(queuedID, func(cy *records.Cycle) { cy.State, cy.Host = records.CyclePending, "" }); err != nil {
+				t.Fatal(err)
+			}
+		}) {
+			t.Errorf("a cycle queued again did not wake the fleet")
 		}
 		got, err = Queued(ctx, st, amd64, 10)
 		expect("queued again", got, err, queuedID)
+		var ended string
+		wakes(func() { ended = newCycle(records.CycleExecuting) }) // active on no host yet: it wakes
+		if wakes(func() {
+			if err := update(ended, func(cy *records.Cycle) { cy.State = records.CycleCompleted }); err != nil {
+				t.Fatal(err)
+			}
+		}) {
+			t.Errorf("a cycle that ended woke the fleet")
+		}
+	})
+
+	t.Run("submitted onto a lease", func(t *testing.T) {
+		cy := &records.Cycle{State: records.CyclePending, Plan: planID, Sample: "sha256-x", Lease: "lease_01JD0000000000000000000000"}
+		records.Init(cy, records.KindCycle, st.Now())
+		if !wakes(func() {
+			if err := st.Create(ctx, cy); err != nil {
+				t.Fatal(err)
+			}
+		}) {
+			t.Errorf("a cycle submitted onto a lease did not wake the fleet")
+		}
+		if err := update(cy.ID, func(cy *records.Cycle) { cy.State = records.CycleFailed }); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("workers", func(t *testing.T) {
+		w := &records.Worker{Host: "host-w", Slots: 2, Heartbeat: st.Now(), DeadAfter: records.Duration(time.Minute),
+			Platforms: []string{"amd64"}}
+		records.Init(w, records.KindWorker, st.Now())
+		if wakes(func() {
+			if err := st.Create(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+		}) {
+			t.Errorf("a new worker woke the fleet")
+		}
+		write := func(fn func(*records.Worker)) func() {
+			return func() {
+				var rec records.Worker
+				if err := st.Update(ctx, w.ID, &rec, func(bool) error { fn(&rec); return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, c := range []struct {
+			what string
+			fn   func(*records.Worker)
+			want bool
+		}{
+			{"a worker taking a cycle", func(r *records.Worker) { r.Running = []string{queuedID} }, false},
+			{"a worker's heartbeat", func(r *records.Worker) { r.Heartbeat = st.Now() }, false},
+			{"a worker freeing its slot", func(r *records.Worker) { r.Running = nil }, false},
+			{"a worker losing a slot", func(r *records.Worker) { r.Slots = 1 }, true},
+			{"a worker's host booting another platform", func(r *records.Worker) { r.Platforms = []string{"arm64"} }, true},
+			{"a worker stopping", func(r *records.Worker) { r.Stopped = true }, true},
+		} {
+			if got := wakes(write(c.fn)); got != c.want {
+				t.Errorf("%s woke the fleet: %v, want %v", c.what, got, c.want)
+			}
+		}
 	})
 
 	t.Run("row changed behind the lock", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -532,7 +533,7 @@ func (s *pgStore) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return pgErr(err)
 	}
-	s.journaled(ctx, 1, kind == records.KindCycle)
+	s.journaled(ctx, 1, false) // a record gone brings no worker work
 	return nil
 }
 
@@ -665,27 +666,27 @@ func (s *pgStore) lockNamed(ctx context.Context, name string, wait bool) (func()
 	if err != nil {
 		return nil, false, pgErr(err)
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		conn.Release()
-		return nil, false, pgErr(err)
-	}
-	// A holder that goes silent (its host died, its network went) is cut
-	// off by the server after pgLockTimeout, which frees the lock; a live
-	// one keeps its transaction busy below.
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL idle_in_transaction_session_timeout = %d`, s.lockTimeout.Milliseconds())); err != nil {
-		tx.Rollback(context.Background())
-		conn.Release()
-		return nil, false, pgErr(err)
-	}
+	c := conn.Conn()
+	// One round trip, the statements in a pipeline: BEGIN, the timeout,
+	// the lock. A holder that goes silent (its host died, its network
+	// went) is cut off by the server after lockTimeout, which frees the
+	// lock; a live one keeps its transaction busy below.
 	got := true
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, strconv.FormatInt(s.lockTimeout.Milliseconds(), 10))
 	if wait {
-		_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("named", name))
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, lockKey("named", name))
 	} else {
-		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, lockKey("named", name)).Scan(&got)
+		b.Queue(`SELECT pg_try_advisory_xact_lock($1)`, lockKey("named", name)).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&got)
+		})
 	}
+	err = c.SendBatch(ctx, b).Close()
 	if err != nil || !got {
-		tx.Rollback(context.Background())
+		if !c.IsClosed() && c.PgConn().TxStatus() != 'I' {
+			c.Exec(context.Background(), `ROLLBACK`)
+		}
 		conn.Release()
 		return nil, false, pgErr(err)
 	}
@@ -699,7 +700,7 @@ func (s *pgStore) lockNamed(ctx context.Context, name string, wait bool) (func()
 			case <-stop:
 				return
 			case <-t.C:
-				tx.Exec(context.Background(), `SELECT 1`)
+				c.Exec(context.Background(), `SELECT 1`)
 			}
 		}
 	}()
@@ -708,7 +709,7 @@ func (s *pgStore) lockNamed(ctx context.Context, name string, wait bool) (func()
 		once.Do(func() {
 			close(stop)
 			<-stopped
-			tx.Rollback(context.Background())
+			c.Exec(context.Background(), `ROLLBACK`)
 			conn.Release()
 		})
 	}

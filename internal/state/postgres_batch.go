@@ -28,8 +28,8 @@ type pgBatch struct {
 	// again, and a batch must refuse a key it holds, as the directory's
 	// does (the same observable emitted twice is written on its own).
 	held map[string]bool
-	// fleet: a queued record changes the fleet's work, so its workers are
-	// woken once the batch commits.
+	// fleet: a record brings the fleet's workers work (newWork), so they
+	// are woken once the batch commits.
 	fleet bool
 }
 
@@ -145,7 +145,7 @@ func (b *pgBatch) flush() error {
 		if err := insertKeys(b.ctx, b.tx, r.kind, r.id, append(indexKeys(r.r), keys...)); err != nil {
 			return err
 		}
-		fleet = fleet || len(keys) > 0 || r.kind == records.KindWorker
+		fleet = fleet || newWork(keys)
 		h := r.r.Header()
 		es = append(es, entry{At: h.UpdatedAt, Op: opPut, Kind: r.kind, ID: r.id, Rev: h.Rev, Record: r.data})
 	}

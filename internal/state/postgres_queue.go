@@ -71,19 +71,22 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 
 // queueFleetKeys queues into b the statement that makes a record's fleet
 // keys those of its new version, and tells whether the fleet's watchers
-// must be woken when the write commits: its keys changed (a cycle queued,
-// taken or ended), or a worker's capacity did. The statement deletes the
-// stored keys the new version lacks and adds those it lacks, so that keys
-// which stay are not rewritten; they changed if it deleted or added any,
-// which it records for the notification after the COMMIT
-// (wakeIfKeysChanged): the COMMIT is sent before its result is back. A
-// queued cycle's key, its plan's platform, is read by the statement
-// itself (pgPlanPlatform), not in a round trip of its own while the
-// record's lock is held.
+// must be woken when the write commits: only when the write may bring
+// work to a worker that found none (newWork, capacityLost), never for a
+// cycle that leaves the queue, is driven or ends, nor for a worker taking
+// a cycle or freeing a slot: each wake makes every free worker of the
+// fleet look, and a claim that woke the fleet made a fleet's claims cost
+// as many looks as it has free workers. The statement deletes the stored
+// keys the new version lacks and adds those it lacks, so that keys which
+// stay are not rewritten, and records whether it added one that brings
+// work, for the notification after the COMMIT (wakeIfKeysChanged): the
+// COMMIT is sent before its result is back. A queued cycle's key, its
+// plan's platform, is read by the statement itself (pgPlanPlatform), not
+// in a round trip of its own while the record's lock is held.
 func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, prev []byte, r records.Record) (fleetWake, error) {
 	switch kind {
 	case records.KindWorker:
-		if capacityChanged(prev, r) {
+		if capacityLost(prev, r) {
 			return wakeFleet, nil
 		}
 		return wakeFollowers, nil
@@ -108,14 +111,24 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 		newKeys = `SELECT * FROM unnest($5::text[], $6::text[]) AS k(field, value)`
 		args = append(args, fields, values)
 	}
+	// The added keys that bring work are newWork's.
 	b.Queue(`WITH new AS (`+newKeys+`),
 		gone AS (DELETE FROM talkbox_keys WHERE kind = $1 AND id = $2 AND field IN ($3, $4)
-			AND (field, value) NOT IN (SELECT field, value FROM new) RETURNING 1),
+			AND (field, value) NOT IN (SELECT field, value FROM new)),
 		added AS (INSERT INTO talkbox_keys (kind, field, value, id) SELECT $1, field, value, $2 FROM new
-			ON CONFLICT DO NOTHING RETURNING 1)
-		SELECT set_config('`+pgKeysChanged+`', ((SELECT count(*) FROM gone) + (SELECT count(*) FROM added) > 0)::text, false)`,
+			ON CONFLICT DO NOTHING RETURNING field, value)
+		SELECT set_config('`+pgKeysChanged+`', EXISTS (SELECT 1 FROM added WHERE field = $3 OR value = '')::text, false)`,
 		args...)
 	return wakeIfKeysChanged, nil
+}
+
+// newWork tells whether a cycle's new fleet keys bring a worker work it
+// did not have: the cycle is queued (newly, or again), or it is active on
+// no host yet (submitted onto a lease: its lease's host takes it).
+func newWork(keys []records.IndexKey) bool {
+	return slices.ContainsFunc(keys, func(k records.IndexKey) bool {
+		return k.Field == keyQueued || k.Field == keyActive && k.Value == ""
+	})
 }
 
 // pgPlanPlatform is the platform of the plan $5 as fleetKeys reads it:
@@ -123,19 +136,21 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 // it) or says none.
 const pgPlanPlatform = `coalesce((SELECT convert_from(data, 'UTF8')::jsonb #>> '{image,platform}' FROM talkbox_records WHERE id = $5::text), '')`
 
-// capacityChanged tells whether a worker's new record changes what the
-// fleet's placement reads of it: new, stopped, its slots, its running
-// cycles' number, what its host boots.
-func capacityChanged(prev []byte, r records.Record) bool {
+// capacityLost tells whether a worker's new record may leave cycles to
+// other workers: it stopped, it has fewer slots (or was paused), or what
+// its host boots changed. A cycle another worker left to this one (placed
+// on the least loaded, native first: Worker.yields) is taken by that one
+// at its next look, which a worker whose slots fill does not wake.
+func capacityLost(prev []byte, r records.Record) bool {
 	w, ok := r.(*records.Worker)
 	if !ok || prev == nil {
-		return true
+		return false
 	}
 	var old records.Worker
 	if records.Unmarshal(prev, &old) != nil {
 		return true
 	}
-	return old.Stopped != w.Stopped || old.Slots != w.Slots || len(old.Running) != len(w.Running) ||
+	return w.Stopped && !old.Stopped || w.Slots < old.Slots ||
 		!slices.Equal(old.Platforms, w.Platforms) || !slices.Equal(old.Native, w.Native)
 }
 

@@ -127,25 +127,34 @@ func TestQueue(t *testing.T) {
 		expectRefs("active on host-b, or on none yet", "host-b", "executing")
 		expectRefs("every active one", "", "leasing", "executing")
 
-		// Leasing leaves the queue, which the fleet's watchers hear of;
-		// ending leaves the active cycles.
+		// A cycle queued (here in a batch) is heard of by the fleet's
+		// watchers; on PostgreSQL, one leaving the queue or ending is
+		// not (TestPostgresWrite).
 		wctx, stopWatching := context.WithCancel(ctx)
 		defer stopWatching()
 		changed, err := st.WatchFleet(wctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var cy records.Cycle
-		if err := st.Update(ctx, ids["amd64"], &cy, func(bool) error { cy.State = records.CycleLeasing; return nil }); err != nil {
+		late := &records.Cycle{State: records.CyclePending, Plan: plan["amd64"]}
+		records.Init(late, records.KindCycle, st.Now())
+		lb := st.NewBatch()
+		if _, err := lb.Create(late); err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case <-changed:
 		case <-time.After(time.Minute): // a hang guard: the signal comes at the commit
-			t.Fatal("no signal to the fleet's watchers when a cycle left the queue")
+			t.Fatal("no signal to the fleet's watchers when a cycle was queued")
 		}
-		if err := st.Update(ctx, ids["executing"], &cy, func(bool) error { cy.State = records.CycleCompleted; return nil }); err != nil {
-			t.Fatal(err)
+		var cy records.Cycle
+		for id, to := range map[string]string{late.ID: records.CycleFailed, ids["amd64"]: records.CycleLeasing, ids["executing"]: records.CycleCompleted} {
+			if err := st.Update(ctx, id, &cy, func(bool) error { cy.State = to; return nil }); err != nil {
+				t.Fatal(err)
+			}
 		}
 		c, err = queued(QueueFilter{Host: "host-a", Platforms: amd64}, 10)
 		expect("host-a, amd64, after a lease", c, err, "any", "batched")
