@@ -38,6 +38,18 @@ import (
 // TB_FLEET_STATEMENTS=N logs, after each run, the N statements PostgreSQL
 // spent the most time on in it (pg_stat_statements): what bounds the run
 // on the server's side.
+//
+// TB_FLEET_CYCLE=D makes each cycle's sample run for D (default: it exits
+// at once), with the runner's default polls of a running sample, and
+// starts the workers spread over D: a fleet asking the store for
+// workers/D cycles a second, steadily, which may be less than the store
+// can complete. Without it, every worker asks for the next cycle as soon
+// as its last ended, and the claims wait for the store (Little's law: the
+// mean claim is about workers/(cycles/s) when cycles take no time).
+//
+// testing runs each benchmark once with b.N = 1 before the run it
+// reports: that run has one worker, so that it leaves no cycle mid-way
+// for the next run's workers to find as a dead host's.
 func BenchmarkFleetScale(b *testing.B) {
 	queue := 100_000
 	if s := os.Getenv("TB_FLEET_QUEUE"); s != "" {
@@ -66,6 +78,14 @@ func BenchmarkFleetScale(b *testing.B) {
 		}
 		heartbeat = d
 	}
+	var cycle time.Duration
+	if s := os.Getenv("TB_FLEET_CYCLE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			b.Fatalf("TB_FLEET_CYCLE=%q: not a duration", s)
+		}
+		cycle = d
+	}
 	statements := 0
 	if s := os.Getenv("TB_FLEET_STATEMENTS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -79,7 +99,7 @@ func BenchmarkFleetScale(b *testing.B) {
 		opts = append(opts, pgtest.WithStatementStats())
 	}
 	// One queue for every run: each tops it up by what it drives.
-	f := newBenchFleet(b, pgtest.Start(b, opts...), queue)
+	f := newBenchFleet(b, pgtest.Start(b, opts...), queue, cycle)
 	f.statements, f.heartbeat = statements, heartbeat
 	for _, workers := range fleets {
 		b.Run(fmt.Sprintf("workers=%d/queue=%d", workers, queue), func(b *testing.B) {
@@ -101,19 +121,25 @@ type benchFleet struct {
 	statements int
 	heartbeat  time.Duration
 	db         string
+	// cycle is how long a cycle's sample runs (0: it exits at once).
+	cycle time.Duration
 }
 
-func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int) *benchFleet {
+func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int, cycle time.Duration) *benchFleet {
 	ctx := context.Background()
 	db := pg.NewDatabase(b)
-	f := &benchFleet{url: db + "&pool_max_conns=4", blobs: b.TempDir(), db: db}
+	f := &benchFleet{url: db + "&pool_max_conns=4", blobs: b.TempDir(), db: db, cycle: cycle}
 	st, err := state.Open(ctx, b.TempDir(), state.WithShared(f.url), state.WithSharedBlobs(f.blobs))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
 	f.st = st
-	blob, err := st.PutBlob(ctx, strings.NewReader("out beacon\nexit 0\n"))
+	sample := "out beacon\nexit 0\n"
+	if cycle > 0 {
+		sample = "out beacon\nsleep " + cycle.String() + "\n"
+	}
+	blob, err := st.PutBlob(ctx, strings.NewReader(sample))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -205,6 +231,12 @@ func (h drivingHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (f *benchFleet) run(b *testing.B, workers int) {
+	statements := f.statements
+	if b.N == 1 {
+		// testing's first run (BenchmarkFleetScale says why), whose log
+		// would take the lines testing prints of a benchmark's log.
+		workers, statements = 1, 0
+	}
 	f.runs++
 	f.enqueue(b, b.N)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -230,7 +262,10 @@ func (f *benchFleet) run(b *testing.B, workers int) {
 		log := slog.New(drivingHandler{Handler: slog.NewTextHandler(io.Discard, nil), host: host, log: claims})
 		r := &Runner{St: st, Log: log, Post: &fakePost{st: st}, Leaser: &hostLeaser{st: st, host: host},
 			Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
-			Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host, PID: os.Getpid()}
+			Host:    host, FleetHost: host, PID: os.Getpid()}
+		if f.cycle == 0 {
+			r.Poll, r.Stream = time.Millisecond, time.Millisecond
+		}
 		ws = append(ws, &Worker{R: r, Host: host, Slots: 1, Heartbeat: f.heartbeat, DeadAfter: time.Minute,
 			Capabilities: func(ctx context.Context) ([]string, []string, error) {
 				return []string{"amd64"}, nil, nil
@@ -250,15 +285,22 @@ func (f *benchFleet) run(b *testing.B, workers int) {
 				}
 			}})
 	}
-	if f.statements > 0 {
+	if statements > 0 {
 		f.statementStats(ctx, b, `SELECT pg_stat_statements_reset()`)
 	}
 	b.ResetTimer()
 	start := time.Now()
-	for _, w := range ws {
+	for i, w := range ws {
 		running.Add(1)
 		go func() {
 			defer running.Done()
+			// Spread over a cycle's length: the fleet's cycles then end
+			// steadily, not all at once every cycle's length.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(f.cycle * time.Duration(i) / time.Duration(len(ws))):
+			}
 			if err := w.Run(ctx); err != nil {
 				b.Error(err)
 			}
@@ -276,11 +318,11 @@ func (f *benchFleet) run(b *testing.B, workers int) {
 		b.ReportMetric(float64(claims.claims[(n*99)/100].Microseconds())/1000, "claim-p99-ms")
 	}
 	b.ReportMetric(0, "ns/op")
-	if f.statements > 0 {
+	if statements > 0 {
 		f.statementStats(context.Background(), b, `SELECT calls, round(total_exec_time)::bigint, rows,
 				regexp_replace(left(query, 160), '\s+', ' ', 'g')
 			FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-			ORDER BY total_exec_time DESC LIMIT $1`, f.statements)
+			ORDER BY total_exec_time DESC LIMIT $1`, statements)
 	}
 }
 
