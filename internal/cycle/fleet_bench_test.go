@@ -145,7 +145,7 @@ func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int, cycle time.Durat
 	}
 	p := &records.Plan{SampleSHA256: blob.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
 		Network:  records.NetPolicy{Mode: "allowlist", Promote: true},
-		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
+		Timeouts: records.Timeouts{Execution: records.Duration(f.timeout())}, Sample: "sample_01JD0000000000000000000000"}
 	records.Init(p, records.KindPlan, st.Now())
 	if err := st.Create(ctx, p); err != nil {
 		b.Fatal(err)
@@ -170,6 +170,9 @@ func newBenchFleet(b *testing.B, pg *pgtest.Cluster, queue int, cycle time.Durat
 	return f
 }
 
+// timeout is a cycle's: a minute more than its sample runs.
+func (f *benchFleet) timeout() time.Duration { return f.cycle + time.Minute }
+
 // enqueue stores n pending cycles, as tb-run submit does, a thousand to a
 // transaction.
 func (f *benchFleet) enqueue(b *testing.B, n int) {
@@ -178,7 +181,7 @@ func (f *benchFleet) enqueue(b *testing.B, n int) {
 		for range min(n, 1000) {
 			now := f.st.Now()
 			c := &records.Cycle{State: records.CyclePending, Plan: f.plan, Sample: f.sample,
-				Timeout: records.Duration(time.Minute), Post: []string{StepRotate, StepParse, StepPromote},
+				Timeout: records.Duration(f.timeout()), Post: []string{StepRotate, StepParse, StepPromote},
 				RequestedAt: now, Seq: 1}
 			records.Init(c, records.KindCycle, now)
 			if _, err := batch.Create(c); err != nil {

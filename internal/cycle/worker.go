@@ -141,7 +141,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			recheck = nil
 			if w.yielded && len(w.running) < w.Slots {
-				recheck = time.After(w.heartbeat() / 4)
+				recheck = time.After(min(w.heartbeat()/4, time.Second))
 			}
 			if w.unsaid {
 				// The slots a cycle's end freed and the look left free.

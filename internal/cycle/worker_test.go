@@ -389,40 +389,7 @@ func TestClaimWritesTheWorkerOnce(t *testing.T) {
 // whatever the batch's length.
 func TestClaimsWakeNoIdleWorker(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.Start(t, pgtest.WithoutFsync()).NewDatabase(t)
-	blobs := t.TempDir()
-	open := func() *state.Store {
-		st, err := state.Open(ctx, t.TempDir(), state.WithShared(url), state.WithSharedBlobs(blobs))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
-	st := open()
-	b, err := st.PutBlob(ctx, strings.NewReader("out beacon\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
-		Network:  records.NetPolicy{Mode: "sinkhole"},
-		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
-	records.Init(p, records.KindPlan, st.Now())
-	if err := st.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	worker := func(host, platform string) *Worker {
-		st := open()
-		g := newFakeGuest()
-		r := &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Post: &fakePost{st: st},
-			Leaser:  &hostLeaser{st: st, host: host},
-			Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
-			Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host}
-		// No heartbeat during the test: every look is the first or a wake's.
-		return &Worker{R: r, Host: host, Slots: 1, Heartbeat: time.Hour, DeadAfter: time.Hour,
-			Capabilities: func(ctx context.Context) ([]string, []string, error) { return []string{platform}, nil, nil }}
-	}
-
+	st, p, worker := newPgFleet(t)
 	const idle, batch = 6, 20
 	looks := make(chan string, 1000)
 	wctx, stopIdle := context.WithCancel(ctx)
@@ -496,4 +463,104 @@ func TestClaimsWakeNoIdleWorker(t *testing.T) {
 		}
 	}
 	t.Logf("idle workers' looks while %d cycles were queued and driven: %v", batch, perWorker)
+}
+
+// newPgFleet is a fleet's store on a real PostgreSQL, with a plan of an
+// amd64 guest whose sample exits at once, and worker, which makes a
+// worker on a host of its own (its own store, as a host has), its host
+// booting the platform, with no heartbeat during a test (every look is
+// its first, a wake's or a recheck's), not yet running.
+func newPgFleet(t *testing.T) (*state.Store, *records.Plan, func(host, platform string) *Worker) {
+	ctx := context.Background()
+	url := pgtest.Start(t, pgtest.WithoutFsync()).NewDatabase(t)
+	blobs := t.TempDir()
+	open := func() *state.Store {
+		st, err := state.Open(ctx, t.TempDir(), state.WithShared(url), state.WithSharedBlobs(blobs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	st := open()
+	b, err := st.PutBlob(ctx, strings.NewReader("out beacon\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &records.Plan{SampleSHA256: b.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
+		Network:  records.NetPolicy{Mode: "sinkhole"},
+		Timeouts: records.Timeouts{Execution: records.Duration(time.Minute)}, Sample: "sample_01JD0000000000000000000000"}
+	records.Init(p, records.KindPlan, st.Now())
+	if err := st.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	return st, p, func(host, platform string) *Worker {
+		st := open()
+		g := newFakeGuest()
+		r := &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Post: &fakePost{st: st},
+			Leaser:  &hostLeaser{st: st, host: host},
+			Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
+			Poll:    time.Millisecond, Stream: time.Millisecond, Host: host, FleetHost: host}
+		return &Worker{R: r, Host: host, Slots: 1, Heartbeat: time.Hour, DeadAfter: time.Hour,
+			Capabilities: func(ctx context.Context) ([]string, []string, error) { return []string{platform}, nil, nil }}
+	}
+}
+
+// TestYieldedCycleTakenWhenTheBetterWorkerFills: a worker that left a
+// queued cycle to a better placed one (a free slot, a host name that
+// sorts first) and took none looks again soon (a recheck), so that it
+// takes the cycle once that worker's slots have filled with another: on
+// PostgreSQL a worker's slots filling wakes no one, and the heartbeat
+// (an hour here) is the only other look.
+func TestYieldedCycleTakenWhenTheBetterWorkerFills(t *testing.T) {
+	ctx := context.Background()
+	st, p, worker := newPgFleet(t)
+	better := &records.Worker{Host: "host-a", Slots: 1, Heartbeat: st.Now(), DeadAfter: records.Duration(time.Hour),
+		Platforms: []string{"amd64"}}
+	records.Init(better, records.KindWorker, st.Now())
+	if err := st.Create(ctx, better); err != nil {
+		t.Fatal(err)
+	}
+	submit := &Runner{St: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c, err := submit.Create(ctx, Request{Plan: p.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker("host-x", "amd64")
+	// register's Ready, the first look's (which yields the cycle to the
+	// better worker, free), then the next look's: the better worker's slot
+	// fills just before that look reads it.
+	looks := 0
+	filled := make(chan struct{})
+	w.Ready = func(context.Context) error {
+		if looks++; looks == 3 {
+			var rec records.Worker
+			if err := st.Update(ctx, better.ID, &rec, func(bool) error {
+				rec.Running, rec.Heartbeat = []string{"cycle_elsewhere"}, st.Now()
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+			close(filled)
+		}
+		return nil
+	}
+	ended := make(chan *records.Cycle, 1)
+	w.Ended = func(c *records.Cycle, err error) { ended <- c }
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go w.Run(wctx)
+	select {
+	case got := <-ended:
+		select {
+		case <-filled:
+		default:
+			t.Fatal("the worker took the cycle without leaving it to the better worker first")
+		}
+		if got == nil || got.ID != c.ID || got.State != records.CycleCompleted {
+			t.Fatalf("the worker drove %+v, want %s completed", got, c.ID)
+		}
+	case <-time.After(time.Minute): // a hang guard: the recheck comes within a second
+		t.Fatal("the worker did not take the cycle it had yielded once the better worker's slot filled")
+	}
 }
