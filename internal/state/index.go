@@ -8,16 +8,34 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-var indexKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
+// validIndexKey tells whether key may name an index key: 1 to 200 bytes of
+// [A-Za-z0-9._:-], the first a letter or digit, so that it is one file name
+// and one word of a partition file's line. A hand loop, not a regexp: a
+// compiled pattern is package state built at every tool's start, and this
+// runs once per observable a batch stores.
+func validIndexKey(key string) bool {
+	if len(key) == 0 || len(key) > 200 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == ':' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 func (s *dirStore) indexPath(name, key string) (string, error) {
-	if !records.ValidKind(name) || !indexKey.MatchString(key) {
+	if !records.ValidKind(name) || !validIndexKey(key) {
 		return "", fmt.Errorf("invalid index key %s/%s", name, key)
 	}
 	return filepath.Join(s.root, "index", name, key), nil

@@ -538,7 +538,7 @@ func (s *pgStore) Delete(ctx context.Context, id string) error {
 }
 
 func checkIndexKey(name, key string) error {
-	if !records.ValidKind(name) || !indexKey.MatchString(key) {
+	if !records.ValidKind(name) || !validIndexKey(key) {
 		return fmt.Errorf("invalid index key %s/%s", name, key)
 	}
 	return nil
