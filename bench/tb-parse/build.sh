@@ -1,4 +1,4 @@
-# Sourced by compare.sh and shapes.sh (from the repository root, with $out
+# Sourced by compare.sh, nostore.sh and shapes.sh (from the repository root, with $out
 # set): build REV builds tb-parse as committed at REV (git archive: the
 # checkout is not touched) into $out/tb-parse-REV and prints its path.
 build() {

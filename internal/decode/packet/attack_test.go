@@ -223,7 +223,10 @@ func TestDNSWaterTorture(t *testing.T) {
 		}
 	})
 	a := attackOf(t, res, "dns victim.example")
-	if a.Packets != 1000 || a.Names < 900 || a.Names > 1100 || !slices.Equal(a.Reflectors, []string{dnssrv.String()}) {
+	// Names is linear counting on a 512-bit map under the decoder's random
+	// seed: for 1,000 names its standard error is about 4.6%, so ±20% is
+	// more than 4 of them (±10% failed about one run in 30).
+	if a.Packets != 1000 || a.Names < 800 || a.Names > 1200 || !slices.Equal(a.Reflectors, []string{dnssrv.String()}) {
 		t.Fatalf("%+v", a)
 	}
 	if n := res.count(records.ObsAttack); n != 1 {

@@ -49,12 +49,12 @@ func (h *ip4Header) decode(b []byte) bool {
 	}
 	h.hdrLen = ihl * 4
 	h.payload = b[h.hdrLen:]
-	return ip4OptionsValid(b[20:h.hdrLen])
+	return optionsValid(b[20:h.hdrLen], 3)
 }
 
-// ip4OptionsValid walks the options: each but End and NOP has a length of
-// at least 3 within the header.
-func ip4OptionsValid(b []byte) bool {
+// optionsValid walks IPv4 or TCP options: each but End and NOP has a
+// length of at least minLen (3 for IPv4, 2 for TCP) within the header.
+func optionsValid(b []byte, minLen int) bool {
 	for len(b) > 0 {
 		switch b[0] {
 		case 0: // end of options: the rest is padding
@@ -66,7 +66,7 @@ func ip4OptionsValid(b []byte) bool {
 				return false
 			}
 			l := int(b[1])
-			if l > len(b) || l <= 2 {
+			if l < minLen || l > len(b) {
 				return false
 			}
 			b = b[l:]
@@ -172,30 +172,7 @@ func (h *tcpHeader) decode(b []byte) bool {
 		return false
 	}
 	h.payload = b[start:]
-	return tcpOptionsValid(b[20:start])
-}
-
-// tcpOptionsValid walks the options: each but End and NOP has a length of
-// at least 2 within the header.
-func tcpOptionsValid(b []byte) bool {
-	for len(b) > 0 {
-		switch b[0] {
-		case 0: // end of options: the rest is padding
-			return true
-		case 1: // NOP
-			b = b[1:]
-		default:
-			if len(b) < 2 {
-				return false
-			}
-			l := int(b[1])
-			if l < 2 || l > len(b) {
-				return false
-			}
-			b = b[l:]
-		}
-	}
-	return true
+	return optionsValid(b[20:start], 2)
 }
 
 // udpHeader is a UDP header.
