@@ -152,8 +152,9 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 // single write's intent in the way can only be a dead writer's: it is
 // settled as commitLocked settles it, and the ID checked again, since
 // settling may have rolled a committed write forward. packed tells the
-// kind's packed records.
-func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool) error {
+// kind's packed records, intents the names in intents/ when the batch
+// held its locks (no write's intent for one of its records can come later).
+func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool, intents map[string]bool) error {
 	s := b.s
 	if packed(r.id) {
 		return fmt.Errorf("%s: %w", r.id, ErrExists)
@@ -165,12 +166,8 @@ func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool) error {
 		} else if err != unix.ENOENT {
 			return pathErr("stat", s.recordPath(r.kind, r.id), err)
 		}
-		err := unix.Lstat(s.intentPath(r.kind, r.id), &st)
-		if err == unix.ENOENT || try > 0 {
+		if !intents[filepath.Base(s.intentPath(r.kind, r.id))] || try > 0 {
 			return nil
-		}
-		if err != nil {
-			return pathErr("stat", s.intentPath(r.kind, r.id), err)
 		}
 		if err := s.resolveIntent(r.kind, r.id); err != nil {
 			return err
@@ -230,8 +227,18 @@ func (b *dirBatch) commit() error {
 			packed[r.kind] = in
 		}
 	}
+	// One read of intents/ rather than a stat per record: it holds only
+	// the writes in flight, and dead writers' leftovers.
+	ents, err := os.ReadDir(filepath.Join(s.root, "intents"))
+	if err != nil {
+		return err
+	}
+	intents := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		intents[e.Name()] = true
+	}
 	for i := range b.recs {
-		if err := b.checkNew(&b.recs[i], packed[b.recs[i].kind]); err != nil {
+		if err := b.checkNew(&b.recs[i], packed[b.recs[i].kind], intents); err != nil {
 			return err
 		}
 	}
