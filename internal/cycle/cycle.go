@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
@@ -87,9 +88,19 @@ type Runner struct {
 	// Poll is the longest wait between two looks at a running sample
 	// (default 50 ms, one cheap agent round trip; the first looks come
 	// sooner); Stream how often its
-	// output is copied out and a cancel request looked for (default 1 s).
+	// output is copied out (default 1 s).
 	Poll   time.Duration
 	Stream time.Duration
+	// CancelRecheck is how often a running sample's cycle record is read
+	// for a cancel request when the cancel bell (Cancels) can ring
+	// (default 30 s): the bell, rung by the store's notification to the
+	// driving host, is the way a cancel is heard, the read a fallback for
+	// a lost one. Without a bell the record is read every Stream.
+	CancelRecheck time.Duration
+	// Cancels, when set, rings when a cancel of a cycle this runner
+	// drives may have been committed (a Worker rings it from
+	// state.FleetSignals.Cancels).
+	Cancels *Bell
 	// MaxOutput bounds the stdout and stderr kept per cycle (default 64 MiB).
 	MaxOutput int64
 	Host      string
@@ -101,6 +112,43 @@ type Runner struct {
 
 func (r *Runner) poll() time.Duration   { return orDur(r.Poll, 50*time.Millisecond) }
 func (r *Runner) stream() time.Duration { return orDur(r.Stream, time.Second) }
+
+// cancelRecheck is how often a running sample's cycle is read for a
+// cancel request with no bell ringing.
+func (r *Runner) cancelRecheck() time.Duration {
+	if r.Cancels == nil {
+		return r.stream()
+	}
+	return orDur(r.CancelRecheck, 30*time.Second)
+}
+
+// Bell tells whoever waits on it that something may have changed: each
+// Ring closes the channel Rung returned before it, so that every waiter
+// hears it, however many there are.
+type Bell struct {
+	mu   sync.Mutex
+	rung chan struct{}
+}
+
+// NewBell returns a bell not yet rung.
+func NewBell() *Bell { return &Bell{rung: make(chan struct{})} }
+
+// Rung returns a channel closed at the next Ring. A waiter takes it
+// before it reads what the ring is about, so that a ring after the read
+// is not missed.
+func (b *Bell) Rung() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rung
+}
+
+// Ring wakes every waiter on Rung.
+func (b *Bell) Ring() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.rung)
+	b.rung = make(chan struct{})
+}
 func (r *Runner) maxOutput() int64 {
 	if r.MaxOutput > 0 {
 		return r.MaxOutput

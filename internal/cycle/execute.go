@@ -112,6 +112,14 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 	defer spool.close()
 	wait := 5 * time.Millisecond
 	lastStream := time.Now()
+	// The record is read for a cancel request at once (one may have come
+	// since the cycle's last write), then when the bell rings and every
+	// cancelRecheck.
+	var lastCancelRead time.Time
+	var rung <-chan struct{}
+	if r.Cancels != nil {
+		rung = r.Cancels.Rung()
+	}
 	cancelled := false
 	var unanswered time.Time // since when the agent has not answered
 	for {
@@ -165,6 +173,15 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 			if err := spool.pull(ctx, g, false); err != nil {
 				return c, err
 			}
+		}
+		readCancel := now.Sub(lastCancelRead) >= r.cancelRecheck()
+		select {
+		case <-rung:
+			rung, readCancel = r.Cancels.Rung(), true
+		default:
+		}
+		if readCancel {
+			lastCancelRead = now
 			cur, err := r.Get(c.ID)
 			if err != nil {
 				return c, err

@@ -114,13 +114,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.releaseAbandoned(ctx)
 
 	// A cycle queued, a worker gone or with fewer slots: there may be
-	// work to take (WatchFleet).
+	// work to take (WatchFleet). A cancel of a cycle driven here rings
+	// the runner's bell, which the cycles it executes wait on instead of
+	// reading their records every second.
 	wctx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
-	changed, err := w.R.St.WatchFleet(wctx)
+	sig, err := w.R.St.WatchFleet(wctx, w.R.Host)
 	if err != nil {
 		return err
 	}
+	changed := sig.Work
+	if w.R.Cancels == nil {
+		w.R.Cancels = NewBell()
+	}
+	go func() {
+		for range sig.Cancels {
+			w.R.Cancels.Ring()
+		}
+	}()
 	done := make(chan driven)
 	tick := time.NewTicker(w.heartbeat())
 	defer tick.Stop()

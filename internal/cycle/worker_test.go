@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -562,5 +563,109 @@ func TestYieldedCycleTakenWhenTheBetterWorkerFills(t *testing.T) {
 		}
 	case <-time.After(time.Minute): // a hang guard: the recheck comes within a second
 		t.Fatal("the worker did not take the cycle it had yielded once the better worker's slot filled")
+	}
+}
+
+// TestCancelHeardWithoutReadingTheCycle: a worker's running cycle learns
+// of a cancel from the store's notification to its host (the runner's
+// bell), not by reading its record every Stream: while the sample runs,
+// the cycle's reads do not grow with its polls (on PostgreSQL, counted by
+// the server), and a cancel is honoured with the fallback read an hour
+// away, on both backends.
+func TestCancelHeardWithoutReadingTheCycle(t *testing.T) {
+	ctx := context.Background()
+	pg := pgtest.Start(t, pgtest.WithoutFsync(), pgtest.WithStatementStats())
+	for _, backend := range []string{"directory", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			var url string
+			var opts []state.Option
+			if backend == "postgres" {
+				url = pg.NewDatabase(t)
+				opts = append(opts, state.WithShared(url), state.WithSharedBlobs(t.TempDir()))
+			}
+			st, err := state.Open(ctx, t.TempDir(), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			blob, err := st.PutBlob(ctx, strings.NewReader("hang\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &records.Plan{SampleSHA256: blob.SHA256, Runnable: true, Image: records.ImageNeeds{Platform: "amd64"},
+				Network:  records.NetPolicy{Mode: "sinkhole"},
+				Timeouts: records.Timeouts{Execution: records.Duration(time.Hour)}, Sample: "sample_01JD0000000000000000000000"}
+			records.Init(p, records.KindPlan, st.Now())
+			if err := st.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			c, err := (&Runner{St: st, Log: log}).Create(ctx, Request{Plan: p.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// The test counts the sample's polls from when it asks.
+			g := newFakeGuest()
+			spawned := make(chan struct{})
+			g.onSpawn = func(int) { close(spawned) }
+			var polls atomic.Int64
+			polled := make(chan struct{}, 1)
+			g.onStatus = func(int) {
+				polls.Add(1)
+				select {
+				case polled <- struct{}{}:
+				default:
+				}
+			}
+			r := &Runner{St: st, Log: log, Post: &fakePost{st: st}, Leaser: &hostLeaser{st: st, host: "host-a"},
+				Connect: func(ctx context.Context, l *records.SandboxLease) (Guest, error) { return g, nil },
+				Poll:    time.Millisecond, Stream: time.Millisecond, CancelRecheck: time.Hour,
+				Host: "host-a", FleetHost: "host-a", PID: os.Getpid()}
+			ended := make(chan *records.Cycle, 1)
+			w := &Worker{R: r, Host: "host-a", Slots: 1, Heartbeat: time.Hour, DeadAfter: time.Hour,
+				Capabilities: func(ctx context.Context) ([]string, []string, error) { return []string{"amd64"}, nil, nil },
+				Ended:        func(c *records.Cycle, err error) { ended <- c }}
+			wctx, stop := context.WithCancel(ctx)
+			ran := make(chan error, 1)
+			go func() { ran <- w.Run(wctx) }()
+			defer func() {
+				stop()
+				if err := <-ran; err != nil {
+					t.Error(err)
+				}
+			}()
+
+			select {
+			case <-spawned:
+			case <-time.After(time.Minute): // a hang guard
+				t.Fatal("the worker did not start the cycle")
+			}
+			if url != "" {
+				const pollsWatched = 200
+				pg.StatementRows(t, url)
+				for from := polls.Load(); polls.Load() < from+pollsWatched; {
+					<-polled
+				}
+				rows := pg.StatementRows(t, url, "talkbox_records")["talkbox_records"]
+				t.Logf("records read while the sample was polled %d times: %d", pollsWatched, rows)
+				if rows > pollsWatched/10 {
+					t.Errorf("%d records read over %d polls of the sample: the cycle reads its record as it runs", rows, pollsWatched)
+				}
+			}
+
+			waitFor, err := (&Runner{St: st, Log: log}).Cancel(ctx, []string{c.ID}, t.Logf)
+			if err != nil || len(waitFor) != 1 {
+				t.Fatalf("cancel: %v, waiting for %v", err, waitFor)
+			}
+			select {
+			case done := <-ended:
+				if done == nil || done.State != records.CycleCancelled || !g.proc(done.GuestPID).killed {
+					t.Fatalf("the cycle ended %+v", done)
+				}
+			case <-time.After(time.Minute): // a hang guard: the bell rings at the commit
+				t.Fatal("the cancel was not heard: the worker's cycle still runs")
+			}
+		})
 	}
 }

@@ -247,7 +247,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		}
 		queueWorkerKeys(w, kind, id, r)
 		s.dir.hook(crashPgSending)
-		return sendCommit(ctx, c, w, wake)
+		return sendCommit(ctx, c, w, wake, cancelFlagged(prev, r))
 	}()
 	return s.wrote(ctx, c, r, saved, err)
 }
@@ -289,7 +289,7 @@ func (s *pgStore) create(ctx context.Context, r records.Record) error {
 		}
 		queueWorkerKeys(b, kind, id, r)
 		s.dir.hook(crashPgSending)
-		return sendCommit(ctx, c, b, wake)
+		return sendCommit(ctx, c, b, wake, "")
 	}()
 	return s.wrote(ctx, c, r, saved, err)
 }
@@ -370,13 +370,15 @@ const pgJournalPut = `INSERT INTO talkbox_journal (at, op, kind, id, rev, data) 
 
 // sendCommit ends b with COMMIT and then, in the same round trip but a
 // statement of its own (journaled says why), the notifications of the
-// journal's followers and, as wake says, of the fleet's workers; and
+// journal's followers and, as wake says, of the fleet's workers, and of
+// the workers of cancelHost (a cycle driven there flagged for cancel:
+// cancelFlagged) unless it is ""; and
 // sends it on c, where a transaction is open or opened by b. A statement
 // of b that fails makes the server skip the rest, the COMMIT too, and
 // leaves the transaction aborted (the caller rolls it back). Only the
 // COMMIT's outcome is the write's: a notification that fails is made up
 // for by the followers' next poll.
-func sendCommit(ctx context.Context, c *pgx.Conn, b *pgx.Batch, wake fleetWake) error {
+func sendCommit(ctx context.Context, c *pgx.Conn, b *pgx.Batch, wake fleetWake, cancelHost string) error {
 	committed := false
 	b.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
@@ -387,10 +389,29 @@ func sendCommit(ctx context.Context, c *pgx.Conn, b *pgx.Batch, wake fleetWake) 
 		return nil
 	})
 	queueNotify(b, wake)
+	if cancelHost != "" {
+		b.Queue(`SELECT pg_notify($1, '')`, pgCancelChannel(cancelHost))
+	}
 	if err := c.SendBatch(ctx, b).Close(); err != nil && !committed {
 		return err
 	}
 	return nil
+}
+
+// cancelFlagged is the host whose workers a write must tell of a cancel:
+// the one driving a cycle that the write flags for cancel ("" if none,
+// or if it is driven nowhere yet, where its driver reads the flag when it
+// starts).
+func cancelFlagged(prev []byte, r records.Record) string {
+	c, ok := r.(*records.Cycle)
+	if !ok || !c.Cancel || records.CycleTerminal(c.State) {
+		return ""
+	}
+	var old records.Cycle
+	if prev != nil && json.Unmarshal(prev, &old) == nil && old.Cancel {
+		return ""
+	}
+	return c.Host
 }
 
 // queueKeys queues into b the statements that make the record's keys

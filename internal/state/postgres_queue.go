@@ -158,12 +158,24 @@ func capacityLost(prev []byte, r records.Record) bool {
 // its workers (WatchFleet), after they commit (journaled).
 const pgFleetChannel = "talkbox_fleet"
 
-func (s *pgStore) listenFleet(ctx context.Context) (*pgxpool.Conn, error) {
+// pgCancelChannel is where the commit that flags a cycle for cancel
+// notifies the workers of the host that drives it (WatchFleet), after it
+// commits (sendCommit): a channel per host, named by a hash of the host
+// (a channel name is at most 63 bytes), so that the rest of the fleet's
+// workers are not woken by it.
+func pgCancelChannel(host string) string {
+	return fmt.Sprintf("talkbox_cancel_%016x", uint64(lockKey("cancel", host)))
+}
+
+func (s *pgStore) listenFleet(ctx context.Context, host string) (*pgxpool.Conn, error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, pgErr(err)
 	}
-	if _, err := c.Exec(ctx, `LISTEN `+pgFleetChannel); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(`LISTEN ` + pgFleetChannel)
+	b.Queue(`LISTEN ` + pgx.Identifier{pgCancelChannel(host)}.Sanitize())
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
 		c.Release()
 		return nil, pgErr(err)
 	}
@@ -171,27 +183,30 @@ func (s *pgStore) listenFleet(ctx context.Context) (*pgxpool.Conn, error) {
 }
 
 // watchFleet listens on a connection of its own; one lost (the server
-// restarted) is replaced, with a signal for what was committed meanwhile.
-func (s *pgStore) watchFleet(ctx context.Context) (<-chan struct{}, error) {
-	conn, err := s.listenFleet(ctx)
+// restarted) is replaced, with a signal on both channels for what was
+// committed meanwhile.
+func (s *pgStore) watchFleet(ctx context.Context, host string, work, cancels chan struct{}) error {
+	conn, err := s.listenFleet(ctx, host)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	changed := make(chan struct{}, 1)
+	cancelChannel := pgCancelChannel(host)
 	go func() {
-		defer close(changed)
+		defer close(work)
+		defer close(cancels)
 		for {
 			if conn == nil {
 				sleepOrDone(ctx, time.Second)
 				if ctx.Err() != nil {
 					return
 				}
-				if conn, err = s.listenFleet(ctx); err != nil {
+				if conn, err = s.listenFleet(ctx, host); err != nil {
 					continue
 				}
-				signal(changed)
+				signal(work)
+				signal(cancels)
 			}
-			_, err := conn.Conn().WaitForNotification(ctx)
+			n, err := conn.Conn().WaitForNotification(ctx)
 			if ctx.Err() != nil {
 				conn.Conn().Exec(context.Background(), `UNLISTEN *`)
 				conn.Release()
@@ -203,10 +218,14 @@ func (s *pgStore) watchFleet(ctx context.Context) (<-chan struct{}, error) {
 				conn = nil
 				continue
 			}
-			signal(changed)
+			if n.Channel == cancelChannel {
+				signal(cancels)
+			} else {
+				signal(work)
+			}
 		}
 	}()
-	return changed, nil
+	return nil
 }
 
 // backfillFleetKeys gives the open cycles of a database made before the

@@ -137,7 +137,7 @@ func TestQueue(t *testing.T) {
 		// not (TestPostgresWrite).
 		wctx, stopWatching := context.WithCancel(ctx)
 		defer stopWatching()
-		changed, err := st.WatchFleet(wctx)
+		changed, err := st.WatchFleet(wctx, "host-b")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,9 +151,20 @@ func TestQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case <-changed:
+		case <-changed.Work:
 		case <-time.After(time.Minute): // a hang guard: the signal comes at the commit
 			t.Fatal("no signal to the fleet's watchers when a cycle was queued")
+		}
+		// A cancel of a cycle host-b drives (it now does) is heard of
+		// by host-b's watchers.
+		var flagged records.Cycle
+		if err := st.Update(ctx, ids["executing"], &flagged, func(bool) error { flagged.Host, flagged.Cancel = "host-b", true; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed.Cancels:
+		case <-time.After(time.Minute): // a hang guard: the signal comes at the commit
+			t.Fatal("no signal to the driving host's watchers when a cycle was flagged for cancel")
 		}
 		var cy records.Cycle
 		for id, to := range map[string]string{late.ID: records.CycleFailed, ids["amd64"]: records.CycleLeasing, ids["executing"]: records.CycleCompleted} {
@@ -168,7 +179,9 @@ func TestQueue(t *testing.T) {
 
 		// Closing the store waits for the watcher's connection.
 		stopWatching()
-		for range changed {
+		for range changed.Work {
+		}
+		for range changed.Cancels {
 		}
 		if be.url == "" {
 			return
