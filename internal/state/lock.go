@@ -14,6 +14,11 @@ import (
 // lock begins.
 var lockWaitHook func(path string)
 
+// lockAbandonedHook, when set (by tests only), is called once a wait that
+// its context ended has got the lock and let it go again: until then the
+// abandoned wait may hold the lock for a moment.
+var lockAbandonedHook func(path string)
+
 // lockFile locks byte off of path (created if needed) with an
 // open-file-description lock (fcntl F_OFD_SETLKW): the kernel drops it when
 // the holder's descriptor closes, and so when its process dies. Lock files are
@@ -80,6 +85,9 @@ func lockFile(ctx context.Context, path string, off int64, wait bool) (unlock fu
 		go func() {
 			<-got
 			f.Close()
+			if lockAbandonedHook != nil {
+				lockAbandonedHook(path)
+			}
 		}()
 		return nil, false, ctx.Err()
 	}

@@ -680,7 +680,11 @@ func TestLocks(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	waiting := make(chan struct{})
 	lockWaitHook = func(string) { close(waiting) }
-	defer func() { lockWaitHook = nil }()
+	// The abandoned wait may yet get the lock, for a moment, once it is
+	// free: the TryLock below asks after that moment.
+	abandoned := make(chan struct{})
+	lockAbandonedHook = func(string) { close(abandoned) }
+	defer func() { lockWaitHook, lockAbandonedHook = nil, nil }()
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.Lock(cctx, "build/spec-1")
@@ -703,6 +707,7 @@ func TestLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlock2()
+	<-abandoned
 	u3, ok, err := s.TryLock(ctx, "build/spec-1")
 	if !ok || err != nil {
 		t.Fatalf("TryLock of a free lock = %v, %v", ok, err)
