@@ -180,6 +180,15 @@ type keyPart struct {
 func (s *dirStore) inKeyPartition(dir, id string) (bool, error) {
 	s.partsMu.Lock()
 	defer s.partsMu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, partitionFile), &st); err == unix.ENOENT {
+		// No batch stored under this key: nothing to remember, so that a
+		// long-running writer's cache holds only the key directories
+		// batches wrote, not every one it ever wrote a key in.
+		return false, nil
+	} else if err != nil {
+		return false, pathErr("stat", filepath.Join(dir, partitionFile), err)
+	}
 	p := s.keyParts[dir]
 	if p == nil {
 		p = &keyPart{ids: make(map[string]bool)}
@@ -188,11 +197,8 @@ func (s *dirStore) inKeyPartition(dir, id string) (bool, error) {
 		}
 		s.keyParts[dir] = p
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(dir, partitionFile), &st); err == unix.ENOENT || err == nil && st.Size <= p.end {
+	if st.Size <= p.end {
 		return p.ids[id], nil
-	} else if err != nil {
-		return false, pathErr("stat", filepath.Join(dir, partitionFile), err)
 	}
 	lines, end, err := partitionLines(dir, p.end)
 	if err != nil {

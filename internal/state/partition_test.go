@@ -257,3 +257,24 @@ func TestUpdateOfABatchedRecordKeepsItsKeyLines(t *testing.T) {
 	}
 	assertConsistent(t, s)
 }
+
+// TestKeyPartitionCacheHoldsOnlyBatchedKeys: a long-running writer's cache
+// of partition lines grows with the key directories batches wrote, not with
+// every key it ever wrote by a single write.
+func TestKeyPartitionCacheHoldsOnlyBatchedKeys(t *testing.T) {
+	s := openT(t, t.TempDir())
+	for i := range 50 {
+		newCapture(t, s, fmt.Sprintf("lease_%d", i))
+	}
+	if n := len(s.keyParts); n != 0 {
+		t.Errorf("after 50 single writes with their own keys the cache holds %d key directories, want 0", n)
+	}
+	ids := batchCaptures(t, s, "lease_batched", "k", 2)
+	var c records.Capture
+	if err := s.Update(context.Background(), ids[0], &c, func(bool) error { c.Iface = "tap9"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.keyParts); n != 1 {
+		t.Errorf("after an update of a batched record the cache holds %d key directories, want 1", n)
+	}
+}
