@@ -149,6 +149,7 @@ func (b *Bell) Ring() {
 	close(b.rung)
 	b.rung = make(chan struct{})
 }
+
 func (r *Runner) maxOutput() int64 {
 	if r.MaxOutput > 0 {
 		return r.MaxOutput
