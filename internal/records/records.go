@@ -64,9 +64,26 @@ type selfEncoder interface {
 // Marshal encodes r as one JSON object, with Extra fields appended after the
 // known ones in sorted key order.
 func Marshal(r Record) ([]byte, error) {
+	return AppendMarshal(nil, r)
+}
+
+// AppendMarshal appends Marshal's encoding of r to dst: a record that
+// encodes itself does so in place, with no buffer of its own.
+func AppendMarshal(dst []byte, r Record) ([]byte, error) {
 	if e, ok := r.(selfEncoder); ok && len(r.Header().Extra) == 0 {
-		return e.AppendJSON(nil), nil
+		return e.AppendJSON(dst), nil
 	}
+	body, err := marshalReflect(r)
+	if err != nil {
+		return dst, err
+	}
+	if dst == nil {
+		return body, nil
+	}
+	return append(dst, body...), nil
+}
+
+func marshalReflect(r Record) ([]byte, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return nil, err

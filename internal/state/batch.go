@@ -5,9 +5,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,17 +43,27 @@ type dirBatch struct {
 	// fds holds one descriptor per lock file, through which every byte lock
 	// of the batch in that file is taken; closing it releases them all.
 	fds  map[string]int
-	held map[string]bool // "<lock file>\x00<key>" locked by the batch
+	held map[heldLock]bool // locked by the batch
 	recs []batchRec
 	keys []batchKey
+	// lockPaths holds the lock file paths of the kinds and indexes the
+	// batch has locked in, rather than joining them for every lock.
+	lockPaths map[heldLock]string
+	// body is the intent as it is built: each record's journal entry is
+	// appended to it by Create, the keys' lines by commit. It is kept from
+	// one commit to the next, so that a long run reuses one buffer.
+	body []byte
 }
+
+// heldLock is a lock a batch holds: a name's byte in a lock file.
+type heldLock struct{ path, name string }
 
 type batchRec struct {
 	kind, id string
 	r        records.Record
 	saved    records.Meta // the caller's header, given back if not stored
-	data     []byte
-	off      int64 // where data is in the batch's intent (intentBody)
+	data     []byte       // the record's line, in body
+	off      int64        // where data is in the batch's intent (body)
 }
 
 // batchKey is an index key a batch sets, as its intent holds it.
@@ -63,18 +75,11 @@ type batchKey struct {
 	path  string // its own file's (indexPath), checked by SetIndex
 }
 
-// intentEntryHead and intentKeyLine are about the bytes of an intent line
-// besides its record, and of a key's line: what intentBody reserves.
-const (
-	intentEntryHead = 160
-	intentKeyLine   = 320
-)
-
 // newDirBatch starts an empty batch.
 func (s *dirStore) newBatch() batcher { return s.newDirBatch() }
 
 func (s *dirStore) newDirBatch() *dirBatch {
-	return &dirBatch{s: s, fds: make(map[string]int), held: make(map[string]bool)}
+	return &dirBatch{s: s, fds: make(map[string]int), held: make(map[heldLock]bool)}
 }
 
 // Idle reports whether the batch holds nothing: no record, key or lock.
@@ -84,7 +89,7 @@ func (b *dirBatch) Idle() bool { return len(b.recs) == 0 && len(b.keys) == 0 && 
 // waiting. False: another holder has it, or the batch already does under
 // the same name (a second write of one record or key in a batch).
 func (b *dirBatch) tryLock(path, name string) (bool, error) {
-	k := path + "\x00" + name
+	k := heldLock{path, name}
 	if b.held[k] {
 		return false, nil
 	}
@@ -119,14 +124,30 @@ func (b *dirBatch) TryLockIndex(name, key string) (bool, error) {
 		// The key itself is checked by SetIndex; any key names a lock byte.
 		return false, fmt.Errorf("invalid index name %q", name)
 	}
-	return b.tryLock(b.s.indexLockPath(name), key)
+	return b.tryLock(b.lockPath("index", name), key)
+}
+
+// lockPath is s.recordLockPath(name) (of "records") or s.indexLockPath(name)
+// (of "index").
+func (b *dirBatch) lockPath(of, name string) string {
+	k := heldLock{of, name}
+	if p, ok := b.lockPaths[k]; ok {
+		return p
+	}
+	if b.lockPaths == nil {
+		b.lockPaths = make(map[heldLock]string)
+	}
+	p := filepath.Join(b.s.root, "locks", of, name)
+	b.lockPaths[k] = p
+	return p
 }
 
 // Create queues a new record, as Store.Create would store it: r has its kind
 // and ID (records.Init), and Commit fails if the ID is taken. Its header
 // (rev 1, updated_at, v) is set now, and given back as it was if the record
 // is not stored. It returns the record as it will be stored: one line of
-// JSON, without the newline. Nil, and no error: the record's lock is held
+// JSON, without the newline, which stays valid until the batch is used
+// again after its Commit. Nil, and no error: the record's lock is held
 // elsewhere, or r's ID is in the batch already.
 func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 	h := r.Header()
@@ -134,18 +155,57 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ok, err := b.tryLock(b.s.recordLockPath(kind), h.ID)
+	ok, err := b.tryLock(b.lockPath("records", kind), h.ID)
 	if !ok || err != nil {
 		return nil, err
 	}
 	saved := *h
-	data, err := b.s.stamp(h.ID, nil, r)
+	start := len(b.body)
+	off, err := b.appendEntry(kind, r)
 	if err != nil {
+		b.body = b.body[:start]
 		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
 		return nil, err
 	}
-	b.recs = append(b.recs, batchRec{kind: kind, id: h.ID, r: r, saved: saved, data: data})
+	data := b.body[off : len(b.body)-len(entryTail)]
+	b.recs = append(b.recs, batchRec{kind: kind, id: h.ID, r: r, saved: saved, data: data, off: int64(off)})
 	return data, nil
+}
+
+// entryTail ends a journal entry that carries its record.
+const entryTail = "}\n"
+
+// appendEntry stamps r as a new record and appends its journal entry to
+// the batch's body, as appendJournal encodes it: the entry's fields, then
+// the record, spliced in as its last field (it is one compact line
+// already, which the encoder would scan again to compact). It returns
+// where the record starts in the body.
+func (b *dirBatch) appendEntry(kind string, r records.Record) (int, error) {
+	h := r.Header()
+	if err := stampHeader(h.ID, stored{}, b.s.Now(), r); err != nil {
+		return 0, err
+	}
+	// kind and the ID passed checkRef: letters, digits and _, nothing JSON
+	// escapes.
+	b.body = append(b.body, `{"at":"`...)
+	b.body = h.UpdatedAt.AppendFormat(b.body, time.RFC3339Nano)
+	b.body = append(b.body, `","op":"`+opPut+`","kind":"`...)
+	b.body = append(b.body, kind...)
+	b.body = append(b.body, `","id":"`...)
+	b.body = append(b.body, h.ID...)
+	b.body = append(b.body, `","rev":`...)
+	b.body = strconv.AppendInt(b.body, h.Rev, 10)
+	b.body = append(b.body, `,"record":`...)
+	off := len(b.body)
+	var err error
+	if b.body, err = appendEncoded(b.body, h.ID, r); err != nil {
+		return 0, err
+	}
+	if bytes.IndexByte(b.body[off:], '\n') >= 0 {
+		return 0, fmt.Errorf("journal entry for %s does not encode as one line", h.ID)
+	}
+	b.body = append(b.body, entryTail...)
+	return off, nil
 }
 
 // checkNew fails with ErrExists if a queued record's ID is taken. A
@@ -154,25 +214,28 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 // settling may have rolled a committed write forward. packed tells the
 // kind's packed records, intents the names in intents/ when the batch
 // held its locks (no write's intent for one of its records can come later).
-func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool, intents map[string]bool) error {
+func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool, intents map[string]bool, stats *dirStats, dir string) error {
 	s := b.s
 	if packed(r.id) {
 		return fmt.Errorf("%s: %w", r.id, ErrExists)
 	}
-	for try := 0; ; try++ {
-		var st unix.Stat_t
-		if err := unix.Lstat(s.recordPath(r.kind, r.id), &st); err == nil {
-			return fmt.Errorf("%s: %w", r.id, ErrExists)
-		} else if err != unix.ENOENT {
-			return pathErr("stat", s.recordPath(r.kind, r.id), err)
-		}
-		if !intents[filepath.Base(s.intentPath(r.kind, r.id))] || try > 0 {
-			return nil
-		}
-		if err := s.resolveIntent(r.kind, r.id); err != nil {
-			return err
-		}
+	if ok, err := stats.exists(dir, r.id+".json"); ok || err != nil {
+		return cmp.Or(err, fmt.Errorf("%s: %w", r.id, ErrExists))
 	}
+	if len(intents) == 0 || !intents[filepath.Base(s.intentPath(r.kind, r.id))] {
+		return nil
+	}
+	if err := s.resolveIntent(r.kind, r.id); err != nil {
+		return err
+	}
+	// Settling may have rolled the write forward, after stats read dir.
+	var st unix.Stat_t
+	if err := unix.Lstat(s.recordPath(r.kind, r.id), &st); err == nil {
+		return fmt.Errorf("%s: %w", r.id, ErrExists)
+	} else if err != unix.ENOENT {
+		return pathErr("stat", s.recordPath(r.kind, r.id), err)
+	}
+	return nil
 }
 
 // SetIndex points an index key, whose lock the batch holds (TryLockIndex),
@@ -186,7 +249,7 @@ func (b *dirBatch) SetIndex(name, key, id string) error {
 	if err := records.CheckID(id); err != nil {
 		return err
 	}
-	if !b.held[b.s.indexLockPath(name)+"\x00"+key] {
+	if !b.held[heldLock{b.lockPath("index", name), key}] {
 		return fmt.Errorf("index key %s/%s set in a batch that does not hold its lock", name, key)
 	}
 	b.keys = append(b.keys, batchKey{Op: opIndex, Index: name, Key: key, ID: id, path: path})
@@ -237,8 +300,15 @@ func (b *dirBatch) commit() error {
 	for _, e := range ents {
 		intents[e.Name()] = true
 	}
+	var stats dirStats
+	defer stats.close()
+	var kind, dir string
 	for i := range b.recs {
-		if err := b.checkNew(&b.recs[i], packed[b.recs[i].kind], intents); err != nil {
+		r := &b.recs[i]
+		if r.kind != kind {
+			kind, dir = r.kind, filepath.Dir(s.recordPath(r.kind, r.id))
+		}
+		if err := b.checkNew(r, packed[kind], intents, &stats, dir); err != nil {
 			return err
 		}
 	}
@@ -290,48 +360,23 @@ func (b *dirBatch) commit() error {
 	return s.syncDir(filepath.Dir(intent))
 }
 
-// intentBody is the batch's intent: the journal entries of every queued
-// record, as appendJournal encodes them (the first journalLen bytes, which
-// are appended to the journal as they are), then one line per index key.
-// Each entry is encoded without its record, which is spliced in as its last
-// field: the record is one compact line already (stamp), and the encoder
-// would scan it again to compact it.
+// intentBody completes the batch's intent: the journal entries of every
+// queued record, as Create appended them (the first journalLen bytes,
+// which are appended to the journal as they are), then one line per index
+// key.
 func (b *dirBatch) intentBody() (body []byte, journalLen int, err error) {
-	var buf, head bytes.Buffer
-	// Sized once: growing it by doubling cleared and copied the batch's
-	// bytes several times over.
-	size := 0
-	for _, r := range b.recs {
-		size += len(r.data) + intentEntryHead
-	}
-	buf.Grow(size + len(b.keys)*intentKeyLine)
+	journalLen = len(b.body)
+	var head bytes.Buffer
 	enc := json.NewEncoder(&head)
 	enc.SetEscapeHTML(false) // see appendJournal
-	for i, r := range b.recs {
-		h := r.r.Header()
-		head.Reset()
-		if err := enc.Encode(&entry{At: h.UpdatedAt, Op: opPut, Kind: r.kind, ID: r.id, Rev: h.Rev}); err != nil {
-			return nil, 0, err
-		}
-		line := bytes.TrimSuffix(head.Bytes(), []byte("}\n"))
-		if len(line) == head.Len() || bytes.IndexByte(r.data, '\n') >= 0 {
-			return nil, 0, fmt.Errorf("journal entry for %s does not encode as one line", r.id)
-		}
-		buf.Write(line)
-		buf.WriteString(`,"record":`)
-		b.recs[i].off = int64(buf.Len())
-		buf.Write(r.data)
-		buf.WriteString("}\n")
-	}
-	journalLen = buf.Len()
 	for _, k := range b.keys {
 		head.Reset()
 		if err := enc.Encode(k); err != nil {
 			return nil, 0, err
 		}
-		buf.Write(head.Bytes())
+		b.body = append(b.body, head.Bytes()...)
 	}
-	return buf.Bytes(), journalLen, nil
+	return b.body, journalLen, nil
 }
 
 // placeRecords gives every queued record its file. Files of one directory
@@ -359,15 +404,16 @@ func (b *dirBatch) placeRecords() error {
 func (b *dirBatch) placeKeys() error {
 	byDir := make(map[string][]func() error)
 	packed := make(map[string][]byte)
+	var stats dirStats
+	defer stats.close()
 	for _, k := range b.keys {
 		path := k.path
 		dir := filepath.Dir(path)
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err == unix.ENOENT {
-			packed[dir] = fmt.Appendf(packed[dir], "%s %s\n", k.Key, k.ID)
+		if ok, err := stats.exists(dir, k.Key); err != nil {
+			return err
+		} else if !ok {
+			packed[dir] = append(append(append(append(packed[dir], k.Key...), ' '), k.ID...), '\n')
 			continue
-		} else if err != nil {
-			return pathErr("stat", path, err)
 		}
 		byDir[dir] = append(byDir[dir], func() error { return b.s.placeKey(path, k.ID) })
 	}
@@ -375,7 +421,7 @@ func (b *dirBatch) placeKeys() error {
 		return err
 	}
 	for dir, lines := range packed {
-		if err := b.s.appendPartition(dir, lines); err != nil {
+		if _, err := b.s.appendPartition(dir, lines); err != nil {
 			return err
 		}
 	}
@@ -412,5 +458,107 @@ func (b *dirBatch) release() {
 		delete(b.fds, path)
 	}
 	clear(b.held)
-	b.recs, b.keys = b.recs[:0], b.keys[:0]
+	clear(b.recs) // the records, for the collector
+	b.recs, b.keys, b.body = b.recs[:0], b.keys[:0], b.body[:0]
+}
+
+// dirStats tells whether names exist in a few directories: a batch checks
+// hundreds of names, most of them absent, in one or two directories, and a
+// lookup of each was a tenth of a parse run's time. A directory of at most
+// dirListMax bytes is read whole, once; a larger one is asked name by name,
+// through one descriptor. Its caller holds the locks of the names it asks
+// about, so that none of them appears or goes meanwhile but by its own
+// doing.
+type dirStats struct{ dirs map[string]*statDir }
+
+type statDir struct {
+	fd    int                 // -1: the directory is not there
+	names map[string]struct{} // its entries, when it was read whole
+}
+
+// dirListMax is the largest directory (by its size on disk) read whole: a
+// few blocks, a few hundred names.
+const dirListMax = 16 << 10
+
+// exists reports whether dir holds name (not following a symlink); a
+// directory that is not there holds nothing.
+func (d *dirStats) exists(dir, name string) (bool, error) {
+	sd, err := d.open(dir)
+	if err != nil || sd.fd < 0 {
+		return false, err
+	}
+	if sd.names != nil {
+		_, ok := sd.names[name]
+		return ok, nil
+	}
+	var st unix.Stat_t
+	switch err := unix.Fstatat(sd.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err {
+	case nil:
+		return true, nil
+	case unix.ENOENT:
+		return false, nil
+	default:
+		return false, pathErr("stat", filepath.Join(dir, name), err)
+	}
+}
+
+func (d *dirStats) open(dir string) (*statDir, error) {
+	if sd, ok := d.dirs[dir]; ok {
+		return sd, nil
+	}
+	if d.dirs == nil {
+		d.dirs = make(map[string]*statDir)
+	}
+	sd := &statDir{fd: -1}
+	fd, err := openRetry(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOENT) {
+		d.dirs[dir] = sd
+		return sd, nil
+	} else if err != nil {
+		return nil, err
+	}
+	sd.fd = fd
+	d.dirs[dir] = sd
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, pathErr("stat", dir, err)
+	}
+	if st.Size <= dirListMax {
+		names, err := readDirNames(fd, dir)
+		if err != nil {
+			return nil, err
+		}
+		sd.names = names
+	}
+	return sd, nil
+}
+
+// readDirNames reads the names of the directory open as fd.
+func readDirNames(fd int, dir string) (map[string]struct{}, error) {
+	names := make(map[string]struct{})
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, pathErr("read", dir, err)
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, entries := unix.ParseDirent(buf[:n], -1, nil)
+		for _, e := range entries {
+			names[e] = struct{}{}
+		}
+	}
+}
+
+func (d *dirStats) close() {
+	for _, sd := range d.dirs {
+		if sd.fd >= 0 {
+			unix.Close(sd.fd)
+		}
+	}
 }

@@ -175,7 +175,8 @@ func (s *dirStore) settleBatchKey(k *batchKey) error {
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err == unix.ENOENT {
-		return s.appendPartition(filepath.Dir(path), fmt.Appendf(nil, "%s %s\n", k.Key, k.ID))
+		_, err := s.appendPartition(filepath.Dir(path), fmt.Appendf(nil, "%s %s\n", k.Key, k.ID))
+		return err
 	}
 	return s.placeKey(path, k.ID)
 }

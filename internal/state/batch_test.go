@@ -12,8 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -688,5 +691,100 @@ func batchRefusesAKeyItHolds(t *testing.T, be testBackend) {
 	}
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A writer that has just appended its batch's pack lines adds them to its
+// own read of the kind's lines instead of reading them back; it must not
+// when another writer appended lines between its last read and its own:
+// those would be skipped, and the other writer's records unknown to it.
+func TestPackLinesOfAnotherWriterBetween(t *testing.T) {
+	dir := t.TempDir()
+	a, other := openT(t, dir), openT(t, dir)
+	a.packMin, other.packMin = 1, 1
+	commit := func(s *Store, n int) []string {
+		t.Helper()
+		b := s.NewBatch()
+		var ids []string
+		for range n {
+			c := newCounter(s)
+			if line, err := b.Create(c); line == nil || err != nil {
+				t.Fatalf("Create = %s, %v", line, err)
+			}
+			ids = append(ids, c.ID)
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	ids := commit(a, 2)
+	a.crashAt = func(point string) {
+		if point == crashPackLinked {
+			a.crashAt = nil
+			ids = append(ids, commit(other, 3)...)
+		}
+	}
+	ids = append(ids, commit(a, 2)...)
+	if len(ids) != 7 {
+		t.Fatalf("%d records stored, want 7", len(ids))
+	}
+	for _, s := range []*Store{a, other, openT(t, dir)} {
+		for _, id := range ids {
+			if _, err := s.ReadRaw(id); err != nil {
+				t.Fatalf("%v (read by a store that wrote some of them)", err)
+			}
+		}
+		var c counterRec
+		if err := s.Get(ids[len(ids)-1], &c); err != nil || c.Rev != 1 {
+			t.Fatalf("Get = %+v, %v", c, err)
+		}
+	}
+}
+
+func TestDirStats(t *testing.T) {
+	root := t.TempDir()
+	small, large := filepath.Join(root, "small"), filepath.Join(root, "large")
+	for _, d := range []string{small, large} {
+		if err := os.Mkdir(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "there"), nil, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/nonexistent", filepath.Join(d, "dangling")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Past dirListMax: asked name by name.
+	for i := 0; ; i++ {
+		var st unix.Stat_t
+		if err := unix.Stat(large, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Size > dirListMax {
+			break
+		}
+		if err := os.WriteFile(filepath.Join(large, fmt.Sprintf("filler-%04d-%s", i, strings.Repeat("x", 40))), nil, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var d dirStats
+	defer d.close()
+	for _, c := range []struct {
+		dir, name string
+		want      bool
+	}{
+		{small, "there", true}, {small, "dangling", true}, {small, "absent", false},
+		{large, "there", true}, {large, "dangling", true}, {large, "absent", false},
+		{filepath.Join(root, "none"), "there", false},
+	} {
+		got, err := d.exists(c.dir, c.name)
+		if err != nil || got != c.want {
+			t.Errorf("exists(%s, %s) = %v, %v; want %v", filepath.Base(c.dir), c.name, got, err, c.want)
+		}
+	}
+	if d.dirs[small].names == nil || d.dirs[large].names != nil {
+		t.Fatal("the small directory was not read whole, or the large one was")
 	}
 }

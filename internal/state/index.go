@@ -112,7 +112,7 @@ func (s *dirStore) Claim(ctx context.Context, name, key string, newRecord func()
 	}
 	b := s.newDirBatch()
 	defer b.release()
-	b.held[s.indexLockPath(name)+"\x00"+key] = true // by lockIndex above
+	b.held[heldLock{s.indexLockPath(name), key}] = true // by lockIndex above
 	if line, err := b.Create(r); err != nil || line == nil {
 		return "", false, cmp.Or(err, fmt.Errorf("claim %s %s: record %s is locked by another writer", name, key, id))
 	}

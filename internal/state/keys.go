@@ -99,7 +99,7 @@ func (s *dirStore) appendKeys(recs []batchRec) error {
 		}
 	}
 	for _, dir := range dirs {
-		if err := s.appendPartition(dir, lines[dir]); err != nil {
+		if _, err := s.appendPartition(dir, lines[dir]); err != nil {
 			return fmt.Errorf("keys of a batch in %s: %w", dir, err)
 		}
 	}

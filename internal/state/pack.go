@@ -221,7 +221,8 @@ func (s *dirStore) dropPacked(kind, id string) error {
 	if _, ok, err := s.packed(kind, id); !ok || err != nil {
 		return err
 	}
-	return s.appendPartition(s.packDir(kind), []byte(id+" -\n"))
+	_, err := s.appendPartition(s.packDir(kind), []byte(id+" -\n"))
+	return err
 }
 
 // packRecords keeps a committed batch's records in its intent: the intent
@@ -244,15 +245,40 @@ func (b *dirBatch) packRecords(intent, name string) error {
 	lines := make(map[string][]byte)
 	var kinds []string
 	for _, r := range b.recs {
-		if _, ok := lines[r.kind]; !ok {
+		l, ok := lines[r.kind]
+		if !ok {
 			kinds = append(kinds, r.kind)
+			l = make([]byte, 0, len(b.recs)*(len(r.id)+len(name)+24))
 		}
-		lines[r.kind] = fmt.Appendf(lines[r.kind], "%s %s %d %d\n", r.id, name, r.off, len(r.data))
+		l = append(append(append(append(l, r.id...), ' '), name...), ' ')
+		l = append(strconv.AppendInt(l, r.off, 10), ' ')
+		lines[r.kind] = append(strconv.AppendInt(l, int64(len(r.data)), 10), '\n')
 	}
 	for _, kind := range kinds {
-		if err := s.appendPartition(s.packDir(kind), lines[kind]); err != nil {
+		at, err := s.appendPartition(s.packDir(kind), lines[kind])
+		if err != nil {
 			return err
 		}
+		s.notePacked(kind, name, b.recs, at, int64(len(lines[kind])))
 	}
 	return nil
+}
+
+// notePacked adds a batch's records of a kind to this store's read of the
+// kind's pack lines, which it has just appended at offset at, n bytes,
+// when that read ends where they begin: reading them back would parse
+// what the batch knows already.
+func (s *dirStore) notePacked(kind, batch string, recs []batchRec, at, n int64) {
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	p := s.packs[kind]
+	if p == nil || p.end != at {
+		return
+	}
+	for _, r := range recs {
+		if r.kind == kind {
+			p.locs[r.id] = packLoc{batch: batch, off: r.off, n: int64(len(r.data))}
+		}
+	}
+	p.end = at + n
 }

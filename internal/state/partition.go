@@ -32,56 +32,58 @@ const crashPartitionTorn = "partition:torn"
 func (s *dirStore) partitionLockPath() string { return filepath.Join(s.root, "locks", "partitions") }
 
 // appendPartition appends lines (each ending in a newline) to the
-// partition file in dir, creating it if needed.
-func (s *dirStore) appendPartition(dir string, lines []byte) error {
+// partition file in dir, creating it if needed, and returns the offset they
+// were written at.
+func (s *dirStore) appendPartition(dir string, lines []byte) (at int64, err error) {
 	if len(lines) == 0 {
-		return nil
+		return 0, nil
 	}
 	path := filepath.Join(dir, partitionFile)
 	unlock, _, err := lockFile(context.Background(), s.partitionLockPath(), lockOffset(path), true)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer unlock()
 	if err := s.ensureDir(dir); err != nil {
-		return err
+		return 0, err
 	}
 	fd, err := openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return pathErr("stat", path, err)
+		return 0, pathErr("stat", path, err)
 	}
 	end, err := trimTorn(fd, path, st.Size)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	at = end
 	if s.crashAt != nil {
 		half := len(lines) / 2
 		if err := pwriteAll(fd, path, lines[:half], end); err != nil {
-			return err
+			return 0, err
 		}
 		s.hook(crashPartitionTorn)
 		end += int64(half)
 		lines = lines[half:]
 	}
 	if err := pwriteAll(fd, path, lines, end); err != nil {
-		return err
+		return 0, err
 	}
 	if s.durability != SyncEachWrite {
-		return nil
+		return at, nil
 	}
 	if err := unix.Fsync(fd); err != nil {
-		return pathErr("fsync", path, err)
+		return 0, pathErr("fsync", path, err)
 	}
 	if st.Size == 0 {
 		// Possibly created just now: its directory entry must last too.
-		return s.syncDir(dir)
+		return at, s.syncDir(dir)
 	}
-	return nil
+	return at, nil
 }
 
 // trimTorn cuts a partition file of this size back to its last complete

@@ -147,12 +147,20 @@ func (s *dirStore) stamp(id string, prev []byte, r records.Record) ([]byte, erro
 // stampRecord sets the fields the store owns on r, given what the store
 // keeps of the version it replaces, and encodes it as one line.
 func stampRecord(id string, old stored, now time.Time, r records.Record) ([]byte, error) {
+	if err := stampHeader(id, old, now, r); err != nil {
+		return nil, err
+	}
+	return appendEncoded(nil, id, r)
+}
+
+// stampHeader sets the fields the store owns on r's header.
+func stampHeader(id string, old stored, now time.Time, r records.Record) error {
 	h := r.Header()
 	if h.ID != id {
-		return nil, fmt.Errorf("write of %s changed its id to %q", id, h.ID)
+		return fmt.Errorf("write of %s changed its id to %q", id, h.ID)
 	}
 	if err := records.Validate(h); err != nil {
-		return nil, err
+		return err
 	}
 	h.Rev = old.Rev + 1
 	h.UpdatedAt = now
@@ -164,26 +172,34 @@ func stampRecord(id string, old stored, now time.Time, r records.Record) ([]byte
 	if h.V == 0 {
 		h.V = records.SchemaVersion
 	}
+	return nil
+}
+
+// appendEncoded appends r, stamped, to dst as one compact line (without
+// the newline).
+func appendEncoded(dst []byte, id string, r records.Record) ([]byte, error) {
+	if len(r.Header().Extra) == 0 {
+		// json.Marshal's output is compact already (it compacts what
+		// MarshalJSON methods return), and so one line; so is a
+		// self-encoded record's.
+		return records.AppendMarshal(dst, r)
+	}
 	raw, err := records.Marshal(r)
 	if err != nil {
-		return nil, err
-	}
-	if len(h.Extra) == 0 {
-		// json.Marshal's output is compact already (it compacts what
-		// MarshalJSON methods return), and so one line.
-		return raw, nil
+		return dst, err
 	}
 	// Extra fields are copied verbatim and may be indented: compact so that
 	// the record is one line and the journal holds the very same bytes.
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return nil, fmt.Errorf("%s: encoded record is not JSON: %w", id, err)
+	start := len(dst)
+	buf := bytes.NewBuffer(dst)
+	if err := json.Compact(buf, raw); err != nil {
+		return dst, fmt.Errorf("%s: encoded record is not JSON: %w", id, err)
 	}
-	data := buf.Bytes()
-	if bytes.IndexByte(data, '\n') >= 0 {
-		return nil, fmt.Errorf("%s: encoded record spans lines", id)
+	out := buf.Bytes()
+	if bytes.IndexByte(out[start:], '\n') >= 0 {
+		return dst, fmt.Errorf("%s: encoded record spans lines", id)
 	}
-	return data, nil
+	return out, nil
 }
 
 // commitLocked runs the write protocol for one record:
