@@ -36,12 +36,13 @@ type storer struct {
 	err error
 }
 
-// store writes one observable to the state and prints it. A new one (and
-// with --merge, one whose key has no record yet) is queued in the batch;
-// anything else, an observable to merge into one already stored or whose
-// key another writer holds, is written on its own once the batch is
-// committed, so that the batch never holds locks while the store waits for
-// another writer's, and stdout keeps the order of the observables.
+// store writes one observable to the state and prints it. A new one, and
+// with --merge one to merge into the observable its key names, is queued
+// in the batch; anything else (a key or record another writer holds, the
+// same observable twice in a batch, a backend that batches no updates) is
+// written on its own once the batch is committed, so that the batch never
+// holds locks while the store waits for another writer's, and stdout keeps
+// the order of the observables.
 func (o *output) store(lease string, obs *records.Observable) error {
 	s := &o.storer
 	if s.err != nil {
@@ -68,10 +69,11 @@ func (o *output) store(lease string, obs *records.Observable) error {
 	return o.storeAlone(key, obs)
 }
 
-// queue adds obs and its key to the batch if the batch may hold them:
+// queue adds obs and its key to the batch if the batch may hold them
+// (with --merge, obs merged into the stored observable its key names):
 // false when another writer holds the key (or this batch already does: the
-// same observable emitted twice), or, with --merge, when the key names a
-// stored record.
+// same observable emitted twice) or the record, or the batch cannot take
+// the merge.
 func (o *output) queue(key string, obs *records.Observable) (bool, error) {
 	s := &o.storer
 	ok, err := s.b.TryLockIndex(IndexName, key)
@@ -81,7 +83,11 @@ func (o *output) queue(key string, obs *records.Observable) (bool, error) {
 	if o.req.Merge {
 		// The key's lock is held: no one else can claim it until the
 		// batch commits.
-		if _, err := o.st.Lookup(IndexName, key); !errors.Is(err, state.ErrNotFound) {
+		id, err := o.st.Lookup(IndexName, key)
+		if err == nil {
+			return o.queueMerge(id, obs)
+		}
+		if !errors.Is(err, state.ErrNotFound) {
 			return false, err
 		}
 	}
@@ -90,6 +96,27 @@ func (o *output) queue(key string, obs *records.Observable) (bool, error) {
 		return false, err
 	}
 	if err := s.b.SetIndex(IndexName, key, obs.ID); err != nil {
+		return false, err
+	}
+	if len(s.lines) == 0 {
+		s.since = time.Now()
+	}
+	s.lines = append(s.lines, line)
+	return true, nil
+}
+
+// queueMerge queues obs merged into the stored observable id.
+func (o *output) queueMerge(id string, obs *records.Observable) (bool, error) {
+	s := &o.storer
+	cur := new(records.Observable) // the batch keeps it until Commit
+	line, err := s.b.Update(id, cur, func() error {
+		observe.Merge(cur, obs)
+		return nil
+	})
+	if errors.Is(err, state.ErrNotFound) {
+		return false, nil // gone since Lookup: claimed anew on its own
+	}
+	if line == nil || err != nil {
 		return false, err
 	}
 	if len(s.lines) == 0 {

@@ -200,16 +200,21 @@ func (s *Store) Replay(ctx context.Context) (map[string][]byte, JournalStats, er
 // batcher's guarantees).
 func (s *Store) NewBatch() *Batch { return &Batch{s.rec.newBatch()} }
 
-// Batch creates many new records, and index keys naming them, at once: a
-// crash leaves each committed or not, never half of one. It never waits for
-// a lock: a record or key another writer holds is refused (TryLockIndex
-// false, Create nil), and the caller commits the batch before writing that
-// one the ordinary way. A Batch is used by one goroutine.
+// Batch creates many new records, new versions of stored ones, and index
+// keys naming them, at once: a crash leaves each committed or not, never
+// half of one. It never waits for a lock: a record or key another writer
+// holds is refused (TryLockIndex false, Create or Update nil), and the
+// caller commits the batch before writing that one the ordinary way. A
+// Batch is used by one goroutine.
 type Batch struct{ batcher }
 
 type batcher interface {
 	TryLockIndex(name, key string) (bool, error)
 	Create(r records.Record) ([]byte, error)
+	// Update is Store.Update in the batch; nil, and no error, when the
+	// record must be written the ordinary way (its lock is held, or the
+	// backend batches no updates).
+	Update(id string, r records.Record, fn func() error) ([]byte, error)
 	SetIndex(name, key, id string) error
 	Commit() error
 	Idle() bool

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,6 +65,12 @@ type batchRec struct {
 	saved    records.Meta // the caller's header, given back if not stored
 	data     []byte       // the record's line, in body
 	off      int64        // where data is in the batch's intent (body)
+	// update: a new version of a stored record (Update), whose keys were
+	// oldKeys, and whose stored version was its own file (loose) or a
+	// pack's copy.
+	update  bool
+	loose   bool
+	oldKeys []records.IndexKey
 }
 
 // batchKey is an index key a batch sets, as its intent holds it.
@@ -161,7 +168,7 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 	}
 	saved := *h
 	start := len(b.body)
-	off, err := b.appendEntry(kind, r)
+	off, err := b.appendEntry(kind, r, stored{})
 	if err != nil {
 		b.body = b.body[:start]
 		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
@@ -175,14 +182,14 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 // entryTail ends a journal entry that carries its record.
 const entryTail = "}\n"
 
-// appendEntry stamps r as a new record and appends its journal entry to
-// the batch's body, as appendJournal encodes it: the entry's fields, then
-// the record, spliced in as its last field (it is one compact line
-// already, which the encoder would scan again to compact). It returns
-// where the record starts in the body.
-func (b *dirBatch) appendEntry(kind string, r records.Record) (int, error) {
+// appendEntry stamps r as the version after old (a new record: none) and
+// appends its journal entry to the batch's body, as appendJournal encodes
+// it: the entry's fields, then the record, spliced in as its last field
+// (it is one compact line already, which the encoder would scan again to
+// compact). It returns where the record starts in the body.
+func (b *dirBatch) appendEntry(kind string, r records.Record, old stored) (int, error) {
 	h := r.Header()
-	if err := stampHeader(h.ID, stored{}, b.s.Now(), r); err != nil {
+	if err := stampHeader(h.ID, old, b.s.Now(), r); err != nil {
 		return 0, err
 	}
 	// kind and the ID passed checkRef: letters, digits and _, nothing JSON
@@ -206,6 +213,62 @@ func (b *dirBatch) appendEntry(kind string, r records.Record) (int, error) {
 	}
 	b.body = append(b.body, entryTail...)
 	return off, nil
+}
+
+// Update queues a new version of a stored record, as Store.Update would
+// write it: under the record's lock it decodes the stored version into r
+// and calls fn to change it; the store sets rev (the stored one plus one)
+// and updated_at. It returns the record as it will be stored, as Create
+// does. Nil, and no error: the record's lock is held elsewhere, or the
+// record is in the batch already. ErrNotFound: the record is not stored.
+// An error from fn (ErrNoChange included) is returned as it is, and
+// nothing is queued; the record's lock stays held until Commit.
+//
+// The new version takes the place of the stored one where that one is: a
+// record with its own file gets a new file, a packed one a new pack line.
+func (b *dirBatch) Update(id string, r records.Record, fn func() error) ([]byte, error) {
+	s := b.s
+	kind, err := checkRef(id)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := b.tryLock(b.lockPath("records", kind), id)
+	if !ok || err != nil {
+		return nil, err
+	}
+	// A write that a dead process left in flight is settled first, as a
+	// single write settles it.
+	if err := s.resolveIntent(kind, id); err != nil {
+		return nil, err
+	}
+	prev, loose, err := s.readStored(kind, id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resetRecord(r)
+	if err := records.Unmarshal(prev, r); err != nil {
+		return nil, fmt.Errorf("%s: stored record does not decode: %w", id, err)
+	}
+	oldKeys := indexKeys(r)
+	if err := fn(); err != nil {
+		return nil, err
+	}
+	h := r.Header()
+	saved := *h
+	start := len(b.body)
+	off, err := b.appendEntry(kind, r, s.prevHeader(id, prev))
+	if err != nil {
+		b.body = b.body[:start]
+		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
+		return nil, err
+	}
+	data := b.body[off : len(b.body)-len(entryTail)]
+	b.recs = append(b.recs, batchRec{kind: kind, id: id, r: r, saved: saved, data: data, off: int64(off),
+		update: true, loose: loose, oldKeys: oldKeys})
+	return data, nil
 }
 
 // checkNew fails with ErrExists if a queued record's ID is taken. A
@@ -305,6 +368,9 @@ func (b *dirBatch) commit() error {
 	var kind, dir string
 	for i := range b.recs {
 		r := &b.recs[i]
+		if r.update {
+			continue // stored, and locked since it was read
+		}
 		if r.kind != kind {
 			kind, dir = r.kind, filepath.Dir(s.recordPath(r.kind, r.id))
 		}
@@ -384,15 +450,20 @@ func (b *dirBatch) intentBody() (body []byte, journalLen int, err error) {
 // the kernel anyway), directories in parallel.
 func (b *dirBatch) placeRecords() error {
 	s := b.s
-	first := b.recs[0]
-	if err := s.placeRecord(first.kind, first.id, first.data); err != nil {
+	place := func(r batchRec) error {
+		if r.update && r.loose {
+			return s.writeAtomic(s.recordPath(r.kind, r.id), r.data)
+		}
+		return s.placeRecord(r.kind, r.id, r.data)
+	}
+	if err := place(b.recs[0]); err != nil {
 		return err
 	}
 	s.hook(crashPutRenamed)
 	byDir := make(map[string][]func() error)
 	for _, r := range b.recs[1:] {
 		dir := filepath.Dir(s.recordPath(r.kind, r.id))
-		byDir[dir] = append(byDir[dir], func() error { return s.placeRecord(r.kind, r.id, r.data) })
+		byDir[dir] = append(byDir[dir], func() error { return place(r) })
 	}
 	return inParallel(byDir)
 }

@@ -147,10 +147,23 @@ func (s *dirStore) settleBatch(ctx context.Context, intent string, held bool) er
 
 // settleBatchRecord gives a committed record of the batch its file unless
 // it has one or is in a pack already: a batch that died while packing its
-// records leaves those without their pack line to this.
+// records leaves those without their pack line to this. A new version of a
+// stored record (rev 2 on) is in place when the stored version is it or a
+// later one; else, if the journal committed it, it is given its file, which
+// comes before a pack's copy.
 func (s *dirStore) settleBatchRecord(e *entry) error {
-	if ok, err := s.recordExists(e.Kind, e.ID); ok || err != nil {
-		return err
+	if e.Rev <= 1 {
+		if ok, err := s.recordExists(e.Kind, e.ID); ok || err != nil {
+			return err
+		}
+	} else {
+		cur, err := s.readRecord(e.Kind, e.ID)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err == nil && s.prevHeader(e.ID, cur).Rev >= e.Rev {
+			return nil
+		}
 	}
 	last, err := s.lastJournalEntry(e.ID)
 	if err != nil || last == nil || last.Op != opPut || !bytes.Equal(bytes.TrimSpace(last.Record), bytes.TrimSpace(e.Record)) {

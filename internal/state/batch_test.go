@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -786,5 +787,264 @@ func TestDirStats(t *testing.T) {
 	}
 	if d.dirs[small].names == nil || d.dirs[large].names != nil {
 		t.Fatal("the small directory was not read whole, or the large one was")
+	}
+}
+
+// storedCounters stores n counters: one by one (each its own file) or, with
+// packed, in one batch that packs them. It returns them with their lines.
+func storedCounters(t *testing.T, s *Store, n int, packed bool) ([]*counterRec, [][]byte) {
+	t.Helper()
+	var recs []*counterRec
+	var lines [][]byte
+	if !packed {
+		for range n {
+			c := newCounter(s)
+			if err := s.Create(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := s.ReadRaw(c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, lines = append(recs, c), append(lines, raw)
+		}
+		return recs, lines
+	}
+	saved := s.packMin
+	s.packMin = 1
+	defer func() { s.packMin = saved }()
+	b := s.NewBatch()
+	recs, lines = queueCounters(t, s, b, n)
+	lines = slices.Clone(lines) // Create's lines live until the batch is used again
+	for i := range lines {
+		lines[i] = slices.Clone(lines[i])
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.rec.(*dirStore).packed(testKind, recs[0].ID); !ok || err != nil {
+		t.Fatalf("not packed: %v", err)
+	}
+	return recs, lines
+}
+
+// queueUpdates queues an update of each counter in b and returns the lines.
+func queueUpdates(t *testing.T, b *Batch, recs []*counterRec) [][]byte {
+	t.Helper()
+	var lines [][]byte
+	for i, c := range recs {
+		cur := &counterRec{}
+		line, err := b.Update(c.ID, cur, func() error {
+			cur.Total += 100 + i
+			cur.Note = "updated in a batch"
+			return nil
+		})
+		if err != nil || line == nil {
+			t.Fatalf("Update %d = %q, %v", i, line, err)
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// A batch's update is stored as Store.Update would store it, whether the
+// stored version is its own file or a pack's copy, and whether the batch
+// packs or not.
+func TestBatchUpdatesWhatSingleWritesWould(t *testing.T) {
+	for _, prev := range []string{"loose", "packed"} {
+		for _, n := range []int{4, defaultPackMin} {
+			t.Run(fmt.Sprintf("%s/%d", prev, n), func(t *testing.T) {
+				ctx := context.Background()
+				s := openT(t, t.TempDir())
+				recs, _ := storedCounters(t, s, n, prev == "packed")
+				b := s.NewBatch()
+				lines := queueUpdates(t, b, recs)
+				for _, c := range recs {
+					if got := getCounter(t, s, c.ID); got.Rev != 1 {
+						t.Fatalf("%s updated before Commit: %+v", c.ID, got)
+					}
+				}
+				if err := b.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				// The same updates one by one, in a second store, give the
+				// same records but for updated_at.
+				single := openT(t, t.TempDir())
+				for i, c := range recs {
+					raw, err := s.ReadRaw(c.ID)
+					if err != nil || !bytes.Equal(raw, lines[i]) {
+						t.Fatalf("stored %s = %s, %v; Update returned %s", c.ID, raw, err, lines[i])
+					}
+					got := getCounter(t, s, c.ID)
+					if got.Rev != 2 || got.Total != 100+i || got.Note == "" || !got.CreatedAt.Equal(c.CreatedAt) {
+						t.Fatalf("stored %+v", got)
+					}
+					want := &counterRec{Meta: records.Meta{Kind: testKind, ID: c.ID, CreatedAt: c.CreatedAt}, Seq: c.Seq}
+					if err := single.Create(ctx, want); err != nil {
+						t.Fatal(err)
+					}
+					if err := single.Update(ctx, c.ID, want, func(bool) error { want.Total += 100 + i; want.Note = "updated in a batch"; return nil }); err != nil {
+						t.Fatal(err)
+					}
+					want.UpdatedAt = got.UpdatedAt
+					if wb, _ := records.Marshal(want); !bytes.Equal(wb, raw) {
+						t.Fatalf("batch stored\n%s\na single update\n%s", raw, wb)
+					}
+				}
+				assertConsistent(t, s)
+				assertConsistent(t, openT(t, s.Root()))
+			})
+		}
+	}
+}
+
+func TestBatchUpdateRefusals(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir())
+	recs, _ := storedCounters(t, s, 2, false)
+	b := s.NewBatch()
+	queueUpdates(t, b, recs[:1])
+	var cur counterRec
+	// The same record again: refused.
+	if line, err := b.Update(recs[0].ID, &cur, func() error { return nil }); line != nil || err != nil {
+		t.Fatalf("second update in a batch = %s, %v", line, err)
+	}
+	// A record another writer holds: refused.
+	other := openT(t, s.Root())
+	held := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- other.Update(ctx, recs[1].ID, &counterRec{}, func(bool) error {
+			close(held)
+			<-release
+			return ErrNoChange
+		})
+	}()
+	<-held
+	if line, err := b.Update(recs[1].ID, &cur, func() error { return nil }); line != nil || err != nil {
+		t.Fatalf("update of a record another writer holds = %s, %v", line, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// A record that is not stored.
+	absent := newCounter(s)
+	if _, err := b.Update(absent.ID, &cur, func() error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("update of an absent record: %v, want ErrNotFound", err)
+	}
+	// fn's error: nothing queued.
+	boom := errors.New("boom")
+	c := newCounter(s)
+	if err := s.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Update(c.ID, &cur, func() error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("fn's error: %v", err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := getCounter(t, s, recs[0].ID); got.Rev != 2 {
+		t.Fatalf("the queued update: %+v", got)
+	}
+	for _, id := range []string{recs[1].ID, c.ID} {
+		if got := getCounter(t, s, id); got.Rev != 1 {
+			t.Fatalf("%s updated: %+v", id, got)
+		}
+	}
+	assertConsistent(t, s)
+}
+
+// TestBatchUpdateCrashWindows is TestBatchCrashWindows for a batch of
+// updates: after a crash at each step, every record is its old version or
+// its new one as a whole (a prefix of the batch new), whether its old
+// version was its own file or a pack's copy, and the files agree with the
+// journal.
+func TestBatchUpdateCrashWindows(t *testing.T) {
+	for _, prev := range []string{"loose", "packed"} {
+		for _, n := range []int{4, defaultPackMin} {
+			t.Run(fmt.Sprintf("%s/%d", prev, n), func(t *testing.T) { testBatchUpdateCrashWindows(t, n, prev == "packed") })
+		}
+	}
+}
+
+func testBatchUpdateCrashWindows(t *testing.T, n int, prevPacked bool) {
+	placed := crashPutRenamed
+	if packsBatchOf(n) {
+		placed = crashPackLinked
+	}
+	points := []struct {
+		point string
+		kept  func(int) bool
+	}{
+		{crashPutIntent, func(int) bool { return false }},
+		// Half of the batch's journal bytes: the lines whole in the
+		// journal that recovery kept (a prefix: checked below).
+		{crashJournalTorn, nil},
+		{crashPutJournaled, func(int) bool { return true }},
+		{placed, func(int) bool { return true }},
+		{crashClaimCreated, func(int) bool { return true }},
+	}
+	if packsBatchOf(n) && prevPacked {
+		points = append(points, struct {
+			point string
+			kept  func(int) bool
+		}{crashPartitionTorn, func(int) bool { return true }})
+	}
+	for _, tc := range points {
+		t.Run(tc.point, func(t *testing.T) {
+			dir, snap := t.TempDir(), filepath.Join(t.TempDir(), "snap")
+			s := openT(t, dir)
+			recs, old := storedCounters(t, s, n, prevPacked)
+			s.crashAt = func(point string) {
+				if point == tc.point {
+					if _, err := os.Stat(snap); err != nil {
+						copyTree(t, dir, snap)
+					}
+				}
+			}
+			b := s.NewBatch()
+			lines := queueUpdates(t, b, recs)
+			lines = slices.Clone(lines)
+			for i := range lines {
+				lines[i] = slices.Clone(lines[i])
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			s.crashAt = nil
+			if _, err := os.Stat(snap); err != nil {
+				t.Fatalf("no crash at %s: %v", tc.point, err)
+			}
+			r := openT(t, snap)
+			assertConsistent(t, r)
+			kept := tc.kept
+			if kept == nil {
+				j := journalBytes(t, r)
+				kept = func(i int) bool {
+					return bytes.Contains(j, append(append([]byte(`"record":`), lines[i]...), '}'))
+				}
+				if !kept(0) || kept(n-1) {
+					t.Fatalf("a torn journal append kept the first record: %v, the last: %v", kept(0), kept(n-1))
+				}
+				for i := 1; i < n; i++ {
+					if kept(i) && !kept(i-1) {
+						t.Fatalf("record %d kept, %d not", i, i-1)
+					}
+				}
+			}
+			for i, c := range recs {
+				want := old[i]
+				if kept(i) {
+					want = lines[i]
+				}
+				if raw, err := r.ReadRaw(c.ID); err != nil || !bytes.Equal(raw, want) {
+					t.Errorf("record %d after a crash at %s: %s, %v; want %s", i, tc.point, raw, err, want)
+				}
+			}
+			assertConsistent(t, s)
+		})
 	}
 }

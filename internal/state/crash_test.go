@@ -129,6 +129,36 @@ func workerChaos() {
 				fail("blob: %v", err)
 			}
 			say("done blob %s", sha)
+		case r < 89 && len(live) > 0:
+			// tb-parse --merge's path for observables stored before:
+			// new versions of stored records, one batch (the directory's
+			// only: PostgreSQL's batch takes no updates).
+			b := s.NewBatch()
+			var queued []string
+			for range 1 + rng.Intn(8) {
+				id := live[rng.Intn(len(live))]
+				var c counterRec
+				line, err := b.Update(id, &c, func() error {
+					c.Seq, c.Note = seq, note()
+					c.Total++
+					return nil
+				})
+				if err != nil {
+					fail("batch update: %v", err)
+				}
+				if line != nil {
+					queued = append(queued, id)
+				}
+			}
+			if len(queued) > 0 {
+				say("begin batchupdate %d %s", seq, strings.Join(queued, " "))
+			}
+			if err := b.Commit(); err != nil {
+				fail("batch update commit: %v", err)
+			}
+			if len(queued) > 0 {
+				say("done batchupdate %d %s", seq, strings.Join(queued, " "))
+			}
 		case r < 92:
 			// tb-parse's path for new observables: records and the index
 			// keys naming them, one batch.
@@ -237,7 +267,24 @@ func (m *chaosModel) apply(t *testing.T, f []string) {
 		// A batch in flight commits as a whole in practice, but a torn
 		// journal append would keep a prefix of it: batchPrefix.
 		m.applyBatch(atoi(f[2]), f[3:])
+	case "batchupdate":
+		if !m.applyBatchUpdate(atoi(f[2]), f[3:]) {
+			t.Fatalf("%q of a record the model does not have", f)
+		}
 	}
+}
+
+// applyBatchUpdate adds a new version, with seq, of each of the records
+// ids; false if the model has one of them not.
+func (m *chaosModel) applyBatchUpdate(seq int, ids []string) bool {
+	for _, id := range ids {
+		old, ok := m.recs[id]
+		if !ok {
+			return false
+		}
+		m.recs[id] = recState{old.rev + 1, seq}
+	}
+	return true
 }
 
 // applyBatch adds the records "ID=KEY" of a batch, created with seq.
@@ -395,14 +442,18 @@ func crashRandomKill(t *testing.T, be testBackend) {
 		// What the store may hold: the model, or with the operation in
 		// flight (a batch: any prefix of its records).
 		alts := []*chaosModel{model}
-		if pending != nil && pending[1] == "batch" {
+		if pending != nil && (pending[1] == "batch" || pending[1] == "batchupdate") {
 			for n := 1; n <= len(pending)-3; n++ {
 				alt := model.clone()
 				seq, err := strconv.Atoi(pending[2])
 				if err != nil {
 					t.Fatalf("bad line %q", pending)
 				}
-				alt.applyBatch(seq, pending[3:3+n])
+				if pending[1] == "batch" {
+					alt.applyBatch(seq, pending[3:3+n])
+				} else if !alt.applyBatchUpdate(seq, pending[3:3+n]) {
+					t.Fatalf("%q of a record the model does not have", pending)
+				}
 				alts = append(alts, alt)
 			}
 		} else if pending != nil {
@@ -433,7 +484,7 @@ func crashRandomKill(t *testing.T, be testBackend) {
 			inFlight++
 			tally[pending[1]+" in flight, committed"]++
 			if kept < len(alts)-1 {
-				tally["batch in flight, partly committed"]++
+				tally[pending[1]+" in flight, partly committed"]++
 			}
 		default:
 			t.Fatalf("round %d: store %v\nwant %v\nor (with %v) %v", round, obs, model.recs, pending, alt.recs)

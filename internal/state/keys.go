@@ -91,6 +91,9 @@ func (s *dirStore) appendKeys(recs []batchRec) error {
 	var dirs []string
 	for _, r := range recs {
 		for _, k := range indexKeys(r.r) {
+			if r.update && slices.Contains(r.oldKeys, k) {
+				continue // the stored version has it: found under it already
+			}
 			dir := s.keyDir(r.kind, k.Field, k.Value)
 			if _, ok := lines[dir]; !ok {
 				dirs = append(dirs, dir)

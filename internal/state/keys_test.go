@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -94,6 +95,57 @@ func TestBatchKeys(t *testing.T) {
 		if err != nil || len(got) != len(want) {
 			t.Errorf("cycle %s: %d observables, %v", cycle, len(got), err)
 		}
+	}
+}
+
+// A batch's update adds the keys the new version has and the stored one
+// had not, once: the record is found under each, and a key it had already
+// gets no second line.
+func TestBatchUpdateKeys(t *testing.T) {
+	for _, packMin := range []int{1, defaultPackMin} {
+		t.Run(fmt.Sprint(packMin), func(t *testing.T) {
+			s := openT(t, t.TempDir())
+			s.packMin = packMin
+			var ids []string
+			b := s.NewBatch()
+			for range 3 {
+				o := &records.Observable{Type: records.ObsDomain, Value: "c2.example", Lease: "lease_x", Cycle: "cycle_1"}
+				records.Init(o, records.KindObservable, s.Now())
+				if data, err := b.Create(o); err != nil || data == nil {
+					t.Fatal(data, err)
+				}
+				ids = append(ids, o.ID)
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				var cur records.Observable
+				line, err := b.Update(id, &cur, func() error {
+					cur.Cycle, cur.Cycles = "cycle_2", []string{"cycle_1", "cycle_2"}
+					return nil
+				})
+				if err != nil || line == nil {
+					t.Fatal(line, err)
+				}
+			}
+			if err := b.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			for _, cycle := range []string{"cycle_1", "cycle_2"} {
+				got, err := FindBy[records.Observable](s, records.KindObservable, records.KeyCycle, cycle, nil)
+				if err != nil || len(got) != len(ids) {
+					t.Errorf("cycle %s: %d observables, %v", cycle, len(got), err)
+				}
+			}
+			if packMin == 1 {
+				lines, _, err := partitionLines(s.rec.(*dirStore).keyDir(records.KindObservable, records.KeyLease, "lease_x"), 0)
+				if err != nil || len(lines) != len(ids) {
+					t.Errorf("lease key: %d lines, %v; want %d", len(lines), err, len(ids))
+				}
+			}
+			assertConsistent(t, s)
+		})
 	}
 }
 

@@ -24,9 +24,11 @@ import (
 //	packs/<kind>/.batched  "<id> <batch> <offset> <length>" a line: where a
 //	                       record is in its pack; "<id> -": deleted
 //
-// A record's own file, records/<kind>/<id>.json, comes first: a later write
-// of a packed record gives it one (the pack's copy is then stale), a delete
-// removes that file and appends the "-" line. Readers load a kind's lines
+// A record's own file, records/<kind>/<id>.json, comes first: a later single
+// write of a packed record gives it one (the pack's copy is then stale), a
+// delete removes that file and appends the "-" line. Of a record's lines
+// the last counts: a packed batch's new version of a packed record (Update)
+// is a new line; of a record with its own file, a new file. Readers load a kind's lines
 // once and then only what was appended since (the file's size tells).
 // Packs are never removed: a record updated or deleted leaves its first
 // version's bytes in its pack.
@@ -187,18 +189,26 @@ func (s *dirStore) readPacked(loc packLoc) ([]byte, error) {
 // readRecord returns a record's stored bytes: its file, else its pack's
 // copy. An error wrapping fs.ErrNotExist: neither.
 func (s *dirStore) readRecord(kind, id string) ([]byte, error) {
+	b, _, err := s.readStored(kind, id)
+	return b, err
+}
+
+// readStored is readRecord, and whether the bytes are the record's own
+// file (loose) rather than its pack's copy.
+func (s *dirStore) readStored(kind, id string) (data []byte, loose bool, err error) {
 	b, err := readFile(s.recordPath(kind, id))
 	if !errors.Is(err, fs.ErrNotExist) {
-		return b, err
+		return b, err == nil, err
 	}
 	loc, ok, perr := s.packed(kind, id)
 	if perr != nil {
-		return nil, perr
+		return nil, false, perr
 	}
 	if !ok {
-		return nil, err
+		return nil, false, err
 	}
-	return s.readPacked(loc)
+	b, err = s.readPacked(loc)
+	return b, false, err
 }
 
 // recordExists reports whether a record has its file or a pack's copy.
@@ -244,7 +254,12 @@ func (b *dirBatch) packRecords(intent, name string) error {
 	s.hook(crashPackLinked)
 	lines := make(map[string][]byte)
 	var kinds []string
+	var loose []batchRec
 	for _, r := range b.recs {
+		if r.update && r.loose {
+			loose = append(loose, r)
+			continue
+		}
 		l, ok := lines[r.kind]
 		if !ok {
 			kinds = append(kinds, r.kind)
@@ -261,6 +276,13 @@ func (b *dirBatch) packRecords(intent, name string) error {
 		}
 		s.notePacked(kind, name, b.recs, at, int64(len(lines[kind])))
 	}
+	// A record with its own file keeps one: a pack line would be shadowed
+	// by it.
+	for _, r := range loose {
+		if err := s.writeAtomic(s.recordPath(r.kind, r.id), r.data); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -276,7 +298,7 @@ func (s *dirStore) notePacked(kind, batch string, recs []batchRec, at, n int64) 
 		return
 	}
 	for _, r := range recs {
-		if r.kind == kind {
+		if r.kind == kind && !(r.update && r.loose) {
 			p.locs[r.id] = packLoc{batch: batch, off: r.off, n: int64(len(r.data))}
 		}
 	}

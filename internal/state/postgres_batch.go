@@ -110,6 +110,10 @@ func (b *pgBatch) Create(r records.Record) ([]byte, error) {
 	return data, nil
 }
 
+// Update takes no updates: a new version of a stored record is written on
+// its own, in a transaction of its own.
+func (b *pgBatch) Update(string, records.Record, func() error) ([]byte, error) { return nil, nil }
+
 func (b *pgBatch) SetIndex(name, key, id string) error {
 	if err := checkIndexKey(name, key); err != nil {
 		return err
