@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 // SchemaVersion is written as "v" on every record this build creates.
@@ -133,26 +135,31 @@ func Unmarshal(data []byte, r Record) error {
 	if err := json.Unmarshal(data, r); err != nil {
 		return cleanJSONError(err)
 	}
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(data, &all); err != nil {
-		return cleanJSONError(err)
-	}
+	// The fields r does not know, found by a walk of the object's keys
+	// (json.Unmarshal has checked it is valid JSON) rather than a second
+	// decode into a map, which cost as much as the first. A key given twice
+	// keeps its last value, as the map did.
 	known := knownFields(reflect.TypeOf(r))
 	h := r.Header()
 	h.Extra = nil
-	for k, v := range all {
-		if known[k] {
-			continue
+	var err error
+	gjson.ParseBytes(data).ForEach(func(k, v gjson.Result) bool {
+		if known[k.Str] {
+			return true
 		}
 		if h.Extra == nil {
 			h.Extra = make(map[string]json.RawMessage)
 		}
 		// Compact, so a record stays one line whatever its writer indented.
 		var c bytes.Buffer
-		if err := json.Compact(&c, v); err != nil {
-			return cleanJSONError(err)
+		if err = json.Compact(&c, []byte(v.Raw)); err != nil {
+			return false
 		}
-		h.Extra[k] = c.Bytes()
+		h.Extra[k.Str] = c.Bytes()
+		return true
+	})
+	if err != nil {
+		return cleanJSONError(err)
 	}
 	return Validate(h)
 }

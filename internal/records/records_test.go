@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -195,5 +197,48 @@ func TestIndentedUnknownFieldsStayOnOneLine(t *testing.T) {
 	out, _ := Marshal(&w)
 	if bytes.ContainsRune(out, '\n') || !bytes.Contains(out, []byte(`"later":{"a":1}`)) {
 		t.Fatalf("not one compact line: %s", out)
+	}
+}
+
+// The unknown fields are those a decode into a map finds: escaped keys
+// unescaped, a key given twice with its last value, nested values whole.
+func TestUnknownFieldsAsAMapDecodeFindsThem(t *testing.T) {
+	head := `"kind":"widget","id":"widget_01JD0000000000000000000000","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z"`
+	for _, tail := range []string{
+		``,
+		`,"\u0066uture":1`,
+		`,"dup":1,"dup":{"b":[true,null]}`,
+		`,"nested":{"colour":"not this one","x":"}{\""},"arr":[{"a":1},[2]]`,
+		`,"ünïcode":"✓","":0`,
+		`,"colour":"red","colour":"blue"`,
+		"\n ,\t\"spaced\" :\n [ 1 , 2 ] ",
+	} {
+		in := "{" + head + tail + "}"
+		var w widget
+		if err := Unmarshal([]byte(in), &w); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		var all map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(in), &all); err != nil {
+			t.Fatal(err)
+		}
+		known := knownFields(reflect.TypeOf(&w))
+		want := map[string]string{}
+		for k, v := range all {
+			if !known[k] {
+				var c bytes.Buffer
+				if err := json.Compact(&c, v); err != nil {
+					t.Fatal(err)
+				}
+				want[k] = c.String()
+			}
+		}
+		got := map[string]string{}
+		for k, v := range w.Extra {
+			got[k] = string(v)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: extra %v, want %v", in, got, want)
+		}
 	}
 }

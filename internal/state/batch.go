@@ -253,13 +253,15 @@ func (b *dirBatch) Update(id string, r records.Record, fn func() error) ([]byte,
 		return nil, fmt.Errorf("%s: stored record does not decode: %w", id, err)
 	}
 	oldKeys := indexKeys(r)
+	// What prevHeader would read from prev, which decoded.
+	old := stored{Rev: r.Header().Rev, CreatedAt: r.Header().CreatedAt}
 	if err := fn(); err != nil {
 		return nil, err
 	}
 	h := r.Header()
 	saved := *h
 	start := len(b.body)
-	off, err := b.appendEntry(kind, r, s.prevHeader(id, prev))
+	off, err := b.appendEntry(kind, r, old)
 	if err != nil {
 		b.body = b.body[:start]
 		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
