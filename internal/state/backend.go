@@ -95,7 +95,7 @@ func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dirStore: &dirStore{root: abs, now: time.Now, journalLimit: DefaultJournalLimit, packMin: defaultPackMin}}
+	s := &Store{dirStore: &dirStore{root: abs, now: time.Now, journalLimit: DefaultJournalLimit, packMin: defaultPackMin, packSlack: defaultPackSlack}}
 	for _, o := range opts {
 		o(s)
 	}

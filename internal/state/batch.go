@@ -67,11 +67,16 @@ type batchRec struct {
 	off      int64        // where data is in the batch's intent (body)
 	// update: a new version of a stored record (Update), whose keys were
 	// oldKeys, and whose stored version was its own file (loose) or a
-	// pack's copy.
+	// pack's copy. asFile: a packed batch gives it a file all the same
+	// (packRecords).
 	update  bool
 	loose   bool
+	asFile  bool
 	oldKeys []records.IndexKey
 }
+
+// inPack tells whether a packed batch puts r in its pack.
+func (r *batchRec) inPack() bool { return !r.update || !r.loose && !r.asFile }
 
 // batchKey is an index key a batch sets, as its intent holds it.
 type batchKey struct {
@@ -380,6 +385,17 @@ func (b *dirBatch) commit() error {
 			return err
 		}
 	}
+	pack := false
+	if len(b.recs) >= s.packMin {
+		s.budgetUpdates(b.recs)
+		n := 0
+		for i := range b.recs {
+			if b.recs[i].inPack() {
+				n++
+			}
+		}
+		pack = n >= s.packMin
+	}
 	if err := s.appendKeys(b.recs); err != nil {
 		return err
 	}
@@ -412,7 +428,7 @@ func (b *dirBatch) commit() error {
 	}
 	s.hook(crashPutJournaled)
 	place := b.placeRecords
-	if len(b.recs) >= s.packMin {
+	if pack {
 		place = func() error { return b.packRecords(intent, name) }
 	}
 	if err := place(); err != nil {

@@ -971,8 +971,10 @@ func TestBatchUpdateCrashWindows(t *testing.T) {
 }
 
 func testBatchUpdateCrashWindows(t *testing.T, n int, prevPacked bool) {
+	// A batch of new versions of records with files of their own has
+	// nothing to pack: it gives them files.
 	placed := crashPutRenamed
-	if packsBatchOf(n) {
+	if packsBatchOf(n) && prevPacked {
 		placed = crashPackLinked
 	}
 	points := []struct {
@@ -1047,4 +1049,60 @@ func testBatchUpdateCrashWindows(t *testing.T, n int, prevPacked bool) {
 			assertConsistent(t, s)
 		})
 	}
+}
+
+// packBytes is the size of the pack files in a state directory.
+func packBytes(t *testing.T, root string) int64 {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(root, "packs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && !e.IsDir() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// New versions of packed records go into packs only while the kind's
+// stale copies stay within its live bytes (and the slack): a lease's
+// observables merged cycle after cycle do not grow the packs without
+// bound; past the budget they get files, which later versions rewrite.
+func TestBatchUpdatesBoundPackGrowth(t *testing.T) {
+	s := openT(t, t.TempDir())
+	s.packSlack = 0
+	recs, _ := storedCounters(t, s, defaultPackMin, true)
+	saved := s.packMin
+	s.packMin = 1
+	defer func() { s.packMin = saved }()
+	sizes := []int64{packBytes(t, s.Root())}
+	for round := range 4 {
+		b := s.NewBatch()
+		queueUpdates(t, b, recs)
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, packBytes(t, s.Root()))
+		for _, c := range recs {
+			if got := getCounter(t, s, c.ID); got.Rev != int64(round+2) {
+				t.Fatalf("round %d: %+v", round, got)
+			}
+		}
+	}
+	// The first round's versions are packed (the stale copies they leave
+	// are as many bytes as the live ones); the next would double them: the
+	// batches give files instead, and are not packed at all.
+	if sizes[1] <= sizes[0] || sizes[4] != sizes[1] {
+		t.Fatalf("pack bytes after the creates and each round of updates: %v", sizes)
+	}
+	for i, c := range recs {
+		if _, err := os.Stat(s.recordPath(testKind, c.ID)); err != nil {
+			t.Fatalf("record %d has no file after the budget was spent: %v", i, err)
+		}
+	}
+	assertConsistent(t, s)
+	assertConsistent(t, openT(t, s.Root()))
 }

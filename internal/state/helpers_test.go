@@ -52,13 +52,19 @@ func packMinFromEnv(s *Store) {
 	if n, err := strconv.Atoi(os.Getenv("TB_PACK_MIN")); err == nil {
 		s.packMin = n
 	}
+	if n, err := strconv.ParseInt(os.Getenv("TB_PACK_SLACK"), 10, 64); err == nil {
+		s.packSlack = n
+	}
 }
 
 // withPacks runs fn again with every batch packed, in this process and in
-// the workers it starts.
+// the workers it starts, and no slack for stale copies in packs: a batch's
+// new versions of packed records go into its pack or, past the budget, into
+// files (budgetUpdates).
 func withPacks(t *testing.T, fn func(t *testing.T)) {
 	t.Run("packed", func(t *testing.T) {
 		t.Setenv("TB_PACK_MIN", "1")
+		t.Setenv("TB_PACK_SLACK", "0")
 		fn(t)
 	})
 }

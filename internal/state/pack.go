@@ -51,10 +51,57 @@ type packLoc struct {
 }
 
 // packIndex is what this store has read of a kind's pack lines: each ID's
-// last line, up to end.
+// last line, up to end; and the bytes of the records the lines name (live)
+// and of those later lines superseded (dead: a pack's stale copies).
 type packIndex struct {
-	end  int64
-	locs map[string]packLoc
+	end        int64
+	locs       map[string]packLoc
+	live, dead int64
+}
+
+// set records a line: id's record is at loc (a deleted one: no batch).
+func (p *packIndex) set(id string, loc packLoc) {
+	if old, ok := p.locs[id]; ok && old.batch != "" {
+		p.live -= old.n
+		p.dead += old.n
+	}
+	if loc.batch != "" {
+		p.live += loc.n
+	}
+	p.locs[id] = loc
+}
+
+// defaultPackSlack is how many bytes of stale copies a kind's packs may hold
+// beyond as many as they hold live (budgetUpdates).
+const defaultPackSlack = 64 << 20
+
+// budgetUpdates bounds what new versions of packed records add to packs,
+// which are never rewritten: a batch's new version of a packed record is a
+// pack line only while the kind's stale copies, with those it would add,
+// stay within its live bytes or packSlack, whichever is larger; beyond,
+// the batch gives its new versions files (rewritten in place by the next
+// version), as a single write does, and a batch left with fewer than
+// packMin records to pack is not packed at all (commit).
+func (s *dirStore) budgetUpdates(recs []batchRec) {
+	adds := make(map[string]int64)
+	for _, r := range recs {
+		if r.update && r.inPack() {
+			adds[r.kind] += int64(len(r.data))
+		}
+	}
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	for kind, n := range adds {
+		p := s.packs[kind]
+		if p != nil && p.dead+n <= max(p.live, s.packSlack) {
+			delete(adds, kind)
+		}
+	}
+	for i := range recs {
+		if _, over := adds[recs[i].kind]; over && recs[i].update {
+			recs[i].asFile = true
+		}
+	}
 }
 
 func (s *dirStore) packDir(kind string) string { return filepath.Join(s.root, "packs", kind) }
@@ -89,7 +136,7 @@ func (s *dirStore) packIndexOf(kind string) (*packIndex, error) {
 		// The store alone writes these lines: one that does not parse
 		// (which Check reports) names no record.
 		if id, loc, ok := parsePackLine(l); ok && records.KindOf(id) == kind {
-			p.locs[id] = loc
+			p.set(id, loc)
 		}
 	}
 	p.end = end
@@ -254,10 +301,10 @@ func (b *dirBatch) packRecords(intent, name string) error {
 	s.hook(crashPackLinked)
 	lines := make(map[string][]byte)
 	var kinds []string
-	var loose []batchRec
+	var files []batchRec
 	for _, r := range b.recs {
-		if r.update && r.loose {
-			loose = append(loose, r)
+		if !r.inPack() {
+			files = append(files, r)
 			continue
 		}
 		l, ok := lines[r.kind]
@@ -278,7 +325,7 @@ func (b *dirBatch) packRecords(intent, name string) error {
 	}
 	// A record with its own file keeps one: a pack line would be shadowed
 	// by it.
-	for _, r := range loose {
+	for _, r := range files {
 		if err := s.writeAtomic(s.recordPath(r.kind, r.id), r.data); err != nil {
 			return err
 		}
@@ -298,8 +345,12 @@ func (s *dirStore) notePacked(kind, batch string, recs []batchRec, at, n int64) 
 		return
 	}
 	for _, r := range recs {
-		if r.kind == kind && !(r.update && r.loose) {
-			p.locs[r.id] = packLoc{batch: batch, off: r.off, n: int64(len(r.data))}
+		switch {
+		case r.kind != kind:
+		case r.inPack():
+			p.set(r.id, packLoc{batch: batch, off: r.off, n: int64(len(r.data))})
+		default:
+			p.dead += int64(len(r.data)) // in the pack, but given a file
 		}
 	}
 	p.end = at + n

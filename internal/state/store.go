@@ -109,6 +109,8 @@ type dirStore struct {
 	// packMin is the fewest records a batch packs (defaultPackMin; tests
 	// lower it).
 	packMin int
+	// packSlack: budgetUpdates (defaultPackSlack; tests set less).
+	packSlack int64
 
 	journalMu sync.Mutex
 	// journal is opened on the first append and kept until a compaction
