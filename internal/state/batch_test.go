@@ -348,30 +348,14 @@ func testBatchCrashWindows(t *testing.T, n int, opts ...Option) {
 		{crashPartitionTorn, func(int) bool { return true }},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
-			dir, snap := t.TempDir(), filepath.Join(t.TempDir(), "snap")
-			s := openT(t, dir, opts...)
+			s := openT(t, t.TempDir(), opts...)
 			before := newCounter(s)
 			if err := s.Create(context.Background(), before); err != nil {
 				t.Fatal(err)
 			}
-			s.crashAt = func(point string) {
-				if point == tc.point {
-					if _, err := os.Stat(snap); err != nil {
-						copyTree(t, dir, snap)
-					}
-				}
-			}
 			b := s.NewBatch()
 			recs, lines := queueCounters(t, s, b, n)
-			if err := b.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			s.crashAt = nil
-			if _, err := os.Stat(snap); err != nil {
-				t.Fatalf("no crash at %s: %v", tc.point, err)
-			}
-			r := openT(t, snap)
-			assertConsistent(t, r)
+			r := commitCrashing(t, s, b, tc.point)
 			if raw, err := r.ReadRaw(before.ID); err != nil || !bytes.Contains(raw, []byte(before.ID)) {
 				t.Fatalf("record from before the batch: %s, %v", raw, err)
 			}
@@ -815,10 +799,7 @@ func storedCounters(t *testing.T, s *Store, n int, packed bool) ([]*counterRec, 
 	defer func() { s.packMin = saved }()
 	b := s.NewBatch()
 	recs, lines = queueCounters(t, s, b, n)
-	lines = slices.Clone(lines) // Create's lines live until the batch is used again
-	for i := range lines {
-		lines[i] = slices.Clone(lines[i])
-	}
+	lines = cloneLines(lines)
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -997,31 +978,11 @@ func testBatchUpdateCrashWindows(t *testing.T, n int, prevPacked bool) {
 	}
 	for _, tc := range points {
 		t.Run(tc.point, func(t *testing.T) {
-			dir, snap := t.TempDir(), filepath.Join(t.TempDir(), "snap")
-			s := openT(t, dir)
+			s := openT(t, t.TempDir())
 			recs, old := storedCounters(t, s, n, prevPacked)
-			s.crashAt = func(point string) {
-				if point == tc.point {
-					if _, err := os.Stat(snap); err != nil {
-						copyTree(t, dir, snap)
-					}
-				}
-			}
 			b := s.NewBatch()
-			lines := queueUpdates(t, b, recs)
-			lines = slices.Clone(lines)
-			for i := range lines {
-				lines[i] = slices.Clone(lines[i])
-			}
-			if err := b.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			s.crashAt = nil
-			if _, err := os.Stat(snap); err != nil {
-				t.Fatalf("no crash at %s: %v", tc.point, err)
-			}
-			r := openT(t, snap)
-			assertConsistent(t, r)
+			lines := cloneLines(queueUpdates(t, b, recs))
+			r := commitCrashing(t, s, b, tc.point)
 			kept := tc.kept
 			if kept == nil {
 				j := journalBytes(t, r)
@@ -1105,4 +1066,39 @@ func TestBatchUpdatesBoundPackGrowth(t *testing.T) {
 	}
 	assertConsistent(t, s)
 	assertConsistent(t, openT(t, s.Root()))
+}
+
+// cloneLines copies a batch's lines, which live until it is used again.
+func cloneLines(lines [][]byte) [][]byte {
+	out := make([][]byte, len(lines))
+	for i, l := range lines {
+		out[i] = slices.Clone(l)
+	}
+	return out
+}
+
+// commitCrashing commits b while s's directory is copied as it is at
+// point, as a crash there would leave it, and returns the copy opened
+// (recovered) and found consistent.
+func commitCrashing(t *testing.T, s *Store, b *Batch, point string) *Store {
+	t.Helper()
+	snap := filepath.Join(t.TempDir(), "snap")
+	s.crashAt = func(p string) {
+		if p == point {
+			if _, err := os.Stat(snap); err != nil {
+				copyTree(t, s.Root(), snap)
+			}
+		}
+	}
+	err := b.Commit()
+	s.crashAt = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(snap); err != nil {
+		t.Fatalf("no crash at %s: %v", point, err)
+	}
+	r := openT(t, snap)
+	assertConsistent(t, r)
+	return r
 }
