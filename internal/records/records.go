@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 )
@@ -144,7 +145,16 @@ func Unmarshal(data []byte, r Record) error {
 	h.Extra = nil
 	var err error
 	gjson.ParseBytes(data).ForEach(func(k, v gjson.Result) bool {
-		if known[k.Str] {
+		name := k.Str
+		if strings.ContainsFunc(k.Raw, func(c rune) bool { return c == '\\' || c >= utf8.RuneSelf }) {
+			// Escapes and bytes beyond ASCII are unquoted as
+			// encoding/json unquotes them (invalid UTF-8 and lone
+			// surrogates become U+FFFD), not as gjson does.
+			if err = json.Unmarshal([]byte(k.Raw), &name); err != nil {
+				return false
+			}
+		}
+		if known[name] {
 			return true
 		}
 		if h.Extra == nil {
@@ -155,7 +165,7 @@ func Unmarshal(data []byte, r Record) error {
 		if err = json.Compact(&c, []byte(v.Raw)); err != nil {
 			return false
 		}
-		h.Extra[k.Str] = c.Bytes()
+		h.Extra[name] = c.Bytes()
 		return true
 	})
 	if err != nil {

@@ -242,3 +242,41 @@ func TestUnknownFieldsAsAMapDecodeFindsThem(t *testing.T) {
 		}
 	}
 }
+
+// FuzzUnknownFields: for any JSON object Unmarshal accepts, the unknown
+// fields are those a decode into a map finds.
+func FuzzUnknownFields(f *testing.F) {
+	head := `"kind":"widget","id":"widget_01JD0000000000000000000000","v":1,"created_at":"2026-11-21T00:00:00Z","updated_at":"2026-11-21T00:00:00Z"`
+	for _, tail := range []string{``, `,"\u0066uture":1`, `,"dup":1,"dup":{"b":[true,null]}`, `,"\ud800x":2`, "\n,\"a\xffb\":3"} {
+		f.Add(tail)
+	}
+	f.Fuzz(func(t *testing.T, tail string) {
+		in := []byte("{" + head + tail + "}")
+		var w widget
+		if Unmarshal(in, &w) != nil {
+			return
+		}
+		var all map[string]json.RawMessage
+		if err := json.Unmarshal(in, &all); err != nil {
+			t.Fatalf("Unmarshal took %q, a map decode does not: %v", in, err)
+		}
+		known := knownFields(reflect.TypeOf(&w))
+		want := map[string]string{}
+		for k, v := range all {
+			if !known[k] {
+				var c bytes.Buffer
+				if err := json.Compact(&c, v); err != nil {
+					t.Fatal(err)
+				}
+				want[k] = c.String()
+			}
+		}
+		got := map[string]string{}
+		for k, v := range w.Extra {
+			got[k] = string(v)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("%q: extra %q, want %q", in, got, want)
+		}
+	})
+}
