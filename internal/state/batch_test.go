@@ -1102,3 +1102,45 @@ func commitCrashing(t *testing.T, s *Store, b *Batch, point string) *Store {
 	assertConsistent(t, r)
 	return r
 }
+
+// Readers of packed records across more packs than a store keeps open, at
+// once: every read gives the record's bytes, whether its pack was open,
+// opened, or closed under it to make room (openPack).
+func TestPackFilesReadConcurrently(t *testing.T) {
+	s := openT(t, t.TempDir())
+	s.packMin = 1
+	var ids []string
+	want := map[string][]byte{}
+	for range maxPackFiles + 8 {
+		recs, lines := storedCounters(t, s, 2, true)
+		for i, c := range recs {
+			ids = append(ids, c.ID)
+			want[c.ID] = lines[i]
+		}
+	}
+	r := openT(t, s.Root())
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 * len(ids) {
+				id := ids[(i*7+g*13)%len(ids)]
+				raw, err := r.ReadRaw(id)
+				if err != nil || !bytes.Equal(raw, want[id]) {
+					errs <- fmt.Errorf("%s: %s, %v; want %s", id, raw, err, want[id])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := len(r.rec.(*dirStore).packFiles); n == 0 || n > maxPackFiles {
+		t.Fatalf("%d packs open, want 1 to %d", n, maxPackFiles)
+	}
+}

@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -28,10 +29,11 @@ import (
 // write of a packed record gives it one (the pack's copy is then stale), a
 // delete removes that file and appends the "-" line. Of a record's lines
 // the last counts: a packed batch's new version of a packed record (Update)
-// is a new line; of a record with its own file, a new file. Readers load a kind's lines
-// once and then only what was appended since (the file's size tells).
-// Packs are never removed: a record updated or deleted leaves its first
-// version's bytes in its pack.
+// is a new line, within a budget of stale copies (budgetUpdates); of a
+// record with its own file, a new file. Readers load a kind's lines once
+// and then only what was appended since (the file's size tells). Packs are
+// never removed: a record updated or deleted leaves its earlier versions'
+// bytes in their packs.
 //
 // Smaller batches (fewer than defaultPackMin records: a Claim, a plan's few
 // records) give each record its file as single writes do: a reader of such
@@ -210,27 +212,77 @@ func (s *dirStore) packedIDs(kind string) (map[string]packLoc, error) {
 
 // readPacked reads a record's bytes from its pack.
 func (s *dirStore) readPacked(loc packLoc) ([]byte, error) {
-	path := s.packPath(loc.batch)
-	fd, err := openRetry(path, unix.O_RDONLY, 0)
+	p, err := s.openPack(loc.batch)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
+	defer s.donePack(p)
 	buf := make([]byte, loc.n)
-	for n := 0; n < len(buf); {
-		m, err := unix.Pread(fd, buf[n:], loc.off+int64(n))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, pathErr("read", path, err)
-		}
-		if m == 0 {
-			return nil, fmt.Errorf("%s: ends before the record at %d", path, loc.off)
-		}
-		n += m
+	if _, err := p.f.ReadAt(buf, loc.off); errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: ends before the record at %d", p.f.Name(), loc.off)
+	} else if err != nil {
+		return nil, err
 	}
 	return buf, nil
+}
+
+// maxPackFiles bounds the packs a store keeps open.
+const maxPackFiles = 32
+
+// openPack is a pack open for reading, and its readers.
+type openPack struct {
+	f    *os.File
+	refs int
+	// dropped: no longer among the open packs; closed by its last reader.
+	dropped bool
+}
+
+// openPack returns the pack of a batch, open for reading, for the caller
+// to hand back (donePack). Packs stay open, since a pack is never rewritten
+// or removed, and a reader of many packed records (a merge, a report) would
+// otherwise open and close it for each; past maxPackFiles all are dropped,
+// each closed once no one reads it.
+func (s *dirStore) openPack(batch string) (*openPack, error) {
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	p, ok := s.packFiles[batch]
+	if !ok {
+		if len(s.packFiles) >= maxPackFiles {
+			s.dropPacks()
+		}
+		f, err := os.Open(s.packPath(batch))
+		if err != nil {
+			return nil, err
+		}
+		p = &openPack{f: f}
+		if s.packFiles == nil {
+			s.packFiles = make(map[string]*openPack)
+		}
+		s.packFiles[batch] = p
+	}
+	p.refs++
+	return p, nil
+}
+
+func (s *dirStore) donePack(p *openPack) {
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	p.refs--
+	if p.dropped && p.refs == 0 {
+		p.f.Close()
+	}
+}
+
+// dropPacks closes the open packs, each once no one reads it; the caller
+// holds partsMu.
+func (s *dirStore) dropPacks() {
+	for batch, p := range s.packFiles {
+		delete(s.packFiles, batch)
+		p.dropped = true
+		if p.refs == 0 {
+			p.f.Close()
+		}
+	}
 }
 
 // readRecord returns a record's stored bytes: its file, else its pack's

@@ -106,6 +106,8 @@ type dirStore struct {
 	keyParts map[string]*keyPart
 	// packs caches each kind's pack lines (pack.go), also under partsMu.
 	packs map[string]*packIndex
+	// packFiles are the packs open for reading (openPack), under partsMu.
+	packFiles map[string]*openPack
 	// packMin is the fewest records a batch packs (defaultPackMin; tests
 	// lower it).
 	packMin int
@@ -130,6 +132,9 @@ type dirStore struct {
 // Close releases the journal's descriptor. A Store is usable until then;
 // tools that exit need not call it.
 func (s *dirStore) Close() error {
+	s.partsMu.Lock()
+	s.dropPacks()
+	s.partsMu.Unlock()
 	s.journalMu.Lock()
 	defer s.journalMu.Unlock()
 	if s.journal == nil {
