@@ -55,6 +55,12 @@ func (o *output) store(lease string, obs *records.Observable) error {
 	records.Init(obs, records.KindObservable, o.st.Now())
 	queued, err := o.queue(key, obs)
 	if err != nil {
+		// What the batch holds already is stored, and printed, before the
+		// run fails on this one (a stored observable that does not
+		// decode, say): as it would be had this one come first.
+		if cerr := o.commit(); cerr != nil {
+			return cerr
+		}
 		return o.failStore(err)
 	}
 	if queued {

@@ -318,3 +318,81 @@ func TestConcurrentMergeRunsAgree(t *testing.T) {
 		}
 	})
 }
+
+// A --merge run that meets a stored observable that does not decode fails
+// naming it, having stored and printed every observable before it, those
+// queued in the same batch included, and nothing after it.
+func TestMergeIntoARecordThatDoesNotDecode(t *testing.T) {
+	input := filepath.Join(t.TempDir(), "conv.pcap")
+	conversations(t, input, 200)
+	dir := t.TempDir()
+	// Every observable held to the end of the run: each is printed once,
+	// in one order (observe.Set.Flush sorts them).
+	run := func(out io.Writer) error {
+		st := storeBackend{name: "dir"}.open(t, dir, "")
+		sink := cmdout.New("tb-parse", out, io.Discard, nil)
+		job, err := Prepare(Request{Inputs: []string{input}, Lease: storeLease, Merge: true}, nil, sink.Warnf)
+		if err != nil {
+			return err
+		}
+		return job.Run(context.Background(), st, sink)
+	}
+	printed := func(out *bytes.Buffer) []*records.Observable {
+		var obs []*records.Observable
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var o records.Observable
+			if err := records.Unmarshal([]byte(line), &o); err != nil {
+				t.Fatal(err)
+			}
+			if o.Kind == records.KindObservable {
+				obs = append(obs, &o)
+			}
+		}
+		return obs
+	}
+	var first bytes.Buffer
+	if err := run(&first); err != nil {
+		t.Fatal(err)
+	}
+	order := printed(&first)
+	// Not the first of its batch: the observables before it are queued
+	// with it when it fails.
+	bad := order[10]
+	// Its own file, which comes before its pack's copy.
+	kindDir := filepath.Join(dir, "records", records.KindObservable)
+	if err := os.MkdirAll(kindDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(kindDir, bad.ID+".json"), []byte(`{"kind":"observable","id":`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	var second bytes.Buffer
+	err := run(&second)
+	if err == nil || !strings.Contains(err.Error(), bad.ID) || !strings.Contains(err.Error(), "does not decode") {
+		t.Fatalf("run over a record that does not decode: %v", err)
+	}
+	var got, want []string
+	for _, o := range printed(&second) {
+		got = append(got, o.ID)
+	}
+	for _, o := range order[:10] {
+		want = append(want, o.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("printed %v\nwant the 10 before the bad one: %v", got, want)
+	}
+	st := storeBackend{name: "dir"}.open(t, dir, "")
+	for i, o := range order {
+		if i == 10 {
+			continue
+		}
+		wantCount := o.Count
+		if i < 10 {
+			wantCount *= 2
+		}
+		var cur records.Observable
+		if err := st.Get(o.ID, &cur); err != nil || cur.Count != wantCount {
+			t.Fatalf("observable %d: count %d, %v; want %d", i, cur.Count, err, wantCount)
+		}
+	}
+}
