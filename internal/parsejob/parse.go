@@ -671,8 +671,12 @@ func (o *output) write(obs *records.Observable) error {
 // IndexKey is the state index key of an observable: the sha256 of lease,
 // type and observe.Key (the value, with the cycle for per-cycle types).
 func IndexKey(lease, typ, value string) string {
-	sum := sha256.Sum256([]byte(lease + "\x00" + typ + "\x00" + value))
-	return hex.EncodeToString(sum[:])
+	var in [256]byte // most keys' input: no allocation but the result's
+	b := append(append(append(append(append(in[:0], lease...), 0), typ...), 0), value...)
+	sum := sha256.Sum256(b)
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 func (o *output) emit(lease string, obs *records.Observable) error {

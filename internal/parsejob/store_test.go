@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -393,6 +395,17 @@ func TestMergeIntoARecordThatDoesNotDecode(t *testing.T) {
 		var cur records.Observable
 		if err := st.Get(o.ID, &cur); err != nil || cur.Count != wantCount {
 			t.Fatalf("observable %d: count %d, %v; want %d", i, cur.Count, err, wantCount)
+		}
+	}
+}
+
+// TestIndexKeyIsTheDigestOfLeaseTypeAndValue: stored keys are the hex
+// sha256 of lease, type and value joined by NULs, whatever the length.
+func TestIndexKeyIsTheDigestOfLeaseTypeAndValue(t *testing.T) {
+	for _, value := range []string{"", "c2.example", strings.Repeat("a", 300)} {
+		sum := sha256.Sum256([]byte("lease_01JD0000000000000000000RUN\x00domain\x00" + value))
+		if got, want := IndexKey("lease_01JD0000000000000000000RUN", "domain", value), hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("IndexKey of a %d-byte value = %s, want %s", len(value), got, want)
 		}
 	}
 }

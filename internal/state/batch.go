@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,14 +41,16 @@ import (
 type dirBatch struct {
 	s *dirStore
 	// fds holds one descriptor per lock file, through which every byte lock
-	// of the batch in that file is taken; closing it releases them all.
+	// of the batch in that file is taken (from the store's lockFDs, given
+	// back unlocked by release).
 	fds  map[string]int
 	held map[heldLock]bool // locked by the batch
 	recs []batchRec
 	keys []batchKey
 	// lockPaths holds the lock file paths of the kinds and indexes the
 	// batch has locked in, rather than joining them for every lock.
-	lockPaths map[heldLock]string
+	lockPaths map[heldLock]*[lockShards]string
+	indexDirs map[string]string // indexDir's
 	// body is the intent as it is built: each record's journal entry is
 	// appended to it by Create, the keys' lines by commit. It is kept from
 	// one commit to the next, so that a long run reuses one buffer.
@@ -84,7 +85,7 @@ type batchKey struct {
 	Index string `json:"index"`
 	Key   string `json:"key"`
 	ID    string `json:"id"`
-	path  string // its own file's (indexPath), checked by SetIndex
+	dir   string // its index's directory (SetIndex checked the key)
 }
 
 // newDirBatch starts an empty batch.
@@ -108,13 +109,8 @@ func (b *dirBatch) tryLock(path, name string) (bool, error) {
 	fd, ok := b.fds[path]
 	if !ok {
 		var err error
-		if fd, err = openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640); err != nil {
-			if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-				return false, err
-			}
-			if fd, err = openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640); err != nil {
-				return false, err
-			}
+		if fd, err = b.s.lockFDs.get(path); err != nil {
+			return false, err
 		}
 		b.fds[path] = fd
 	}
@@ -136,22 +132,26 @@ func (b *dirBatch) TryLockIndex(name, key string) (bool, error) {
 		// The key itself is checked by SetIndex; any key names a lock byte.
 		return false, fmt.Errorf("invalid index name %q", name)
 	}
-	return b.tryLock(b.lockPath("index", name), key)
+	return b.tryLock(b.lockPath("index", name, key), key)
 }
 
-// lockPath is s.recordLockPath(name) (of "records") or s.indexLockPath(name)
-// (of "index").
-func (b *dirBatch) lockPath(of, name string) string {
+// lockPath is s.recordLockPath(name, key) (of "records") or
+// s.indexLockPath(name, key) (of "index").
+func (b *dirBatch) lockPath(of, name, key string) string {
 	k := heldLock{of, name}
-	if p, ok := b.lockPaths[k]; ok {
-		return p
+	paths, ok := b.lockPaths[k]
+	if !ok {
+		if b.lockPaths == nil {
+			b.lockPaths = make(map[heldLock]*[lockShards]string)
+		}
+		paths = new([lockShards]string)
+		b.lockPaths[k] = paths
 	}
-	if b.lockPaths == nil {
-		b.lockPaths = make(map[heldLock]string)
+	i := lockShard(key)
+	if paths[i] == "" {
+		paths[i] = lockShardPath(filepath.Join(b.s.root, "locks", of, name), key)
 	}
-	p := filepath.Join(b.s.root, "locks", of, name)
-	b.lockPaths[k] = p
-	return p
+	return paths[i]
 }
 
 // Create queues a new record, as Store.Create would store it: r has its kind
@@ -167,7 +167,7 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ok, err := b.tryLock(b.lockPath("records", kind), h.ID)
+	ok, err := b.tryLock(b.lockPath("records", kind, h.ID), h.ID)
 	if !ok || err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (b *dirBatch) Update(id string, r records.Record, fn func() error) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	ok, err := b.tryLock(b.lockPath("records", kind), id)
+	ok, err := b.tryLock(b.lockPath("records", kind, id), id)
 	if !ok || err != nil {
 		return nil, err
 	}
@@ -312,18 +312,30 @@ func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool, intents ma
 // at id. Keys are written after the records, so that a key never names a
 // record a crash left unwritten.
 func (b *dirBatch) SetIndex(name, key, id string) error {
-	path, err := b.s.indexPath(name, key)
-	if err != nil {
-		return err
+	if !records.ValidKind(name) || !validIndexKey(key) {
+		return fmt.Errorf("invalid index key %s/%s", name, key)
 	}
 	if err := records.CheckID(id); err != nil {
 		return err
 	}
-	if !b.held[heldLock{b.lockPath("index", name), key}] {
+	if !b.held[heldLock{b.lockPath("index", name, key), key}] {
 		return fmt.Errorf("index key %s/%s set in a batch that does not hold its lock", name, key)
 	}
-	b.keys = append(b.keys, batchKey{Op: opIndex, Index: name, Key: key, ID: id, path: path})
+	b.keys = append(b.keys, batchKey{Op: opIndex, Index: name, Key: key, ID: id, dir: b.indexDir(name)})
 	return nil
+}
+
+// indexDir is the directory of the index name's keys (indexPath's).
+func (b *dirBatch) indexDir(name string) string {
+	if b.indexDirs == nil {
+		b.indexDirs = make(map[string]string)
+	}
+	dir, ok := b.indexDirs[name]
+	if !ok {
+		dir = filepath.Join(b.s.root, "index", name)
+		b.indexDirs[name] = dir
+	}
+	return dir
 }
 
 // Commit writes what is queued and releases the batch's locks; the batch is
@@ -399,10 +411,7 @@ func (b *dirBatch) commit() error {
 	if err := s.appendKeys(b.recs); err != nil {
 		return err
 	}
-	body, journalLen, err := b.intentBody()
-	if err != nil {
-		return err
-	}
+	body, journalLen := b.intentBody()
 	name := records.NewID(batchIntentKind, time.Now())
 	if ok, err := b.tryLock(s.batchLockPath(), name); !ok || err != nil {
 		return cmp.Or(err, fmt.Errorf("batch %s: lock taken", name))
@@ -448,19 +457,27 @@ func (b *dirBatch) commit() error {
 // queued record, as Create appended them (the first journalLen bytes,
 // which are appended to the journal as they are), then one line per index
 // key.
-func (b *dirBatch) intentBody() (body []byte, journalLen int, err error) {
+func (b *dirBatch) intentBody() (body []byte, journalLen int) {
 	journalLen = len(b.body)
-	var head bytes.Buffer
-	enc := json.NewEncoder(&head)
-	enc.SetEscapeHTML(false) // see appendJournal
 	for _, k := range b.keys {
-		head.Reset()
-		if err := enc.Encode(k); err != nil {
-			return nil, 0, err
-		}
-		b.body = append(b.body, head.Bytes()...)
+		b.body = appendKeyLine(b.body, &k)
 	}
-	return b.body, journalLen, nil
+	return b.body, journalLen
+}
+
+// appendKeyLine appends k's line of an intent, as encoding/json would
+// write it: SetIndex checked the index name, the key and the ID, whose
+// characters JSON does not escape.
+func appendKeyLine(buf []byte, k *batchKey) []byte {
+	buf = append(buf, `{"op":"`...)
+	buf = append(buf, k.Op...)
+	buf = append(buf, `","index":"`...)
+	buf = append(buf, k.Index...)
+	buf = append(buf, `","key":"`...)
+	buf = append(buf, k.Key...)
+	buf = append(buf, `","id":"`...)
+	buf = append(buf, k.ID...)
+	return append(buf, "\"}\n"...)
 }
 
 // placeRecords gives every queued record its file. Files of one directory
@@ -496,15 +513,14 @@ func (b *dirBatch) placeKeys() error {
 	var stats dirStats
 	defer stats.close()
 	for _, k := range b.keys {
-		path := k.path
-		dir := filepath.Dir(path)
+		dir := k.dir
 		if ok, err := stats.exists(dir, k.Key); err != nil {
 			return err
 		} else if !ok {
 			packed[dir] = append(append(append(append(packed[dir], k.Key...), ' '), k.ID...), '\n')
 			continue
 		}
-		byDir[dir] = append(byDir[dir], func() error { return b.s.placeKey(path, k.ID) })
+		byDir[dir] = append(byDir[dir], func() error { return b.s.placeKey(filepath.Join(dir, k.Key), k.ID) })
 	}
 	if err := inParallel(byDir); err != nil {
 		return err
@@ -539,11 +555,11 @@ func inParallel(lists map[string][]func() error) error {
 	return first
 }
 
-// release closes the batch's lock descriptors, which drops its locks, and
-// empties it.
+// release drops the batch's locks, gives their descriptors back to the
+// store, and empties the batch.
 func (b *dirBatch) release() {
 	for path, fd := range b.fds {
-		unix.Close(fd)
+		b.s.lockFDs.put(path, fd)
 		delete(b.fds, path)
 	}
 	clear(b.held)

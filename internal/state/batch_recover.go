@@ -112,7 +112,7 @@ func (s *dirStore) settleBatch(ctx context.Context, intent string, held bool) er
 			if err := json.Unmarshal(line, &e); err != nil {
 				return fmt.Errorf("%s:%d: %w", intent, n+1, err)
 			}
-			unlock, err := lock(s.recordLockPath(e.Kind), e.ID)
+			unlock, err := lock(s.recordLockPath(e.Kind, e.ID), e.ID)
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ func (s *dirStore) settleBatch(ctx context.Context, intent string, held bool) er
 			if err := json.Unmarshal(line, &k); err != nil {
 				return fmt.Errorf("%s:%d: %w", intent, n+1, err)
 			}
-			unlock, err := lock(s.indexLockPath(k.Index), k.Key)
+			unlock, err := lock(s.indexLockPath(k.Index, k.Key), k.Key)
 			if err != nil {
 				return err
 			}

@@ -166,7 +166,7 @@ func TestBatchRefusesWhatOthersHold(t *testing.T) {
 		t.Fatal("SetIndex of a key the batch does not hold succeeded")
 	}
 	// The other holder cannot take what the batch holds, until Commit.
-	if _, ok, _ := lockFile(ctx, other.recordLockPath(testKind), lockOffset(c.ID), false); ok {
+	if _, ok, _ := lockFile(ctx, other.recordLockPath(testKind, c.ID), lockOffset(c.ID), false); ok {
 		t.Fatal("a queued record's lock was free")
 	}
 	if err := b.SetIndex("idx", "free", c.ID); err != nil {
@@ -176,8 +176,8 @@ func TestBatchRefusesWhatOthersHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range []struct{ path, name string }{
-		{other.recordLockPath(testKind), c.ID},
-		{filepath.Join(dir, "locks", "index", "idx"), "free"},
+		{other.recordLockPath(testKind, c.ID), c.ID},
+		{other.indexLockPath("idx", "free"), "free"},
 	} {
 		unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false)
 		if !ok || err != nil {
@@ -1142,5 +1142,24 @@ func TestPackFilesReadConcurrently(t *testing.T) {
 	}
 	if n := len(r.rec.(*dirStore).packFiles); n == 0 || n > maxPackFiles {
 		t.Fatalf("%d packs open, want 1 to %d", n, maxPackFiles)
+	}
+}
+
+// TestKeyLinesAreJSON: an intent's key lines, written by hand, are what
+// encoding/json writes for the key (recovery decodes them with it).
+func TestKeyLinesAreJSON(t *testing.T) {
+	for _, k := range []batchKey{
+		{Op: opIndex, Index: "observable", Key: "0123abcdef", ID: "observable_01JD0000000000000000000001"},
+		{Op: opIndex, Index: "flow_log", Key: "a.b_c:d-e", ID: "flowlog_01JD0000000000000000000002"},
+	} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(k); err != nil {
+			t.Fatal(err)
+		}
+		if got := appendKeyLine(nil, &k); string(got) != want.String() {
+			t.Errorf("key line %q, encoding/json writes %q", got, want.String())
+		}
 	}
 }

@@ -295,7 +295,7 @@ func (s *dirStore) checkIntents(ctx context.Context, rep *CheckReport) error {
 			rep.problem("", path, "unexpected file in intents/")
 			continue
 		}
-		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind), lockOffset(id), false)
+		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind, id), lockOffset(id), false)
 		if err != nil {
 			return err
 		}

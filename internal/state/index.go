@@ -73,12 +73,12 @@ func (s *dirStore) indexEntry(name, key string) (string, bool, error) {
 	return strings.TrimSpace(string(b)), true, nil
 }
 
-func (s *dirStore) indexLockPath(name string) string {
-	return filepath.Join(s.root, "locks", "index", name)
+func (s *dirStore) indexLockPath(name, key string) string {
+	return lockShardPath(filepath.Join(s.root, "locks", "index", name), key)
 }
 
 func (s *dirStore) lockIndex(ctx context.Context, name, key string) (func(), error) {
-	unlock, _, err := lockFile(ctx, s.indexLockPath(name), lockOffset(key), true)
+	unlock, _, err := lockFile(ctx, s.indexLockPath(name, key), lockOffset(key), true)
 	return unlock, err
 }
 
@@ -112,7 +112,7 @@ func (s *dirStore) Claim(ctx context.Context, name, key string, newRecord func()
 	}
 	b := s.newDirBatch()
 	defer b.release()
-	b.held[heldLock{s.indexLockPath(name), key}] = true // by lockIndex above
+	b.held[heldLock{s.indexLockPath(name, key), key}] = true // by lockIndex above
 	if line, err := b.Create(r); err != nil || line == nil {
 		return "", false, cmp.Or(err, fmt.Errorf("claim %s %s: record %s is locked by another writer", name, key, id))
 	}

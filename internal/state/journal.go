@@ -529,7 +529,7 @@ func (s *dirStore) recoverIntents(ctx context.Context) error {
 			continue
 		}
 		done[id] = true
-		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind), lockOffset(id), false)
+		unlock, locked, err := lockFile(ctx, s.recordLockPath(kind, id), lockOffset(id), false)
 		if err != nil {
 			return err
 		}

@@ -89,12 +89,23 @@ func (s *dirStore) setKeys(kind, id string, keys []records.IndexKey) error {
 func (s *dirStore) appendKeys(recs []batchRec) error {
 	lines := make(map[string][]byte)
 	var dirs []string
+	// The key directories met so far: a batch's records share most of
+	// their keys (a parse run's observables, its lease's).
+	type kindKey struct {
+		kind string
+		key  records.IndexKey
+	}
+	keyDirs := make(map[kindKey]string)
 	for _, r := range recs {
 		for _, k := range indexKeys(r.r) {
 			if r.update && slices.Contains(r.oldKeys, k) {
 				continue // the stored version has it: found under it already
 			}
-			dir := s.keyDir(r.kind, k.Field, k.Value)
+			dir, ok := keyDirs[kindKey{r.kind, k}]
+			if !ok {
+				dir = s.keyDir(r.kind, k.Field, k.Value)
+				keyDirs[kindKey{r.kind, k}] = dir
+			}
 			if _, ok := lines[dir]; !ok {
 				dirs = append(dirs, dir)
 			}

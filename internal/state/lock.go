@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,10 +28,13 @@ var lockAbandonedHook func(path string)
 // under the same name.
 //
 // Record and index locks are single bytes, at a 62-bit hash of their name, in
-// one file per kind: per-record locking without creating a file per record
-// (file creation is the dominant cost of a write on ext4), and without the
-// self-deadlock lock stripes would risk when one record's lock is taken while
-// another's is held.
+// one of lockShards files per kind (or index) picked by the same hash:
+// per-record locking without creating a file per record (file creation is the
+// dominant cost of a write on ext4), and without the self-deadlock lock
+// stripes would risk when one record's lock is taken while another's is held.
+// The shards keep each file's list of locks short: the kernel walks the whole
+// list to place each lock, so a batch's hundreds of locks in one file cost it
+// time quadratic in their number.
 //
 // Each call opens its own descriptor, so the lock also excludes other
 // goroutines of this process. A wait for a busy lock ends early when ctx is
@@ -135,7 +140,7 @@ func lockOffset(name string) int64 {
 }
 
 func (s *dirStore) lockRecord(ctx context.Context, kind, id string) (func(), error) {
-	unlock, _, err := lockFile(ctx, s.recordLockPath(kind), lockOffset(id), true)
+	unlock, _, err := lockFile(ctx, s.recordLockPath(kind, id), lockOffset(id), true)
 	return unlock, err
 }
 
@@ -166,4 +171,86 @@ func (s *dirStore) TryLock(ctx context.Context, name string) (unlock func(), ok 
 		return nil, false, err
 	}
 	return lockFile(ctx, path, 0, false)
+}
+
+// lockShards is how many files a kind's (or an index's) locks are spread
+// over.
+const lockShards = 16
+
+// lockShardPath is the lock file of name among base's shards.
+func lockShardPath(base, name string) string {
+	return base + "." + strconv.Itoa(lockShard(name))
+}
+
+func lockShard(name string) int { return int(uint64(lockOffset(name)) % lockShards) }
+
+// lockFDs keeps descriptors of lock files open between the batches that
+// lock through them: a batch's locks are spread over its kinds' and
+// indexes' shards, and opening each shard for every commit cost more than
+// the locks. A descriptor is used by one batch at a time (an OFD lock
+// belongs to its open file description, so two batches sharing one would
+// not exclude each other), and comes back holding no lock.
+type lockFDs struct {
+	mu   sync.Mutex
+	free map[string][]int
+	n    int // descriptors in free
+}
+
+// lockFDsMax bounds the descriptors kept.
+const lockFDsMax = 512
+
+// get returns a descriptor of path, kept or newly opened (path and its
+// directory are created if needed).
+func (p *lockFDs) get(path string) (int, error) {
+	p.mu.Lock()
+	if fds := p.free[path]; len(fds) > 0 {
+		fd := fds[len(fds)-1]
+		p.free[path] = fds[:len(fds)-1]
+		p.n--
+		p.mu.Unlock()
+		return fd, nil
+	}
+	p.mu.Unlock()
+	fd, err := openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
+	if err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return -1, err
+		}
+		return openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
+	}
+	return fd, nil
+}
+
+// put drops every lock fd holds and keeps it for the next get of path
+// (closes it if it cannot be unlocked, or enough are kept).
+func (p *lockFDs) put(path string, fd int) {
+	unlock := unix.Flock_t{Type: unix.F_UNLCK, Whence: 0, Start: 0, Len: 0}
+	if err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &unlock); err != nil {
+		unix.Close(fd)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n >= lockFDsMax {
+		unix.Close(fd)
+		return
+	}
+	if p.free == nil {
+		p.free = make(map[string][]int)
+	}
+	p.free[path] = append(p.free[path], fd)
+	p.n++
+}
+
+// close closes the kept descriptors.
+func (p *lockFDs) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for path, fds := range p.free {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		delete(p.free, path)
+	}
+	p.n = 0
 }

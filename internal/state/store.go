@@ -21,8 +21,9 @@
 //	intents/<kind>~<id>.json   a write in flight (left only by a crash)
 //	intents/<kind>~<id>.delete a delete in flight (likewise)
 //	intents/<id>.batch         a batch in flight (batch.go; likewise)
-//	locks/records/<kind>       one byte lock per record (fcntl OFD locks)
-//	locks/index/<name>         one byte lock per index key
+//	locks/records/<kind>.<n>   one byte lock per record (fcntl OFD locks), in
+//	                           one of lockShards files by the ID's hash
+//	locks/index/<name>.<n>     one byte lock per index key, likewise
 //	locks/named/…              Lock and TryLock
 //	locks/batch, locks/blobs   a byte lock per batch in flight, per blob
 //	blobs/sha256/<aa>/<hex>    content-addressed, read-only blobs (this, its
@@ -97,6 +98,8 @@ type dirStore struct {
 
 	dirs sync.Map // directories known to exist (ensureDir)
 
+	lockFDs lockFDs // lock files' descriptors between batches
+
 	partsMu sync.Mutex
 	// parts caches the index keys read from each index's partition file
 	// (lookupPacked).
@@ -132,6 +135,7 @@ type dirStore struct {
 // Close releases the journal's descriptor. A Store is usable until then;
 // tools that exit need not call it.
 func (s *dirStore) Close() error {
+	s.lockFDs.close()
 	s.partsMu.Lock()
 	s.dropPacks()
 	s.partsMu.Unlock()
@@ -224,8 +228,8 @@ func (s *dirStore) deleteIntentPath(kind, id string) string {
 	return filepath.Join(s.root, "intents", kind+"~"+id+deleteIntentSuffix)
 }
 
-func (s *dirStore) recordLockPath(kind string) string {
-	return filepath.Join(s.root, "locks", "records", kind)
+func (s *dirStore) recordLockPath(kind, id string) string {
+	return lockShardPath(filepath.Join(s.root, "locks", "records", kind), id)
 }
 
 func checkRef(id string) (kind string, err error) {
