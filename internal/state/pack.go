@@ -38,7 +38,10 @@ import (
 // Smaller batches (fewer than defaultPackMin records: a Claim, a plan's few
 // records) give each record its file as single writes do: a reader of such
 // a record needs no kind's pack lines, which grow with every packed record.
-const defaultPackMin = 64
+// Sixteen, not more: a lease's hourly --merge run stores a few dozen
+// observables, and a file each (an inode, and a rename over the old one
+// for each merge) made its writes half its time (issue 29: the day shape).
+const defaultPackMin = 16
 
 // crashPackLinked: a test kills a batch after its pack is linked into
 // packs/, before its records' lines are appended.
