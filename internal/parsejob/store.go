@@ -39,10 +39,9 @@ type storer struct {
 // store writes one observable to the state and prints it. A new one, and
 // with --merge one to merge into the observable its key names, is queued
 // in the batch; anything else (a key or record another writer holds, the
-// same observable twice in a batch, a backend that batches no updates) is
-// written on its own once the batch is committed, so that the batch never
-// holds locks while the store waits for another writer's, and stdout keeps
-// the order of the observables.
+// same observable twice in a batch) is written on its own once the batch is
+// committed, so that the batch never holds locks while the store waits for
+// another writer's, and stdout keeps the order of the observables.
 func (o *output) store(lease string, obs *records.Observable) error {
 	s := &o.storer
 	if s.err != nil {

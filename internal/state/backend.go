@@ -212,8 +212,8 @@ type batcher interface {
 	TryLockIndex(name, key string) (bool, error)
 	Create(r records.Record) ([]byte, error)
 	// Update is Store.Update in the batch; nil, and no error, when the
-	// record must be written the ordinary way (its lock is held, or the
-	// backend batches no updates).
+	// record must be written the ordinary way (its lock is held, it is in
+	// the batch already, or on PostgreSQL it is a cycle or a worker).
 	Update(id string, r records.Record, fn func() error) ([]byte, error)
 	SetIndex(name, key, id string) error
 	Commit() error

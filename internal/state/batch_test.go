@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
 
 // queueCounters queues n new counters in b, each with an index key
@@ -832,56 +833,79 @@ func queueUpdates(t *testing.T, b *Batch, recs []*counterRec) [][]byte {
 // stored version is its own file or a pack's copy, and whether the batch
 // packs or not.
 func TestBatchUpdatesWhatSingleWritesWould(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		c := pgtest.Start(t, pgtest.WithoutFsync())
+		batchUpdatesWhatSingleWritesWould(t, openT(t, t.TempDir(), WithShared(c.NewDatabase(t))), 4, false,
+			openT(t, t.TempDir(), WithShared(c.NewDatabase(t))))
+	})
 	for _, prev := range []string{"loose", "packed"} {
 		for _, n := range []int{4, defaultPackMin} {
 			t.Run(fmt.Sprintf("%s/%d", prev, n), func(t *testing.T) {
-				ctx := context.Background()
-				s := openT(t, t.TempDir())
-				recs, _ := storedCounters(t, s, n, prev == "packed")
-				b := s.NewBatch()
-				lines := queueUpdates(t, b, recs)
-				for _, c := range recs {
-					if got := getCounter(t, s, c.ID); got.Rev != 1 {
-						t.Fatalf("%s updated before Commit: %+v", c.ID, got)
-					}
-				}
-				if err := b.Commit(); err != nil {
-					t.Fatal(err)
-				}
-				// The same updates one by one, in a second store, give the
-				// same records but for updated_at.
-				single := openT(t, t.TempDir())
-				for i, c := range recs {
-					raw, err := s.ReadRaw(c.ID)
-					if err != nil || !bytes.Equal(raw, lines[i]) {
-						t.Fatalf("stored %s = %s, %v; Update returned %s", c.ID, raw, err, lines[i])
-					}
-					got := getCounter(t, s, c.ID)
-					if got.Rev != 2 || got.Total != 100+i || got.Note == "" || !got.CreatedAt.Equal(c.CreatedAt) {
-						t.Fatalf("stored %+v", got)
-					}
-					want := &counterRec{Meta: records.Meta{Kind: testKind, ID: c.ID, CreatedAt: c.CreatedAt}, Seq: c.Seq}
-					if err := single.Create(ctx, want); err != nil {
-						t.Fatal(err)
-					}
-					if err := single.Update(ctx, c.ID, want, func(bool) error { want.Total += 100 + i; want.Note = "updated in a batch"; return nil }); err != nil {
-						t.Fatal(err)
-					}
-					want.UpdatedAt = got.UpdatedAt
-					if wb, _ := records.Marshal(want); !bytes.Equal(wb, raw) {
-						t.Fatalf("batch stored\n%s\na single update\n%s", raw, wb)
-					}
-				}
-				assertConsistent(t, s)
-				assertConsistent(t, openT(t, s.Root()))
+				batchUpdatesWhatSingleWritesWould(t, openT(t, t.TempDir()), n, prev == "packed", openT(t, t.TempDir()))
 			})
 		}
 	}
 }
 
-func TestBatchUpdateRefusals(t *testing.T) {
+// batchUpdatesWhatSingleWritesWould updates n counters of s in a batch,
+// and the same counters one by one in single, an empty store.
+func batchUpdatesWhatSingleWritesWould(t *testing.T, s *Store, n int, packed bool, single *Store) {
 	ctx := context.Background()
-	s := openT(t, t.TempDir())
+	recs, _ := storedCounters(t, s, n, packed)
+	b := s.NewBatch()
+	lines := queueUpdates(t, b, recs)
+	for _, c := range recs {
+		if got := getCounter(t, s, c.ID); got.Rev != 1 {
+			t.Fatalf("%s updated before Commit: %+v", c.ID, got)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// The same updates one by one, in a second store, give the
+	// same records but for updated_at.
+	for i, c := range recs {
+		raw, err := s.ReadRaw(c.ID)
+		if err != nil || !bytes.Equal(raw, lines[i]) {
+			t.Fatalf("stored %s = %s, %v; Update returned %s", c.ID, raw, err, lines[i])
+		}
+		got := getCounter(t, s, c.ID)
+		if got.Rev != 2 || got.Total != 100+i || got.Note == "" || !got.CreatedAt.Equal(c.CreatedAt) {
+			t.Fatalf("stored %+v", got)
+		}
+		want := &counterRec{Meta: records.Meta{Kind: testKind, ID: c.ID, CreatedAt: c.CreatedAt}, Seq: c.Seq}
+		if err := single.Create(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := single.Update(ctx, c.ID, want, func(bool) error { want.Total += 100 + i; want.Note = "updated in a batch"; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		want.UpdatedAt = got.UpdatedAt
+		if wb, _ := records.Marshal(want); !bytes.Equal(wb, raw) {
+			t.Fatalf("batch stored\n%s\na single update\n%s", raw, wb)
+		}
+	}
+	// The journal has the new versions.
+	state, _, err := s.Replay(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range recs {
+		if !bytes.Equal(state[c.ID], lines[i]) {
+			t.Fatalf("journal's %s = %s, stored %s", c.ID, state[c.ID], lines[i])
+		}
+	}
+	if _, ok := s.rec.(*dirStore); ok {
+		assertConsistent(t, s)
+		assertConsistent(t, openT(t, s.Root()))
+	}
+}
+
+func TestBatchUpdateRefusals(t *testing.T) { eachBackend(t, batchUpdateRefusals) }
+
+func batchUpdateRefusals(t *testing.T, be testBackend) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir(), be.opts()...)
 	recs, _ := storedCounters(t, s, 2, false)
 	b := s.NewBatch()
 	queueUpdates(t, b, recs[:1])
@@ -891,7 +915,7 @@ func TestBatchUpdateRefusals(t *testing.T) {
 		t.Fatalf("second update in a batch = %s, %v", line, err)
 	}
 	// A record another writer holds: refused.
-	other := openT(t, s.Root())
+	other := openT(t, s.Root(), be.opts()...)
 	held := make(chan struct{})
 	release := make(chan struct{})
 	done := make(chan error)
@@ -923,6 +947,18 @@ func TestBatchUpdateRefusals(t *testing.T) {
 	}
 	if _, err := b.Update(c.ID, &cur, func() error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("fn's error: %v", err)
+	}
+	if be.url != "" {
+		// A worker (or a cycle) keeps the fleet's keys and wakes its
+		// workers as it is written: on PostgreSQL it is written on its own.
+		w := &records.Worker{Host: "host-a", Slots: 1}
+		records.Init(w, records.KindWorker, s.Now())
+		if err := s.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := b.Update(w.ID, &records.Worker{}, func() error { return nil }); line != nil || err != nil {
+			t.Fatalf("update of a worker in a PostgreSQL batch = %s, %v", line, err)
+		}
 	}
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)

@@ -131,8 +131,7 @@ func workerChaos() {
 			say("done blob %s", sha)
 		case r < 89 && len(live) > 0:
 			// tb-parse --merge's path for observables stored before:
-			// new versions of stored records, one batch (the directory's
-			// only: PostgreSQL's batch takes no updates).
+			// new versions of stored records, one batch.
 			b := s.NewBatch()
 			var queued []string
 			for range 1 + rng.Intn(8) {

@@ -185,3 +185,58 @@ func TestBackfillKeys(t *testing.T) {
 		t.Errorf("after backfill: %v, %v", idsOf(got), err)
 	}
 }
+
+// TestBatchUpdateMovesKeys: a batch's new version is found under its new
+// keys and not under those it dropped, on both backends (PostgreSQL
+// deletes the dropped keys' rows; the directory's FindBy passes over
+// them).
+func TestBatchUpdateMovesKeys(t *testing.T) { eachBackend(t, batchUpdateMovesKeys) }
+
+func batchUpdateMovesKeys(t *testing.T, be testBackend) {
+	s := openT(t, t.TempDir(), be.opts()...)
+	b := s.NewBatch()
+	var ids []string
+	for range 3 {
+		o := &records.Observable{Type: records.ObsDomain, Value: "c2.example", Lease: "lease_x", Cycle: "cycle_1"}
+		records.Init(o, records.KindObservable, s.Now())
+		if data, err := b.Create(o); err != nil || data == nil {
+			t.Fatal(data, err)
+		}
+		ids = append(ids, o.ID)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		var cur records.Observable
+		line, err := b.Update(id, &cur, func() error {
+			cur.Lease, cur.Cycle, cur.Cycles = "lease_y", "cycle_2", []string{"cycle_1", "cycle_2"}
+			return nil
+		})
+		if err != nil || line == nil {
+			t.Fatal(line, err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		field, value string
+		want         int
+	}{
+		{records.KeyLease, "lease_x", 0},
+		{records.KeyLease, "lease_y", len(ids)},
+		{records.KeyCycle, "cycle_1", len(ids)},
+		{records.KeyCycle, "cycle_2", len(ids)},
+	} {
+		got, err := FindBy[records.Observable](s, records.KindObservable, k.field, k.value, nil)
+		if err != nil || len(got) != k.want {
+			t.Errorf("%s=%s: %d observables, %v; want %d", k.field, k.value, len(got), err, k.want)
+		}
+	}
+	if be.url != "" {
+		if stale, err := s.rec.ByKey(records.KindObservable, records.KeyLease, "lease_x"); err != nil || len(stale) != 0 {
+			t.Errorf("rows of a dropped key: %v, %v", stale, err)
+		}
+	}
+}

@@ -424,6 +424,12 @@ func queueKeys(b *pgx.Batch, kind, id string, prev []byte, keys []records.IndexK
 			had = indexKeys(old)
 		}
 	}
+	queueKeyChanges(b, kind, id, had, keys)
+}
+
+// queueKeyChanges queues the statements that make a record's keys, had,
+// those of its new version, keys.
+func queueKeyChanges(b *pgx.Batch, kind, id string, had, keys []records.IndexKey) {
 	var gone, added []records.IndexKey
 	for _, k := range had {
 		if !slices.Contains(keys, k) {

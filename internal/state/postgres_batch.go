@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -38,6 +39,11 @@ type pgBatchRec struct {
 	r        records.Record
 	saved    records.Meta
 	data     []byte
+	// update: a new version of the stored one, of revision rev, whose
+	// keys were oldKeys.
+	update  bool
+	rev     int64
+	oldKeys []records.IndexKey
 }
 
 func (s *pgStore) newBatch() batcher { return &pgBatch{s: s, ctx: context.Background()} }
@@ -110,9 +116,76 @@ func (b *pgBatch) Create(r records.Record) ([]byte, error) {
 	return data, nil
 }
 
-// Update takes no updates: a new version of a stored record is written on
-// its own, in a transaction of its own.
-func (b *pgBatch) Update(string, records.Record, func() error) ([]byte, error) { return nil, nil }
+// Update queues a new version of a stored record: under the record's lock
+// (a lock of the batch's transaction, tried) it reads the stored version
+// into r, calls fn, and stamps the result, as Store.Update would. Nil, and
+// no error: the lock is held elsewhere, the record is in the batch already,
+// or it is a cycle or a worker, whose writes keep the fleet's keys and wake
+// its workers, and which are written on their own.
+func (b *pgBatch) Update(id string, r records.Record, fn func() error) ([]byte, error) {
+	kind, err := checkRef(id)
+	if err != nil {
+		return nil, err
+	}
+	if kind == records.KindCycle || kind == records.KindWorker || b.ids[id] {
+		return nil, nil
+	}
+	if err := b.begin(); err != nil {
+		return nil, err
+	}
+	// The lock and the read in one round trip: the read is a statement of
+	// its own after the lock's, which under READ COMMITTED sees the commit
+	// of the lock's previous holder (and is not looked at if the lock was
+	// not taken).
+	var (
+		locked, found bool
+		prev          []byte
+		rev           int64
+	)
+	q := &pgx.Batch{}
+	q.Queue(`SELECT pg_try_advisory_xact_lock($1)`, lockKey("record", id)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&locked)
+	})
+	q.Queue(`SELECT data, rev FROM talkbox_records WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&prev, &rev)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err := b.tx.SendBatch(b.ctx, q).Close(); err != nil {
+		return nil, pgErr(err)
+	}
+	if !locked {
+		return nil, nil
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	resetRecord(r)
+	if err := records.Unmarshal(prev, r); err != nil {
+		return nil, fmt.Errorf("%s: stored record does not decode: %w", id, err)
+	}
+	oldKeys := indexKeys(r)
+	old := stored{Rev: rev, CreatedAt: r.Header().CreatedAt}
+	if err := fn(); err != nil {
+		return nil, err
+	}
+	h := r.Header()
+	saved := *h
+	data, err := stampRecord(id, old, b.s.dir.Now(), r)
+	if err != nil {
+		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
+		return nil, err
+	}
+	if b.ids == nil {
+		b.ids = map[string]bool{}
+	}
+	b.ids[id] = true
+	b.recs = append(b.recs, pgBatchRec{kind: kind, id: id, r: r, saved: saved, data: data, update: true, rev: rev, oldKeys: oldKeys})
+	return data, nil
+}
 
 func (b *pgBatch) SetIndex(name, key, id string) error {
 	if err := checkIndexKey(name, key); err != nil {
@@ -133,7 +206,15 @@ func (b *pgBatch) flush() error {
 	es := make([]entry, 0, len(b.recs))
 	platforms := map[string]string{}
 	fleet := false // a record the fleet's workers watch for
+	updates := &pgx.Batch{}
 	for _, r := range b.recs {
+		if r.update {
+			// Its statement appends its journal entry; Update took no
+			// cycle or worker, so it has no fleet's keys to keep.
+			queueUpdate(updates, r.id, r.rev, r.data, r.r.Header())
+			queueKeyChanges(updates, r.kind, r.id, r.oldKeys, indexKeys(r.r))
+			continue
+		}
 		tag, err := b.tx.Exec(b.ctx, `INSERT INTO talkbox_records (id, kind, rev, data) VALUES ($1, $2, 1, $3) ON CONFLICT DO NOTHING`, r.id, r.kind, r.data)
 		if err != nil {
 			return err
@@ -152,6 +233,11 @@ func (b *pgBatch) flush() error {
 		fleet = fleet || newWork(keys)
 		h := r.r.Header()
 		es = append(es, entry{At: h.UpdatedAt, Op: opPut, Kind: r.kind, ID: r.id, Rev: h.Rev, Record: r.data})
+	}
+	if updates.Len() > 0 {
+		if err := b.tx.SendBatch(b.ctx, updates).Close(); err != nil {
+			return err
+		}
 	}
 	for _, k := range b.keys {
 		if err := setIndexRow(b.ctx, b.tx, k.Index, k.Key, k.ID); err != nil {
