@@ -53,12 +53,21 @@ func CheckID(id string) error {
 	if i <= 0 || len(id)-i-1 != 26 || !ValidKind(id[:i]) {
 		return fmt.Errorf("malformed id %q (want <kind>_<26 base32 chars>)", id)
 	}
-	for _, c := range id[i+1:] {
-		if !strings.ContainsRune(crockford, c) {
+	for _, c := range []byte(id[i+1:]) {
+		if !isCrockford(c) {
 			return fmt.Errorf("malformed id %q (bad character %q)", id, c)
 		}
 	}
 	return nil
+}
+
+// isCrockford reports whether c is one of crockford's characters.
+func isCrockford(c byte) bool {
+	switch {
+	case '0' <= c && c <= '9', 'A' <= c && c <= 'H', 'P' <= c && c <= 'T', 'V' <= c && c <= 'Z':
+		return true
+	}
+	return c == 'J' || c == 'K' || c == 'M' || c == 'N'
 }
 
 // ValidKind reports whether k is a lower-case snake_case kind name.

@@ -254,3 +254,13 @@ func FuzzUnknownFields(f *testing.F) {
 		}
 	})
 }
+
+// TestIsCrockford: the characters of an ID's time and randomness are
+// crockford's, and no other byte.
+func TestIsCrockford(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		if got, want := isCrockford(byte(c)), strings.IndexByte(crockford, byte(c)) >= 0; got != want {
+			t.Errorf("isCrockford(%q) = %v", rune(c), got)
+		}
+	}
+}

@@ -51,6 +51,9 @@ type dirBatch struct {
 	// batch has locked in, rather than joining them for every lock.
 	lockPaths map[heldLock]*[lockShards]string
 	indexDirs map[string]string // indexDir's
+	// lines are the partition lines of a commit's keys (appendKeys,
+	// placeKeys), in buffers kept from one commit to the next.
+	lines partLines
 	// body is the intent as it is built: each record's journal entry is
 	// appended to it by Create, the keys' lines by commit. It is kept from
 	// one commit to the next, so that a long run reuses one buffer.
@@ -408,7 +411,7 @@ func (b *dirBatch) commit() error {
 		}
 		pack = n >= s.packMin
 	}
-	if err := s.appendKeys(b.recs); err != nil {
+	if err := s.appendKeys(b.recs, &b.lines); err != nil {
 		return err
 	}
 	body, journalLen := b.intentBody()
@@ -508,8 +511,8 @@ func (b *dirBatch) placeRecords() error {
 // and directories in parallel; the rest are appended to their index's
 // partition file, one append per index.
 func (b *dirBatch) placeKeys() error {
-	byDir := make(map[string][]func() error)
-	packed := make(map[string][]byte)
+	var byDir map[string][]func() error
+	b.lines.reset()
 	var stats dirStats
 	defer stats.close()
 	for _, k := range b.keys {
@@ -517,20 +520,19 @@ func (b *dirBatch) placeKeys() error {
 		if ok, err := stats.exists(dir, k.Key); err != nil {
 			return err
 		} else if !ok {
-			packed[dir] = append(append(append(append(packed[dir], k.Key...), ' '), k.ID...), '\n')
+			buf := b.lines.of(dir)
+			*buf = append(append(append(append(*buf, k.Key...), ' '), k.ID...), '\n')
 			continue
+		}
+		if byDir == nil {
+			byDir = make(map[string][]func() error)
 		}
 		byDir[dir] = append(byDir[dir], func() error { return b.s.placeKey(filepath.Join(dir, k.Key), k.ID) })
 	}
 	if err := inParallel(byDir); err != nil {
 		return err
 	}
-	for dir, lines := range packed {
-		if _, err := b.s.appendPartition(dir, lines); err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.lines.appendTo(b.s)
 }
 
 // inParallel runs each list of steps in order, the lists at once, and

@@ -86,9 +86,8 @@ func (s *dirStore) setKeys(kind, id string, keys []records.IndexKey) error {
 // its keys, durably before the batch's journal append: one line per record
 // in the partition file of each key's directory, one append per directory
 // (partition.go).
-func (s *dirStore) appendKeys(recs []batchRec) error {
-	lines := make(map[string][]byte)
-	var dirs []string
+func (s *dirStore) appendKeys(recs []batchRec, lines *partLines) error {
+	lines.reset()
 	// The key directories met so far: a batch's records share most of
 	// their keys (a parse run's observables, its lease's).
 	type kindKey struct {
@@ -106,16 +105,12 @@ func (s *dirStore) appendKeys(recs []batchRec) error {
 				dir = s.keyDir(r.kind, k.Field, k.Value)
 				keyDirs[kindKey{r.kind, k}] = dir
 			}
-			if _, ok := lines[dir]; !ok {
-				dirs = append(dirs, dir)
-			}
-			lines[dir] = append(append(lines[dir], r.id...), '\n')
+			buf := lines.of(dir)
+			*buf = append(append(*buf, r.id...), '\n')
 		}
 	}
-	for _, dir := range dirs {
-		if _, err := s.appendPartition(dir, lines[dir]); err != nil {
-			return fmt.Errorf("keys of a batch in %s: %w", dir, err)
-		}
+	if err := lines.appendTo(s); err != nil {
+		return fmt.Errorf("keys of a batch: %w", err)
 	}
 	return nil
 }

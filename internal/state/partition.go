@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -254,4 +255,46 @@ func (s *dirStore) lookupPacked(name, key string) (string, bool, error) {
 	}
 	id, ok := p.ids[key]
 	return id, ok, nil
+}
+
+// partLines collects lines to append to the partition files of a few
+// directories, in buffers kept from one use to the next (a batch's keys:
+// most of its lines go to one or two directories).
+type partLines struct{ dirs []dirLines }
+
+type dirLines struct {
+	dir   string
+	lines []byte
+}
+
+// reset empties the buffers; past a few directories, it forgets them.
+func (p *partLines) reset() {
+	if len(p.dirs) > 8 {
+		p.dirs = p.dirs[:0]
+	}
+	for i := range p.dirs {
+		p.dirs[i].lines = p.dirs[i].lines[:0]
+	}
+}
+
+// of returns dir's buffer.
+func (p *partLines) of(dir string) *[]byte {
+	for i := range p.dirs {
+		if p.dirs[i].dir == dir {
+			return &p.dirs[i].lines
+		}
+	}
+	p.dirs = append(p.dirs, dirLines{dir: dir})
+	return &p.dirs[len(p.dirs)-1].lines
+}
+
+// appendTo appends each directory's lines to its partition file, in the
+// order the directories were first used.
+func (p *partLines) appendTo(s *dirStore) error {
+	for _, d := range p.dirs {
+		if _, err := s.appendPartition(d.dir, d.lines); err != nil {
+			return fmt.Errorf("%s: %w", d.dir, err)
+		}
+	}
+	return nil
 }
