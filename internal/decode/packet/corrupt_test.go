@@ -26,8 +26,8 @@ func TestRandomCorruption(t *testing.T) {
 		var p capfile.Packet
 		for rd.Next(&p) == nil {
 			d.Packet(&p)
-			if d.nflows > 8 {
-				t.Fatalf("input %d: %d flows held", i, d.nflows)
+			if d.flows.n > 8 {
+				t.Fatalf("input %d: %d flows held", i, d.flows.n)
 			}
 		}
 		d.Finish()

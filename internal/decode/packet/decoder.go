@@ -67,11 +67,8 @@ type Decoder struct {
 	udp   udpHeader
 	encap int // tunnels the current packet was taken out of
 
-	// flows maps a 5-tuple's hash to its connection (chained through
-	// hnext): the table's slots stay small and the key is compared in the
-	// flow, which is read anyway, so a lookup misses the cache once.
-	flows     map[uint64]*flow
-	nflows    int
+	// flows finds a connection by its 5-tuple (flowTable).
+	flows     flowTable
 	seed      maphash.Seed
 	lists     [nLists]lru
 	free      []*flow
@@ -111,7 +108,7 @@ func New(cfg Config) *Decoder {
 	if cfg.MaxFlows <= 0 {
 		cfg.MaxFlows = DefaultMaxFlows
 	}
-	d := &Decoder{cfg: cfg, flows: make(map[uint64]*flow), seed: maphash.MakeSeed(), uids: flowlog.NewUIDs(cfg.Origin.Key()),
+	d := &Decoder{cfg: cfg, seed: maphash.MakeSeed(), uids: flowlog.NewUIDs(cfg.Origin.Key()),
 		names: make(map[endpointKey]string), endpoints: make(map[endpointKey]string), prints: make(map[uint64]fingerprints),
 		polls: make(map[uint64]*poll), floods: make(map[uint64]*flood)}
 	d.frags.m = make(map[fragKey]*fragBuf)
@@ -386,34 +383,11 @@ func (d *Decoder) started(f *flow, k *pkt) {
 // find returns the connection of a 5-tuple, if any, and the tuple's hash.
 func (d *Decoder) find(key *flowKey) (*flow, uint64) {
 	h := maphash.Comparable(d.seed, *key)
-	for f := d.flows[h]; f != nil; f = f.hnext {
-		if f.key == *key {
-			return f, h
-		}
-	}
-	return nil, h
+	return d.flows.find(h, key), h
 }
 
 // unlink removes f from the table.
-func (d *Decoder) unlink(f *flow) {
-	p := d.flows[f.hash]
-	if p == f {
-		if f.hnext == nil {
-			delete(d.flows, f.hash)
-		} else {
-			d.flows[f.hash] = f.hnext
-		}
-		d.nflows--
-		return
-	}
-	for ; p != nil; p = p.hnext {
-		if p.hnext == f {
-			p.hnext = f.hnext
-			d.nflows--
-			return
-		}
-	}
-}
+func (d *Decoder) unlink(f *flow) { d.flows.remove(f) }
 
 // uidOf is a connection's uid, made when something keeps it. The last one
 // made is kept here rather than in the flow: a connection's observables
@@ -444,7 +418,7 @@ func (d *Decoder) newFlow(key flowKey, h uint64, k *pkt) *flow {
 // insert adds a connection to the table, ending the least recently active
 // one when the table is full.
 func (d *Decoder) insert(key flowKey, h uint64, ts, n int64) *flow {
-	if d.nflows >= d.cfg.MaxFlows {
+	if d.flows.n >= d.cfg.MaxFlows {
 		d.evictOne()
 	}
 	var f *flow
@@ -453,9 +427,8 @@ func (d *Decoder) insert(key flowKey, h uint64, ts, n int64) *flow {
 	} else {
 		f = new(flow)
 	}
-	*f = flow{key: key, hash: h, hnext: d.flows[h], start: ts, last: ts, firstPkt: n, list: nLists, seq: d.uids.Next()}
-	d.flows[h] = f
-	d.nflows++
+	*f = flow{key: key, hash: h, start: ts, last: ts, firstPkt: n, list: nLists, seq: d.uids.Next()}
+	d.flows.insert(f)
 	return f
 }
 
@@ -510,12 +483,10 @@ func (d *Decoder) finishAll() {
 			d.finish(d.lists[i].head)
 		}
 	}
-	for _, f := range d.flows {
-		for f != nil {
-			next := f.hnext
-			d.finish(f)
-			f = next
-		}
+	// Every connection is on a list but one being inserted: this ends
+	// none, unless a list lost one.
+	for f := d.flows.first(); f != nil; f = d.flows.first() {
+		d.finish(f)
 	}
 	d.emitPolls()
 	d.emitFloods()

@@ -308,7 +308,7 @@ func TestUnansweredPipelinedRequests(t *testing.T) {
 	d := New(Config{Origin: origin(), Sink: sinkFunc(func(o *records.Observable) { res[o.Type+" "+o.Value] = true })})
 	for i := range pkts {
 		d.Packet(&pkts[i])
-		for _, f := range d.flows {
+		for _, f := range d.flows.list() {
 			if f.pend != nil && len(f.pend.reqs) > maxHTTPQueue {
 				t.Fatalf("%d requests queued", len(f.pend.reqs))
 			}

@@ -78,7 +78,6 @@ type flow struct {
 	key                flowKey
 	origIsA            bool // the originator is key.a
 	hash               uint64
-	hnext              *flow // the next flow with the same hash
 	start, last        int64
 	attemptAt          int64
 	bothClosedAt       int64
@@ -615,7 +614,7 @@ func (d *Decoder) Seed(cs []Carried) (skipped int) {
 	for i := range cs {
 		c := &cs[i]
 		o, r := c.Orig.Addr(), c.Resp.Addr()
-		if !o.IsValid() || o.Is6() != r.Is6() || o.Is4In6() || r.Is4In6() || d.nflows >= d.cfg.MaxFlows {
+		if !o.IsValid() || o.Is6() != r.Is6() || o.Is4In6() || r.Is4In6() || d.flows.n >= d.cfg.MaxFlows {
 			skipped++
 			continue
 		}

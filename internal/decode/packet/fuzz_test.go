@@ -54,12 +54,12 @@ func FuzzPcap(f *testing.F) {
 		var p capfile.Packet
 		for rd.Next(&p) == nil {
 			d.Packet(&p)
-			if d.nflows > 8 {
-				t.Fatalf("%d flows held", d.nflows)
+			if d.flows.n > 8 {
+				t.Fatalf("%d flows held", d.flows.n)
 			}
 		}
 		d.Finish()
-		if d.nflows != 0 || len(d.flows) != 0 {
+		if d.flows.n != 0 || d.flows.first() != nil {
 			t.Fatal("flows left after Finish")
 		}
 	})

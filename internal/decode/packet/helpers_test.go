@@ -72,8 +72,8 @@ func decodeCapture(t testing.TB, data []byte, maxFlows int) result {
 			t.Fatal(err)
 		}
 		d.Packet(&p)
-		if d.nflows > d.cfg.MaxFlows {
-			t.Fatalf("flow table holds %d > %d", d.nflows, d.cfg.MaxFlows)
+		if d.flows.n > d.cfg.MaxFlows {
+			t.Fatalf("flow table holds %d > %d", d.flows.n, d.cfg.MaxFlows)
 		}
 	}
 	d.Finish()
@@ -84,4 +84,15 @@ func decodeCapture(t testing.TB, data []byte, maxFlows int) result {
 func run(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) result {
 	t.Helper()
 	return decodeCapture(t, capture(t, opt, build), 0)
+}
+
+// list is every flow in the table.
+func (t *flowTable) list() []*flow {
+	var fs []*flow
+	for _, s := range t.slots {
+		if s.f != nil {
+			fs = append(fs, s.f)
+		}
+	}
+	return fs
 }

@@ -259,7 +259,7 @@ func TestStartTLSMemory(t *testing.T) {
 		t.Fatalf("%d head buffers held at the end", d.held)
 	}
 	waiting, long := 0, 0
-	for _, f := range d.flows {
+	for _, f := range d.flows.list() {
 		switch {
 		case f.origPort() < 44000 && f.half[0].up == upHello:
 			waiting++

@@ -323,8 +323,8 @@ func FuzzLinkFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, link uint32, data []byte) {
 		d := New(Config{MaxFlows: 8, Origin: origin(), Sink: discard{}})
 		d.Packet(&capfile.Packet{N: 1, LinkType: link, Data: data})
-		if d.nflows > 8 {
-			t.Fatalf("%d flows held", d.nflows)
+		if d.flows.n > 8 {
+			t.Fatalf("%d flows held", d.flows.n)
 		}
 		d.Finish()
 	})
