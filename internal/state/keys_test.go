@@ -77,19 +77,8 @@ func TestFindBy(t *testing.T) {
 // TestBatchKeys: records a batch creates are found by their keys.
 func TestBatchKeys(t *testing.T) {
 	s := openT(t, t.TempDir())
-	b := s.NewBatch()
-	var want []string
-	for range 3 {
-		o := &records.Observable{Type: records.ObsDomain, Value: "c2.example", Lease: "lease_x", Cycle: "cycle_2", Cycles: []string{"cycle_1", "cycle_2"}}
-		records.Init(o, records.KindObservable, s.Now())
-		if data, err := b.Create(o); err != nil || data == nil {
-			t.Fatal(data, err)
-		}
-		want = append(want, o.ID)
-	}
-	if err := b.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	want := batchObservables(t, s, s.NewBatch(), records.Observable{Type: records.ObsDomain, Value: "c2.example",
+		Lease: "lease_x", Cycle: "cycle_2", Cycles: []string{"cycle_1", "cycle_2"}})
 	for _, cycle := range []string{"cycle_1", "cycle_2"} {
 		got, err := FindBy[records.Observable](s, records.KindObservable, records.KeyCycle, cycle, nil)
 		if err != nil || len(got) != len(want) {
@@ -106,32 +95,9 @@ func TestBatchUpdateKeys(t *testing.T) {
 		t.Run(fmt.Sprint(packMin), func(t *testing.T) {
 			s := openT(t, t.TempDir())
 			s.packMin = packMin
-			var ids []string
-			b := s.NewBatch()
-			for range 3 {
-				o := &records.Observable{Type: records.ObsDomain, Value: "c2.example", Lease: "lease_x", Cycle: "cycle_1"}
-				records.Init(o, records.KindObservable, s.Now())
-				if data, err := b.Create(o); err != nil || data == nil {
-					t.Fatal(data, err)
-				}
-				ids = append(ids, o.ID)
-			}
-			if err := b.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range ids {
-				var cur records.Observable
-				line, err := b.Update(id, &cur, func() error {
-					cur.Cycle, cur.Cycles = "cycle_2", []string{"cycle_1", "cycle_2"}
-					return nil
-				})
-				if err != nil || line == nil {
-					t.Fatal(line, err)
-				}
-			}
-			if err := b.Commit(); err != nil {
-				t.Fatal(err)
-			}
+			ids := batchObservablesUpdated(t, s, func(cur *records.Observable) {
+				cur.Cycle, cur.Cycles = "cycle_2", []string{"cycle_1", "cycle_2"}
+			})
 			for _, cycle := range []string{"cycle_1", "cycle_2"} {
 				got, err := FindBy[records.Observable](s, records.KindObservable, records.KeyCycle, cycle, nil)
 				if err != nil || len(got) != len(ids) {
@@ -194,32 +160,9 @@ func TestBatchUpdateMovesKeys(t *testing.T) { eachBackend(t, batchUpdateMovesKey
 
 func batchUpdateMovesKeys(t *testing.T, be testBackend) {
 	s := openT(t, t.TempDir(), be.opts()...)
-	b := s.NewBatch()
-	var ids []string
-	for range 3 {
-		o := &records.Observable{Type: records.ObsDomain, Value: "c2.example", Lease: "lease_x", Cycle: "cycle_1"}
-		records.Init(o, records.KindObservable, s.Now())
-		if data, err := b.Create(o); err != nil || data == nil {
-			t.Fatal(data, err)
-		}
-		ids = append(ids, o.ID)
-	}
-	if err := b.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ids {
-		var cur records.Observable
-		line, err := b.Update(id, &cur, func() error {
-			cur.Lease, cur.Cycle, cur.Cycles = "lease_y", "cycle_2", []string{"cycle_1", "cycle_2"}
-			return nil
-		})
-		if err != nil || line == nil {
-			t.Fatal(line, err)
-		}
-	}
-	if err := b.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	ids := batchObservablesUpdated(t, s, func(cur *records.Observable) {
+		cur.Lease, cur.Cycle, cur.Cycles = "lease_y", "cycle_2", []string{"cycle_1", "cycle_2"}
+	})
 	for _, k := range []struct {
 		field, value string
 		want         int
@@ -239,4 +182,46 @@ func batchUpdateMovesKeys(t *testing.T, be testBackend) {
 			t.Errorf("rows of a dropped key: %v, %v", stale, err)
 		}
 	}
+}
+
+// batchObservablesUpdated stores three observables of lease_x, cycle_1 in
+// a batch, then changes each with change in a second batch of the same
+// Batch, and returns their IDs.
+func batchObservablesUpdated(t *testing.T, s *Store, change func(*records.Observable)) []string {
+	t.Helper()
+	b := s.NewBatch()
+	ids := batchObservables(t, s, b, records.Observable{Type: records.ObsDomain, Value: "c2.example", Lease: "lease_x", Cycle: "cycle_1"})
+	for _, id := range ids {
+		var cur records.Observable
+		line, err := b.Update(id, &cur, func() error {
+			change(&cur)
+			return nil
+		})
+		if err != nil || line == nil {
+			t.Fatal(line, err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// batchObservables stores three copies of proto through b, and returns
+// their IDs.
+func batchObservables(t *testing.T, s *Store, b *Batch, proto records.Observable) []string {
+	t.Helper()
+	var ids []string
+	for range 3 {
+		o := proto
+		records.Init(&o, records.KindObservable, s.Now())
+		if data, err := b.Create(&o); err != nil || data == nil {
+			t.Fatal(data, err)
+		}
+		ids = append(ids, o.ID)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
