@@ -138,8 +138,8 @@ func (b *dirBatch) TryLockIndex(name, key string) (bool, error) {
 	return b.tryLock(b.lockPath("index", name, key), key)
 }
 
-// lockPath is s.recordLockPath(name, key) (of "records") or
-// s.indexLockPath(name, key) (of "index").
+// lockPath is s.lockFilePath(of, name, key), remembered: the batch takes
+// hundreds of locks in a few files.
 func (b *dirBatch) lockPath(of, name, key string) string {
 	k := heldLock{of, name}
 	paths, ok := b.lockPaths[k]
@@ -152,7 +152,7 @@ func (b *dirBatch) lockPath(of, name, key string) string {
 	}
 	i := lockShard(key)
 	if paths[i] == "" {
-		paths[i] = lockShardPath(filepath.Join(b.s.root, "locks", of, name), key)
+		paths[i] = b.s.lockFilePath(of, name, key)
 	}
 	return paths[i]
 }

@@ -1199,3 +1199,46 @@ func TestKeyLinesAreJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchLocksAreSingleWritersLocks: whatever shard of the lock files a
+// record's ID or a key falls in, a batch holds the very byte a single
+// writer (another process) locks for it, for enough records and keys to
+// fill every shard several times over, and lets it go at Commit.
+func TestBatchLocksAreSingleWritersLocks(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openT(t, dir)
+	other := openT(t, dir)
+	b := s.NewBatch()
+	type lock struct{ path, name string }
+	var held []lock
+	for i := range 8 * lockShards {
+		c := newCounter(s)
+		if line, err := b.Create(c); line == nil || err != nil {
+			t.Fatalf("Create = %s, %v", line, err)
+		}
+		key := fmt.Sprintf("key-%d", i)
+		if ok, err := b.TryLockIndex("idx", key); !ok || err != nil {
+			t.Fatalf("TryLockIndex = %v, %v", ok, err)
+		}
+		held = append(held, lock{other.recordLockPath(testKind, c.ID), c.ID}, lock{other.indexLockPath("idx", key), key})
+	}
+	for _, l := range held {
+		if unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false); ok || err != nil {
+			if ok {
+				unlock()
+			}
+			t.Fatalf("a single writer took %s in %s while the batch held it (%v)", l.name, l.path, err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range held {
+		unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false)
+		if !ok || err != nil {
+			t.Fatalf("%s still held after Commit (%v)", l.name, err)
+		}
+		unlock()
+	}
+}

@@ -74,7 +74,7 @@ func (s *dirStore) indexEntry(name, key string) (string, bool, error) {
 }
 
 func (s *dirStore) indexLockPath(name, key string) string {
-	return lockShardPath(filepath.Join(s.root, "locks", "index", name), key)
+	return s.lockFilePath("index", name, key)
 }
 
 func (s *dirStore) lockIndex(ctx context.Context, name, key string) (func(), error) {

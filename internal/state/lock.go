@@ -43,14 +43,9 @@ func lockFile(ctx context.Context, path string, off int64, wait bool) (unlock fu
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	fd, err := openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
+	fd, err := openLockFile(path)
 	if err != nil {
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return nil, false, err
-		}
-		if fd, err = openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640); err != nil {
-			return nil, false, err
-		}
+		return nil, false, err
 	}
 	f := fdCloser(fd)
 	err = ofdLock(fd, off, false)
@@ -173,6 +168,25 @@ func (s *dirStore) TryLock(ctx context.Context, name string) (unlock func(), ok 
 	return lockFile(ctx, path, 0, false)
 }
 
+// openLockFile opens a lock file, creating it (and its directory) if
+// needed.
+func openLockFile(path string) (int, error) {
+	fd, err := openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
+	if err == nil {
+		return fd, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return -1, err
+	}
+	return openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
+}
+
+// lockFilePath is the lock file of key among the shards of a kind's
+// records (of "records") or an index's keys (of "index").
+func (s *dirStore) lockFilePath(of, name, key string) string {
+	return lockShardPath(filepath.Join(s.root, "locks", of, name), key)
+}
+
 // lockShards is how many files a kind's (or an index's) locks are spread
 // over.
 const lockShards = 16
@@ -211,14 +225,7 @@ func (p *lockFDs) get(path string) (int, error) {
 		return fd, nil
 	}
 	p.mu.Unlock()
-	fd, err := openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
-	if err != nil {
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return -1, err
-		}
-		return openRetry(path, unix.O_RDWR|unix.O_CREAT, 0o640)
-	}
-	return fd, nil
+	return openLockFile(path)
 }
 
 // put drops every lock fd holds and keeps it for the next get of path

@@ -229,7 +229,7 @@ func (s *dirStore) deleteIntentPath(kind, id string) string {
 }
 
 func (s *dirStore) recordLockPath(kind, id string) string {
-	return lockShardPath(filepath.Join(s.root, "locks", "records", kind), id)
+	return s.lockFilePath("records", kind, id)
 }
 
 func checkRef(id string) (kind string, err error) {
