@@ -43,10 +43,6 @@ func (r *Runner) alive(ctx context.Context, g Guest, pid int) (bool, error) {
 	return res.ExitCode == 0, nil
 }
 
-// agentGrace is how long the watch of a running sample tolerates a guest
-// agent that does not answer before the cycle fails.
-const agentGrace = 2 * time.Minute
-
 func guestFiles(c *records.Cycle) (pidfile, stdout, stderr string) {
 	return c.GuestOut + ".pid", c.GuestOut + ".stdout", c.GuestOut + ".stderr"
 }
@@ -128,13 +124,13 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 			alive, aerr := r.alive(ctx, g, c.GuestPID)
 			if aerr != nil {
 				// A slow guest (TCG, a busy sample) can leave its agent
-				// unanswered for a while: give it agentGrace before the
-				// cycle fails.
+				// unanswered for a while: give it the agent's grace
+				// before the cycle fails.
 				if unanswered.IsZero() {
 					unanswered = time.Now()
-					r.Log.Warn("the guest agent does not answer; waiting", "cycle", c.ID, "err", aerr, "grace", agentGrace)
+					r.Log.Warn("the guest agent does not answer; waiting", "cycle", c.ID, "err", aerr, "grace", guestagent.Grace)
 				}
-				if time.Since(unanswered) < agentGrace && ctx.Err() == nil {
+				if time.Since(unanswered) < guestagent.Grace && ctx.Err() == nil {
 					if err := sleepCtx(ctx, time.Second); err != nil {
 						return c, err
 					}

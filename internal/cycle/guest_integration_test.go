@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +17,9 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -370,6 +373,34 @@ func TestRealGuest(t *testing.T) {
 		}
 	})
 
+	t.Run("an agent that stalls", func(t *testing.T) {
+		// QEMU stopped (SIGSTOP, which libvirt does not see) while the
+		// client waits for a process's exit: libvirt gives up on the agent
+		// ("Guest agent not available for now"), as it did on a loaded
+		// Malta guest in CI, and Run asks again once QEMU runs on.
+		l := leaseOf(t, st, lease)
+		pid, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", l.VMName+".pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		qemu, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs, err := guestagent.NewVirsh(l.ConnectURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &stallOnce{Transport: vs, qemu: qemu}
+		res, err := guestagent.New(s, l.VMName).Run(ctx, "/bin/echo", "back")
+		if !errors.Is(s.stalled, guestagent.ErrNotReady) {
+			t.Fatalf("the query made while QEMU was stopped: %v", s.stalled)
+		}
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "back\n" {
+			t.Fatalf("run across the stall: %+v %v", res, err)
+		}
+	})
+
 	t.Run("resume adopts the started sample", func(t *testing.T) {
 		c, err := r.Create(ctx, Request{Plan: plan(script(`echo once >> /tmp/tb-run-once; echo ran`), nil), Lease: lease, Post: []string{}})
 		if err != nil {
@@ -411,6 +442,29 @@ func (c *cancelAfterSpawn) Spawn(ctx context.Context, argv, env []string, stdin 
 	pid, err := c.Guest.Spawn(ctx, argv, env, stdin)
 	c.cancel()
 	return pid, err
+}
+
+// stallOnce stops the guest's QEMU for the first guest-exec-status it
+// carries, until libvirt gives up on the agent, and keeps that answer.
+type stallOnce struct {
+	guestagent.Transport
+	qemu    int
+	done    bool
+	stalled error
+}
+
+func (s *stallOnce) AgentCommand(ctx context.Context, domain, cmd string) (string, error) {
+	if s.done || !strings.Contains(cmd, `"guest-exec-status"`) {
+		return s.Transport.AgentCommand(ctx, domain, cmd)
+	}
+	s.done = true
+	if err := syscall.Kill(s.qemu, syscall.SIGSTOP); err != nil {
+		return "", err
+	}
+	defer syscall.Kill(s.qemu, syscall.SIGCONT)
+	out, err := s.Transport.AgentCommand(ctx, domain, cmd)
+	s.stalled = err
+	return out, err
 }
 
 func leaseOf(t *testing.T, st *state.Store, id string) *records.SandboxLease {

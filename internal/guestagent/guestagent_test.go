@@ -30,6 +30,12 @@ type fakeAgent struct {
 	// makes every command ErrGone.
 	notReady int
 	gone     bool
+	// statusNotReady is how many more guest-exec-status commands are
+	// answered ErrNotReady (libvirt's "Guest agent not available for now"
+	// when the agent stalls), and lostExit whether such an answer also
+	// makes the agent forget the process, as the late reply of an exit does.
+	statusNotReady int
+	lostExit       bool
 	// reply, when it returns true, replaces the answer to a command.
 	reply func(execute string, args map[string]any) (string, bool)
 }
@@ -79,6 +85,13 @@ func (f *fakeAgent) AgentCommand(ctx context.Context, domain, cmd string) (strin
 	}
 	if err := json.Unmarshal([]byte(cmd), &req); err != nil {
 		return "", fmt.Errorf("fake agent: bad command %q", cmd)
+	}
+	if req.Execute == "guest-exec-status" && f.statusNotReady > 0 {
+		f.statusNotReady--
+		if f.lostExit {
+			f.procs = map[int]*proc{}
+		}
+		return "", fmt.Errorf("%w: Guest agent is not responding: Guest agent not available for now", ErrNotReady)
 	}
 	if f.reply != nil {
 		if r, done := f.reply(req.Execute, req.Arguments); done {
@@ -396,6 +409,38 @@ func TestRun(t *testing.T) {
 	}
 	if _, err := c.Run(ctx, "/bin/true"); err == nil || !strings.Contains(err.Error(), "Invalid parameter 'pid'") {
 		t.Fatalf("lost process: %v", err)
+	}
+}
+
+// TestRunAsksAgainAnAgentThatStalls: Run's wait for the exit rides over a
+// stalled agent for the client's grace (the real stall, QEMU stopped under
+// a live libvirt, is cycle.TestRealGuest's "an agent that stalls").
+func TestRunAsksAgainAnAgentThatStalls(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFakeAgent()
+	c := New(f, "g")
+	f.statusNotReady = 3
+	r, err := c.Run(ctx, "/bin/slow", "-m")
+	if err != nil || r.ExitCode != 3 || string(r.Stdout) != "mips\n" {
+		t.Fatalf("after 3 unanswered queries: %+v %v", r, err)
+	}
+	if n := strings.Count(strings.Join(f.cmds, "\n"), "guest-exec-status"); n != 3+5 {
+		t.Fatalf("%d status queries, want 3 unanswered and 5 answered", n)
+	}
+
+	// An agent that stays away fails Run when the grace ends.
+	c.grace = 300 * time.Millisecond
+	f.statusNotReady = 1 << 30
+	if _, err := c.Run(ctx, "/bin/true"); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "no answer for") {
+		t.Fatalf("an agent that never answers again: %v", err)
+	}
+
+	// An exit whose answer was lost is not taken for a process still
+	// running: the agent has forgotten the process, and Run says so.
+	f.statusNotReady, f.lostExit = 1, true
+	c.grace = Grace
+	if _, err := c.Run(ctx, "/bin/true"); err == nil || !strings.Contains(err.Error(), "Invalid parameter 'pid'") {
+		t.Fatalf("lost exit: %v", err)
 	}
 }
 
