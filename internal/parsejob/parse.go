@@ -138,6 +138,26 @@ func Prepare(req Request, stdin io.Reader, warnf func(format string, a ...any)) 
 	return j, nil
 }
 
+// InputBytes is the size of the inputs on this host's disk: files, and
+// blobs st holds (st is nil when not NeedsState); a blob still to be
+// fetched from a peer counts nothing.
+func (j *Job) InputBytes(st *state.Store) int64 {
+	var n int64
+	for _, in := range j.inputs {
+		path := in.path
+		if in.blob != "" {
+			if st == nil {
+				continue
+			}
+			path = st.BlobPath(in.blob)
+		}
+		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
 // NeedsState tells whether Run needs the state: to store observables, or
 // to read inputs that are stored blobs.
 func (j *Job) NeedsState() bool {
