@@ -131,7 +131,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 					r.Log.Warn("the guest agent does not answer; waiting", "cycle", c.ID, "err", aerr, "grace", guestagent.Grace)
 				}
 				if time.Since(unanswered) < guestagent.Grace && ctx.Err() == nil {
-					if err := sleepCtx(ctx, time.Second); err != nil {
+					if err := guestagent.Pause(ctx, time.Second); err != nil {
 						return c, err
 					}
 					continue
@@ -193,7 +193,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 				break
 			}
 		}
-		if err := sleepCtx(ctx, min(wait, time.Until(deadline)+time.Millisecond)); err != nil {
+		if err := guestagent.Pause(ctx, min(wait, time.Until(deadline)+time.Millisecond)); err != nil {
 			return c, err
 		}
 		wait = min(2*wait, r.poll())
@@ -253,7 +253,7 @@ func (r *Runner) findLaunch(ctx context.Context, g Guest, pidfile string) (int, 
 		if time.Now().After(deadline) {
 			return 0, errors.New("the sample's launch was interrupted and no launcher is found in the guest; it is not started again")
 		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+		if err := guestagent.Pause(ctx, 200*time.Millisecond); err != nil {
 			return 0, err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
@@ -64,19 +63,6 @@ func VirshGuest(ctx context.Context, l *records.SandboxLease) (Guest, error) {
 		return nil, fault.Unavailable(fmt.Errorf("lease %s: %w", l.ID, err))
 	}
 	return agentGuest{Client: guestagent.New(v, l.VMName)}, nil
-}
-
-// sleepCtx waits d or until ctx ends. Polling is how the guest agent is
-// used: it has no events for process exit or file growth.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // launcher is the bash script that starts the sample. It reads the

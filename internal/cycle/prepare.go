@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -146,7 +147,7 @@ func waitPing(ctx context.Context, g Guest, max time.Duration) error {
 		if err == nil {
 			return nil
 		}
-		if sleepCtx(ctx, wait) != nil {
+		if guestagent.Pause(ctx, wait) != nil {
 			return err
 		}
 		wait = min(2*wait, time.Second)

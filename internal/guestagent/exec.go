@@ -130,7 +130,7 @@ func (c *Client) Run(ctx context.Context, argv ...string) (*Result, error) {
 			if time.Since(unanswered) >= c.grace {
 				return false, fmt.Errorf("%w (no answer for %s)", err, time.Since(unanswered).Round(time.Millisecond))
 			}
-			return false, pause(ctx, notReadyPause)
+			return false, Pause(ctx, notReadyPause)
 		}
 		unanswered = time.Time{}
 		return err == nil && st.Exited, err

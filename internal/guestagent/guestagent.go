@@ -151,8 +151,10 @@ func (c *Client) Wait(ctx context.Context) error {
 // milliseconds for minutes is only load.
 const notReadyPause = 200 * time.Millisecond
 
-// pause waits d, or less when ctx ends first (its error).
-func pause(ctx context.Context, d time.Duration) error {
+// Pause waits d, or less when ctx ends first (its error): asking again
+// after a pause is how the agent is used, since it has no events (a
+// process's exit, a file's growth, its own start).
+func Pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -172,7 +174,7 @@ func poll(ctx context.Context, first, most time.Duration, try func() (done bool,
 		if done, err := try(); done || err != nil {
 			return err
 		}
-		if err := pause(ctx, wait); err != nil {
+		if err := Pause(ctx, wait); err != nil {
 			return err
 		}
 	}
