@@ -57,15 +57,22 @@ func (c *parseCmd) Run(env *cli.Env) error {
 // with the size of a capture and more with its conversations (the bulk
 // capture 1.1 MB a MB with the state, the denser mixed one about 3) before
 // the collector runs, so the heap is primed with 3 times n, up to 3/4 of the
-// soft limit (beyond, the collector frees pages that are then reused).
+// soft limit, and never more than 3/4 of tb-parse's own, whatever GOMEMLIMIT
+// says (beyond, the collector frees pages that are then reused).
 // Unused primed memory costs less than the page faults of memory that was
 // not primed: on this host 1 ms a MB against 4 to 5. Inputs under 256 KiB
 // take too few faults to matter.
 func primeHeap(n int64) {
+	heap.Prime(int(primeSize(n, debug.SetMemoryLimit(-1))))
+}
+
+// primeSize is what primeHeap primes for inputs of n bytes under the soft
+// limit limit (0: nothing).
+func primeSize(n, limit int64) int64 {
 	if n < 256<<10 {
-		return
+		return 0
 	}
-	heap.Prime(int(min(n*3, debug.SetMemoryLimit(-1)/4*3)))
+	return min(n*3, limit/4*3, memoryLimit/4*3)
 }
 
 // memoryLimit is the soft heap limit tb-parse runs under (see tb-parse(1)).

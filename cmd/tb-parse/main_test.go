@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -231,5 +232,20 @@ func expand(ts *testscript.TestScript, neg bool, args []string) {
 func TestExamples(t *testing.T) {
 	for _, p := range cli.CheckExamples(tool(), &tbParse{}) {
 		t.Error(p)
+	}
+}
+
+func TestPrimeSize(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct{ n, limit, want int64 }{
+		{100 << 10, memoryLimit, 0},        // too small to matter
+		{mib, memoryLimit, 3 * mib},        // 3 times the inputs
+		{1 << 30, memoryLimit, 96 * mib},   // 3/4 of the soft limit
+		{1 << 30, math.MaxInt64, 96 * mib}, // GOMEMLIMIT=off: tb-parse's own bound
+		{1 << 30, 16 * mib, 12 * mib},      // a lower GOMEMLIMIT
+	} {
+		if got := primeSize(c.n, c.limit); got != c.want {
+			t.Errorf("primeSize(%d, %d) = %d, want %d", c.n, c.limit, got, c.want)
+		}
 	}
 }
