@@ -45,32 +45,54 @@ var qemuUserName = map[string]string{
 	"mips64el": "mips64el", "ppc64el": "ppc64le", "s390x": "s390x",
 }
 
-// nativeArch reports whether the host runs binaries of a Debian
-// architecture without emulation.
-func nativeArch(arch string) bool {
-	switch runtime.GOARCH {
-	case "amd64":
-		return arch == "amd64" || arch == "i386"
-	case "arm64":
-		return arch == "arm64" || arch == "armhf" || arch == "armel"
-	}
-	return runtime.GOARCH == arch
+// ownArch reports whether a Debian architecture is the host's own.
+func ownArch(arch string) bool {
+	return arch == runtime.GOARCH
 }
+
+// compatMagic is the binfmt_misc magic and mask of each 32-bit
+// architecture a 64-bit kernel runs in compat mode (i386 on amd64, armhf
+// and armel on arm64; QEMU's masks: executables and shared objects).
+// Debian's qemu-user-static registers no handler for them there, since the
+// kernel runs them itself: one built without compat support, or a guest of
+// a hypervisor without compat mode (this project's test host of
+// 2026-11-29: arch-test -n i386 says "not supported"), does not.
+var compatMagic = map[string]struct{ goarch, magic, mask string }{
+	"i386": {"amd64", `\x7fELF\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x03\x00`,
+		`\xff\xff\xff\xff\xff\xfe\xfe\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff`},
+	"armhf": {"arm64", armMagic, armMask},
+	"armel": {"arm64", armMagic, armMask},
+}
+
+const (
+	armMagic = `\x7fELF\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x28\x00`
+	armMask  = `\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff`
+)
 
 const binfmtDir = "/proc/sys/fs/binfmt_misc"
 
 // EnsureBinfmt makes foreign binaries of arch runnable in a chroot through
 // qemu-user-static: it mounts binfmt_misc and enables the qemu handler when
-// they are missing, and says which package is missing otherwise.
+// they are missing, and says which package is missing otherwise. The
+// 32-bit architecture of the host's (i386 on amd64) needs nothing where the
+// kernel runs it itself (arch-test -n); where it does not, tb-build
+// registers qemu-user for it as for any foreign architecture.
 func EnsureBinfmt(ctx context.Context, arch string) error {
-	if nativeArch(arch) {
+	if ownArch(arch) {
 		return nil
 	}
 	name := qemuUserName[arch]
-	if _, err := need("arch-test", "arch-test", "mmdebstrap checks with it that "+arch+" programs run"); err != nil {
+	archTest, err := need("arch-test", "arch-test", "mmdebstrap checks with it that "+arch+" programs run")
+	if err != nil {
 		return err
 	}
-	if _, err := need("qemu-"+name+"-static", "qemu-user-static", "runs "+arch+" programs while the root filesystem is built"); err != nil {
+	compat, isCompat := compatMagic[arch]
+	isCompat = isCompat && compat.goarch == runtime.GOARCH
+	if isCompat && exec.CommandContext(ctx, archTest, "-n", arch).Run() == nil {
+		return nil // the kernel runs them
+	}
+	qemu, err := need("qemu-"+name+"-static", "qemu-user-static", "runs "+arch+" programs while the root filesystem is built")
+	if err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(binfmtDir, "status")); err != nil {
@@ -80,6 +102,16 @@ func EnsureBinfmt(ctx context.Context, arch string) error {
 	}
 	entry := filepath.Join(binfmtDir, "qemu-"+name)
 	if binfmtEnabled(entry) {
+		return nil
+	}
+	if isCompat {
+		// F: the kernel opens the emulator now, so that it runs in the
+		// chroot, which has none.
+		rule := ":qemu-" + name + ":M::" + compat.magic + ":" + compat.mask + ":" + qemu + ":F"
+		werr := os.WriteFile(filepath.Join(binfmtDir, "register"), []byte(rule), 0)
+		if !binfmtEnabled(entry) {
+			return fault.Unavailable(fmt.Errorf("this kernel does not run %s programs, and registering qemu-%s with binfmt_misc failed: %v (run as root)", arch, name, werr))
+		}
 		return nil
 	}
 	ub, err := need("update-binfmts", "binfmt-support", "registers qemu-user-static with binfmt_misc")
