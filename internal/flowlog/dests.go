@@ -75,7 +75,9 @@ type endpointStat struct {
 	// The last connection's 5-tuple, start and whether it counted as
 	// established: a 5-tuple is not reused within a second (TIME_WAIT), so
 	// pieces closer than that which start without a SYN are one connection
-	// a sensor split (or a capture out of time order ended early).
+	// a sensor split (or a capture out of time order ended early). A TCP
+	// piece whose history says it did not start with a SYN is no new
+	// connection however late it comes, within RepeatSpan (pieceSpan).
 	lastOrig   netip.AddrPort
 	lastStart  int64
 	lastEstabl bool
@@ -319,7 +321,8 @@ func (g *scanGroup) dest(a netip.Addr, port uint16, accepted bool) {
 func (e *endpointStat) add(c *Conn, tick uint64) {
 	e.tick = tick
 	orig := netip.AddrPortFrom(c.OrigH, c.OrigP)
-	piece := e.conns > 0 && orig == e.lastOrig && c.Start-e.lastStart < int64(time.Second) && e.lastStart-c.Start < int64(time.Second) &&
+	span := pieceSpan(c)
+	piece := e.conns > 0 && orig == e.lastOrig && c.Start-e.lastStart < span && e.lastStart-c.Start < span &&
 		(c.History == "" || c.History[0] != 'S')
 	if !piece {
 		e.conns++
@@ -354,6 +357,20 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 		slices.Sort(e.starts)
 		e.starts = e.starts[:copy(e.starts, e.starts[len(e.starts)-observe.MaxStarts:])]
 	}
+}
+
+// pieceSpan is how far from the last connection of its 5-tuple a piece
+// without a SYN may start and still be part of it. A second, unless the
+// piece is TCP with a history that says it started without a SYN: a
+// connection's late packets after its flow expired (a probed sinkhole's
+// FIN when the sinkhole forked its responder seconds late), which counted
+// as a contact of their own would make a destination probed twice a minute
+// apart stand out of its scan as a beacon does.
+func pieceSpan(c *Conn) int64 {
+	if c.Proto == "tcp" && c.History != "" {
+		return int64(RepeatSpan)
+	}
+	return int64(time.Second)
 }
 
 // standsOut reports whether an endpoint of a scanned port or host says more

@@ -1,0 +1,46 @@
+package flowlog
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+)
+
+// A scan's late piece (the sinkhole's FIN to a probe, arriving after the
+// probe's flow expired: a loaded sinkhole forks its responder late) is not
+// a third contact of the destination: it must not make a destination the
+// scan probed twice, a minute apart, stand out as a beacon would.
+func TestLatePieceOfAProbeIsNoNewContact(t *testing.T) {
+	var emitted []*records.Observable
+	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
+	guest := netip.MustParseAddr("10.213.1.10")
+	probe := func(dest netip.Addr, port uint16, at time.Duration, history string) {
+		start := int64(at)
+		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(500*time.Millisecond), Proto: "tcp",
+			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: "SF", History: history, OrigPkts: 4, RespPkts: 3}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	}
+	dests := make([]netip.Addr, 100)
+	for i := range dests {
+		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
+	}
+	for i, a := range dests { // round 1
+		probe(a, uint16(40000+i), time.Duration(i)*100*time.Millisecond, "ShAFf")
+	}
+	for i, a := range dests { // round 2, a minute later
+		probe(a, uint16(50000+i), time.Minute+time.Duration(i)*100*time.Millisecond, "ShAFf")
+	}
+	// Round 2's probe of the first address, its responder's FIN 20 s late.
+	probe(dests[0], 50000, time.Minute+20*time.Second, "^f")
+	d.Flush()
+	for _, o := range emitted {
+		if o.Type == records.ObsEndpoint || o.Type == records.ObsIP {
+			t.Errorf("%s %s stands out of the scan (%d contacts)", o.Type, o.Value, o.Count)
+		}
+	}
+	if len(emitted) != 1 || emitted[0].Type != records.ObsScan {
+		t.Fatalf("emitted %d observables, want the scan alone", len(emitted))
+	}
+}
