@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,19 +60,53 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 }
 
-// demoTools builds the tools scripts/demo.sh runs into a directory of the
-// test's, and names the go command that builds the beacon.
+// demoTools names the directory of the tools scripts/demo.sh runs, built
+// once for the package's tests (builtTools), and the go command that builds
+// the beacon. A build of the seven under the guests' load took about 20 s,
+// and seven tests each paid it on cmd/tb-run's critical path.
 func demoTools(t testing.TB) (bin, goBin string) {
 	t.Helper()
-	bin = filepath.Join(t.TempDir(), "bin")
 	goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	for _, tool := range []string{"tb-plan", "tb-lease", "tb-capture", "tb-run", "tb-parse", "tb-allow", "tb-build"} {
-		out, err := exec.Command(goBin, "build", "-o", filepath.Join(bin, tool), "../"+tool).CombinedOutput()
-		if err != nil {
-			t.Fatalf("building %s: %v\n%s", tool, err, out)
-		}
+	bin, err := builtTools.get(goBin)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin, goBin
+}
+
+// toolBuild is the one build of the tools for the package's tests, in a
+// directory TestMain removes when they end.
+type toolBuild struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+var builtTools toolBuild
+
+func (b *toolBuild) get(goBin string) (string, error) {
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "tb-run-tools-"); b.err != nil {
+			return
+		}
+		// One go build of the seven packages: it compiles and links them
+		// in parallel.
+		args := []string{"build", "-o", b.dir + "/"}
+		for _, tool := range []string{"tb-plan", "tb-lease", "tb-capture", "tb-run", "tb-parse", "tb-allow", "tb-build"} {
+			args = append(args, "../"+tool)
+		}
+		if out, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building the tools: %v\n%s", err, out)
+		}
+	})
+	return b.dir, b.err
+}
+
+// remove removes the tools' directory, if they were built.
+func (b *toolBuild) remove() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
 }
 
 // demoRun is one run of scripts/demo.sh: its state directory, the files

@@ -11,7 +11,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){"tb-run": main})
+	testscript.Main(removingTools{m}, map[string]func(){"tb-run": main})
+}
+
+// removingTools runs the tests, then removes the tools they built
+// (builtTools): testscript.Main exits when they end.
+type removingTools struct{ m *testing.M }
+
+func (r removingTools) Run() int {
+	defer builtTools.remove()
+	return r.m.Run()
 }
 
 func TestScripts(t *testing.T) {
