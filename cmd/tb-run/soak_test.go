@@ -162,6 +162,7 @@ func TestSoakScanningLease(t *testing.T) {
 	}
 	if len(perCycle) != soakCycles || len(scanned) > 0 {
 		t.Errorf("scan observables per cycle %v; %d observables of scanned addresses (%q…)", perCycle, len(scanned), scanned[:min(len(scanned), 5)])
+		logScannedConns(t, bin, r.stateDir, scanned[:min(len(scanned), 3)])
 	}
 
 	// The state proper (demo.sh's state lines): bounded after cycle 1,
@@ -200,6 +201,20 @@ func TestSoakScanningLease(t *testing.T) {
 	last := func(d []int64) []int64 { return d[len(d)-3:] }
 	if most(last(dFiles)) > most(dFiles)*5/4 || most(last(dBytes)) > most(dBytes)*5/4 {
 		t.Errorf("the state's growth accelerates: files %v, bytes %v per cycle", dFiles, dBytes)
+	}
+}
+
+// logScannedConns logs the connections of scanned addresses that stood
+// out ("endpoint A:23/tcp" or "ip A"), as tb-parse flows has them, so that
+// a failure says which contacts counted.
+func logScannedConns(t *testing.T, bin, stateDir string, observables []string) {
+	t.Helper()
+	for _, o := range observables {
+		addr, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(o, "endpoint "), "ip "), ":")
+		cmd := exec.Command(filepath.Join(bin, "tb-parse"), "flows", "--addr", addr, "--port", "23")
+		cmd.Env = append(os.Environ(), "TB_STATE="+stateDir)
+		out, err := cmd.CombinedOutput()
+		t.Logf("tb-parse flows --addr %s --port 23 (%v):\n%s", addr, err, out)
 	}
 }
 

@@ -77,7 +77,8 @@ type endpointStat struct {
 	// pieces closer than that which start without a SYN are one connection
 	// a sensor split (or a capture out of time order ended early). A TCP
 	// piece whose history says it did not start with a SYN is no new
-	// connection however late it comes, within RepeatSpan (pieceSpan).
+	// connection however late it comes, within RepeatSpan (pieceSpan); nor
+	// is a SYN sent again on the same 5-tuple within a second (retrySpan).
 	lastOrig   netip.AddrPort
 	lastStart  int64
 	lastEstabl bool
@@ -95,6 +96,29 @@ type oneShot struct {
 	key   uint64
 	first int64
 	n     int32
+	// orig is origKey of the first contact's originator, when n is 1
+	// (else 0): a retry of that contact's SYN is no second contact.
+	orig uint32
+}
+
+// origKey is a nonzero hash of a connection's originating address and
+// port.
+func origKey(a netip.AddrPort) uint32 {
+	return uint32(distinct.Mix64(distinct.AddrKey(a.Addr())^uint64(a.Port()))) | 1
+}
+
+// retrySpan: a connection of the same 5-tuple as the one before, started
+// this soon after it, is that connection's retry. A SYN answered by a
+// stale ACK (the responder still holds an older connection of the same
+// ports) is reset and sent again at once, which a flow table sees as a
+// second connection; a 5-tuple is not otherwise reused this soon
+// (TIME_WAIT).
+const retrySpan = int64(time.Second)
+
+// sameContact reports whether a connection from orig starting at start is
+// the previous contact from lastOrig at lastStart again.
+func sameContact(orig, lastOrig netip.AddrPort, start, lastStart int64) bool {
+	return orig == lastOrig && start-lastStart < retrySpan && lastStart-start < retrySpan
 }
 
 func (k epKey) hash() uint64 {
@@ -114,23 +138,32 @@ func protoCode(p string) uint8 {
 	return uint8(len(p))
 }
 
-// seen counts a contact of k and returns the contacts before it, and the
-// first one's start.
-func (o oneShots) seen(k epKey, start int64) (before int32, first int64) {
+// seen counts a contact of k from orig (origKey) and returns the contacts
+// before it, and the first one's start; none when it is the first, or a
+// retry of the one contact before it (retrySpan).
+func (o oneShots) seen(k epKey, start int64, orig uint32) (before int32, first int64) {
 	h := k.hash()
 	s := &o[h&uint64(len(o)-1)]
 	if s.key == h && s.n > 0 {
+		if s.n == 1 && s.orig == orig && start-s.first < retrySpan && s.first-start < retrySpan {
+			return 0, 0
+		}
 		before, first = s.n, s.first
 		s.n = 0 // tracked from now on
 		return before, first
 	}
-	*s = oneShot{key: h, first: start, n: 1}
+	*s = oneShot{key: h, first: start, n: 1, orig: orig}
 	return 0, 0
 }
 
-func (o oneShots) remember(k epKey, first int64, n int32) {
+// remember keeps a folded endpoint's contacts: n from its first, the last
+// from orig (origKey) at last.
+func (o oneShots) remember(k epKey, first int64, n int32, orig uint32, last int64) {
 	h := k.hash()
-	o[h&uint64(len(o)-1)] = oneShot{key: h, first: first, n: n}
+	if n != 1 || last != first {
+		orig = 0
+	}
+	o[h&uint64(len(o)-1)] = oneShot{key: h, first: first, n: n, orig: orig}
 }
 
 // Dests folds one cycle's connections into endpoint and scan observables.
@@ -179,7 +212,7 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 			if t.oneShot == nil {
 				t.oneShot = make(oneShots, maxOneShot)
 			}
-			n, first := t.oneShot.seen(k, c.Start)
+			n, first := t.oneShot.seen(k, c.Start, origKey(netip.AddrPortFrom(c.OrigH, c.OrigP)))
 			if n == 0 {
 				return
 			}
@@ -322,8 +355,8 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 	e.tick = tick
 	orig := netip.AddrPortFrom(c.OrigH, c.OrigP)
 	span := pieceSpan(c)
-	piece := e.conns > 0 && orig == e.lastOrig && c.Start-e.lastStart < span && e.lastStart-c.Start < span &&
-		(c.History == "" || c.History[0] != 'S')
+	piece := e.conns > 0 && (sameContact(orig, e.lastOrig, c.Start, e.lastStart) ||
+		orig == e.lastOrig && c.Start-e.lastStart < span && e.lastStart-c.Start < span && (c.History == "" || c.History[0] != 'S'))
 	if !piece {
 		e.conns++
 		e.lastOrig, e.lastStart, e.lastEstabl = orig, c.Start, false
@@ -435,7 +468,7 @@ func (t *Dests) fold(k epKey, e *endpointStat) {
 	if t.oneShot == nil {
 		t.oneShot = make(oneShots, maxOneShot)
 	}
-	t.oneShot.remember(k, e.first, int32(e.conns))
+	t.oneShot.remember(k, e.first, int32(e.conns), origKey(e.lastOrig), e.lastStart)
 }
 
 // shed keeps the tracked endpoints bounded: first it folds scanned ones

@@ -13,6 +13,45 @@ import (
 // probe's flow expired: a loaded sinkhole forks its responder late) is not
 // a third contact of the destination: it must not make a destination the
 // scan probed twice, a minute apart, stand out as a beacon would.
+// TestRetriedSYNIsNoNewContact: a probe whose SYN a loaded sinkhole
+// answered with a stale ACK, which the guest reset and sent again at once
+// on the same ports (two connections in a flow table: "SaR", then "S..."),
+// is one contact: with the second round's probe, whose responder took 32 s
+// to close, it would otherwise make three contacts over more than a
+// minute, and every such destination would stand out of the scan (seen in
+// TestSoakScanningLease beside other guests' demos).
+func TestRetriedSYNIsNoNewContact(t *testing.T) {
+	var emitted []*records.Observable
+	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
+	guest := netip.MustParseAddr("10.213.1.10")
+	conn := func(dest netip.Addr, port uint16, at, dur time.Duration, state, history string) {
+		start := int64(at)
+		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(dur), Proto: "tcp",
+			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: state, History: history, OrigPkts: 3, RespPkts: 2}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	}
+	dests := make([]netip.Addr, 100)
+	for i := range dests {
+		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
+	}
+	for i, a := range dests { // round 1: every SYN met by a stale ACK, reset, sent again
+		at := time.Duration(i) * 100 * time.Millisecond
+		conn(a, uint16(40000+i), at, 2*time.Millisecond, "RSTOS0", "SaR")
+		conn(a, uint16(40000+i), at+20*time.Millisecond, 2*time.Second, "S2", "ShAFa")
+	}
+	for i, a := range dests { // round 2, 41 s later; the responder closes 32 s late
+		conn(a, uint16(50000+i), 41*time.Second+time.Duration(i)*100*time.Millisecond, 32*time.Second, "S2", "ShAF")
+	}
+	d.Flush()
+	for _, o := range emitted {
+		if o.Type == records.ObsEndpoint || o.Type == records.ObsIP {
+			t.Errorf("%s %s stands out of the scan (%d contacts)", o.Type, o.Value, o.Count)
+		}
+	}
+	if len(emitted) != 1 || emitted[0].Type != records.ObsScan {
+		t.Fatalf("emitted %d observables, want the scan alone", len(emitted))
+	}
+}
+
 func TestLatePieceOfAProbeIsNoNewContact(t *testing.T) {
 	var emitted []*records.Observable
 	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
