@@ -89,6 +89,11 @@ const (
 	// answerWait bounds a probe that expects an answer; only a failing
 	// probe waits that long.
 	answerWait = 5 * time.Second
+	// serviceWait bounds INetSim's answer once it accepted the probe's
+	// connection (the connection shows the lab sent it to the sinkhole):
+	// INetSim forks a Perl process per connection, which took more than
+	// answerWait on a test host at a load average of 20.
+	serviceWait = 30 * time.Second
 )
 
 // checkPath is the lab's last check, kept beside its state so that "down"
@@ -670,7 +675,7 @@ func (p *prober) sinkholeHTTP(ctx context.Context) ProbeResult {
 		return fail(name, "connecting to %s: %v", dst, err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(answerWait))
+	c.SetDeadline(time.Now().Add(serviceWait))
 	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\nHost: probe.example\r\n\r\n"); err != nil {
 		return fail(name, "%s: %v", dst, err)
 	}
