@@ -76,12 +76,18 @@ func (o *output) store(lease string, obs *records.Observable) error {
 
 // queue adds obs and its key to the batch if the batch may hold them
 // (with --merge, obs merged into the stored observable its key names):
-// false when another writer holds the key (or this batch already does: the
-// same observable emitted twice) or the record, or the batch cannot take
-// the merge.
+// false when this batch holds the key already (the same observable emitted
+// twice), with --merge when another writer holds the key or the record, or
+// the batch cannot take the merge.
 func (o *output) queue(key string, obs *records.Observable) (bool, error) {
 	s := &o.storer
-	ok, err := s.b.TryLockIndex(IndexName, key)
+	// Without --merge the key is only set, so its lock may wait for the
+	// commit (ClaimIndex); a merge reads the stored observable under it.
+	claim := s.b.ClaimIndex
+	if o.req.Merge {
+		claim = s.b.TryLockIndex
+	}
+	ok, err := claim(IndexName, key)
 	if !ok || err != nil {
 		return false, err
 	}

@@ -507,8 +507,8 @@ func (p *planner) queuePlan(smp *records.Sample, smpLine []byte) planned {
 	case err != nil:
 		q.err = fmt.Errorf("%s: storing plan: %w", smp.ID, err)
 	case line == nil:
-		// Its lock is busy (never for a new ID, in practice): the plan is
-		// written on its own once the batch is.
+		// Its ID is in the batch already (never for a new ID, in
+		// practice): the plan is written on its own once the batch is.
 		q.alone = true
 	default:
 		q.pl, q.plLine = pl, line

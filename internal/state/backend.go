@@ -95,7 +95,8 @@ func Open(ctx context.Context, root string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dirStore: &dirStore{root: abs, now: time.Now, journalLimit: DefaultJournalLimit, packMin: defaultPackMin, packSlack: defaultPackSlack}}
+	s := &Store{dirStore: &dirStore{root: abs, now: time.Now, journalLimit: DefaultJournalLimit, packMin: defaultPackMin, packSlack: defaultPackSlack,
+		newLockPatience: defaultNewLockPatience}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -205,11 +206,17 @@ func (s *Store) NewBatch() *Batch { return &Batch{s.rec.newBatch()} }
 // half of one. It never waits for a lock: a record or key another writer
 // holds is refused (TryLockIndex false, Create or Update nil), and the
 // caller commits the batch before writing that one the ordinary way. A
-// Batch is used by one goroutine.
+// created record's ID must be new (records.Init): the directory store
+// takes its lock at Commit, before the journal names it, and so never
+// refuses it. A Batch is used by one goroutine.
 type Batch struct{ batcher }
 
 type batcher interface {
 	TryLockIndex(name, key string) (bool, error)
+	// ClaimIndex is TryLockIndex for a key the caller sets and does not
+	// read: the directory store takes its lock at Commit, trying again
+	// while another writer holds it, and refuses only a key the batch has.
+	ClaimIndex(name, key string) (bool, error)
 	Create(r records.Record) ([]byte, error)
 	// Update is Store.Update in the batch; nil, and no error, when the
 	// record must be written the ordinary way (its lock is held, it is in

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
@@ -24,14 +26,15 @@ import (
 // in place: a batch of at least packMin records keeps them in its intent,
 // linked into packs/ (pack.go), a smaller one gives each record its file
 // (the files of different directories in parallel); then the keys, and the
-// intent is removed. The locks of its records and keys
-// are held from the moment they are queued until Commit. A crash leaves
+// intent is removed. The locks of its keys and updated records are held
+// from the moment they are queued until Commit, those of its new records
+// from the start of Commit (lockNew) to its end. A crash leaves
 // each record committed or not, as a crash between single writes would,
 // never half of one; recovery (Open) gives a committed record its file and
 // its keys from the intent, and discards the rest.
 //
 // A dirBatch never waits for a lock: a record or key another writer holds is
-// refused (TryLockIndex false, Create nil), and the caller commits the batch
+// refused (TryLockIndex false, Update nil), and the caller commits the batch
 // before writing that one the ordinary way, so that a batch never holds
 // locks while it waits for another (which could deadlock with a second
 // batch). Nor may the caller write, through the Store, a record or key the
@@ -43,10 +46,18 @@ type dirBatch struct {
 	// fds holds one descriptor per lock file, through which every byte lock
 	// of the batch in that file is taken (from the store's lockFDs, given
 	// back unlocked by release).
-	fds  map[string]int
-	held map[heldLock]bool // locked by the batch
-	recs []batchRec
-	keys []batchKey
+	fds map[string]int
+	// held: locked by the batch, or, for a new record, claimed by it and
+	// locked by Commit (lockNew).
+	held map[heldLock]bool
+	// fdLocked: the lock files whose descriptor holds a lock taken before
+	// Commit (a key's, an updated record's).
+	fdLocked map[string]bool
+	// atCommit holds the names whose locks Commit takes (lockNew) by lock
+	// file: the new records' IDs, and the keys claimed (ClaimIndex).
+	atCommit map[string][]string
+	recs     []batchRec
+	keys     []batchKey
 	// lockPaths holds the lock file paths of the kinds and indexes the
 	// batch has locked in, rather than joining them for every lock.
 	lockPaths map[heldLock]*[lockShards]string
@@ -95,7 +106,8 @@ type batchKey struct {
 func (s *dirStore) newBatch() batcher { return s.newDirBatch() }
 
 func (s *dirStore) newDirBatch() *dirBatch {
-	return &dirBatch{s: s, fds: make(map[string]int), held: make(map[heldLock]bool)}
+	return &dirBatch{s: s, fds: make(map[string]int), held: make(map[heldLock]bool), fdLocked: make(map[string]bool),
+		atCommit: make(map[string][]string)}
 }
 
 // Idle reports whether the batch holds nothing: no record, key or lock.
@@ -109,15 +121,11 @@ func (b *dirBatch) tryLock(path, name string) (bool, error) {
 	if b.held[k] {
 		return false, nil
 	}
-	fd, ok := b.fds[path]
-	if !ok {
-		var err error
-		if fd, err = b.s.lockFDs.get(path); err != nil {
-			return false, err
-		}
-		b.fds[path] = fd
+	fd, err := b.fd(path)
+	if err != nil {
+		return false, err
 	}
-	err := ofdLock(fd, lockOffset(name), false)
+	err = ofdLock(fd, lockOffset(name), false)
 	if err == unix.EAGAIN || err == unix.EACCES {
 		return false, nil
 	}
@@ -125,6 +133,116 @@ func (b *dirBatch) tryLock(path, name string) (bool, error) {
 		return false, fmt.Errorf("lock %s: %w", path, err)
 	}
 	b.held[k] = true
+	b.fdLocked[path] = true
+	return true, nil
+}
+
+// fd is the batch's descriptor of the lock file path.
+func (b *dirBatch) fd(path string) (int, error) {
+	fd, ok := b.fds[path]
+	if !ok {
+		var err error
+		if fd, err = b.s.lockFDs.get(path); err != nil {
+			return -1, err
+		}
+		b.fds[path] = fd
+	}
+	return fd, nil
+}
+
+// lockNew takes the locks that Create and ClaimIndex leave to Commit: a
+// new record's ID is new (records.Init), so no other writer can ask for it
+// before the journal names it, and the lock is what makes a writer that
+// then does wait until the record is in place; a claimed key's lock keeps
+// other writers of the key out from the journal append until the key is in
+// place. A lock each at Create and ClaimIndex was a system call each (a
+// fifth of tb-parse's run with the state). A lock file in which the batch
+// holds nothing else is locked whole, one call for all its names; in the
+// others each name's byte.
+// Another writer's lock in the way (a batch committing holds whole files)
+// fails the attempt: it lets go of what it took, and tries again after a
+// pause, for at most newLockPatience, since a batch never waits for a lock
+// while it holds others.
+//
+// Whole files held by committing batches are let go within milliseconds;
+// a single writer's lock is one byte, which only a record of the same ID
+// (or the same lock byte) would meet.
+func (b *dirBatch) lockNew() error {
+	if len(b.atCommit) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(b.s.newLockPatience)
+	pause := 500 * time.Microsecond
+	for {
+		ok, err := b.tryLockNew()
+		if ok || err != nil {
+			return err
+		}
+		b.s.hook(hookNewLocksBusy)
+		if time.Now().After(deadline) {
+			return fault.TempFail(fmt.Errorf("the locks of a batch's %d new records and %d keys: other writers held them for %s", len(b.recs), len(b.keys), b.s.newLockPatience))
+		}
+		time.Sleep(pause/2 + time.Duration(rand.Int64N(int64(pause))))
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// hookNewLocksBusy: an attempt of lockNew found a lock taken (crashAt).
+const hookNewLocksBusy = "new-locks-busy"
+
+// defaultNewLockPatience is how long lockNew tries before Commit fails
+// (exit 75: retry later).
+const defaultNewLockPatience = 30 * time.Second
+
+// tryLockNew is one attempt of lockNew: false, holding none of the locks it
+// took, when another writer holds one.
+func (b *dirBatch) tryLockNew() (bool, error) {
+	type taken struct {
+		fd  int
+		off int64 // -1: the whole file
+	}
+	var took []taken
+	undo := func() {
+		for _, t := range took {
+			start, n := t.off, int64(1)
+			if t.off < 0 {
+				start, n = 0, 0
+			}
+			lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: 0, Start: start, Len: n}
+			unix.FcntlFlock(uintptr(t.fd), unix.F_OFD_SETLK, &lk)
+		}
+	}
+	for path, names := range b.atCommit {
+		fd, err := b.fd(path)
+		if err != nil {
+			undo()
+			return false, err
+		}
+		if !b.fdLocked[path] {
+			err := ofdLockRange(fd, 0, 0, false)
+			if err == nil {
+				took = append(took, taken{fd, -1})
+				continue
+			}
+			if err != unix.EAGAIN && err != unix.EACCES {
+				undo()
+				return false, fmt.Errorf("lock %s: %w", path, err)
+			}
+		}
+		for _, name := range names {
+			off := lockOffset(name)
+			err := ofdLock(fd, off, false)
+			if err == nil {
+				took = append(took, taken{fd, off})
+				continue
+			}
+			undo()
+			if err == unix.EAGAIN || err == unix.EACCES {
+				return false, nil
+			}
+			return false, fmt.Errorf("lock %s: %w", path, err)
+		}
+	}
 	return true, nil
 }
 
@@ -136,6 +254,24 @@ func (b *dirBatch) TryLockIndex(name, key string) (bool, error) {
 		return false, fmt.Errorf("invalid index name %q", name)
 	}
 	return b.tryLock(b.lockPath("index", name, key), key)
+}
+
+// ClaimIndex claims an index key for the batch, whose lock Commit takes
+// (lockNew): the key may be set (SetIndex) but not read under the batch's
+// lock before Commit, and another writer of it makes Commit try again.
+// False: the batch holds or claims it already.
+func (b *dirBatch) ClaimIndex(name, key string) (bool, error) {
+	if !records.ValidKind(name) {
+		return false, fmt.Errorf("invalid index name %q", name)
+	}
+	path := b.lockPath("index", name, key)
+	k := heldLock{path, key}
+	if b.held[k] {
+		return false, nil
+	}
+	b.held[k] = true
+	b.atCommit[path] = append(b.atCommit[path], key)
+	return true, nil
 }
 
 // lockPath is s.lockFilePath(of, name, key), remembered: the batch takes
@@ -162,17 +298,17 @@ func (b *dirBatch) lockPath(of, name, key string) string {
 // (rev 1, updated_at, v) is set now, and given back as it was if the record
 // is not stored. It returns the record as it will be stored: one line of
 // JSON, without the newline, which stays valid until the batch is used
-// again after its Commit. Nil, and no error: the record's lock is held
-// elsewhere, or r's ID is in the batch already.
+// again after its Commit. Nil, and no error: r's ID is in the batch
+// already. r's ID must be new (records.Init): its lock is taken by Commit.
 func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 	h := r.Header()
 	kind, err := checkRef(h.ID)
 	if err != nil {
 		return nil, err
 	}
-	ok, err := b.tryLock(b.lockPath("records", kind, h.ID), h.ID)
-	if !ok || err != nil {
-		return nil, err
+	path := b.lockPath("records", kind, h.ID)
+	if b.held[heldLock{path, h.ID}] {
+		return nil, nil
 	}
 	saved := *h
 	start := len(b.body)
@@ -184,6 +320,8 @@ func (b *dirBatch) Create(r records.Record) ([]byte, error) {
 	}
 	data := b.body[off : len(b.body)-len(entryTail)]
 	b.recs = append(b.recs, batchRec{kind: kind, id: h.ID, r: r, saved: saved, data: data, off: int64(off)})
+	b.held[heldLock{path, h.ID}] = true
+	b.atCommit[path] = append(b.atCommit[path], h.ID)
 	return data, nil
 }
 
@@ -311,8 +449,8 @@ func (b *dirBatch) checkNew(r *batchRec, packed func(id string) bool, intents ma
 	return nil
 }
 
-// SetIndex points an index key, whose lock the batch holds (TryLockIndex),
-// at id. Keys are written after the records, so that a key never names a
+// SetIndex points an index key, whose lock the batch holds (TryLockIndex)
+// or will take (ClaimIndex), at id. Keys are written after the records, so that a key never names a
 // record a crash left unwritten.
 func (b *dirBatch) SetIndex(name, key, id string) error {
 	if !records.ValidKind(name) || !validIndexKey(key) {
@@ -360,6 +498,9 @@ func (b *dirBatch) Commit() error {
 
 func (b *dirBatch) commit() error {
 	s := b.s
+	if err := b.lockNew(); err != nil {
+		return err
+	}
 	if len(b.recs) == 0 {
 		return b.placeKeys()
 	}
@@ -565,6 +706,8 @@ func (b *dirBatch) release() {
 		delete(b.fds, path)
 	}
 	clear(b.held)
+	clear(b.fdLocked)
+	clear(b.atCommit)
 	clear(b.recs) // the records, for the collector
 	b.recs, b.keys, b.body = b.recs[:0], b.keys[:0], b.body[:0]
 }

@@ -16,9 +16,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
@@ -135,11 +137,6 @@ func TestBatchRefusesWhatOthersHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := newCounter(s)
-	unlockRec, err := other.lockRecord(ctx, testKind, held.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := s.NewBatch()
 	if ok, err := b.TryLockIndex("idx", "held"); ok || err != nil {
 		t.Fatalf("TryLockIndex of a key held elsewhere = %v, %v", ok, err)
@@ -150,12 +147,6 @@ func TestBatchRefusesWhatOthersHold(t *testing.T) {
 	if ok, err := b.TryLockIndex("idx", "free"); ok || err != nil {
 		t.Fatalf("TryLockIndex of a key the batch holds = %v, %v", ok, err)
 	}
-	if line, err := b.Create(held); line != nil || err != nil {
-		t.Fatalf("Create of a record locked elsewhere = %s, %v", line, err)
-	}
-	if held.Rev != 0 {
-		t.Fatalf("refused record's header changed: rev %d", held.Rev)
-	}
 	c := newCounter(s)
 	if line, err := b.Create(c); line == nil || err != nil {
 		t.Fatalf("Create = %s, %v", line, err)
@@ -165,10 +156,6 @@ func TestBatchRefusesWhatOthersHold(t *testing.T) {
 	}
 	if err := b.SetIndex("idx", "unlocked", c.ID); err == nil {
 		t.Fatal("SetIndex of a key the batch does not hold succeeded")
-	}
-	// The other holder cannot take what the batch holds, until Commit.
-	if _, ok, _ := lockFile(ctx, other.recordLockPath(testKind, c.ID), lockOffset(c.ID), false); ok {
-		t.Fatal("a queued record's lock was free")
 	}
 	if err := b.SetIndex("idx", "free", c.ID); err != nil {
 		t.Fatal(err)
@@ -187,7 +174,149 @@ func TestBatchRefusesWhatOthersHold(t *testing.T) {
 		unlock()
 	}
 	unlockKey()
-	unlockRec()
+}
+
+// TestBatchLocksNewRecordsAtCommit: a new record's lock, and a claimed
+// key's, is taken by Commit, before the journal names them, and held until
+// they are in place; a lock file another batch holds whole is tried again
+// until it is let go; a lock another writer keeps fails the Commit as busy
+// (exit 75), with nothing stored.
+func TestBatchLocksNewRecordsAtCommit(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openT(t, dir)
+	other := openT(t, dir)
+	s.newLockPatience = 100 * time.Millisecond
+
+	// Held at the commit point, free after; a claimed key likewise.
+	b := s.NewBatch()
+	type lock struct{ path, name string }
+	var locks []lock
+	for i := range 2 * lockShards {
+		c := newCounter(s)
+		if line, err := b.Create(c); line == nil || err != nil {
+			t.Fatalf("Create = %s, %v", line, err)
+		}
+		key := fmt.Sprintf("claimed-%d", i)
+		if ok, err := b.ClaimIndex("idx", key); !ok || err != nil {
+			t.Fatalf("ClaimIndex = %v, %v", ok, err)
+		}
+		if ok, err := b.ClaimIndex("idx", key); ok || err != nil {
+			t.Fatalf("second ClaimIndex of a key = %v, %v", ok, err)
+		}
+		if err := b.SetIndex("idx", key, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lock{other.recordLockPath(testKind, c.ID), c.ID}, lock{other.indexLockPath("idx", key), key})
+	}
+	journaled := false
+	s.crashAt = func(point string) {
+		if point != crashPutJournaled {
+			return
+		}
+		journaled = true
+		for _, l := range locks {
+			if unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false); ok || err != nil {
+				if ok {
+					unlock()
+				}
+				t.Errorf("another writer took %s's lock once the journal named it (%v)", l.name, err)
+			}
+		}
+	}
+	if err := b.Commit(); err != nil || !journaled {
+		t.Fatalf("Commit = %v (journaled %v)", err, journaled)
+	}
+	s.crashAt = nil
+	for _, l := range locks {
+		unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false)
+		if !ok || err != nil {
+			t.Fatalf("%s's lock still held after Commit (%v)", l.name, err)
+		}
+		unlock()
+	}
+	if id, err := s.Lookup("idx", "claimed-0"); err != nil || id != locks[0].name {
+		t.Fatalf("claimed key = %s, %v; want %s", id, err, locks[0].name)
+	}
+
+	// Another batch committing holds its lock files whole: tried again
+	// until it lets go.
+	c := newCounter(s)
+	path := other.recordLockPath(testKind, c.ID)
+	fd, err := openLockFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := ofdLockRange(fd, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	busy := 0
+	s.crashAt = func(point string) {
+		if point == hookNewLocksBusy {
+			busy++
+			lk := unix.Flock_t{Type: unix.F_UNLCK}
+			if err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if line, err := b.Create(c); line == nil || err != nil {
+		t.Fatalf("Create = %s, %v", line, err)
+	}
+	if err := b.Commit(); err != nil || busy != 1 {
+		t.Fatalf("Commit beside a whole lock file let go = %v, after %d busy attempts; want nil after 1", err, busy)
+	}
+	s.crashAt = nil
+	if got := getCounter(t, s, c.ID); got.Rev != 1 {
+		t.Fatalf("stored %+v", got)
+	}
+
+	// A lock another writer keeps, a new record's or a claimed key's:
+	// busy, nothing stored, the header given back.
+	for _, keyHeld := range []bool{false, true} {
+		c = newCounter(s)
+		d := newCounter(s)
+		unlock, err := other.lockRecord(ctx, testKind, c.ID)
+		if keyHeld {
+			unlock()
+			unlock, err = other.lockIndex(ctx, "idx", "held")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		queue := func() {
+			for _, r := range []*counterRec{d, c} {
+				if line, err := b.Create(r); line == nil || err != nil {
+					t.Fatalf("Create = %s, %v", line, err)
+				}
+			}
+			if ok, err := b.ClaimIndex("idx", "held"); !ok || err != nil {
+				t.Fatalf("ClaimIndex = %v, %v", ok, err)
+			}
+			if err := b.SetIndex("idx", "held", c.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		queue()
+		err = b.Commit()
+		if fault.Code(err) != fault.ExitTempFail {
+			t.Fatalf("Commit with a lock kept elsewhere (the key's: %v) = %v (exit %d), want exit %d", keyHeld, err, fault.Code(err), fault.ExitTempFail)
+		}
+		if c.Rev != 0 || d.Rev != 0 || s.Exists(c.ID) || s.Exists(d.ID) {
+			t.Fatalf("a refused batch stored or stamped its records: revs %d %d", c.Rev, d.Rev)
+		}
+		unlock()
+		// The batch is empty again and takes the same records.
+		queue()
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if id, err := s.Lookup("idx", "held"); err != nil || id != c.ID {
+			t.Fatalf("key = %s, %v; want %s", id, err, c.ID)
+		}
+	}
+	assertConsistent(t, s)
 }
 
 func TestBatchCreateOfATakenID(t *testing.T) {
@@ -1221,7 +1350,8 @@ func TestBatchLocksAreSingleWritersLocks(t *testing.T) {
 		if ok, err := b.TryLockIndex("idx", key); !ok || err != nil {
 			t.Fatalf("TryLockIndex = %v, %v", ok, err)
 		}
-		held = append(held, lock{other.recordLockPath(testKind, c.ID), c.ID}, lock{other.indexLockPath("idx", key), key})
+		// (A new record's lock is taken by Commit: TestBatchLocksNewRecordsAtCommit.)
+		held = append(held, lock{other.indexLockPath("idx", key), key})
 	}
 	for _, l := range held {
 		if unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false); ok || err != nil {

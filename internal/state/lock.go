@@ -99,12 +99,16 @@ type fdCloser int
 func (fd fdCloser) Close() error { return unix.Close(int(fd)) }
 
 // ofdLock takes an exclusive lock on one byte, restarting after EINTR.
-func ofdLock(fd int, off int64, wait bool) error {
+func ofdLock(fd int, off int64, wait bool) error { return ofdLockRange(fd, off, 1, wait) }
+
+// ofdLockRange takes an exclusive lock on n bytes from off (n 0: to the
+// end of any file), restarting after EINTR.
+func ofdLockRange(fd int, off, n int64, wait bool) error {
 	cmd := unix.F_OFD_SETLK
 	if wait {
 		cmd = unix.F_OFD_SETLKW
 	}
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: off, Len: 1}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: off, Len: n}
 	for {
 		err := unix.FcntlFlock(uintptr(fd), cmd, &lk)
 		if err != unix.EINTR {

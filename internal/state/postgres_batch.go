@@ -71,6 +71,10 @@ func (b *pgBatch) tryLock(key int64) (bool, error) {
 	return ok, pgErr(err)
 }
 
+// ClaimIndex is TryLockIndex: on PostgreSQL the batch's locks are its
+// transaction's, taken as it fills.
+func (b *pgBatch) ClaimIndex(name, key string) (bool, error) { return b.TryLockIndex(name, key) }
+
 func (b *pgBatch) TryLockIndex(name, key string) (bool, error) {
 	if err := checkIndexKey(name, key); err != nil {
 		return false, err

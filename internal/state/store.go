@@ -116,6 +116,9 @@ type dirStore struct {
 	packMin int
 	// packSlack: budgetUpdates (defaultPackSlack; tests set less).
 	packSlack int64
+	// newLockPatience bounds how long a batch's Commit tries for the locks
+	// of its new records (lockNew; defaultNewLockPatience, tests set less).
+	newLockPatience time.Duration
 
 	journalMu sync.Mutex
 	// journal is opened on the first append and kept until a compaction
