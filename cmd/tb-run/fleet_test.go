@@ -146,6 +146,15 @@ func newFleet(t testing.TB, n int) *fleet {
 		// own default route stays as it is.
 		sinkNet := fmt.Sprintf("10.224.%d.0/24", i+1)
 		table := strconv.Itoa(3900 + i)
+		if h.ns == "" {
+			// A run killed before its cleanups left its table's route and
+			// its rules in the root namespace: the numbers are this test's.
+			exec.Command("ip", "route", "flush", "table", table).Run()
+			for prio := 3900 + 4*i; prio < 3900+4*i+4; prio++ {
+				for exec.Command("ip", "rule", "del", "priority", strconv.Itoa(prio)).Run() == nil {
+				}
+			}
+		}
 		ip(h.ns, "route", "add", "default", "via", fleetGateway, "dev", uplink, "table", table)
 		for j, from := range []string{labNet, sinkNet} {
 			prio := 3900 + 4*i + 2*j
