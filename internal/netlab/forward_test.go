@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
@@ -73,5 +75,68 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 	}
 	if got := forwarding(); got != before {
 		t.Fatalf("after the last lab went down, the uplink's forwarding = %s, want %s as found", got, before)
+	}
+}
+
+// Two labs in one namespace with an uplink each: the first down leaves its
+// uplink forwarding (it cannot tell the uplink is not shared), and the
+// last one down restores both as found, keeping no record of either.
+func TestLastLabDownRestoresEveryUplink(t *testing.T) {
+	ctx := context.Background()
+	l := labtest.New(t)
+	a := l.Config
+	b := l.Config
+	b.Name, b.Bridge, b.SinkNS, b.SinkVeth, b.Table = a.Name+"b", a.Bridge+"b", a.SinkNS+"b", a.SinkVeth+"b", a.Table+"b"
+	b.LabNet, b.SinkNet = netip.MustParsePrefix("10.13.39.0/24"), netip.MustParsePrefix("10.13.40.0/24")
+	b.Dir = filepath.Join(t.TempDir(), "lab-b")
+	b.Uplink = a.Uplink + "b"
+	if err := netns.Do(l.HostNS(), func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: b.Uplink}, PeerName: b.Uplink + "p"}); err != nil {
+			return err
+		}
+		up, err := netlink.LinkByName(b.Uplink)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(up)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	forwarding := func(iface string) string {
+		var v []byte
+		if err := netns.Do(l.HostNS(), func() error {
+			var err error
+			v, err = os.ReadFile("/proc/sys/net/ipv4/conf/" + iface + "/forwarding")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(v))
+	}
+	for _, iface := range []string{a.Uplink, b.Uplink} {
+		if err := netns.Do(l.HostNS(), func() error {
+			return os.WriteFile("/proc/sys/net/ipv4/conf/"+iface+"/forwarding", []byte("0\n"), 0o644)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []netlab.Config{a, b} {
+		t.Cleanup(func() { netlab.Down(ctx, c.Dir) })
+		if _, err := netlab.Up(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []netlab.Config{a, b} {
+		if err := netlab.Down(ctx, c.Dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, iface := range []string{a.Uplink, b.Uplink} {
+		if got := forwarding(iface); got != "0" {
+			t.Errorf("after the last lab went down, %s forwards (%s); it did not before the labs", iface, got)
+		}
+		if kept, _ := filepath.Glob("/run/talkbox/conf." + iface + ".forwarding.*"); len(kept) > 0 {
+			t.Errorf("the labs down left %v", kept)
+		}
 	}
 }

@@ -500,10 +500,6 @@ func forwardingKeys(cfg *Config) []string {
 
 func ifForwarding(name string) string { return "net.ipv4.conf." + name + ".forwarding" }
 
-// legacyForwarding is what labs before per-interface forwarding turned on;
-// the last lab down still restores it as they found it.
-const legacyForwarding = "net.ipv4.ip_forward"
-
 func forwardOn(cfg *Config) error {
 	for _, key := range forwardingKeys(cfg) {
 		old, err := sysctl(cfg.HostNSPath(), key, "1")
@@ -548,6 +544,31 @@ func rememberSysctl(ns, key, old string) error {
 	return os.WriteFile(p, []byte(old+"\n"), 0o644)
 }
 
+// keptSysctls are the settings rememberSysctl kept for ns; among them
+// net.ipv4.ip_forward, if a lab of a version before per-interface
+// forwarding turned it on.
+func keptSysctls(ns string) ([]string, error) {
+	any, err := sysctlFile(ns, "")
+	if err != nil {
+		return nil, err
+	}
+	suffix := filepath.Base(any) // "." and the namespace's device and inode
+	ents, err := os.ReadDir(filepath.Dir(any))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), suffix); ok && name != "" {
+			keys = append(keys, "net.ipv4."+name)
+		}
+	}
+	return keys, nil
+}
+
 // forgetSysctl removes what rememberSysctl kept for key in ns.
 func forgetSysctl(ns, key string) error {
 	p, err := sysctlFile(ns, key)
@@ -560,10 +581,17 @@ func forgetSysctl(ns, key string) error {
 	return nil
 }
 
-// restoreForwarding puts back what the lab's forwarding settings were
-// before the first lab; an interface already gone has nothing to restore.
+// restoreForwarding puts back what the forwarding settings the labs of
+// the namespace kept were before the first of them: this lab's, and the
+// uplinks of labs that went down while another was up (an uplink may be
+// shared, so its setting stays until the last lab is down). An interface
+// already gone has nothing to restore.
 func restoreForwarding(cfg *Config) error {
-	for _, key := range append(forwardingKeys(cfg), legacyForwarding) {
+	kept, err := keptSysctls(cfg.HostNSPath())
+	if err != nil {
+		return err
+	}
+	for _, key := range append(forwardingKeys(cfg), kept...) {
 		p, err := sysctlFile(cfg.HostNSPath(), key)
 		if err != nil {
 			return err
