@@ -42,6 +42,13 @@ func TestRetriedSYNIsNoNewContact(t *testing.T) {
 		conn(a, uint16(50000+i), 41*time.Second+time.Duration(i)*100*time.Millisecond, 32*time.Second, "S2", "ShAF")
 	}
 	d.Flush()
+	wantScanAlone(t, emitted)
+}
+
+// wantScanAlone fails unless emitted is one scan observable and nothing
+// that stands out of it.
+func wantScanAlone(t *testing.T, emitted []*records.Observable) {
+	t.Helper()
 	for _, o := range emitted {
 		if o.Type == records.ObsEndpoint || o.Type == records.ObsIP {
 			t.Errorf("%s %s stands out of the scan (%d contacts)", o.Type, o.Value, o.Count)
@@ -74,12 +81,5 @@ func TestLatePieceOfAProbeIsNoNewContact(t *testing.T) {
 	// Round 2's probe of the first address, its responder's FIN 20 s late.
 	probe(dests[0], 50000, time.Minute+20*time.Second, "^f")
 	d.Flush()
-	for _, o := range emitted {
-		if o.Type == records.ObsEndpoint || o.Type == records.ObsIP {
-			t.Errorf("%s %s stands out of the scan (%d contacts)", o.Type, o.Value, o.Count)
-		}
-	}
-	if len(emitted) != 1 || emitted[0].Type != records.ObsScan {
-		t.Fatalf("emitted %d observables, want the scan alone", len(emitted))
-	}
+	wantScanAlone(t, emitted)
 }

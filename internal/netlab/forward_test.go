@@ -27,17 +27,7 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 	b.LabNet, b.SinkNet = netip.MustParsePrefix("10.13.39.0/24"), netip.MustParsePrefix("10.13.40.0/24")
 	b.Dir = filepath.Join(t.TempDir(), "lab-b")
 	key := "/proc/sys/net/ipv4/conf/" + a.Uplink + "/forwarding"
-	forwarding := func() string {
-		var v []byte
-		if err := netns.Do(l.HostNS(), func() error {
-			var err error
-			v, err = os.ReadFile(key)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(v))
-	}
+	forwarding := func() string { return readForwarding(t, l.HostNS(), a.Uplink) }
 	// A new interface inherits forwarding from the namespace's default,
 	// which a namespace inherits from the host's: start from off, as a
 	// host without labs would.
@@ -102,17 +92,6 @@ func TestLastLabDownRestoresEveryUplink(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	forwarding := func(iface string) string {
-		var v []byte
-		if err := netns.Do(l.HostNS(), func() error {
-			var err error
-			v, err = os.ReadFile("/proc/sys/net/ipv4/conf/" + iface + "/forwarding")
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(v))
-	}
 	for _, iface := range []string{a.Uplink, b.Uplink} {
 		if err := netns.Do(l.HostNS(), func() error {
 			return os.WriteFile("/proc/sys/net/ipv4/conf/"+iface+"/forwarding", []byte("0\n"), 0o644)
@@ -132,11 +111,25 @@ func TestLastLabDownRestoresEveryUplink(t *testing.T) {
 		}
 	}
 	for _, iface := range []string{a.Uplink, b.Uplink} {
-		if got := forwarding(iface); got != "0" {
+		if got := readForwarding(t, l.HostNS(), iface); got != "0" {
 			t.Errorf("after the last lab went down, %s forwards (%s); it did not before the labs", iface, got)
 		}
 		if kept, _ := filepath.Glob("/run/talkbox/conf." + iface + ".forwarding.*"); len(kept) > 0 {
 			t.Errorf("the labs down left %v", kept)
 		}
 	}
+}
+
+// readForwarding reads iface's IPv4 forwarding in the namespace ns.
+func readForwarding(t *testing.T, ns, iface string) string {
+	t.Helper()
+	var v []byte
+	if err := netns.Do(ns, func() error {
+		var err error
+		v, err = os.ReadFile("/proc/sys/net/ipv4/conf/" + iface + "/forwarding")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(v))
 }

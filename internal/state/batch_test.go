@@ -521,6 +521,77 @@ func testBatchCrashWindows(t *testing.T, n int, opts ...Option) {
 // opposite orders through batches, falling back on Claim for a key the
 // other holds. Every key ends with one record, and neither waits for the
 // other while it holds a lock (or the test would hang).
+func TestBatchesOfTwoWritersAgree(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const keys = 300
+	claimed := make([]map[string]string, 2)
+	twoWriters(t, dir, keys, func(w int, s *Store, key func(int) string) error {
+		claimed[w] = make(map[string]string)
+		b := s.NewBatch()
+		var queued []string
+		commit := func() error {
+			err := b.Commit()
+			for _, k := range queued {
+				if id, lerr := s.Lookup("idx", k); lerr == nil {
+					claimed[w][k] = id
+				} else if err == nil {
+					err = lerr
+				}
+			}
+			queued = queued[:0]
+			return err
+		}
+		for i := range keys {
+			k := key(i)
+			ok, err := b.TryLockIndex("idx", k)
+			if err != nil {
+				return err
+			}
+			if ok {
+				if _, err := s.Lookup("idx", k); errors.Is(err, ErrNotFound) {
+					c := newCounter(s)
+					if line, err := b.Create(c); line == nil || err != nil {
+						return fmt.Errorf("Create: %s, %v", line, err)
+					}
+					if err := b.SetIndex("idx", k, c.ID); err != nil {
+						return err
+					}
+					queued = append(queued, k)
+					if len(queued) == 16 {
+						if err := commit(); err != nil {
+							return err
+						}
+					}
+					continue
+				}
+			}
+			// Held by the other writer, or there already: commit (the
+			// batch may hold this key) and claim it the ordinary way.
+			if err := commit(); err != nil {
+				return err
+			}
+			id, _, err := s.Claim(ctx, "idx", k, func() (records.Record, error) {
+				return newCounter(s), nil
+			})
+			if err != nil {
+				return err
+			}
+			claimed[w][k] = id
+		}
+		return commit()
+	})
+	s := openT(t, dir)
+	for i := range keys {
+		k := fmt.Sprintf("k%d", i)
+		id, err := s.Lookup("idx", k)
+		if err != nil || claimed[0][k] != id || claimed[1][k] != id {
+			t.Fatalf("key %s: index %s (%v), writers saw %s and %s", k, id, err, claimed[0][k], claimed[1][k])
+		}
+	}
+	assertConsistent(t, s)
+}
+
 // TestClaimedKeysOfTwoWritersAgree: two writers (stores of their own, as
 // two tb-parse without --merge) set the same keys at once through claimed
 // keys, locked at their commits: every commit goes through, and every key
@@ -529,51 +600,30 @@ func TestClaimedKeysOfTwoWritersAgree(t *testing.T) {
 	dir := t.TempDir()
 	const keys = 300
 	created := make([]map[string]bool, 2)
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for w := range 2 {
-		s := openT(t, dir)
+	twoWriters(t, dir, keys, func(w int, s *Store, key func(int) string) error {
 		created[w] = make(map[string]bool)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b := s.NewBatch()
-			for i := range keys {
-				k := fmt.Sprintf("k%d", i)
-				if w == 1 {
-					k = fmt.Sprintf("k%d", keys-1-i)
-				}
-				if ok, err := b.ClaimIndex("idx", k); !ok || err != nil {
-					errs <- fmt.Errorf("ClaimIndex = %v, %v", ok, err)
-					return
-				}
-				c := newCounter(s)
-				if line, err := b.Create(c); line == nil || err != nil {
-					errs <- fmt.Errorf("Create: %s, %v", line, err)
-					return
-				}
-				if err := b.SetIndex("idx", k, c.ID); err != nil {
-					errs <- err
-					return
-				}
-				created[w][c.ID] = true
-				if i%16 == 15 {
-					if err := b.Commit(); err != nil {
-						errs <- err
-						return
-					}
+		b := s.NewBatch()
+		for i := range keys {
+			k := key(i)
+			if ok, err := b.ClaimIndex("idx", k); !ok || err != nil {
+				return fmt.Errorf("ClaimIndex = %v, %v", ok, err)
+			}
+			c := newCounter(s)
+			if line, err := b.Create(c); line == nil || err != nil {
+				return fmt.Errorf("Create: %s, %v", line, err)
+			}
+			if err := b.SetIndex("idx", k, c.ID); err != nil {
+				return err
+			}
+			created[w][c.ID] = true
+			if i%16 == 15 {
+				if err := b.Commit(); err != nil {
+					return err
 				}
 			}
-			if err := b.Commit(); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		}
+		return b.Commit()
+	})
 	s := openT(t, dir)
 	for i := range keys {
 		id, err := s.Lookup("idx", fmt.Sprintf("k%d", i))
@@ -584,80 +634,25 @@ func TestClaimedKeysOfTwoWritersAgree(t *testing.T) {
 	assertConsistent(t, s)
 }
 
-func TestBatchesOfTwoWritersAgree(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	const keys = 300
-	claimed := make([]map[string]string, 2)
+// twoWriters runs write for writers 0 and 1 at once, each with a store of
+// its own on dir (separate lock descriptors, as two processes); key gives
+// the i-th of n keys, writer 1 taking them in writer 0's reverse order.
+func twoWriters(t *testing.T, dir string, n int, write func(w int, s *Store, key func(int) string) error) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for w := range 2 {
 		s := openT(t, dir)
-		claimed[w] = make(map[string]string)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b := s.NewBatch()
-			var queued []string
-			commit := func() error {
-				err := b.Commit()
-				for _, k := range queued {
-					if id, lerr := s.Lookup("idx", k); lerr == nil {
-						claimed[w][k] = id
-					} else if err == nil {
-						err = lerr
-					}
-				}
-				queued = queued[:0]
-				return err
-			}
-			for i := range keys {
-				k := fmt.Sprintf("k%d", i)
+			key := func(i int) string {
 				if w == 1 {
-					k = fmt.Sprintf("k%d", keys-1-i)
+					i = n - 1 - i
 				}
-				ok, err := b.TryLockIndex("idx", k)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if ok {
-					if _, err := s.Lookup("idx", k); errors.Is(err, ErrNotFound) {
-						c := newCounter(s)
-						if line, err := b.Create(c); line == nil || err != nil {
-							errs <- fmt.Errorf("Create: %s, %v", line, err)
-							return
-						}
-						if err := b.SetIndex("idx", k, c.ID); err != nil {
-							errs <- err
-							return
-						}
-						queued = append(queued, k)
-						if len(queued) == 16 {
-							if err := commit(); err != nil {
-								errs <- err
-								return
-							}
-						}
-						continue
-					}
-				}
-				// Held by the other writer, or there already: commit (the
-				// batch may hold this key) and claim it the ordinary way.
-				if err := commit(); err != nil {
-					errs <- err
-					return
-				}
-				id, _, err := s.Claim(ctx, "idx", k, func() (records.Record, error) {
-					return newCounter(s), nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				claimed[w][k] = id
+				return fmt.Sprintf("k%d", i)
 			}
-			if err := commit(); err != nil {
+			if err := write(w, s, key); err != nil {
 				errs <- err
 			}
 		}()
@@ -667,15 +662,6 @@ func TestBatchesOfTwoWritersAgree(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	s := openT(t, dir)
-	for i := range keys {
-		k := fmt.Sprintf("k%d", i)
-		id, err := s.Lookup("idx", k)
-		if err != nil || claimed[0][k] != id || claimed[1][k] != id {
-			t.Fatalf("key %s: index %s (%v), writers saw %s and %s", k, id, err, claimed[0][k], claimed[1][k])
-		}
-	}
-	assertConsistent(t, s)
 }
 
 func TestPutBlobBytes(t *testing.T) {
