@@ -20,12 +20,7 @@ import (
 // down restores it as found.
 func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 	ctx := context.Background()
-	l := labtest.New(t)
-	a := l.Config
-	b := l.Config
-	b.Name, b.Bridge, b.SinkNS, b.SinkVeth, b.Table = a.Name+"b", a.Bridge+"b", a.SinkNS+"b", a.SinkVeth+"b", a.Table+"b"
-	b.LabNet, b.SinkNet = netip.MustParsePrefix("10.13.39.0/24"), netip.MustParsePrefix("10.13.40.0/24")
-	b.Dir = filepath.Join(t.TempDir(), "lab-b")
+	l, a, b := twoLabs(t)
 	key := "/proc/sys/net/ipv4/conf/" + a.Uplink + "/forwarding"
 	forwarding := func() string { return readForwarding(t, l.HostNS(), a.Uplink) }
 	// A new interface inherits forwarding from the namespace's default,
@@ -73,12 +68,7 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 // last one down restores both as found, keeping no record of either.
 func TestLastLabDownRestoresEveryUplink(t *testing.T) {
 	ctx := context.Background()
-	l := labtest.New(t)
-	a := l.Config
-	b := l.Config
-	b.Name, b.Bridge, b.SinkNS, b.SinkVeth, b.Table = a.Name+"b", a.Bridge+"b", a.SinkNS+"b", a.SinkVeth+"b", a.Table+"b"
-	b.LabNet, b.SinkNet = netip.MustParsePrefix("10.13.39.0/24"), netip.MustParsePrefix("10.13.40.0/24")
-	b.Dir = filepath.Join(t.TempDir(), "lab-b")
+	l, a, b := twoLabs(t)
 	b.Uplink = a.Uplink + "b"
 	if err := netns.Do(l.HostNS(), func() error {
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: b.Uplink}, PeerName: b.Uplink + "p"}); err != nil {
@@ -132,4 +122,16 @@ func readForwarding(t *testing.T, ns, iface string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(v))
+}
+
+// twoLabs makes a lab in a namespace of its own, and the configurations of
+// two labs there (not yet up): its own, and a second with interfaces and
+// networks of its own and the same uplink.
+func twoLabs(t *testing.T) (l *labtest.Lab, a, b netlab.Config) {
+	l = labtest.New(t)
+	a, b = l.Config, l.Config
+	b.Name, b.Bridge, b.SinkNS, b.SinkVeth, b.Table = a.Name+"b", a.Bridge+"b", a.SinkNS+"b", a.SinkVeth+"b", a.Table+"b"
+	b.LabNet, b.SinkNet = netip.MustParsePrefix("10.13.39.0/24"), netip.MustParsePrefix("10.13.40.0/24")
+	b.Dir = filepath.Join(t.TempDir(), "lab-b")
+	return l, a, b
 }
