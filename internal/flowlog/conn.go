@@ -37,6 +37,9 @@ type Conn struct {
 	// originator's protocol would (Exchange*): the packet decoder reads it
 	// from the payloads; logs that do not tell (Zeek, EVE) leave it 0.
 	Exchange uint8
+	// Resumed: the connection was carried from the previous capture of its
+	// stream (the decoder's Seed), so it began there: no new contact.
+	Resumed bool
 }
 
 // How far a connection's responder answered, each level implying those

@@ -72,6 +72,12 @@ type endpointStat struct {
 	states, services, clients                []string
 	starts                                   []int64
 	named                                    bool
+	// resumed counts the connections among conns that began in the
+	// previous capture (Conn.Resumed); newFirst is the first start of the
+	// others, when there are any. Whether a destination stands out of a
+	// scan is told from the contacts made in this cycle only.
+	resumed  int64
+	newFirst int64
 	// The last connection's 5-tuple, start and whether it counted as
 	// established: a 5-tuple is not reused within a second (TIME_WAIT), so
 	// pieces closer than that which start without a SYN are one connection
@@ -209,6 +215,9 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 	if e == nil {
 		named := c.Service != "" || t.named(c.RespH)
 		if (g.scanning || h != nil && h.scanning) && !named && c.End-c.Start < int64(LongConn) {
+			if c.Resumed {
+				return // a contact of the previous cycle's
+			}
 			if t.oneShot == nil {
 				t.oneShot = make(oneShots, maxOneShot)
 			}
@@ -221,6 +230,7 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 			e.conns = int64(n)
 			e.starts = append(e.starts, first)
 			e.first = min(e.first, first)
+			e.newFirst = first
 		} else {
 			e = t.track(k, c, origin)
 		}
@@ -358,6 +368,11 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 	piece := e.conns > 0 && (sameContact(orig, e.lastOrig, c.Start, e.lastStart) ||
 		orig == e.lastOrig && c.Start-e.lastStart < span && e.lastStart-c.Start < span && (c.History == "" || c.History[0] != 'S'))
 	if !piece {
+		if c.Resumed {
+			e.resumed++
+		} else if e.conns == e.resumed || c.Start < e.newFirst {
+			e.newFirst = c.Start
+		}
 		e.conns++
 		e.lastOrig, e.lastStart, e.lastEstabl = orig, c.Start, false
 		e.starts = append(e.starts, c.Start)
@@ -410,7 +425,7 @@ func pieceSpan(c *Conn) int64 {
 // than the scan: named, long, or contacted repeatedly over a span.
 func (t *Dests) standsOut(e *endpointStat) bool {
 	return e.named || t.named(e.key.addr) || e.maxDur >= int64(LongConn) ||
-		e.conns >= 3 && e.last-e.first >= int64(RepeatSpan)
+		e.conns-e.resumed >= 3 && e.last-e.newFirst >= int64(RepeatSpan)
 }
 
 // scanned reports whether an endpoint belongs to a scan.
@@ -468,7 +483,9 @@ func (t *Dests) fold(k epKey, e *endpointStat) {
 	if t.oneShot == nil {
 		t.oneShot = make(oneShots, maxOneShot)
 	}
-	t.oneShot.remember(k, e.first, int32(e.conns), origKey(e.lastOrig), e.lastStart)
+	if n := e.conns - e.resumed; n > 0 {
+		t.oneShot.remember(k, e.newFirst, int32(n), origKey(e.lastOrig), e.lastStart)
+	}
 }
 
 // shed keeps the tracked endpoints bounded: first it folds scanned ones

@@ -45,6 +45,39 @@ func TestRetriedSYNIsNoNewContact(t *testing.T) {
 	wantScanAlone(t, emitted)
 }
 
+// TestResumedConnectionIsNoNewContact: a probe's connection still open when
+// the previous cycle's capture ended comes back resumed at the start of the
+// next (its last packets), before that cycle's scan has begun; with the
+// cycle's two rounds of probes over more than a minute after it, it would
+// be a third contact, and every such destination would stand out of the
+// scan (seen in TestSoakScanningLease, in a fresh-clone make test).
+func TestResumedConnectionIsNoNewContact(t *testing.T) {
+	var emitted []*records.Observable
+	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
+	guest := netip.MustParseAddr("10.213.1.10")
+	conn := func(dest netip.Addr, port uint16, at time.Duration, history string, resumed bool) {
+		start := int64(at)
+		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(time.Second), Proto: "tcp",
+			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: "S2", History: history, OrigPkts: 3, RespPkts: 2,
+			Resumed: resumed}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	}
+	dests := make([]netip.Addr, 100)
+	for i := range dests {
+		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
+	}
+	for i, a := range dests { // the previous cycle's last probes, resumed
+		conn(a, uint16(30000+i), time.Duration(i)*10*time.Millisecond, "ShAFa", true)
+	}
+	for i, a := range dests { // round 1, 20 s later
+		conn(a, uint16(40000+i), 20*time.Second+time.Duration(i)*100*time.Millisecond, "ShAFa", false)
+	}
+	for i, a := range dests { // round 2, a minute after the resumed ones
+		conn(a, uint16(50000+i), 61*time.Second+time.Duration(i)*100*time.Millisecond, "ShAFa", false)
+	}
+	d.Flush()
+	wantScanAlone(t, emitted)
+}
+
 // wantScanAlone fails unless emitted is one scan observable and nothing
 // that stands out of it.
 func wantScanAlone(t *testing.T, emitted []*records.Observable) {

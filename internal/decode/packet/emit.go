@@ -61,7 +61,7 @@ func (d *Decoder) emitFlow(f *flow) {
 	d.conn = flowlog.Conn{UID: d.madeUID(f), UIDs: d.uids, UIDSeq: f.seq, Start: f.start, End: f.last, Proto: proto, OrigH: oh, OrigP: op, RespH: rh, RespP: rp,
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
-		Packet: f.firstPkt, Exchange: f.exchange()}
+		Packet: f.firstPkt, Exchange: f.exchange(), Resumed: f.carried}
 	d.cfg.Sink.Conn(&d.conn)
 	start, last := tsTime(f.start), tsTime(f.last)
 	if proto == "icmp" {
