@@ -190,8 +190,7 @@ func TestBatchLocksNewRecordsAtCommit(t *testing.T) {
 
 	// Held at the commit point, free after; a claimed key likewise.
 	b := s.NewBatch()
-	type lock struct{ path, name string }
-	var locks []lock
+	var locks []byteLock
 	for i := range 2 * lockShards {
 		c := newCounter(s)
 		if line, err := b.Create(c); line == nil || err != nil {
@@ -207,7 +206,7 @@ func TestBatchLocksNewRecordsAtCommit(t *testing.T) {
 		if err := b.SetIndex("idx", key, c.ID); err != nil {
 			t.Fatal(err)
 		}
-		locks = append(locks, lock{other.recordLockPath(testKind, c.ID), c.ID}, lock{other.indexLockPath("idx", key), key})
+		locks = append(locks, byteLock{other.recordLockPath(testKind, c.ID), c.ID}, byteLock{other.indexLockPath("idx", key), key})
 	}
 	journaled := false
 	s.crashAt = func(point string) {
@@ -216,10 +215,7 @@ func TestBatchLocksNewRecordsAtCommit(t *testing.T) {
 		}
 		journaled = true
 		for _, l := range locks {
-			if unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false); ok || err != nil {
-				if ok {
-					unlock()
-				}
+			if ok, err := l.free(ctx); ok || err != nil {
 				t.Errorf("another writer took %s's lock once the journal named it (%v)", l.name, err)
 			}
 		}
@@ -229,11 +225,9 @@ func TestBatchLocksNewRecordsAtCommit(t *testing.T) {
 	}
 	s.crashAt = nil
 	for _, l := range locks {
-		unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false)
-		if !ok || err != nil {
+		if ok, err := l.free(ctx); !ok || err != nil {
 			t.Fatalf("%s's lock still held after Commit (%v)", l.name, err)
 		}
-		unlock()
 	}
 	if id, err := s.Lookup("idx", "claimed-0"); err != nil || id != locks[0].name {
 		t.Fatalf("claimed key = %s, %v; want %s", id, err, locks[0].name)
@@ -1378,18 +1372,32 @@ func TestKeyLinesAreJSON(t *testing.T) {
 	}
 }
 
+// byteLock is a record's or key's lock as another writer takes it.
+type byteLock struct{ path, name string }
+
+// free reports whether another writer could take the lock now (and lets it
+// go again at once).
+func (l byteLock) free(ctx context.Context) (bool, error) {
+	unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false)
+	if ok {
+		unlock()
+	}
+	return ok, err
+}
+
 // TestBatchLocksAreSingleWritersLocks: whatever shard of the lock files a
-// record's ID or a key falls in, a batch holds the very byte a single
-// writer (another process) locks for it, for enough records and keys to
-// fill every shard several times over, and lets it go at Commit.
+// key falls in, a batch that locked it as it queued it (TryLockIndex) holds
+// the very byte a single writer (another process) locks for it, for enough
+// keys to fill every shard several times over, and lets it go at Commit.
+// New records' and claimed keys' locks, taken by Commit:
+// TestBatchLocksNewRecordsAtCommit.
 func TestBatchLocksAreSingleWritersLocks(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := openT(t, dir)
 	other := openT(t, dir)
 	b := s.NewBatch()
-	type lock struct{ path, name string }
-	var held []lock
+	var held []byteLock
 	for i := range 8 * lockShards {
 		c := newCounter(s)
 		if line, err := b.Create(c); line == nil || err != nil {
@@ -1399,14 +1407,10 @@ func TestBatchLocksAreSingleWritersLocks(t *testing.T) {
 		if ok, err := b.TryLockIndex("idx", key); !ok || err != nil {
 			t.Fatalf("TryLockIndex = %v, %v", ok, err)
 		}
-		// (A new record's lock is taken by Commit: TestBatchLocksNewRecordsAtCommit.)
-		held = append(held, lock{other.indexLockPath("idx", key), key})
+		held = append(held, byteLock{other.indexLockPath("idx", key), key})
 	}
 	for _, l := range held {
-		if unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false); ok || err != nil {
-			if ok {
-				unlock()
-			}
+		if ok, err := l.free(ctx); ok || err != nil {
 			t.Fatalf("a single writer took %s in %s while the batch held it (%v)", l.name, l.path, err)
 		}
 	}
@@ -1414,10 +1418,8 @@ func TestBatchLocksAreSingleWritersLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range held {
-		unlock, ok, err := lockFile(ctx, l.path, lockOffset(l.name), false)
-		if !ok || err != nil {
+		if ok, err := l.free(ctx); !ok || err != nil {
 			t.Fatalf("%s still held after Commit (%v)", l.name, err)
 		}
-		unlock()
 	}
 }
