@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,10 +18,17 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
+	"golang.org/x/sys/unix"
+
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -295,51 +303,117 @@ func (l *hostileLab) cycle(lease, plan string) (*records.Cycle, []byte, error) {
 	return &c, out, nil
 }
 
-// sniffer is a tcpdump writing one interface's frames in one direction to
-// a pcap file.
+// sniffer writes one interface's frames in one direction to a pcap file,
+// through the AF_PACKET capture tb-capture uses. Not tcpdump: tcpdump,
+// stopped by a signal, leaves whatever the kernel had queued and not yet
+// handed over unwritten, so the last frames of a cycle (its DNS burst)
+// could be missing from the counts checkAttacked makes. stop waits for
+// every frame the kernel counted, and a frame the kernel dropped fails the
+// test: counts with a gap prove nothing.
 type sniffer struct {
-	cmd  *exec.Cmd
-	file string
-	done chan error
-	once sync.Once
+	t        *testing.T
+	iface    string
+	file     string
+	src      *capture.AFPacket
+	cancel   context.CancelFunc
+	done     chan error
+	written  atomic.Uint64
+	progress chan struct{}
+	once     sync.Once
 }
 
-// sniff starts tcpdump on iface (in the host's namespace) for the frames
-// of one direction and returns once it listens: "out" is what the host
-// sends out of it (what the guest behind a tap, or the namespace behind
-// the uplink, receives), "in" what it receives (what the guest sent).
+// sniffSnaplen is the bytes kept of each frame: headers and the start of a
+// payload (an HTTP request line and its Host:).
+const sniffSnaplen = 512
+
+// sniff starts capturing on iface (in the host's namespace) the frames of
+// one direction, and returns once the socket is bound: "out" is what the
+// host sends out of it (what the guest behind a tap, or the namespace
+// behind the uplink, receives), "in" what it receives (what the guest
+// sent).
 func sniff(t *testing.T, dir, iface, direction string) *sniffer {
 	t.Helper()
-	s := &sniffer{file: filepath.Join(dir, iface+"-"+direction+".pcap"), done: make(chan error, 1)}
-	s.cmd = exec.Command("tcpdump", "-i", iface, "-Q", direction, "-n", "-U", "-Z", "root", "-s", "512", "-w", s.file)
-	stderr, err := s.cmd.StderrPipe()
+	// ld the packet type (SKF_AD_OFF+SKF_AD_PKTTYPE, -0x1000+4):
+	// PACKET_OUTGOING is "out", any other "in".
+	outgoing := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0xfffff004},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.PACKET_OUTGOING, Jt: 0, Jf: 1},
+		{Code: unix.BPF_RET | unix.BPF_K, K: sniffSnaplen},
+		{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	switch direction {
+	case "out":
+	case "in":
+		outgoing[1].Jt, outgoing[1].Jf = 1, 0
+	default:
+		t.Fatalf("sniff: direction %q", direction)
+	}
+	s := &sniffer{t: t, iface: iface, file: filepath.Join(dir, iface+"-"+direction+".pcap"),
+		done: make(chan error, 1), progress: make(chan struct{}, 1)}
+	f, err := os.Create(s.file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.cmd.Start(); err != nil {
+	buf := bufio.NewWriter(f)
+	w := pcapgo.NewWriter(buf)
+	if err := w.WriteFileHeader(sniffSnaplen, layers.LinkTypeEthernet); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.stop() })
-	line, err := waitLine(stderr, 30*time.Second, func(l string) bool { return strings.Contains(l, "listening on") })
+	s.src, err = capture.OpenAFPacket("", iface, sniffSnaplen, outgoing,
+		capture.RingConfig{BlockSize: 1 << 20, Blocks: 16, Timeout: 10 * time.Millisecond})
 	if err != nil {
-		t.Fatalf("tcpdump on %s: %v (%s)", iface, err, line)
+		f.Close()
+		t.Fatalf("capturing on %s: %v", iface, err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
 	go func() {
-		io.Copy(io.Discard, stderr)
-		s.done <- s.cmd.Wait()
+		err := s.src.Run(ctx, func(ts time.Time, data []byte, origLen int) error {
+			err := w.WritePacket(gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: origLen}, data)
+			s.written.Add(1)
+			select {
+			case s.progress <- struct{}{}:
+			default:
+			}
+			return err
+		})
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		s.done <- errors.Join(err, buf.Flush(), f.Close())
 	}()
+	t.Cleanup(s.stop)
 	return s
 }
 
-// stop ends the capture, flushing the file.
+// stop ends the capture once every frame the kernel queued for it is in
+// the file.
 func (s *sniffer) stop() {
 	s.once.Do(func() {
-		s.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-s.done:
-		case <-time.After(30 * time.Second):
-			s.cmd.Process.Kill()
-			<-s.done
+		defer s.src.Close()
+		packets, drops, err := s.src.Stats() // the first call: counts since the socket was opened
+		if err != nil {
+			s.t.Errorf("capture on %s: %v", s.iface, err)
+		}
+		if drops > 0 {
+			s.t.Errorf("capture on %s: the kernel dropped %d of %d frames", s.iface, drops, packets)
+		}
+		deadline := time.After(30 * time.Second)
+	wait:
+		for s.written.Load() < packets-drops {
+			select {
+			case <-s.progress:
+			case err := <-s.done:
+				s.done <- err
+				break wait
+			case <-deadline:
+				s.t.Errorf("capture on %s: %d of the %d frames the kernel queued were written within 30 s", s.iface, s.written.Load(), packets-drops)
+				break wait
+			}
+		}
+		s.cancel()
+		if err := <-s.done; err != nil {
+			s.t.Errorf("capture on %s: %v", s.iface, err)
 		}
 	})
 }
@@ -459,7 +533,7 @@ func (w *neighbourWatch) saw(addr string) bool {
 // stop ends the watch and returns what it saw.
 func (w *neighbourWatch) stop() []string {
 	w.once.Do(func() {
-		w.cmd.Process.Signal(syscall.SIGINT)
+		w.cmd.Process.Signal(syscall.SIGTERM)
 		<-w.done
 		w.cmd.Wait()
 	})
