@@ -362,7 +362,9 @@ func TestRotateByTime(t *testing.T) {
 }
 
 // TestSensorRestart kills the tcpdump sensor: it is restarted and the
-// death is on the capture record; its pcap is collected at stop.
+// death is on the capture record; its pcap is collected at stop, with the
+// datagrams sent just before the stop in it (without --immediate-mode,
+// tcpdump stopped within its 1 s block timeout of them writes none).
 func TestSensorRestart(t *testing.T) {
 	l := newLink(t)
 	s, err := capture.LoadSensor("", "tcpdump")
@@ -388,11 +390,15 @@ func TestSensorRestart(t *testing.T) {
 	if s := sensor(); s.Error == "" || s.State != capture.StateRunning {
 		t.Fatalf("sensor after restart: %+v", s)
 	}
-	// tcpdump opens its file once it is capturing; then traffic goes in.
+	// The restarted tcpdump captures once a probe sent after the restart
+	// is in its file (the file may be the killed one's until it is
+	// opened again); then the datagrams go in, and the stop at once.
 	spool := r.rec.Spool
-	waitFor(t, "tcpdump capturing", func() bool {
-		_, err := os.Stat(filepath.Join(spool, "sensors", "tcpdump", "tcpdump.pcap"))
-		return err == nil
+	pcap := filepath.Join(spool, "sensors", "tcpdump", "tcpdump.pcap")
+	waitFor(t, "the restarted tcpdump capturing", func() bool {
+		l.sendTo(t, 1, "probe", 9)
+		b, _ := os.ReadFile(pcap)
+		return bytes.Contains(b, []byte("probe-000000"))
 	})
 	l.send(t, 20, "sensor")
 	rep, err := capture.Call(ctx, r.st, r.rec.ID, "stop", "")
@@ -409,6 +415,13 @@ func TestSensorRestart(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no tcpdump artifact among %v", rep.Artifacts)
+	}
+	b, err := os.ReadFile(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("sensor-0000")); n < 20 {
+		t.Errorf("tcpdump wrote %d of the 20 datagrams sent before the stop", n)
 	}
 }
 

@@ -84,7 +84,7 @@ func LoadSensor(dir, name string) (*CommandSensor, error) {
 	switch name {
 	case "tcpdump":
 		return &CommandSensor{SensorName: name, Program: "tcpdump", Output: "*.pcap*",
-			Template: `tcpdump -n -U -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/tcpdump.pcap{{if .Filter}} {{quote .Filter}}{{end}}`}, nil
+			Template: `tcpdump -n -U --immediate-mode -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/tcpdump.pcap{{if .Filter}} {{quote .Filter}}{{end}}`}, nil
 	case "dumpcap":
 		return &CommandSensor{SensorName: name, Program: "dumpcap", Output: "*.pcapng",
 			Template: `dumpcap -q -n -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/dumpcap.pcapng{{if .Filter}} -f {{quote .Filter}}{{end}}`}, nil
