@@ -48,7 +48,7 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 	// What the first lab kept of its own interfaces' settings goes with
 	// them, though another lab is still up.
 	for _, iface := range []string{a.Bridge, a.SinkVeth} {
-		if kept, _ := filepath.Glob("/run/talkbox/conf." + iface + ".forwarding.*"); len(kept) > 0 {
+		if kept, _ := filepath.Glob("/run/talkbox/conf." + strings.ReplaceAll(iface, ".", ":") + ".forwarding.*"); len(kept) > 0 {
 			t.Errorf("the first lab down left %v", kept)
 		}
 	}
@@ -65,11 +65,14 @@ func TestDownKeepsForwardingForAnotherLab(t *testing.T) {
 
 // Two labs in one namespace with an uplink each: the first down leaves its
 // uplink forwarding (it cannot tell the uplink is not shared), and the
-// last one down restores both as found, keeping no record of either.
+// last one down restores both as found, keeping no record of either. The
+// second uplink's name holds a dot, as a VLAN's does ("eth0.100"): its
+// forwarding is turned on too (the sysctl's key, dotted, once named a file
+// that is not there, and the lab took the uplink for one not yet made).
 func TestLastLabDownRestoresEveryUplink(t *testing.T) {
 	ctx := context.Background()
 	l, a, b := twoLabs(t)
-	b.Uplink = a.Uplink + "b"
+	b.Uplink = a.Uplink + ".7"
 	if err := netns.Do(l.HostNS(), func() error {
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: b.Uplink}, PeerName: b.Uplink + "p"}); err != nil {
 			return err
@@ -95,6 +98,11 @@ func TestLastLabDownRestoresEveryUplink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for _, iface := range []string{a.Uplink, b.Uplink} {
+		if got := readForwarding(t, l.HostNS(), iface); got != "1" {
+			t.Errorf("with the labs up, %s does not forward (%s)", iface, got)
+		}
+	}
 	for _, c := range []netlab.Config{a, b} {
 		if err := netlab.Down(ctx, c.Dir); err != nil {
 			t.Fatal(err)
@@ -104,7 +112,7 @@ func TestLastLabDownRestoresEveryUplink(t *testing.T) {
 		if got := readForwarding(t, l.HostNS(), iface); got != "0" {
 			t.Errorf("after the last lab went down, %s forwards (%s); it did not before the labs", iface, got)
 		}
-		if kept, _ := filepath.Glob("/run/talkbox/conf." + iface + ".forwarding.*"); len(kept) > 0 {
+		if kept, _ := filepath.Glob("/run/talkbox/conf." + strings.ReplaceAll(iface, ".", ":") + ".forwarding.*"); len(kept) > 0 {
 			t.Errorf("the labs down left %v", kept)
 		}
 	}

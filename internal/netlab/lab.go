@@ -210,7 +210,15 @@ func addrOn(h *netlink.Handle, l netlink.Link, p netip.Prefix) error {
 }
 
 func sysctl(ns, key, val string) (old string, err error) {
-	p := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	p := "/proc/sys/" + strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return '/'
+		case '/': // a dot of an interface's name (ifSysctl)
+			return '.'
+		}
+		return r
+	}, key)
 	err = netns.Do(ns, func() error {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -266,7 +274,7 @@ func Up(ctx context.Context, cfg Config) (*Made, error) {
 			return m, err
 		}
 	}
-	if _, err := sysctl(cfg.HostNSPath(), "net.ipv6.conf."+cfg.Bridge+".disable_ipv6", "1"); err != nil {
+	if _, err := sysctl(cfg.HostNSPath(), ifSysctl("ipv6", cfg.Bridge, "disable_ipv6"), "1"); err != nil {
 		return m, err
 	}
 	// A bridge whose MAC was never set takes the lowest of its ports'
@@ -498,7 +506,14 @@ func forwardingKeys(cfg *Config) []string {
 	return keys
 }
 
-func ifForwarding(name string) string { return "net.ipv4.conf." + name + ".forwarding" }
+func ifForwarding(name string) string { return ifSysctl("ipv4", name, "forwarding") }
+
+// ifSysctl is the key of an interface's setting, written as sysctl(8)
+// writes it: a dot of the name (a VLAN's "eth0.100") is a slash, as a
+// dot there would be taken for a separator.
+func ifSysctl(family, name, setting string) string {
+	return "net." + family + ".conf." + strings.ReplaceAll(name, ".", "/") + "." + setting
+}
 
 func forwardOn(cfg *Config) error {
 	for _, key := range forwardingKeys(cfg) {
@@ -527,7 +542,10 @@ func sysctlFile(ns, key string) (string, error) {
 	if err := unix.Stat(ns, &st); err != nil {
 		return "", fmt.Errorf("network namespace %s: %w", ns, err)
 	}
-	return filepath.Join("/run/talkbox", fmt.Sprintf("%s.%d-%d", strings.TrimPrefix(key, "net.ipv4."), st.Dev, st.Ino)), nil
+	// A key's slashes (ifSysctl) are colons here, which no interface's
+	// name holds.
+	name := strings.ReplaceAll(strings.TrimPrefix(key, "net.ipv4."), "/", ":")
+	return filepath.Join("/run/talkbox", fmt.Sprintf("%s.%d-%d", name, st.Dev, st.Ino)), nil
 }
 
 func rememberSysctl(ns, key, old string) error {
@@ -563,7 +581,7 @@ func keptSysctls(ns string) ([]string, error) {
 	var keys []string
 	for _, e := range ents {
 		if name, ok := strings.CutSuffix(e.Name(), suffix); ok && name != "" {
-			keys = append(keys, "net.ipv4."+name)
+			keys = append(keys, "net.ipv4."+strings.ReplaceAll(name, ":", "/"))
 		}
 	}
 	return keys, nil

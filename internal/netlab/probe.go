@@ -302,7 +302,7 @@ func (p *prober) addGuest(ctx context.Context, h *netlink.Handle, g *probeGuest,
 	// The port's own IPv6 (link-local, duplicate address detection,
 	// multicast listener reports as it comes up) would reach the guest
 	// from outside the lab and be taken for a leak.
-	if _, err := sysctl(p.cfg.HostNSPath(), "net.ipv6.conf."+g.Port+".disable_ipv6", "1"); err != nil {
+	if _, err := sysctl(p.cfg.HostNSPath(), ifSysctl("ipv6", g.Port, "disable_ipv6"), "1"); err != nil {
 		return err
 	}
 	gh, in, err := g.eth0()
