@@ -89,6 +89,12 @@ func (c *Config) Check() error {
 		if len(n) > 15 {
 			errs = append(errs, fmt.Sprintf("%s name %q longer than 15 characters", what, n))
 		}
+		// As the kernel refuses them: a slash or colon would also be taken
+		// for a dot of the name in its sysctl's key (ifSysctl), naming
+		// another interface's setting.
+		if n == "." || n == ".." || strings.ContainsAny(n, "/: \t\n") {
+			errs = append(errs, fmt.Sprintf("%s name %q is not an interface's name (no /, :, space, . or ..)", what, n))
+		}
 	}
 	if !c.LabNet.Addr().Is4() || c.LabNet.Bits() > 29 || !c.SinkNet.Addr().Is4() || c.SinkNet.Bits() > 30 {
 		errs = append(errs, "lab_net and sink_net must be IPv4 prefixes of at least /29 and /30")
