@@ -335,7 +335,7 @@ func sniff(t *testing.T, dir, iface, direction string) *sniffer {
 	t.Helper()
 	// ld the packet type (SKF_AD_OFF+SKF_AD_PKTTYPE, -0x1000+4):
 	// PACKET_OUTGOING is "out", any other "in".
-	outgoing := []unix.SockFilter{
+	filter := []unix.SockFilter{
 		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0xfffff004},
 		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.PACKET_OUTGOING, Jt: 0, Jf: 1},
 		{Code: unix.BPF_RET | unix.BPF_K, K: sniffSnaplen},
@@ -344,7 +344,7 @@ func sniff(t *testing.T, dir, iface, direction string) *sniffer {
 	switch direction {
 	case "out":
 	case "in":
-		outgoing[1].Jt, outgoing[1].Jf = 1, 0
+		filter[1].Jt, filter[1].Jf = 1, 0
 	default:
 		t.Fatalf("sniff: direction %q", direction)
 	}
@@ -359,7 +359,7 @@ func sniff(t *testing.T, dir, iface, direction string) *sniffer {
 	if err := w.WriteFileHeader(sniffSnaplen, layers.LinkTypeEthernet); err != nil {
 		t.Fatal(err)
 	}
-	s.src, err = capture.OpenAFPacket("", iface, sniffSnaplen, outgoing,
+	s.src, err = capture.OpenAFPacket("", iface, sniffSnaplen, filter,
 		capture.RingConfig{BlockSize: 1 << 20, Blocks: 16, Timeout: 10 * time.Millisecond})
 	if err != nil {
 		f.Close()
