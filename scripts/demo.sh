@@ -59,6 +59,10 @@
 # state_line) and how the cycle was classified:
 #   state: cycle N bytes B files F blob_bytes … classification C1,C2
 set -euo pipefail
+# A command that ends the demo says which it was, where, and its status
+# (functions' commands included, command substitutions' own not).
+set -E
+trap 'rc=$?; [ "$BASH_SUBSHELL" -eq 0 ] && echo "demo: line $LINENO: exit status $rc: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 bin=${TB_DEMO_BIN:-$PWD/bin}
 export PATH=$bin:$PATH:/usr/local/go/bin
@@ -81,6 +85,7 @@ started=$(date +%s)
 lease="" c2=""
 cleanup() {
   set +e
+  trap - ERR
   say "teardown"
   if [ -n "$lease" ] && [ -n "${TB_DEMO_OUT:-}" ]; then
     # The guest's console, kept for the end-to-end test (a hung guest or a slow one).
@@ -269,7 +274,10 @@ cycle() {
 # journal_bytes, the journal's share of bytes.
 state_line() {
   local sizes class
-  sizes=$(find "$TB_STATE" -type f -printf '%s %P\n' | awk '
+  # The capture daemon registers spool files and writes records while
+  # this walks the state: a file gone between its directory entry and its
+  # stat is not counted, not an error that ends the demo.
+  sizes=$(find "$TB_STATE" -ignore_readdir_race -type f -printf '%s %P\n' | awk '
     $2 ~ /^blobs\// { bb += $1; bf++; next }
     $2 ~ /^tb-lease\// { lb += $1; next }
     $2 ~ /^capture\/spool\// { sb += $1; next }
@@ -277,7 +285,8 @@ state_line() {
     $2 ~ /^journal\// { jb += $1 }
     { b += $1; f++ }
     END { printf "bytes %d files %d journal_bytes %d blob_bytes %d blob_files %d lease_bytes %d spool_bytes %d", b, f, jb, bb, bf, lb, sb }')
-  class=$(tb-run report --format json "$(idof cycle < "$work/cycle$1.jsonl")" | grep -o '"classification":\[[^]]*\]' | cut -d'[' -f2 | tr -d ']"')
+  # A cycle that failed has no classification (null): none, not the end of the demo.
+  class=$(tb-run report --format json "$(idof cycle < "$work/cycle$1.jsonl")" | { grep -o '"classification":\[[^]]*\]' || true; } | cut -d'[' -f2 | tr -d ']"')
   echo "state: cycle $1 $sizes classification ${class:-none}" >&2
 }
 

@@ -150,7 +150,13 @@ func runDemo(t *testing.T, arch, bin, goBin string, env ...string) *demoRun {
 	cmd.Env = append(append(os.Environ(), "ARCH="+arch, "TB_DEMO_STATE="+stateDir, "TB_DEMO_BIN="+bin, "TB_DEMO_OUT="+outDir, "GO="+goBin), env...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	t.Logf("demo.sh %s (%s):\n%s", strings.Join(append([]string{"ARCH=" + arch}, env...), " "), time.Since(start).Round(time.Second), out)
+	took := time.Since(start).Round(time.Second)
+	if err != nil {
+		// The end of the output first: a CI log that keeps only the start
+		// of a long failure still says why.
+		t.Logf("demo.sh failed after %s (%v); its last lines:\n%s", took, err, lastLines(out, 25))
+	}
+	t.Logf("demo.sh %s (%s):\n%s", strings.Join(append([]string{"ARCH=" + arch}, env...), " "), took, out)
 	if err != nil {
 		// What the guests' consoles said is what tells a hung guest from
 		// a slow one.
@@ -163,6 +169,19 @@ func runDemo(t *testing.T, arch, bin, goBin string, env ...string) *demoRun {
 		t.Fatalf("demo.sh: %v", err)
 	}
 	return &demoRun{stateDir: stateDir, outDir: outDir, out: out}
+}
+
+// lastLines is the last n lines of out.
+func lastLines(out []byte, n int) []byte {
+	out = bytes.TrimRight(out, "\n")
+	i := len(out)
+	for ; n > 0 && i > 0; n-- {
+		i = bytes.LastIndexByte(out[:i], '\n')
+		if i < 0 {
+			return out
+		}
+	}
+	return out[i+1:]
 }
 
 // untracedDemo are the architectures whose demo runs untraced: a traced Go
