@@ -114,25 +114,21 @@ func (c *Client) Run(ctx context.Context, argv ...string) (*Result, error) {
 	}
 	var st *execStatus
 	// A status query the agent left unanswered is asked again, every
-	// notReadyPause for up to the client's grace. Asking again is safe:
-	// libvirt sends a command only after the agent has answered its
-	// guest-sync, so a query whose sync went unanswered was never made; one
-	// that was made and whose answer, an exit, came too late has made the
-	// agent forget the process, and the next query fails Run saying so.
-	var unanswered time.Time
+	// notReadyPause for as long as the client's grace lasts (its silence,
+	// as patiently counts it). Asking again is safe: libvirt sends a
+	// command only after the agent has answered its guest-sync, so a query
+	// whose sync went unanswered was never made; one that was made and
+	// whose answer, an exit, came too late has made the agent forget the
+	// process, and the next query fails Run saying so.
 	err = poll(ctx, 2*time.Millisecond, 16*time.Millisecond, func() (bool, error) {
 		var err error
 		st, err = c.status(ctx, pid)
 		if errors.Is(err, ErrNotReady) && ctx.Err() == nil {
-			if unanswered.IsZero() {
-				unanswered = time.Now()
-			}
-			if time.Since(unanswered) >= c.grace {
-				return false, fmt.Errorf("%w (no answer for %s)", err, time.Since(unanswered).Round(time.Millisecond))
+			if silent := c.silence(); silent >= c.grace {
+				return false, fmt.Errorf("%w (no answer for %s)", err, silent.Round(time.Millisecond))
 			}
 			return false, Pause(ctx, notReadyPause)
 		}
-		unanswered = time.Time{}
 		return err == nil && st.Exited, err
 	})
 	if err != nil {

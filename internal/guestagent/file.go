@@ -82,8 +82,23 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader) (int64
 }
 
 // ReadFileAt reads at most max bytes of path from offset off, a Chunk per
-// command; fewer at the end of the file, none past it.
+// command; fewer at the end of the file, none past it. An agent that does
+// not answer is asked again, the whole read from its open, as long as the
+// client's patience lasts (patiently): reading is safe to repeat, and a
+// loaded host's TCG guest has left its agent unanswered for tens of
+// seconds right after its sample exited, when tb-run reads the sample's
+// output (a fresh-clone make test, 2026-11-30).
 func (c *Client) ReadFileAt(ctx context.Context, path string, off int64, max int) ([]byte, error) {
+	var out []byte
+	err := c.patiently(ctx, func() error {
+		var err error
+		out, err = c.readFileAt(ctx, path, off, max)
+		return err
+	})
+	return out, err
+}
+
+func (c *Client) readFileAt(ctx context.Context, path string, off int64, max int) ([]byte, error) {
 	h, err := c.open(ctx, path, "r")
 	if err != nil {
 		return nil, err

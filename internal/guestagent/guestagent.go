@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -39,7 +40,7 @@ var ErrNotReady = errors.New("guest agent not ready")
 
 // Grace is how long a guest agent that stops answering is waited for where
 // asking again is safe (the exit of a process Run started, a running
-// sample's watch) before the command fails. A guest under TCG on a loaded
+// sample's watch, a file's read) before the command fails. A guest under TCG on a loaded
 // host, a Malta guest most of all, has left its agent unanswered past
 // libvirt's timeouts and then answered again: a fresh-clone make test of
 // 2026-11-29 failed a cycle on a guest-exec-status libvirt gave up on
@@ -55,6 +56,11 @@ type Client struct {
 	t      Transport
 	domain string
 	grace  time.Duration // Grace, shorter in tests
+
+	mu sync.Mutex
+	// silentSince is when the agent left a command unanswered, since it
+	// last answered one (zero: it answered the last).
+	silentSince time.Time
 }
 
 // New is the agent of domain, reached through t.
@@ -99,12 +105,47 @@ func (c *Client) call(ctx context.Context, execute, what string, args, ret any) 
 	if rep.Return == nil {
 		return fmt.Errorf("%s: bad reply %q", name, clip(raw))
 	}
+	c.mu.Lock()
+	c.silentSince = time.Time{}
+	c.mu.Unlock()
 	if ret != nil {
 		if err := json.Unmarshal(rep.Return, ret); err != nil {
 			return fmt.Errorf("%s: bad reply %q", name, clip(raw))
 		}
 	}
 	return nil
+}
+
+// patiently runs f, commands that are safe to repeat, again every
+// notReadyPause while the agent does not answer, until it has been silent
+// for the client's grace. The silence is the client's, counted from the
+// first command it left unanswered since it last answered one: an agent
+// gone for good (a sample stopped it) costs a cycle one grace, not one
+// for each read.
+func (c *Client) patiently(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if !errors.Is(err, ErrNotReady) || ctx.Err() != nil {
+			return err
+		}
+		if silent := c.silence(); silent >= c.grace {
+			return fmt.Errorf("%w (no answer for %s)", err, silent.Round(time.Millisecond))
+		}
+		if Pause(ctx, notReadyPause) != nil {
+			return err
+		}
+	}
+}
+
+// silence is how long the agent has not answered, a command it just left
+// unanswered included.
+func (c *Client) silence() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.silentSince.IsZero() {
+		c.silentSince = time.Now()
+	}
+	return time.Since(c.silentSince)
 }
 
 // clip shortens a reply quoted in an error: a file read's is megabytes.

@@ -357,6 +357,58 @@ func TestReadFileAt(t *testing.T) {
 	}
 }
 
+// TestReadFileAtAsksAgainAnAgentThatStalls: a read rides over an agent
+// that stops answering for a while, and an agent that stays away costs the
+// client one grace, not one a read.
+func TestReadFileAtAsksAgainAnAgentThatStalls(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFakeAgent()
+	c := New(f, "g")
+	data := randomBytes(2*Chunk + 7)
+	f.files["/var/tmp/out"] = data
+	f.notReady = 3
+	if got, err := c.ReadFileAt(ctx, "/var/tmp/out", 0, len(data)); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after 3 unanswered commands: %d bytes, %v", len(got), err)
+	}
+	f.allClosed(t, "after a stall")
+
+	// Stalled between two reads of one file (its second read and the
+	// close unanswered): the read starts again from its open.
+	stalled := false
+	f.reply = func(execute string, args map[string]any) (string, bool) {
+		if execute == "guest-file-read" && !stalled {
+			stalled, f.notReady = true, 2
+		}
+		return "", false
+	}
+	f.reads = nil
+	if got, err := c.ReadFileAt(ctx, "/var/tmp/out", 5, Chunk+1); err != nil || !bytes.Equal(got, data[5:5+Chunk+1]) || len(f.reads) != 3 {
+		t.Fatalf("stalled mid-read: %d bytes, %v, reads %v", len(got), err, f.reads)
+	}
+	f.reply = nil
+
+	// An agent that stays away fails the read when the grace ends, and
+	// the next read at once.
+	c.grace = 300 * time.Millisecond
+	f.notReady = 1 << 30
+	if _, err := c.ReadFileAt(ctx, "/var/tmp/out", 0, 10); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "no answer for") {
+		t.Fatalf("an agent that never answers again: %v", err)
+	}
+	sent := len(f.cmds)
+	if _, err := c.ReadFileAt(ctx, "/var/tmp/out", 0, 10); !errors.Is(err, ErrNotReady) || len(f.cmds) != sent+1 {
+		t.Fatalf("the next read: %v after %d commands, want 1", err, len(f.cmds)-sent)
+	}
+	// Once it answers again, its silence is over.
+	f.notReady = 0
+	if _, err := c.ReadFileAt(ctx, "/var/tmp/out", 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	f.notReady = 1
+	if _, err := c.ReadFileAt(ctx, "/var/tmp/out", 0, 10); err != nil {
+		t.Fatalf("a new stall after the agent answered: %v", err)
+	}
+}
+
 func TestRun(t *testing.T) {
 	ctx := testCtx(t)
 	f := newFakeAgent()
