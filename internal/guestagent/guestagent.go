@@ -84,6 +84,13 @@ func (c *Client) call(ctx context.Context, execute, what string, args, ret any) 
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	raw, err := c.t.AgentCommand(ctx, c.domain, string(req))
+	if !errors.Is(err, ErrNotReady) {
+		// Answered, if only with an error (a missing file, say): the
+		// agent's silence, if any, is over.
+		c.mu.Lock()
+		c.silentSince = time.Time{}
+		c.mu.Unlock()
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -105,9 +112,6 @@ func (c *Client) call(ctx context.Context, execute, what string, args, ret any) 
 	if rep.Return == nil {
 		return fmt.Errorf("%s: bad reply %q", name, clip(raw))
 	}
-	c.mu.Lock()
-	c.silentSince = time.Time{}
-	c.mu.Unlock()
 	if ret != nil {
 		if err := json.Unmarshal(rep.Return, ret); err != nil {
 			return fmt.Errorf("%s: bad reply %q", name, clip(raw))
