@@ -462,9 +462,49 @@ func (s *stallOnce) AgentCommand(ctx context.Context, domain, cmd string) (strin
 		return "", err
 	}
 	defer syscall.Kill(s.qemu, syscall.SIGCONT)
+	// The command goes once every QEMU thread has stopped: a thread still
+	// running on a loaded host could pass libvirt's guest-sync and the
+	// query on to the agent, whose answer, the exit, would then come after
+	// libvirt gave up, and the agent forgets an exit it has answered (seen
+	// once in a fresh-clone make test, 2026-11-30: "Invalid parameter
+	// 'pid'" after a 15 s stall).
+	if err := waitStopped(ctx, s.qemu); err != nil {
+		return "", err
+	}
 	out, err := s.Transport.AgentCommand(ctx, domain, cmd)
 	s.stalled = err
 	return out, err
+}
+
+// waitStopped waits until every thread of process pid is stopped by a
+// signal (state T in /proc/pid/task/*/stat); the kernel has no event for it.
+func waitStopped(ctx context.Context, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			return fmt.Errorf("threads of %d: %v", pid, err)
+		}
+		running := 0
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // a thread that ended
+			}
+			// pid (comm) S ...: comm may hold spaces and parentheses.
+			i := bytes.LastIndexByte(b, ')')
+			if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				running++
+			}
+		}
+		if running == 0 {
+			return nil
+		}
+		if err := guestagent.Pause(ctx, 5*time.Millisecond); err != nil {
+			return fmt.Errorf("%d of QEMU's threads not stopped: %w", running, err)
+		}
+	}
 }
 
 func leaseOf(t *testing.T, st *state.Store, id string) *records.SandboxLease {
