@@ -24,7 +24,10 @@ type Guest interface {
 	Addresses(ctx context.Context) ([]string, error)
 	WriteFile(ctx context.Context, path string, r io.Reader) (int64, error)
 	ReadFileAt(ctx context.Context, path string, off int64, max int) ([]byte, error)
-	// Run runs a short helper command and waits for it.
+	// Run runs a short helper command and waits for it. Every helper a
+	// cycle runs only reads or does what is done already (mkdir -p, a kill
+	// of the sample's tree), and may run again: one whose exit the agent
+	// lost (guestagent.ErrExitLost) is.
 	Run(ctx context.Context, argv ...string) (*guestagent.Result, error)
 	// Spawn starts a program and does not wait; stdin, when not nil, is
 	// what it reads on its standard input.
@@ -44,6 +47,10 @@ type Connector func(ctx context.Context, l *records.SandboxLease) (Guest, error)
 type agentGuest struct {
 	*guestagent.Client
 	conn io.Closer
+}
+
+func (g agentGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result, error) {
+	return g.Client.RunRepeatable(ctx, argv...)
 }
 
 func (g agentGuest) Close() error {

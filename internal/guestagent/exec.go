@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -100,6 +101,28 @@ func (c *Client) Status(ctx context.Context, pid int) (Proc, error) {
 	return st.proc(), nil
 }
 
+// ErrExitLost is a Run whose process the agent forgot after a status
+// query it was late to answer: that answer, to no one, was the exit, and
+// the exit code and output are lost with it.
+var ErrExitLost = errors.New("the guest agent answered the exit to a query given up on, and forgot the process")
+
+// unknownPID is what qemu-ga answers a guest-exec-status of a process it
+// does not know (QERR_INVALID_PARAMETER).
+const unknownPID = "Invalid parameter 'pid'"
+
+// RunRepeatable is Run for a command that is safe to run again (it only
+// reads, or does what is done already): one whose exit was lost
+// (ErrExitLost) is run again, at most twice. The agent being the guest's,
+// a sample can make it answer so; it gains three runs of the command.
+func (c *Client) RunRepeatable(ctx context.Context, argv ...string) (*Result, error) {
+	for try := 1; ; try++ {
+		res, err := c.Run(ctx, argv...)
+		if !errors.Is(err, ErrExitLost) || try == 3 || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
 // Run runs a program, waits for it and returns its output (which the agent
 // cuts at its own limit, 16 MiB in qemu-ga). ctx ending stops the waiting,
 // not the program: the agent cannot signal a process.
@@ -113,25 +136,29 @@ func (c *Client) Run(ctx context.Context, argv ...string) (*Result, error) {
 		return nil, err
 	}
 	var st *execStatus
-	// A status query the agent left unanswered is asked again, every
-	// notReadyPause for as long as the client's grace lasts (its silence,
-	// as patiently counts it). Asking again is safe: libvirt sends a
-	// command only after the agent has answered its guest-sync, so a query
-	// whose sync went unanswered was never made; one that was made and
-	// whose answer, an exit, came too late has made the agent forget the
-	// process, and the next query fails Run saying so.
+	// A status query the agent left unanswered is asked again, patiently
+	// (within the client's grace, its silence shared with file reads).
+	// Asking again is safe, not always fruitful: libvirt, once in sync
+	// with the agent, sends a command without a guest-sync, so a query it
+	// gave up on may still reach the agent and be answered to no one. If
+	// that answer was the exit, the agent has forgotten the process, and
+	// the next query fails Run with ErrExitLost.
+	unanswered := false
 	err = poll(ctx, 2*time.Millisecond, 16*time.Millisecond, func() (bool, error) {
-		var err error
-		st, err = c.status(ctx, pid)
-		if errors.Is(err, ErrNotReady) && ctx.Err() == nil {
-			if silent := c.silence(); silent >= c.grace {
-				return false, fmt.Errorf("%w (no answer for %s)", err, silent.Round(time.Millisecond))
+		err := c.patiently(ctx, func() error {
+			var err error
+			st, err = c.status(ctx, pid)
+			if errors.Is(err, ErrNotReady) {
+				unanswered = true
 			}
-			return false, Pause(ctx, notReadyPause)
-		}
+			return err
+		})
 		return err == nil && st.Exited, err
 	})
 	if err != nil {
+		if unanswered && strings.Contains(err.Error(), unknownPID) {
+			err = fmt.Errorf("%w (%v)", ErrExitLost, err)
+		}
 		return nil, fmt.Errorf("guest-exec %s: %w", argv[0], err)
 	}
 	r := &Result{ExitCode: st.proc().Code()}

@@ -135,7 +135,7 @@ func (c *Client) patiently(ctx context.Context, f func() error) error {
 		if silent := c.silence(); silent >= c.grace {
 			return fmt.Errorf("%w (no answer for %s)", err, silent.Round(time.Millisecond))
 		}
-		if Pause(ctx, notReadyPause) != nil {
+		if err := Pause(ctx, notReadyPause); err != nil {
 			return err
 		}
 	}

@@ -218,6 +218,15 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// agentWithFile is a client of a fake agent whose guest holds n random
+// bytes at path.
+func agentWithFile(t *testing.T, path string, n int) (context.Context, *fakeAgent, *Client, []byte) {
+	f := newFakeAgent()
+	data := randomBytes(n)
+	f.files[path] = data
+	return testCtx(t), f, New(f, "g"), data
+}
+
 func randomBytes(n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -315,11 +324,7 @@ func TestWriteFileFailures(t *testing.T) {
 }
 
 func TestReadFileAt(t *testing.T) {
-	ctx := testCtx(t)
-	f := newFakeAgent()
-	c := New(f, "g")
-	data := randomBytes(3*Chunk + 5)
-	f.files["/var/log/x"] = data
+	ctx, f, c, data := agentWithFile(t, "/var/log/x", 3*Chunk+5)
 	for _, r := range []struct {
 		off int64
 		max int
@@ -361,11 +366,7 @@ func TestReadFileAt(t *testing.T) {
 // that stops answering for a while, and an agent that stays away costs the
 // client one grace, not one a read.
 func TestReadFileAtAsksAgainAnAgentThatStalls(t *testing.T) {
-	ctx := testCtx(t)
-	f := newFakeAgent()
-	c := New(f, "g")
-	data := randomBytes(2*Chunk + 7)
-	f.files["/var/tmp/out"] = data
+	ctx, f, c, data := agentWithFile(t, "/var/tmp/out", 2*Chunk+7)
 	f.notReady = 3
 	if got, err := c.ReadFileAt(ctx, "/var/tmp/out", 0, len(data)); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("after 3 unanswered commands: %d bytes, %v", len(got), err)
@@ -491,8 +492,45 @@ func TestRunAsksAgainAnAgentThatStalls(t *testing.T) {
 	// running: the agent has forgotten the process, and Run says so.
 	f.statusNotReady, f.lostExit = 1, true
 	c.grace = Grace
-	if _, err := c.Run(ctx, "/bin/true"); err == nil || !strings.Contains(err.Error(), "Invalid parameter 'pid'") {
+	if _, err := c.Run(ctx, "/bin/true"); !errors.Is(err, ErrExitLost) || !strings.Contains(err.Error(), "Invalid parameter 'pid'") {
 		t.Fatalf("lost exit: %v", err)
+	}
+	// A process the agent never knew is not a lost exit.
+	f.reply = func(execute string, args map[string]any) (string, bool) {
+		if execute == "guest-exec" {
+			r, _ := ok(map[string]any{"pid": 4242})
+			return r, true
+		}
+		return "", false
+	}
+	if _, err := c.Run(ctx, "/bin/true"); err == nil || errors.Is(err, ErrExitLost) {
+		t.Fatalf("an unknown process without an unanswered query: %v", err)
+	}
+	f.reply = nil
+
+	// RunRepeatable runs again a command whose exit was lost: once lost,
+	// the second run answers.
+	f.statusNotReady, f.cmds = 1, nil
+	r, err = c.RunRepeatable(ctx, "/bin/slow", "-m")
+	if err != nil || r.ExitCode != 3 || string(r.Stdout) != "mips\n" {
+		t.Fatalf("RunRepeatable after a lost exit: %+v %v", r, err)
+	}
+	if n := strings.Count(strings.Join(f.cmds, "\n"), `"guest-exec"`); n != 2 {
+		t.Fatalf("%d runs, want 2", n)
+	}
+	// ... at most three times.
+	f.cmds = nil
+	f.reply = func(execute string, args map[string]any) (string, bool) {
+		if execute == "guest-exec" {
+			f.statusNotReady = 1 // every run's exit is lost
+		}
+		return "", false
+	}
+	if _, err := c.RunRepeatable(ctx, "/bin/true"); !errors.Is(err, ErrExitLost) {
+		t.Fatalf("an exit lost every time: %v", err)
+	}
+	if n := strings.Count(strings.Join(f.cmds, "\n"), `"guest-exec"`); n != 3 {
+		t.Fatalf("%d runs, want 3", n)
 	}
 }
 
