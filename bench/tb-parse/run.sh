@@ -2,13 +2,16 @@
 # tb-parse against tshark -T fields extracting the same fields (5-tuples and
 # payload lengths, DNS names/types/rcodes/answers, HTTP method/host/URI/user
 # agent/status, TLS SNI/version/JA3), on the same generated mixed capture,
-# each pinned to one core, in one run: tb-parse with --no-store and with
+# each pinned to one core (unless CORES=all), in one run: tb-parse with --no-store and with
 # the state (a new state directory each run, its default durability).
 # Prints a Markdown table.
 #
 # Usage: bench/tb-parse/run.sh [SIZE_BYTES [SCALE]]   (default 1 GiB, scale 1)
 # SCALE shrinks HTTP bodies and TLS records: 0.1 gives ten times more
 # conversations per byte.
+# CORES=all runs every command unpinned, with every core the host has, as
+# a user's shell does (tb-parse commits a batch of observables on one core
+# while it encodes the next on another; tshark dissects on one).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 size=${1:-1073741824}
@@ -17,6 +20,11 @@ out=bench/out
 pcap=$out/tb-parse-mixed-$size.pcap
 [ "$scale" = 1 ] || pcap=$out/tb-parse-mixed-$size-x$scale.pcap
 export PATH=$PATH:/usr/local/go/bin
+case ${CORES:-1} in
+  1) pin=(taskset -c 0 env GOMAXPROCS=1) ;;
+  all) pin=() ;;
+  *) echo "run.sh: CORES=$CORES: 1 or all" >&2; exit 2 ;;
+esac
 mkdir -p "$out"
 [ -s "$pcap" ] || go run ./bench/tb-parse/gen -size "$size" -scale "$scale" -o "$pcap"
 CGO_ENABLED=0 go build -trimpath -o "$out/tb-parse" ./cmd/tb-parse
@@ -27,13 +35,13 @@ fields=(-e frame.time_epoch -e ip.src -e ip.dst -e ipv6.src -e ipv6.dst -e ip.pr
   -e http.request.method -e http.host -e http.request.uri -e http.user_agent -e http.response.code
   -e tls.handshake.extensions_server_name -e tls.handshake.version -e tls.handshake.ja3)
 
-# run LABEL CMD...: one core, warm page cache; prints "wall cpu maxrss_kib".
+# run LABEL CMD...: on the cores CORES gives, warm page cache; prints "wall cpu maxrss_kib".
 run() {
   local label=$1 tf
   shift
   tf=$(mktemp)
   cat "$pcap" >/dev/null
-  /usr/bin/time -f "%e %U %S %M" -o "$tf" taskset -c 0 env GOMAXPROCS=1 "$@" >"$out/$label.out" 2>"$out/$label.err"
+  /usr/bin/time -f "%e %U %S %M" -o "$tf" "${pin[@]}" "$@" >"$out/$label.out" 2>"$out/$label.err"
   awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$tf"
   rm -f "$tf"
 }

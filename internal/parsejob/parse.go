@@ -176,6 +176,7 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	req, inputs, batch := j.req, j.inputs, &j.batch
 	j.passed.Log(out.Log)
 	o := &output{ctx: ctx, log: out.Log, warnf: out.Warnf, st: st, req: req, w: bufio.NewWriterSize(out.Stdout, 256<<10), carries: map[string]*carried{}}
+	defer o.settle()
 	if st != nil && !req.NoStore {
 		o.guard = &diskspace.Guard{Path: st.Root(), Min: req.MinFree}
 		if _, err := o.guard.Check(minReserve); err != nil {
@@ -233,6 +234,10 @@ func (j *Job) Run(ctx context.Context, st *state.Store, out cmdout.Sink) error {
 	for _, lease := range leases {
 		dests[lease].Flush()
 		if err := sets[lease].Flush(); err != nil {
+			// What the batch in flight stored is printed first.
+			if jerr := o.join(); jerr != nil {
+				err = errors.Join(err, jerr)
+			}
 			if ferr := o.w.Flush(); ferr != nil {
 				return errors.Join(err, ferr)
 			}
@@ -657,6 +662,9 @@ const minReserve = 64 << 20
 // the flow log being written is discarded, nothing else of the unfinished
 // work is stored, an event says why, and the exit code says retry later.
 func (o *output) lowSpace(err error) error {
+	if jerr := o.join(); jerr != nil {
+		err = fmt.Errorf("%w (and storing the observables: %v)", err, jerr)
+	}
 	if ferr := o.w.Flush(); ferr != nil {
 		err = fmt.Errorf("%w (and writing the observables: %v)", err, ferr)
 	}

@@ -27,6 +27,15 @@ const batchAge = time.Second
 
 // storer stores a run's observables through state batches and prints each
 // once its batch is committed: a printed observable is always stored.
+//
+// Without --merge, a full batch is committed in the background while the
+// next one fills (one at a time, joined before the next commit starts and
+// before anything else is printed), so that with a second core the
+// commit's system calls overlap the encoding of the next batch's records.
+// Such a batch takes no lock until its own commit, so the one committing
+// cannot refuse it anything. A merge locks its key and record as it is
+// queued, and a committing batch holds whole lock files: with --merge each
+// batch is committed before the next one fills.
 type storer struct {
 	b *state.Batch
 	// lines are the queued observables as they will be stored and printed.
@@ -34,6 +43,19 @@ type storer struct {
 	since time.Time // when the first of lines was queued
 	// err is the first failed commit: nothing is stored after it.
 	err error
+	// inflight is the batch committing in the background, if any.
+	inflight *committing
+	// spare and spareLines are the last joined batch and its lines'
+	// slice, empty, for the next batch to fill.
+	spare      *state.Batch
+	spareLines [][]byte
+}
+
+// committing is a batch whose Commit runs in the background.
+type committing struct {
+	b     *state.Batch
+	lines [][]byte
+	done  chan error
 }
 
 // store writes one observable to the state and prints it. A new one, and
@@ -64,7 +86,7 @@ func (o *output) store(lease string, obs *records.Observable) error {
 	}
 	if queued {
 		if len(s.lines) >= batchMax || time.Since(s.since) >= batchAge {
-			return o.commit()
+			return o.handOff()
 		}
 		return nil
 	}
@@ -94,7 +116,7 @@ func (o *output) queue(key string, obs *records.Observable) (bool, error) {
 	if o.req.Merge {
 		// The key's lock is held: no one else can claim it until the
 		// batch commits.
-		id, err := o.st.Lookup(IndexName, key)
+		id, err := s.b.Lookup(IndexName, key)
 		if err == nil {
 			return o.queueMerge(id, obs)
 		}
@@ -137,9 +159,13 @@ func (o *output) queueMerge(id string, obs *records.Observable) (bool, error) {
 	return true, nil
 }
 
-// commit stores the queued observables and prints them. A failure is
-// kept: nothing more is stored in this run.
+// commit stores the queued observables, after the batch committing in the
+// background, and prints them. A failure is kept: nothing more is stored
+// in this run.
 func (o *output) commit() error {
+	if err := o.join(); err != nil {
+		return err
+	}
 	s := &o.storer
 	if s.err != nil {
 		return s.err
@@ -150,21 +176,86 @@ func (o *output) commit() error {
 	if err := s.b.Commit(); err != nil {
 		return o.failStore(fmt.Errorf("storing %d observables: %w", len(s.lines), err))
 	}
-	for _, line := range s.lines {
-		o.w.Write(line)
-		if err := o.w.WriteByte('\n'); err != nil {
-			s.lines = s.lines[:0]
-			return err
-		}
-	}
+	err := o.print(s.lines)
 	s.lines = s.lines[:0]
+	return err
+}
+
+// handOff commits the queued observables in the background, after the
+// batch committing there now, and starts a new batch; with --merge, now.
+func (o *output) handOff() error {
+	if o.req.Merge {
+		return o.commit()
+	}
+	if err := o.join(); err != nil {
+		return err
+	}
+	s := &o.storer
+	if s.err != nil {
+		return s.err
+	}
+	c := &committing{b: s.b, lines: s.lines, done: make(chan error, 1)}
+	go func() { c.done <- c.b.Commit() }()
+	s.inflight = c
+	s.b, s.lines, s.spare, s.spareLines = s.spare, s.spareLines, nil, nil
+	if s.b == nil {
+		s.b = o.st.NewBatch()
+	}
 	return nil
 }
 
-func (o *output) failStore(err error) error {
-	o.storer.err = err
-	o.storer.lines = nil
+// join waits for the batch committing in the background, if any, and
+// prints its observables.
+func (o *output) join() error {
+	s := &o.storer
+	c := s.inflight
+	if c == nil {
+		return nil
+	}
+	s.inflight = nil
+	if err := <-c.done; err != nil {
+		return o.failStore(fmt.Errorf("storing %d observables: %w", len(c.lines), err))
+	}
+	err := o.print(c.lines)
+	// Printed: the batch and the slice may be filled again.
+	s.spare, s.spareLines = c.b, c.lines[:0]
 	return err
+}
+
+// print writes committed observables' lines.
+func (o *output) print(lines [][]byte) error {
+	for _, line := range lines {
+		o.w.Write(line)
+		if err := o.w.WriteByte('\n'); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// failStore keeps err and drops what is queued: nothing more is stored.
+func (o *output) failStore(err error) error {
+	s := &o.storer
+	s.err = err
+	s.lines = nil
+	if s.b != nil {
+		s.b.Discard()
+	}
+	return err
+}
+
+// settle ends the storer on any return from the run: it waits for the
+// batch committing in the background, prints what it stored, and lets go
+// of what is queued (a run that ends early stores nothing more). The
+// run's own return says why it ended; a failed commit found here is
+// logged.
+func (o *output) settle() {
+	if err := o.join(); err != nil {
+		o.log.Warn("the observables of the last batch were not stored", "err", err)
+	}
+	if s := &o.storer; s.b != nil {
+		s.b.Discard()
+	}
 }
 
 // storeAlone writes an observable the batch could not take: a new record

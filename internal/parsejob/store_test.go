@@ -399,6 +399,82 @@ func TestMergeIntoARecordThatDoesNotDecode(t *testing.T) {
 	}
 }
 
+// TestMergeOverADeletedObservable: a --merge run meets an index key whose
+// observable was deleted (the batch's Lookup reads the key alone, and the
+// record's absence comes out at its Update): the observable is stored
+// anew, the key names the new record, and the others are merged as ever.
+func TestMergeOverADeletedObservable(t *testing.T) { eachStoreBackend(t, mergeOverADeletedObservable) }
+
+func mergeOverADeletedObservable(t *testing.T, be storeBackend) {
+	ctx := context.Background()
+	input := filepath.Join(t.TempDir(), "conv.pcap")
+	conversations(t, input, 200)
+	url := ""
+	if be.newURL != nil {
+		url = be.newURL(t)
+	}
+	st := be.open(t, t.TempDir(), url)
+	// Every observable held to the end of the run (no --max-held): each
+	// is printed once.
+	run := func() map[string]*records.Observable {
+		var out bytes.Buffer
+		sink := cmdout.New("tb-parse", &out, io.Discard, nil)
+		job, err := Prepare(Request{Inputs: []string{input}, Lease: storeLease, Merge: true}, nil, sink.Warnf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := job.Run(ctx, st, sink); err != nil {
+			t.Fatal(err)
+		}
+		byKey := map[string]*records.Observable{}
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var o records.Observable
+			if err := records.Unmarshal([]byte(line), &o); err != nil {
+				t.Fatal(err)
+			}
+			if o.Kind == records.KindObservable {
+				byKey[IndexKey(o.Lease, o.Type, observe.Key(&o))] = &o
+			}
+		}
+		return byKey
+	}
+	first := run()
+	var gone *records.Observable
+	var goneKey string
+	for key, o := range first {
+		if o.Type == "endpoint" {
+			gone, goneKey = o, key
+			break
+		}
+	}
+	if gone == nil {
+		t.Fatal("no endpoint observable in the first run")
+	}
+	if err := st.Delete(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	second := run()
+	if len(second) != len(first) {
+		t.Fatalf("second run printed %d observables, the first %d", len(second), len(first))
+	}
+	anew := second[goneKey]
+	if anew == nil || anew.ID == gone.ID || anew.Count != gone.Count || anew.Rev != 1 {
+		t.Fatalf("the deleted observable %s (count %d) came back as %+v; want a new record with its count", gone.ID, gone.Count, anew)
+	}
+	for key, o := range first {
+		if key == goneKey {
+			continue
+		}
+		if got := second[key]; got == nil || got.ID != o.ID || got.Count != 2*o.Count {
+			t.Fatalf("%s %s after a second merge: %+v; want %s with count %d", o.Type, o.Value, got, o.ID, 2*o.Count)
+		}
+	}
+	stored := storedObservables(t, st, true)
+	if got := stored[goneKey]; len(got) != 1 || got[0].ID != anew.ID {
+		t.Fatalf("stored under the deleted one's key: %+v; want %s", got, anew.ID)
+	}
+}
+
 // TestIndexKeyIsTheDigestOfLeaseTypeAndValue: stored keys are the hex
 // sha256 of lease, type and value joined by NULs, whatever the length.
 func TestIndexKeyIsTheDigestOfLeaseTypeAndValue(t *testing.T) {

@@ -208,7 +208,8 @@ func (s *Store) NewBatch() *Batch { return &Batch{s.rec.newBatch()} }
 // caller commits the batch before writing that one the ordinary way. A
 // created record's ID must be new (records.Init): the directory store
 // takes its lock at Commit, before the journal names it, and so never
-// refuses it. A Batch is used by one goroutine.
+// refuses it. A Batch is used by one goroutine at a time; batches of one
+// Store may commit concurrently.
 type Batch struct{ batcher }
 
 type batcher interface {
@@ -222,8 +223,15 @@ type batcher interface {
 	// record must be written the ordinary way (its lock is held, it is in
 	// the batch already, or on PostgreSQL it is a cycle or a worker).
 	Update(id string, r records.Record, fn func() error) ([]byte, error)
+	// Lookup is the ID a key the batch holds (TryLockIndex) names, or
+	// ErrNotFound. Unlike Store.Lookup it does not look for the record:
+	// Update, which reads it, reports ErrNotFound for one that is gone.
+	Lookup(name, key string) (string, error)
 	SetIndex(name, key, id string) error
 	Commit() error
+	// Discard drops what is queued, stores nothing, and releases the
+	// batch's locks; the batch is then empty and may be used again.
+	Discard()
 	Idle() bool
 }
 

@@ -256,6 +256,24 @@ func (b *dirBatch) TryLockIndex(name, key string) (bool, error) {
 	return b.tryLock(b.lockPath("index", name, key), key)
 }
 
+// Lookup is the ID the index key names, the key's lock held by the batch
+// (TryLockIndex): read without a look for the record, which a merge reads
+// next anyway (Update), so that a merged observable's record is looked for
+// once, not twice.
+func (b *dirBatch) Lookup(name, key string) (string, error) {
+	if !b.held[heldLock{b.lockPath("index", name, key), key}] {
+		return "", fmt.Errorf("index key %s/%s looked up in a batch that does not hold its lock", name, key)
+	}
+	id, ok, err := b.s.indexEntry(name, key)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("%s %s: %w", name, key, ErrNotFound)
+	}
+	return id, nil
+}
+
 // ClaimIndex claims an index key for the batch, whose lock Commit takes
 // (lockNew): the key may be set (SetIndex) but not read under the batch's
 // lock before Commit, and another writer of it makes Commit try again.
@@ -488,12 +506,22 @@ func (b *dirBatch) Commit() error {
 	defer b.release()
 	err := b.commit()
 	if err != nil {
-		for _, r := range b.recs {
-			h := r.r.Header()
-			h.Rev, h.CreatedAt, h.UpdatedAt, h.V = r.saved.Rev, r.saved.CreatedAt, r.saved.UpdatedAt, r.saved.V
-		}
+		b.giveBack()
 	}
 	return err
+}
+
+func (b *dirBatch) Discard() {
+	b.giveBack()
+	b.release()
+}
+
+// giveBack restores the headers of records that were not stored.
+func (b *dirBatch) giveBack() {
+	for _, r := range b.recs {
+		h := r.r.Header()
+		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = r.saved.Rev, r.saved.CreatedAt, r.saved.UpdatedAt, r.saved.V
+	}
 }
 
 func (b *dirBatch) commit() error {

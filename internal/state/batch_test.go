@@ -852,6 +852,81 @@ func batchRefusesAKeyItHolds(t *testing.T, be testBackend) {
 	}
 }
 
+// TestBatchLookup: a batch's Lookup of a key it holds names the key's
+// record, whether the key has its own file or a batch's line; a key that
+// names nothing is ErrNotFound; a key whose record was deleted is
+// ErrNotFound at Lookup or at the Update that reads the record (the
+// directory does not look for the record at Lookup: Update does).
+func TestBatchLookup(t *testing.T) { eachBackend(t, batchLookup) }
+
+func batchLookup(t *testing.T, be testBackend) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir(), be.opts()...)
+	own := newCounter(s) // its key a file of its own (a single write's)
+	if err := s.Create(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetIndex("idx", "own", own.ID); err != nil {
+		t.Fatal(err)
+	}
+	gone := newCounter(s)
+	if err := s.Create(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetIndex("idx", "gone", gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	line := newCounter(s) // its key a batch's line
+	if ok, err := b.ClaimIndex("idx", "line"); !ok || err != nil {
+		t.Fatalf("ClaimIndex = %v, %v", ok, err)
+	}
+	if l, err := b.Create(line); l == nil || err != nil {
+		t.Fatalf("Create = %s, %v", l, err)
+	}
+	if err := b.SetIndex("idx", "line", line.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"own", "line", "gone", "absent"} {
+		if ok, err := b.TryLockIndex("idx", k); !ok || err != nil {
+			t.Fatalf("TryLockIndex %s = %v, %v", k, ok, err)
+		}
+	}
+	for k, want := range map[string]string{"own": own.ID, "line": line.ID} {
+		if id, err := b.Lookup("idx", k); id != want || err != nil {
+			t.Errorf("Lookup %s = %s, %v; want %s", k, id, err, want)
+		}
+	}
+	if id, err := b.Lookup("idx", "absent"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup of a key never set = %s, %v; want ErrNotFound", id, err)
+	}
+	if id, err := b.Lookup("idx", "gone"); err == nil {
+		if id != gone.ID {
+			t.Errorf("Lookup of a key whose record was deleted = %s; want %s or ErrNotFound", id, gone.ID)
+		}
+		if _, err := b.Update(id, &counterRec{}, func() error { return nil }); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Update of the deleted record the key names: %v, want ErrNotFound", err)
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup of a key whose record was deleted: %v", err)
+	}
+	if be.url == "" {
+		// A key that names a record, but another batch's.
+		if id, err := s.NewBatch().Lookup("idx", "own"); err == nil {
+			t.Errorf("Lookup of a key the batch does not hold = %s", id)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A writer that has just appended its batch's pack lines adds them to its
 // own read of the kind's lines instead of reading them back; it must not
 // when another writer appended lines between its last read and its own:
@@ -1434,5 +1509,76 @@ func TestBatchLocksAreSingleWritersLocks(t *testing.T) {
 		if ok, err := l.free(ctx); !ok || err != nil {
 			t.Fatalf("%s still held after Commit (%v)", l.name, err)
 		}
+	}
+}
+
+// TestBatchDiscard: a discarded batch stores nothing of what it queued (a
+// new record and its key, a merge into a stored record), gives the
+// records their headers back, and lets go of its locks: another writer
+// then takes them at once.
+func TestBatchDiscard(t *testing.T) { eachBackend(t, batchDiscard) }
+
+func batchDiscard(t *testing.T, be testBackend) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openT(t, dir, be.opts()...)
+	old := newCounter(s)
+	if err := s.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetIndex("idx", "merge", old.ID); err != nil {
+		t.Fatal(err)
+	}
+	b := s.NewBatch()
+	for round := range 2 { // a batch is reusable after Discard
+		if ok, err := b.TryLockIndex("idx", "merge"); !ok || err != nil {
+			t.Fatalf("round %d: TryLockIndex = %v, %v", round, ok, err)
+		}
+		var cur counterRec
+		if line, err := b.Update(old.ID, &cur, func() error { cur.Total = 7; return nil }); line == nil || err != nil {
+			t.Fatalf("round %d: Update = %s, %v", round, line, err)
+		}
+		c := newCounter(s)
+		saved := c.Meta
+		if ok, err := b.ClaimIndex("idx", "new"); !ok || err != nil {
+			t.Fatalf("round %d: ClaimIndex = %v, %v", round, ok, err)
+		}
+		if line, err := b.Create(c); line == nil || err != nil {
+			t.Fatalf("round %d: Create = %s, %v", round, line, err)
+		}
+		if err := b.SetIndex("idx", "new", c.ID); err != nil {
+			t.Fatal(err)
+		}
+		b.Discard()
+		if !b.Idle() {
+			t.Fatalf("round %d: batch not empty after Discard", round)
+		}
+		if c.Rev != saved.Rev || !c.CreatedAt.Equal(saved.CreatedAt) || !c.UpdatedAt.Equal(saved.UpdatedAt) || c.V != saved.V {
+			t.Fatalf("round %d: header %+v after Discard, was %+v", round, c.Meta, saved)
+		}
+		if s.Exists(c.ID) {
+			t.Fatalf("round %d: a discarded record was stored", round)
+		}
+		if _, err := s.Lookup("idx", "new"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("round %d: Lookup of a discarded key = %v", round, err)
+		}
+		if got := getCounter(t, s, old.ID); got.Total != 0 || got.Rev != old.Rev {
+			t.Fatalf("round %d: a discarded merge was stored: %+v", round, got)
+		}
+	}
+	other := openT(t, dir, be.opts()...) // another writer: its own descriptors and connections
+	ob := other.NewBatch()
+	if ok, err := ob.TryLockIndex("idx", "merge"); !ok || err != nil {
+		t.Fatalf("another writer's TryLockIndex after Discard = %v, %v", ok, err)
+	}
+	var cur counterRec
+	if line, err := ob.Update(old.ID, &cur, func() error { cur.Total = 8; return nil }); line == nil || err != nil {
+		t.Fatalf("another writer's Update after Discard = %s, %v", line, err)
+	}
+	if err := ob.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := getCounter(t, s, old.ID); got.Total != 8 {
+		t.Fatalf("stored %+v", got)
 	}
 }

@@ -93,6 +93,9 @@ func (b *pgBatch) TryLockIndex(name, key string) (bool, error) {
 	return ok, err
 }
 
+// Lookup is Store.Lookup: one query finds the key and its record.
+func (b *pgBatch) Lookup(name, key string) (string, error) { return b.s.Lookup(name, key) }
+
 func (b *pgBatch) Create(r records.Record) ([]byte, error) {
 	h := r.Header()
 	kind, err := checkRef(h.ID)
@@ -261,6 +264,14 @@ func (b *pgBatch) giveBack() {
 		h := r.r.Header()
 		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = r.saved.Rev, r.saved.CreatedAt, r.saved.UpdatedAt, r.saved.V
 	}
+}
+
+func (b *pgBatch) Discard() {
+	if b.tx != nil {
+		b.tx.Rollback(context.Background())
+	}
+	b.giveBack()
+	b.tx, b.recs, b.keys, b.ids, b.held, b.fleet = nil, nil, nil, nil, nil, false
 }
 
 func (b *pgBatch) Commit() error {
