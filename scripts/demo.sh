@@ -269,9 +269,12 @@ cycle() {
 # classification. bytes and files are the state proper: the records, the
 # journal, indexes and locks, outside the blobs (content the records point
 # to: captures, flow logs, output), the images, the leases' guest disks
-# and consoles (tb-lease/) and the live capture (capture/spool/); those
-# follow as blob_bytes, blob_files, lease_bytes and spool_bytes, after
-# journal_bytes, the journal's share of bytes.
+# and consoles (tb-lease/), the live capture (capture/spool/) and what the
+# capture's last file left open (parse/carry/: replaced by every parse; it
+# holds connections carried until their inactivity timeout, so it levels
+# off after some cycles); those follow as blob_bytes, blob_files,
+# lease_bytes, spool_bytes and carry_bytes, after journal_bytes, the
+# journal's share of bytes.
 state_line() {
   local sizes class
   # The capture daemon registers spool files and writes records while
@@ -281,10 +284,11 @@ state_line() {
     $2 ~ /^blobs\// { bb += $1; bf++; next }
     $2 ~ /^tb-lease\// { lb += $1; next }
     $2 ~ /^capture\/spool\// { sb += $1; next }
+    $2 ~ /^parse\/carry\// { cb += $1; next }
     $2 ~ /^images\// { next }
     $2 ~ /^journal\// { jb += $1 }
     { b += $1; f++ }
-    END { printf "bytes %d files %d journal_bytes %d blob_bytes %d blob_files %d lease_bytes %d spool_bytes %d", b, f, jb, bb, bf, lb, sb }')
+    END { printf "bytes %d files %d journal_bytes %d blob_bytes %d blob_files %d lease_bytes %d spool_bytes %d carry_bytes %d", b, f, jb, bb, bf, lb, sb, cb }')
   # A cycle that failed has no classification (null): none, not the end of the demo.
   class=$(tb-run report --format json "$(idof cycle < "$work/cycle$1.jsonl")" | { grep -o '"classification":\[[^]]*\]' || true; } | cut -d'[' -f2 | tr -d ']"')
   echo "state: cycle $1 $sizes classification ${class:-none}" >&2

@@ -151,24 +151,28 @@ func runDemo(t *testing.T, arch, bin, goBin string, env ...string) *demoRun {
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start).Round(time.Second)
-	if err != nil {
-		// The end of the output first: a CI log that keeps only the start
-		// of a long failure still says why.
-		t.Logf("demo.sh failed after %s (%v); its last lines:\n%s", took, err, lastLines(out, 25))
+	logOutput := func() {
+		t.Logf("demo.sh %s (%s):\n%s", strings.Join(append([]string{"ARCH=" + arch}, env...), " "), took, out)
 	}
-	t.Logf("demo.sh %s (%s):\n%s", strings.Join(append([]string{"ARCH=" + arch}, env...), " "), took, out)
-	if err != nil {
-		// What the guests' consoles said is what tells a hung guest from
-		// a slow one.
-		if b, err := os.ReadFile(filepath.Join(outDir, "console.log")); err == nil {
-			if len(b) > 4096 {
-				b = b[len(b)-4096:]
-			}
-			t.Logf("the guest's console (last 4 KiB):\n%s", b)
+	if err == nil {
+		// After the test's own failures: a CI log that keeps only the
+		// start of a long failure still says why.
+		t.Cleanup(logOutput)
+		return &demoRun{stateDir: stateDir, outDir: outDir, out: out}
+	}
+	// The end of the output first, for the same reason.
+	t.Logf("demo.sh failed after %s (%v); its last lines:\n%s", took, err, lastLines(out, 25))
+	logOutput()
+	// What the guests' consoles said is what tells a hung guest from a
+	// slow one.
+	if b, err := os.ReadFile(filepath.Join(outDir, "console.log")); err == nil {
+		if len(b) > 4096 {
+			b = b[len(b)-4096:]
 		}
-		t.Fatalf("demo.sh: %v", err)
+		t.Logf("the guest's console (last 4 KiB):\n%s", b)
 	}
-	return &demoRun{stateDir: stateDir, outDir: outDir, out: out}
+	t.Fatalf("demo.sh: %v", err)
+	return nil
 }
 
 // lastLines is the last n lines of out.

@@ -26,7 +26,7 @@ import (
 // TB_DEMO_SCAN=wide), on arm64, the guest that boots fastest under TCG.
 const (
 	soakArch   = "arm64"
-	soakCycles = 8
+	soakCycles = 6
 	// soakDests is what one cycle's scan covers: 198.51.100.1-254 but the
 	// C2's address, and 203.0.113.1-254.
 	soakDests = 253 + 254
@@ -44,12 +44,22 @@ const (
 // files a cycle in all. The bounds are 2.2-2.8 times that. With the scan not summarised,
 // cycle 1 leaves 2,105 files (an endpoint and an ip observable per scanned
 // address) and each later cycle adds 1.7-2.3 MB, growing.
+//
+// What the capture's last file left open (parse/carry, demo.sh's
+// carry_bytes) is bounded on its own: every cycle's parse replaces it. The
+// scan's connections whose end the capture never saw are carried from
+// cycle to cycle until TCP's 5-minute inactivity timeout, so it grows for
+// about six cycles and then levels off (20 KB after cycle 1, about 22 KB a
+// cycle more, 120 KB from cycle 6 on, in a run on 2026-11-30); how many
+// such connections a cycle leaves depends on the sinkhole's load. Counted
+// with the state proper, it made the growth per cycle rise and fall.
 const (
 	soakMaxFilesFirst        = 200
 	soakMaxBytesFirst        = 256 << 10
 	soakMaxFilesPerCycle     = 96
 	soakMaxBytesPerCycle     = 256 << 10
 	soakMaxBlobFilesPerCycle = 12
+	soakMaxCarryBytes        = 512 << 10
 )
 
 // TestSoakScanningLease runs the demo's loop for soakCycles cycles on one
@@ -176,14 +186,19 @@ func TestSoakScanningLease(t *testing.T) {
 	if grow[0].files > soakMaxFilesFirst || grow[0].bytes > soakMaxBytesFirst {
 		t.Errorf("after cycle 1 the state holds %d files and %d bytes; the bound is %d and %d", grow[0].files, grow[0].bytes, soakMaxFilesFirst, soakMaxBytesFirst)
 	}
+	for i, g := range grow {
+		if g.carry > soakMaxCarryBytes {
+			t.Errorf("after cycle %d the capture's open connections take %d bytes; the bound is %d", i+1, g.carry, soakMaxCarryBytes)
+		}
+	}
 	var dFiles, dBytes []int64
 	for i := 1; i < len(grow); i++ {
 		if !slices.Contains(grow[i].class, "scanning") {
 			t.Errorf("cycle %d: demo.sh's classification %v", i+1, grow[i].class)
 		}
 		df, db := grow[i].files-grow[i-1].files, grow[i].bytes-grow[i-1].bytes
-		t.Logf("cycle %d: %+d files, %+d bytes (%+d in the journal; state %d files, %d bytes); blobs %+d files, %+d bytes", i+1, df, db,
-			grow[i].journal-grow[i-1].journal, grow[i].files, grow[i].bytes, grow[i].blobFiles-grow[i-1].blobFiles, grow[i].blobBytes-grow[i-1].blobBytes)
+		t.Logf("cycle %d: %+d files, %+d bytes (%+d in the journal; state %d files, %d bytes); blobs %+d files, %+d bytes; carried %d bytes", i+1, df, db,
+			grow[i].journal-grow[i-1].journal, grow[i].files, grow[i].bytes, grow[i].blobFiles-grow[i-1].blobFiles, grow[i].blobBytes-grow[i-1].blobBytes, grow[i].carry)
 		if df > soakMaxFilesPerCycle || db > soakMaxBytesPerCycle {
 			t.Errorf("cycle %d added %d files and %d bytes to the state; the bound is %d and %d", i+1, df, db, soakMaxFilesPerCycle, soakMaxBytesPerCycle)
 		}
@@ -192,13 +207,13 @@ func TestSoakScanningLease(t *testing.T) {
 		}
 		dFiles, dBytes = append(dFiles, df), append(dBytes, db)
 	}
-	// The largest growth of cycles 2-4 against that of the last three,
-	// with a quarter of slack: the C2's observables, rewritten each cycle,
+	// The largest growth of cycles 2-3 against that of the last two, with
+	// a quarter of slack: the C2's observables, rewritten each cycle,
 	// carry lists that grow by a cycle's id and provenance up to their
 	// bounds (64 and 16 entries). The largest, not the sum: a journal
 	// compaction (at 16 MiB of growth) shrinks the state in one cycle.
-	most := func(d []int64) int64 { return max(d[0], d[1], d[2]) }
-	last := func(d []int64) []int64 { return d[len(d)-3:] }
+	most := func(d []int64) int64 { return max(d[0], d[1]) }
+	last := func(d []int64) []int64 { return d[len(d)-2:] }
 	if most(last(dFiles)) > most(dFiles)*5/4 || most(last(dBytes)) > most(dBytes)*5/4 {
 		t.Errorf("the state's growth accelerates: files %v, bytes %v per cycle", dFiles, dBytes)
 	}
@@ -257,25 +272,25 @@ func parseList(t *testing.T, bin, stateDir string) []records.Observable {
 }
 
 type stateLine struct {
-	files, bytes, journal, blobFiles, blobBytes int64
-	class                                       []string
+	files, bytes, journal, blobFiles, blobBytes, carry int64
+	class                                              []string
 }
 
-var stateLineRE = regexp.MustCompile(`(?m)^state: cycle (\d+) bytes (\d+) files (\d+) journal_bytes (\d+) blob_bytes (\d+) blob_files (\d+) lease_bytes \d+ spool_bytes \d+ classification (.*)$`)
+var stateLineRE = regexp.MustCompile(`(?m)^state: cycle (\d+) bytes (\d+) files (\d+) journal_bytes (\d+) blob_bytes (\d+) blob_files (\d+) lease_bytes \d+ spool_bytes \d+ carry_bytes (\d+) classification (.*)$`)
 
 // stateLines reads demo.sh's state lines, one per cycle in order.
 func stateLines(t *testing.T, out []byte) []stateLine {
 	t.Helper()
 	var ls []stateLine
 	for _, m := range stateLineRE.FindAllSubmatch(out, -1) {
-		var n [6]int64
+		var n [7]int64
 		for i := range n {
 			n[i], _ = strconv.ParseInt(string(m[i+1]), 10, 64)
 		}
 		if n[0] != int64(len(ls)+1) {
 			t.Fatalf("state line of cycle %d after %d lines", n[0], len(ls))
 		}
-		ls = append(ls, stateLine{bytes: n[1], files: n[2], journal: n[3], blobBytes: n[4], blobFiles: n[5], class: strings.Split(string(m[7]), ",")})
+		ls = append(ls, stateLine{bytes: n[1], files: n[2], journal: n[3], blobBytes: n[4], blobFiles: n[5], carry: n[6], class: strings.Split(string(m[8]), ",")})
 	}
 	return ls
 }

@@ -2,7 +2,9 @@ package image
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,36 +71,64 @@ func removeTree(dir string) error {
 	if err != nil {
 		return err
 	}
-	killChrooted(abs)
 	for range 3 {
+		killChrooted(abs)
 		mounts, err := mountsUnder(abs)
 		if err != nil {
 			return err
 		}
 		if len(mounts) == 0 {
-			return os.RemoveAll(abs)
+			// A process killed in a system call finishes it first: the
+			// dpkg of an interrupted build made a file in a directory
+			// being removed ("directory not empty", seen once in a
+			// fresh-clone make test, 2026-11-30). Its writes end with it.
+			if err = os.RemoveAll(abs); !errors.Is(err, unix.ENOTEMPTY) {
+				return err
+			}
+			continue
 		}
 		for _, m := range mounts {
 			unix.Unmount(m, unix.MNT_DETACH)
 		}
 	}
-	mounts, _ := mountsUnder(abs)
-	return fmt.Errorf("cannot remove %s: still mounted: %s", abs, strings.Join(mounts, ", "))
+	if mounts, _ := mountsUnder(abs); len(mounts) > 0 {
+		return fmt.Errorf("cannot remove %s: still mounted: %s", abs, strings.Join(mounts, ", "))
+	}
+	return os.RemoveAll(abs)
 }
 
-// killChrooted kills processes whose root directory is inside dir: the
-// apt and dpkg of a build whose mmdebstrap was killed.
+// killChrooted kills processes whose root directory is inside dir (the
+// apt and dpkg of a build whose mmdebstrap was killed) and waits, up to
+// 5 s, until they are gone or zombies: no longer writing into dir.
 func killChrooted(dir string) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/root")
+	var killed []string
 	for _, p := range procs {
 		root, err := os.Readlink(p)
 		if err != nil || (root != dir && !strings.HasPrefix(root, dir+"/")) {
 			continue
 		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
-			unix.Kill(pid, unix.SIGKILL)
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && unix.Kill(pid, unix.SIGKILL) == nil {
+			killed = append(killed, filepath.Join(filepath.Dir(p), "stat"))
 		}
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, stat := range killed {
+		for time.Now().Before(deadline) && running(stat) {
+			time.Sleep(10 * time.Millisecond) // another parent's child: no wait4 for it
+		}
+	}
+}
+
+// running reports whether the process of /proc/PID/stat exists and is not
+// a zombie.
+func running(stat string) bool {
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
 // mountsUnder lists mount points at or below dir, deepest first.

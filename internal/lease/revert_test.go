@@ -112,6 +112,22 @@ func TestReuseKeepsItsSample(t *testing.T) {
 	}
 }
 
+// TestReuseRevertsASilentGuest: a sample that stopped its guest agent for
+// good (root in the guest can) does not get its silent guest back for its
+// next cycle: the idle lease, which does not answer, is reverted (a fresh
+// boot of its image) before it is handed out, its own sample or not.
+func TestReuseRevertsASilentGuest(t *testing.T) {
+	m, h, idle := revertFixture(t)
+	h.answersAfter = 2 // the kept guest (create 1) is silent; a rebooted one answers
+	l := acquired(t, m, samplePlan(t, m, sampleX), "cycle_b")
+	if !slices.Contains(h.destroyed, idle.VMName) || h.creates != 2 || len(l.Reverts) != 1 {
+		t.Fatalf("the silent guest was handed out: destroyed %v, %d creates, reverts %+v", h.destroyed, h.creates, l.Reverts)
+	}
+	if rv := l.Reverts[0]; l.ID != idle.ID || l.Health != records.HealthHealthy || rv.To != sampleX || rv.Holder != "cycle_b" {
+		t.Errorf("after the revert: lease %s (%s), revert %+v", l.ID, l.Health, rv)
+	}
+}
+
 // TestRevertForAnotherSample: a lease handed to another sample (or to a
 // file its sample dropped elsewhere, or as an old lease that does not say
 // what it ran) is reverted first: its domain destroyed, booted on a fresh
