@@ -30,7 +30,12 @@ func TestBehaviourTraceAcrossDetachedCycles(t *testing.T) {
 		t.Fatal("the end-to-end test needs root (bridges, namespaces, VMs); run it with make test")
 	}
 	bin, goBin := demoTools(t)
-	r := runDemo(t, "amd64", bin, goBin, "TB_DEMO_BEHAVE=1", "TB_DEMO_CYCLES=2", "TB_DEMO_DETACH=10s")
+	// Cycle 1's window must hold the three check-ins that promote the C2
+	// for cycle 2 (a beacon every 2 s). Under load the traced beacon took
+	// 5.5 s of its behaviour before its first (CI, 2026-11-30): a 10 s
+	// window then held two, the C2 stayed sinkholed, and cycle 2 reached
+	// nothing. 16 s holds three after up to 11 s.
+	r := runDemo(t, "amd64", bin, goBin, "TB_DEMO_BEHAVE=1", "TB_DEMO_CYCLES=2", "TB_DEMO_DETACH=16s")
 	ctx := context.Background()
 	st, err := state.Open(ctx, r.stateDir)
 	if err != nil {
