@@ -485,3 +485,98 @@ func TestIndexKeyIsTheDigestOfLeaseTypeAndValue(t *testing.T) {
 		}
 	}
 }
+
+// A commit that fails in the background (its batch handed off while the
+// next one fills) ends the run with its error: its observables are not
+// printed, nothing is stored after it, and what was printed is what the
+// state holds, every line of it. The state is broken between two
+// batches (its intents/ made a file) when the first lines reach stdout,
+// which tb-parse writes only on joining a committed batch.
+func TestFailedBackgroundCommit(t *testing.T) {
+	input := filepath.Join(t.TempDir(), "conv.pcap")
+	conversations(t, input, 1500)
+	dir := t.TempDir()
+	st, err := state.Open(context.Background(), dir, state.WithDurability(state.SyncOnFlush))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	intents := filepath.Join(dir, "intents")
+	var out bytes.Buffer
+	w := &onFirstWrite{w: &out, f: func() {
+		if err := os.Rename(intents, intents+".away"); err != nil {
+			t.Error(err)
+		}
+		if err := os.WriteFile(intents, nil, 0o640); err != nil {
+			t.Error(err)
+		}
+	}}
+	var errb bytes.Buffer
+	// Without --max-held, every observable goes out at the end of the
+	// capture, once each: no batch is committed but by a hand-off, and the
+	// last.
+	sink := cmdout.New("tb-parse", w, &errb, nil)
+	job, err := Prepare(Request{Inputs: []string{input}, Lease: storeLease}, nil, sink.Warnf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = job.Run(context.Background(), st, sink)
+	if err == nil || !strings.Contains(err.Error(), "storing 256 observables") || !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("the run after its state broke: %v", err)
+	}
+	if !w.called {
+		t.Fatal("nothing was printed before the end of the run")
+	}
+	os.Remove(intents)
+	if err := os.Rename(intents+".away", intents); err != nil {
+		t.Fatal(err)
+	}
+	stored := 0
+	for _, os := range storedObservables(t, st, false) {
+		stored += len(os)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(out.Bytes(), []byte("\n")), []byte("\n"))
+	printed := 0
+	for _, line := range lines {
+		var g records.Generic
+		if err := records.Unmarshal(line, &g); err != nil {
+			t.Fatalf("printed %q: %v", line, err)
+		}
+		if g.Kind != records.KindObservable {
+			continue
+		}
+		printed++
+		if raw, err := st.ReadRaw(g.ID); err != nil || !bytes.Equal(raw, line) {
+			t.Fatalf("printed %s but stored %s, %v", line, raw, err)
+		}
+	}
+	if printed != stored || printed%batchMax != 0 {
+		t.Fatalf("%d observables printed, %d stored; want as many, whole batches of %d", printed, stored, batchMax)
+	}
+	// Nothing half-done is left: the state checks clean, and a later run
+	// stores what this one did not.
+	rep, err := st.Check(context.Background(), state.CheckOptions{})
+	if err != nil || !rep.OK() {
+		t.Fatalf("check: %v %v", err, rep)
+	}
+	var again bytes.Buffer
+	if err := runStored(context.Background(), st, input, true, &again, io.Discard); err != nil {
+		t.Fatalf("a --merge run after it: %v", err)
+	}
+	t.Logf("%d observables printed and stored before the failure; %d lines from the run after", printed, bytes.Count(again.Bytes(), []byte("\n")))
+}
+
+// onFirstWrite writes to w, and calls f once, before the first write.
+type onFirstWrite struct {
+	w      io.Writer
+	f      func()
+	called bool
+}
+
+func (o *onFirstWrite) Write(p []byte) (int, error) {
+	if !o.called {
+		o.called = true
+		o.f()
+	}
+	return o.w.Write(p)
+}
