@@ -239,6 +239,7 @@ func (s *dirStore) appendLocked(f *os.File, size int64, line []byte) (int64, err
 		}
 		return size, err
 	}
+	s.startWriteback(int(f.Fd()), size, size+int64(len(line)))
 	if s.durability == SyncEachWrite {
 		if err := f.Sync(); err != nil {
 			// Whether the entry is on disk is unknown; it is in the file.
@@ -717,4 +718,26 @@ func (fl *JournalFollower) take(line []byte, at int64) *JournalEntry {
 	}
 	fl.next = position{p[0], p[1] + 1}
 	return &JournalEntry{At: e.At, Op: e.Op, Kind: e.Kind, ID: e.ID, Rev: e.Rev, Record: e.Record}
+}
+
+// writebackMin is the least a write hands the disk at once (startWriteback).
+const writebackMin = 256 << 10
+
+// startWriteback has the kernel start writing fd's bytes from off to end
+// to disk, whole pages only, without waiting for them, when the store
+// syncs on Flush and they are at least writebackMin. The pages of a batch
+// are then on their way while the writer goes on, and Flush's syncfs waits
+// for less: the kernel would otherwise hold them dirty for up to 30 s,
+// and a short-lived writer's last syncfs would write them all. It is
+// advice: an error is Flush's to report.
+func (s *dirStore) startWriteback(fd int, off, end int64) {
+	if s.durability != SyncOnFlush {
+		return
+	}
+	const page = 4096 // the smallest page size: a larger one only rounds more
+	off, end = off&^(page-1), end&^(page-1)
+	if end-off < writebackMin {
+		return
+	}
+	unix.SyncFileRange(fd, off, end-off, unix.SYNC_FILE_RANGE_WRITE)
 }
