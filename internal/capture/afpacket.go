@@ -36,8 +36,13 @@ type RingConfig struct {
 }
 
 // DefaultRing holds 64 MiB: about half a second at 100k full-size packets
-// per second, or several seconds of small ones.
-var DefaultRing = RingConfig{BlockSize: 1 << 20, Blocks: 64, Timeout: 50 * time.Millisecond}
+// per second, or several seconds of small ones. The kernel hands a block
+// over at each timeout however little it holds, so sparse traffic (a
+// packet every 50 ms or more) takes a block a packet: 256 blocks hold
+// 12.8 s of it while the reader is held up, where 64 of 1 MiB held 3.2 s
+// (TestDefaultRingHoldsSparseTrafficThroughAStall). A frame longer than a
+// block would be cut to it; a tap's largest (a 64 KiB GSO frame) is not.
+var DefaultRing = RingConfig{BlockSize: 256 << 10, Blocks: 256, Timeout: 50 * time.Millisecond}
 
 // AFPacket is a TPACKET_V3 memory-mapped capture socket.
 type AFPacket struct {
