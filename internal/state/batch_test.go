@@ -1582,3 +1582,47 @@ func batchDiscard(t *testing.T, be testBackend) {
 		t.Fatalf("stored %+v", got)
 	}
 }
+
+// TestBatchStartsItsWriteback: under SyncOnFlush a batch of 64 records
+// of 16 KiB (1 MiB in the journal, 1 MiB in its pack) leaves none of its
+// whole pages dirty once committed: their writeback was started then
+// (startWriteback), not left to the Flush's syncfs. cachestat(2) counts a
+// file's dirty pages in the page cache; the kernel's own flusher would
+// not have written them for 30 s.
+func TestBatchStartsItsWriteback(t *testing.T) {
+	s := openT(t, t.TempDir(), WithDurability(SyncOnFlush))
+	b := s.NewBatch()
+	for i := range 64 {
+		c := newCounter(s)
+		c.Seq, c.Note = i, strings.Repeat("x", 16<<10)
+		if _, err := b.Create(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	packs, err := filepath.Glob(filepath.Join(s.Root(), "packs", "*"+batchIntentSuffix))
+	if err != nil || len(packs) == 0 {
+		t.Fatalf("no pack file (%v)", err)
+	}
+	for _, path := range append(packs, filepath.Join(s.Root(), "journal", "journal.jsonl")) {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cs unix.Cachestat_t
+		err = unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0)
+		f.Close()
+		if errors.Is(err, unix.ENOSYS) {
+			t.Skip("cachestat(2) needs Linux 6.5")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The last page, partly written, is left for the next append.
+		if cs.Cache < 256 || cs.Dirty > 1 {
+			t.Errorf("%s: %d of its %d cached pages dirty after the commit (%d under writeback)", path, cs.Dirty, cs.Cache, cs.Writeback)
+		}
+	}
+}
