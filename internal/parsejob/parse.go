@@ -486,7 +486,9 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 	}
 	stream := streamOf(in)
 	prev := o.previous(stream, in)
-	dec := packet.New(packet.Config{MaxFlows: req.MaxFlows, Origin: origin, Sink: sink})
+	h := startHandover(sink)
+	defer h.close()
+	dec := packet.New(packet.Config{MaxFlows: req.MaxFlows, Origin: origin, Sink: h})
 	var p capfile.Packet
 	var last int64
 	seen := false
