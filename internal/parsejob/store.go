@@ -28,53 +28,240 @@ const batchAge = time.Second
 // storer stores a run's observables through state batches and prints each
 // once its batch is committed: a printed observable is always stored.
 //
-// Without --merge, a full batch is committed in the background while the
-// next one fills (one at a time, joined before the next commit starts and
-// before anything else is printed), so that with a second core the
-// commit's system calls overlap the encoding of the next batch's records.
-// Such a batch takes no lock until its own commit, so the one committing
-// cannot refuse it anything. A merge locks its key and record as it is
-// queued, and a committing batch holds whole lock files: with --merge each
-// batch is committed before the next one fills.
+// Without --merge, the observables of a batch are gathered here and the
+// batch is filled (each record encoded, its key claimed) and committed on
+// a goroutine of its own: up to jobsInFlight batches at once, each filled
+// after the one before it is filled and committed after it is committed,
+// so that the journal and stdout keep the order of the observables while,
+// with a second core, one batch fills as the one before it commits and
+// this goroutine gathers the next. Such a batch takes no lock on the
+// directory store until its commit, so the one before it cannot refuse it
+// anything there.
+//
+// With --merge, a batch locks its keys and records as it is filled, and a
+// committing batch holds whole lock files: each is filled here and
+// committed before the next one fills.
 type storer struct {
-	b *state.Batch
-	// lines are the queued observables as they will be stored and printed.
-	lines [][]byte
-	since time.Time // when the first of lines was queued
-	// err is the first failed commit: nothing is stored after it.
+	// err is the first failure: nothing is stored after it.
 	err error
-	// inflight is the batch committing in the background, if any.
-	inflight *committing
-	// spare and spareLines are the last joined batch and its lines'
-	// slice, empty, for the next batch to fill.
-	spare      *state.Batch
-	spareLines [][]byte
-}
-
-// committing is a batch whose Commit runs in the background.
-type committing struct {
+	// Without --merge: pending are the observables of the next batch, and
+	// keys theirs (the same key twice goes in the next batch).
+	pending []pendingObs
+	keys    map[string]struct{}
+	// since is when the first of pending, or with --merge of lines, came.
+	since time.Time
+	// jobs are the batches being filled and committed, oldest first;
+	// spare are joined ones, for the next batches to reuse.
+	jobs  []*batchJob
+	spare []*batchJob
+	// With --merge: the batch being filled, and its lines.
 	b     *state.Batch
 	lines [][]byte
-	done  chan error
 }
 
-// store writes one observable to the state and prints it. A new one, and
-// with --merge one to merge into the observable its key names, is queued
-// in the batch; anything else (a key or record another writer holds, the
-// same observable twice in a batch) is written on its own once the batch is
-// committed, so that the batch never holds locks while the store waits for
-// another writer's, and stdout keeps the order of the observables.
+// jobsInFlight is how many batches may be filled and committed at once.
+const jobsInFlight = 2
+
+type pendingObs struct {
+	key string
+	obs *records.Observable
+}
+
+// batchJob fills and commits a batch on a goroutine of its own.
+type batchJob struct {
+	obs []pendingObs
+	b   *state.Batch
+	// lines are the observables stored, as stored, in order.
+	lines [][]byte
+	// res is this run of the job's outcome; after the outcome of the job
+	// whose batch commits before this one's. A job is reused once joined,
+	// its outcome never: the job after it may not have read it yet.
+	res, after *jobOutcome
+}
+
+type jobOutcome struct {
+	// filled is closed once the job's batch holds all it will: on
+	// PostgreSQL a batch locks what it queues, so a batch fills only after
+	// the one before it, or it could take a key that one writes on its
+	// own (fillAndCommit), and wait for it.
+	filled chan struct{}
+	done   chan struct{}
+	// err is why the job stored no more than its lines: errSkipped when
+	// the job before it failed.
+	err error
+}
+
+// errSkipped: the batch before this one failed, so nothing was stored.
+var errSkipped = errors.New("not stored: an earlier batch failed")
+
+// store writes one observable to the state and prints it, once its batch
+// is committed.
 func (o *output) store(lease string, obs *records.Observable) error {
 	s := &o.storer
 	if s.err != nil {
 		return s.err
 	}
+	key := IndexKey(lease, obs.Type, observe.Key(obs))
+	records.Init(obs, records.KindObservable, o.st.Now())
+	if o.req.Merge {
+		return o.storeMerging(key, obs)
+	}
+	if _, twice := s.keys[key]; twice {
+		// Emitted early, then again: in the next batch, after this one.
+		if err := o.dispatch(); err != nil {
+			return err
+		}
+	}
+	if len(s.pending) == 0 {
+		s.since = time.Now()
+	}
+	if s.keys == nil {
+		s.keys = make(map[string]struct{}, batchMax)
+	}
+	s.pending = append(s.pending, pendingObs{key, obs})
+	s.keys[key] = struct{}{}
+	if len(s.pending) >= batchMax || time.Since(s.since) >= batchAge {
+		return o.dispatch()
+	}
+	return nil
+}
+
+// dispatch starts the job of the pending observables, after joining the
+// oldest job when jobsInFlight are running.
+func (o *output) dispatch() error {
+	s := &o.storer
+	if len(s.pending) == 0 {
+		return nil
+	}
+	if len(s.jobs) == jobsInFlight {
+		if err := o.joinOldest(); err != nil {
+			return err
+		}
+	}
+	var j *batchJob
+	if n := len(s.spare); n > 0 {
+		j, s.spare = s.spare[n-1], s.spare[:n-1]
+	} else {
+		j = &batchJob{b: o.st.NewBatch()}
+	}
+	j.obs, s.pending = s.pending, j.obs[:0]
+	clear(s.keys)
+	j.res, j.after = &jobOutcome{filled: make(chan struct{}), done: make(chan struct{})}, nil
+	if n := len(s.jobs); n > 0 {
+		j.after = s.jobs[n-1].res
+	}
+	s.jobs = append(s.jobs, j)
+	go o.fillAndCommit(j)
+	return nil
+}
+
+// fillAndCommit fills j's batch, once the batch before it is filled, and
+// commits it once that one is committed. An observable the batch cannot
+// take (on PostgreSQL, a key the batch before it still held as this one
+// filled) is written on its own after what the batch took, and the rest
+// go in the batch again; the next batch fills after all that.
+func (o *output) fillAndCommit(j *batchJob) {
+	res := j.res
+	filled := false
+	defer func() {
+		if !filled {
+			close(res.filled)
+		}
+		close(res.done)
+	}()
+	if a := j.after; a != nil {
+		<-a.filled
+	}
+	waited := false
+	rest := j.obs
+	for {
+		before := len(j.lines)
+		n, fillErr := fill(j.b, rest, &j.lines)
+		if !filled && n == len(rest) && fillErr == nil {
+			filled = true
+			close(res.filled)
+		}
+		if !waited {
+			waited = true
+			if a := j.after; a != nil {
+				<-a.done
+				if a.err != nil {
+					j.b.Discard()
+					j.lines, res.err = j.lines[:0], errSkipped
+					return
+				}
+			}
+		}
+		if !j.b.Idle() {
+			if err := j.b.Commit(); err != nil {
+				res.err = fmt.Errorf("storing %d observables: %w", len(j.lines)-before, err)
+				j.lines = j.lines[:before]
+				return
+			}
+		}
+		if fillErr != nil || n == len(rest) {
+			res.err = fillErr
+			return
+		}
+		line, err := o.storeAlone(rest[n].key, rest[n].obs)
+		if err != nil {
+			res.err = err
+			return
+		}
+		j.lines = append(j.lines, line)
+		rest = rest[n+1:]
+	}
+}
+
+// fill queues obs in b, their lines appended to lines, up to the first
+// the batch cannot take (n) or the first error.
+func fill(b *state.Batch, obs []pendingObs, lines *[][]byte) (n int, err error) {
+	for i, p := range obs {
+		ok, err := b.ClaimIndex(IndexName, p.key)
+		if !ok || err != nil {
+			return i, err
+		}
+		line, err := b.Create(p.obs)
+		if line == nil || err != nil {
+			return i, err
+		}
+		if err := b.SetIndex(IndexName, p.key, p.obs.ID); err != nil {
+			return i, err
+		}
+		*lines = append(*lines, line)
+	}
+	return len(obs), nil
+}
+
+// joinOldest waits for the oldest job and prints what it stored; its
+// failure is kept.
+func (o *output) joinOldest() error {
+	s := &o.storer
+	j := s.jobs[0]
+	s.jobs = append(s.jobs[:0], s.jobs[1:]...)
+	<-j.res.done
+	err := o.print(j.lines)
+	if j.res.err != nil {
+		err = o.failStore(j.res.err)
+	}
+	// Printed: the job's batch and slices may be filled again.
+	j.lines, j.after = j.lines[:0], nil
+	clear(j.obs)
+	s.spare = append(s.spare, j)
+	return err
+}
+
+// storeMerging queues obs merged into the observable its key names, or
+// writes it on its own when the batch cannot take it.
+func (o *output) storeMerging(key string, obs *records.Observable) error {
+	s := &o.storer
 	if s.b == nil {
 		s.b = o.st.NewBatch()
 	}
-	key := IndexKey(lease, obs.Type, observe.Key(obs))
-	records.Init(obs, records.KindObservable, o.st.Now())
-	queued, err := o.queue(key, obs)
+	if len(s.lines) == 0 {
+		s.since = time.Now()
+	}
+	queued, err := o.queueMerge(key, obs)
 	if err != nil {
 		// What the batch holds already is stored, and printed, before the
 		// run fails on this one (a stored observable that does not
@@ -86,43 +273,51 @@ func (o *output) store(lease string, obs *records.Observable) error {
 	}
 	if queued {
 		if len(s.lines) >= batchMax || time.Since(s.since) >= batchAge {
-			return o.handOff()
+			return o.commit()
 		}
 		return nil
 	}
 	if err := o.commit(); err != nil {
 		return err
 	}
-	return o.storeAlone(key, obs)
+	line, err := o.storeAlone(key, obs)
+	if err != nil {
+		return err
+	}
+	return o.print([][]byte{line})
 }
 
-// queue adds obs and its key to the batch if the batch may hold them
-// (with --merge, obs merged into the stored observable its key names):
-// false when this batch holds the key already (the same observable emitted
-// twice), with --merge when another writer holds the key or the record, or
-// the batch cannot take the merge.
-func (o *output) queue(key string, obs *records.Observable) (bool, error) {
+// queueMerge adds obs and its key to the --merge batch if the batch may
+// hold them: merged into the stored observable its key names, or new.
+// False when another writer holds the key or the record, the batch holds
+// the key already (the same observable emitted twice), or the batch
+// cannot take the merge.
+func (o *output) queueMerge(key string, obs *records.Observable) (bool, error) {
 	s := &o.storer
-	// Without --merge the key is only set, so its lock may wait for the
-	// commit (ClaimIndex); a merge reads the stored observable under it.
-	claim := s.b.ClaimIndex
-	if o.req.Merge {
-		claim = s.b.TryLockIndex
-	}
-	ok, err := claim(IndexName, key)
+	ok, err := s.b.TryLockIndex(IndexName, key)
 	if !ok || err != nil {
 		return false, err
 	}
-	if o.req.Merge {
-		// The key's lock is held: no one else can claim it until the
-		// batch commits.
-		id, err := s.b.Lookup(IndexName, key)
-		if err == nil {
-			return o.queueMerge(id, obs)
+	// The key's lock is held: no one else can claim it until the batch
+	// commits.
+	id, err := s.b.Lookup(IndexName, key)
+	if err == nil {
+		cur := new(records.Observable) // the batch keeps it until Commit
+		line, err := s.b.Update(id, cur, func() error {
+			observe.Merge(cur, obs)
+			return nil
+		})
+		if errors.Is(err, state.ErrNotFound) {
+			return false, nil // gone since Lookup: claimed anew on its own
 		}
-		if !errors.Is(err, state.ErrNotFound) {
+		if line == nil || err != nil {
 			return false, err
 		}
+		s.lines = append(s.lines, line)
+		return true, nil
+	}
+	if !errors.Is(err, state.ErrNotFound) {
+		return false, err
 	}
 	line, err := s.b.Create(obs)
 	if line == nil || err != nil {
@@ -131,38 +326,16 @@ func (o *output) queue(key string, obs *records.Observable) (bool, error) {
 	if err := s.b.SetIndex(IndexName, key, obs.ID); err != nil {
 		return false, err
 	}
-	if len(s.lines) == 0 {
-		s.since = time.Now()
-	}
 	s.lines = append(s.lines, line)
 	return true, nil
 }
 
-// queueMerge queues obs merged into the stored observable id.
-func (o *output) queueMerge(id string, obs *records.Observable) (bool, error) {
-	s := &o.storer
-	cur := new(records.Observable) // the batch keeps it until Commit
-	line, err := s.b.Update(id, cur, func() error {
-		observe.Merge(cur, obs)
-		return nil
-	})
-	if errors.Is(err, state.ErrNotFound) {
-		return false, nil // gone since Lookup: claimed anew on its own
-	}
-	if line == nil || err != nil {
-		return false, err
-	}
-	if len(s.lines) == 0 {
-		s.since = time.Now()
-	}
-	s.lines = append(s.lines, line)
-	return true, nil
-}
-
-// commit stores the queued observables, after the batch committing in the
-// background, and prints them. A failure is kept: nothing more is stored
-// in this run.
+// commit stores what is gathered and queued, after the jobs running, and
+// prints it. A failure is kept: nothing more is stored in this run.
 func (o *output) commit() error {
+	if err := o.dispatch(); err != nil {
+		return err
+	}
 	if err := o.join(); err != nil {
 		return err
 	}
@@ -181,45 +354,17 @@ func (o *output) commit() error {
 	return err
 }
 
-// handOff commits the queued observables in the background, after the
-// batch committing there now, and starts a new batch; with --merge, now.
-func (o *output) handOff() error {
-	if o.req.Merge {
-		return o.commit()
-	}
-	if err := o.join(); err != nil {
-		return err
-	}
-	s := &o.storer
-	if s.err != nil {
-		return s.err
-	}
-	c := &committing{b: s.b, lines: s.lines, done: make(chan error, 1)}
-	go func() { c.done <- c.b.Commit() }()
-	s.inflight = c
-	s.b, s.lines, s.spare, s.spareLines = s.spare, s.spareLines, nil, nil
-	if s.b == nil {
-		s.b = o.st.NewBatch()
-	}
-	return nil
-}
-
-// join waits for the batch committing in the background, if any, and
-// prints its observables.
+// join waits for every job running and prints what each stored; the
+// first failure is returned (not a job's that skipped its batch for the
+// failure before it).
 func (o *output) join() error {
-	s := &o.storer
-	c := s.inflight
-	if c == nil {
-		return nil
+	var first error
+	for len(o.storer.jobs) > 0 {
+		if err := o.joinOldest(); err != nil && first == nil && !errors.Is(err, errSkipped) {
+			first = err
+		}
 	}
-	s.inflight = nil
-	if err := <-c.done; err != nil {
-		return o.failStore(fmt.Errorf("storing %d observables: %w", len(c.lines), err))
-	}
-	err := o.print(c.lines)
-	// Printed: the batch and the slice may be filled again.
-	s.spare, s.spareLines = c.b, c.lines[:0]
-	return err
+	return first
 }
 
 // print writes committed observables' lines.
@@ -233,11 +378,15 @@ func (o *output) print(lines [][]byte) error {
 	return nil
 }
 
-// failStore keeps err and drops what is queued: nothing more is stored.
+// failStore keeps err and drops what is gathered and queued: nothing more
+// is stored.
 func (o *output) failStore(err error) error {
 	s := &o.storer
-	s.err = err
-	s.lines = nil
+	if s.err == nil {
+		s.err = err
+	}
+	s.pending, s.lines = s.pending[:0], nil
+	clear(s.keys)
 	if s.b != nil {
 		s.b.Discard()
 	}
@@ -245,10 +394,9 @@ func (o *output) failStore(err error) error {
 }
 
 // settle ends the storer on any return from the run: it waits for the
-// batch committing in the background, prints what it stored, and lets go
-// of what is queued (a run that ends early stores nothing more). The
-// run's own return says why it ended; a failed commit found here is
-// logged.
+// jobs running, prints what they stored, and lets go of what is queued (a
+// run that ends early stores nothing more). The run's own return says why
+// it ended; a failed commit found here is logged.
 func (o *output) settle() {
 	if err := o.join(); err != nil {
 		o.log.Warn("the observables of the last batch were not stored", "err", err)
@@ -258,27 +406,28 @@ func (o *output) settle() {
 	}
 }
 
-// storeAlone writes an observable the batch could not take: a new record
-// and its key, or with --merge, merged into the record its key names.
-func (o *output) storeAlone(key string, obs *records.Observable) error {
+// storeAlone writes an observable a batch could not take, and returns its
+// line: a new record and its key, or with --merge, merged into the record
+// its key names.
+func (o *output) storeAlone(key string, obs *records.Observable) ([]byte, error) {
 	ctx := o.ctx
 	if !o.req.Merge {
 		if err := o.st.Create(ctx, obs); err != nil {
-			return err
+			return nil, err
 		}
 		if err := o.st.SetIndex(IndexName, key, obs.ID); err != nil {
-			return err
+			return nil, err
 		}
-		return o.write(obs)
+		return records.Marshal(obs)
 	}
 	id, created, err := o.st.Claim(ctx, IndexName, key, func() (records.Record, error) {
 		return obs, nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if created {
-		return o.write(obs)
+		return records.Marshal(obs)
 	}
 	var cur records.Observable
 	err = o.st.Update(ctx, id, &cur, func(exists bool) error {
@@ -289,7 +438,7 @@ func (o *output) storeAlone(key string, obs *records.Observable) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return o.write(&cur)
+	return records.Marshal(&cur)
 }
