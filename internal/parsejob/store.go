@@ -127,13 +127,15 @@ func (o *output) store(lease string, obs *records.Observable) error {
 }
 
 // dispatch starts the job of the pending observables, after joining the
-// oldest job when jobsInFlight are running.
+// oldest job when jobsInFlight are running. The jobs done already are
+// joined first, so that their observables reach stdout now rather than
+// when the next dispatch has to wait for them.
 func (o *output) dispatch() error {
 	s := &o.storer
 	if len(s.pending) == 0 {
 		return nil
 	}
-	if len(s.jobs) == jobsInFlight {
+	for len(s.jobs) > 0 && (len(s.jobs) == jobsInFlight || isClosed(s.jobs[0].res.done)) {
 		if err := o.joinOldest(); err != nil {
 			return err
 		}
@@ -153,6 +155,15 @@ func (o *output) dispatch() error {
 	s.jobs = append(s.jobs, j)
 	go o.fillAndCommit(j)
 	return nil
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // fillAndCommit fills j's batch, once the batch before it is filled, and
