@@ -1,6 +1,7 @@
 package parsejob
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -213,6 +214,12 @@ func (o *output) fillAndCommit(j *batchJob) {
 		if fillErr != nil || n == len(rest) {
 			res.err = fillErr
 			return
+		}
+		// The batch fills again, and a state directory's batch reuses the
+		// buffer its lines are in (its Create says so): these are printed
+		// at the end.
+		for i := before; i < len(j.lines); i++ {
+			j.lines[i] = bytes.Clone(j.lines[i])
 		}
 		line, err := o.storeAlone(rest[n].key, rest[n].obs)
 		if err != nil {
