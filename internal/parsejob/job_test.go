@@ -1,0 +1,106 @@
+package parsejob
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+)
+
+// jobOf is a batch job of new observables of the given values (domains of
+// storeLease) on batch b, to be run by hand, with its outcome's channels
+// made.
+func jobOf(b *state.Batch, st *state.Store, values ...string) *batchJob {
+	j := &batchJob{b: b, res: &jobOutcome{filled: make(chan struct{}), done: make(chan struct{})}}
+	for i, v := range values {
+		obs := observe.Origin{Input: "test"}.New(records.ObsDomain, v, time.Unix(int64(i), 0).UTC(), int64(i+1), 0)
+		obs.Lease = storeLease
+		records.Init(obs, records.KindObservable, st.Now())
+		j.obs = append(j.obs, pendingObs{IndexKey(storeLease, obs.Type, observe.Key(obs)), obs})
+	}
+	return j
+}
+
+func storedCount(t *testing.T, st *state.Store) int {
+	t.Helper()
+	n := 0
+	for _, os := range storedObservables(t, st, false) {
+		n += len(os)
+	}
+	return n
+}
+
+// A job whose batch is to commit after one that failed stores nothing:
+// nothing is stored after a failure, even where the state would now take
+// it.
+func TestJobAfterAFailedOneStoresNothing(t *testing.T) {
+	st := storeBackend{name: "dir"}.open(t, t.TempDir(), "")
+	o := &output{ctx: context.Background(), st: st}
+	failed := &jobOutcome{filled: make(chan struct{}), done: make(chan struct{}), err: errors.New("the batch before failed")}
+	close(failed.filled)
+	close(failed.done)
+	j := jobOf(st.NewBatch(), st, "a.example", "b.example")
+	j.after = failed
+	o.fillAndCommit(j)
+	if !errors.Is(j.res.err, errSkipped) || len(j.lines) != 0 {
+		t.Fatalf("job after a failed one: err %v, %d lines; want %v and none", j.res.err, len(j.lines), errSkipped)
+	}
+	if n := storedCount(t, st); n != 0 {
+		t.Fatalf("%d observables stored after a failed batch", n)
+	}
+}
+
+// A job that meets an observable its batch cannot take (here the same key
+// twice, which gathering never hands it) commits what the batch holds,
+// writes that one on its own and fills the batch again with the rest; the
+// lines it gives for printing are each observable as stored, those of the
+// first fill too, although the batch reused their buffer for the second.
+// The batch is one a larger job used before, as a spare one is: a new
+// batch's buffer grows into a new array at its first commit, and leaves
+// the lines in the old one.
+func TestJobThatFillsAgainKeepsItsLines(t *testing.T) {
+	st := storeBackend{name: "dir"}.open(t, t.TempDir(), "")
+	o := &output{ctx: context.Background(), st: st}
+	b := st.NewBatch()
+	var warm []string
+	for i := range 200 {
+		warm = append(warm, fmt.Sprintf("warm%d.example", i))
+	}
+	w := jobOf(b, st, warm...)
+	o.fillAndCommit(w)
+	if w.res.err != nil {
+		t.Fatal(w.res.err)
+	}
+	var values []string
+	for i := range 40 {
+		values = append(values, fmt.Sprintf("host%d.example", i))
+	}
+	values = append(values, "host0.example") // the same key again
+	for i := range 40 {
+		values = append(values, fmt.Sprintf("other%d.example", i))
+	}
+	j := jobOf(b, st, values...)
+	o.fillAndCommit(j)
+	if j.res.err != nil {
+		t.Fatal(j.res.err)
+	}
+	if len(j.lines) != len(values) {
+		t.Fatalf("%d lines for %d observables", len(j.lines), len(values))
+	}
+	for i, line := range j.lines {
+		id := j.obs[i].obs.ID
+		raw, err := st.ReadRaw(id)
+		if err != nil || !bytes.Equal(raw, line) {
+			t.Fatalf("line %d, for %s:\n%s\nstored:\n%s (%v)", i, id, line, raw, err)
+		}
+	}
+	if n := storedCount(t, st); n != len(warm)+len(values) {
+		t.Fatalf("%d observables stored, want %d", n, len(warm)+len(values))
+	}
+}
