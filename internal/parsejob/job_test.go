@@ -57,7 +57,7 @@ func TestJobAfterAFailedOneStoresNothing(t *testing.T) {
 }
 
 // A job that meets an observable its batch cannot take (here the same key
-// twice, which gathering never hands it) commits what the batch holds,
+// twice: emitted early and seen again) commits what the batch holds,
 // writes that one on its own and fills the batch again with the rest; the
 // lines it gives for printing are each observable as stored, those of the
 // first fill too, although the batch reused their buffer for the second.

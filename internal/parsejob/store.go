@@ -45,10 +45,8 @@ const batchAge = time.Second
 type storer struct {
 	// err is the first failure: nothing is stored after it.
 	err error
-	// Without --merge: pending are the observables of the next batch, and
-	// keys theirs (the same key twice goes in the next batch).
+	// Without --merge: pending are the observables of the next batch.
 	pending []pendingObs
-	keys    map[string]struct{}
 	// since is when the first of pending, or with --merge of lines, came.
 	since time.Time
 	// jobs are the batches being filled and committed, oldest first;
@@ -107,20 +105,10 @@ func (o *output) store(lease string, obs *records.Observable) error {
 	if o.req.Merge {
 		return o.storeMerging(key, obs)
 	}
-	if _, twice := s.keys[key]; twice {
-		// Emitted early, then again: in the next batch, after this one.
-		if err := o.dispatch(); err != nil {
-			return err
-		}
-	}
 	if len(s.pending) == 0 {
 		s.since = time.Now()
 	}
-	if s.keys == nil {
-		s.keys = make(map[string]struct{}, batchMax)
-	}
 	s.pending = append(s.pending, pendingObs{key, obs})
-	s.keys[key] = struct{}{}
 	if len(s.pending) >= batchMax || time.Since(s.since) >= batchAge {
 		return o.dispatch()
 	}
@@ -148,7 +136,6 @@ func (o *output) dispatch() error {
 		j = &batchJob{b: o.st.NewBatch()}
 	}
 	j.obs, s.pending = s.pending, j.obs[:0]
-	clear(s.keys)
 	j.res, j.after = &jobOutcome{filled: make(chan struct{}), done: make(chan struct{})}, nil
 	if n := len(s.jobs); n > 0 {
 		j.after = s.jobs[n-1].res
@@ -169,9 +156,10 @@ func isClosed(c chan struct{}) bool {
 
 // fillAndCommit fills j's batch, once the batch before it is filled, and
 // commits it once that one is committed. An observable the batch cannot
-// take (on PostgreSQL, a key the batch before it still held as this one
-// filled) is written on its own after what the batch took, and the rest
-// go in the batch again; the next batch fills after all that.
+// take (the same one twice in a batch, emitted early and seen again; on
+// PostgreSQL, a key the batch before it still held as this one filled) is
+// written on its own after what the batch took, and the rest go in the
+// batch again; the next batch fills after all that.
 func (o *output) fillAndCommit(j *batchJob) {
 	res := j.res
 	filled := false
@@ -404,7 +392,6 @@ func (o *output) failStore(err error) error {
 		s.err = err
 	}
 	s.pending, s.lines = s.pending[:0], nil
-	clear(s.keys)
 	if s.b != nil {
 		s.b.Discard()
 	}
