@@ -1,6 +1,7 @@
 package parsejob
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -103,4 +104,41 @@ func TestJobThatFillsAgainKeepsItsLines(t *testing.T) {
 	if n := storedCount(t, st); n != len(warm)+len(values) {
 		t.Fatalf("%d observables stored, want %d", n, len(warm)+len(values))
 	}
+}
+
+// A job that is done is printed when the next one is dispatched, not only
+// once jobsInFlight are running: a run that emits slowly shows each batch
+// as it is stored.
+func TestDoneJobIsPrintedAtTheNextDispatch(t *testing.T) {
+	st := storeBackend{name: "dir"}.open(t, t.TempDir(), "")
+	var out bytes.Buffer
+	o := &output{ctx: context.Background(), st: st, w: bufio.NewWriter(&out)}
+	defer o.settle()
+	emit := func(prefix string, n int) {
+		for _, p := range jobOf(nil, st, values(prefix, n)...).obs {
+			if err := o.store(storeLease, p.obs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	emit("first", batchMax) // a full batch: dispatched
+	if len(o.storer.jobs) != 1 {
+		t.Fatalf("%d jobs running after a full batch, want 1", len(o.storer.jobs))
+	}
+	<-o.storer.jobs[0].res.done
+	emit("second", batchMax)
+	if err := o.w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(out.Bytes(), []byte("\n")); n != batchMax {
+		t.Fatalf("%d lines printed once the first batch was done and the second dispatched, want %d", n, batchMax)
+	}
+}
+
+func values(prefix string, n int) []string {
+	var vs []string
+	for i := range n {
+		vs = append(vs, fmt.Sprintf("%s%d.example", prefix, i))
+	}
+	return vs
 }
