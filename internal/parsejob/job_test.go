@@ -69,30 +69,21 @@ func TestJobThatFillsAgainKeepsItsLines(t *testing.T) {
 	st := storeBackend{name: "dir"}.open(t, t.TempDir(), "")
 	o := &output{ctx: context.Background(), st: st}
 	b := st.NewBatch()
-	var warm []string
-	for i := range 200 {
-		warm = append(warm, fmt.Sprintf("warm%d.example", i))
-	}
+	warm := values("warm", 200)
 	w := jobOf(b, st, warm...)
 	o.fillAndCommit(w)
 	if w.res.err != nil {
 		t.Fatal(w.res.err)
 	}
-	var values []string
-	for i := range 40 {
-		values = append(values, fmt.Sprintf("host%d.example", i))
-	}
-	values = append(values, "host0.example") // the same key again
-	for i := range 40 {
-		values = append(values, fmt.Sprintf("other%d.example", i))
-	}
-	j := jobOf(b, st, values...)
+	// host0 twice: the same key again.
+	vs := append(append(values("host", 40), "host0.example"), values("other", 40)...)
+	j := jobOf(b, st, vs...)
 	o.fillAndCommit(j)
 	if j.res.err != nil {
 		t.Fatal(j.res.err)
 	}
-	if len(j.lines) != len(values) {
-		t.Fatalf("%d lines for %d observables", len(j.lines), len(values))
+	if len(j.lines) != len(vs) {
+		t.Fatalf("%d lines for %d observables", len(j.lines), len(vs))
 	}
 	for i, line := range j.lines {
 		id := j.obs[i].obs.ID
@@ -101,8 +92,8 @@ func TestJobThatFillsAgainKeepsItsLines(t *testing.T) {
 			t.Fatalf("line %d, for %s:\n%s\nstored:\n%s (%v)", i, id, line, raw, err)
 		}
 	}
-	if n := storedCount(t, st); n != len(warm)+len(values) {
-		t.Fatalf("%d observables stored, want %d", n, len(warm)+len(values))
+	if n := storedCount(t, st); n != len(warm)+len(vs) {
+		t.Fatalf("%d observables stored, want %d", n, len(warm)+len(vs))
 	}
 }
 
