@@ -16,7 +16,6 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
-	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/image"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/virt"
@@ -123,10 +122,8 @@ func (m *Manager) boot(ctx context.Context, l *records.SandboxLease, img *record
 		return fail(err)
 	}
 	took := time.Since(start).Round(time.Millisecond)
-	if img.Boot.Machine == "malta" {
-		if err := maltaLevelTriggered(ctx, guestagent.New(c, l.VMName)); err != nil {
-			return fail(err)
-		}
+	if err := agentAnswered(ctx, c, l, img); err != nil {
+		return fail(err)
 	}
 	log.Info("guest agent up; checking the address", "phase", "network", "took", took)
 	if err := checkAddress(ctx, g, l.IP); err != nil {

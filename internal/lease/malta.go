@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // Malta's PCI interrupts.
@@ -44,10 +45,15 @@ w=$(get)
 [ $(( ${w:-0} & want )) -eq "$want" ] || { echo "ELCR reads ${w:-nothing} after writing $v" >&2; exit 1; }`
 )
 
-// maltaLevelTriggered sets a Malta guest's PCI interrupt lines
-// level-triggered (see above).
-func maltaLevelTriggered(ctx context.Context, g *guestagent.Client) error {
-	r, err := g.Run(ctx, "/bin/busybox", "sh", "-c", maltaLevelTrig, "tb-lease", fmt.Sprint(maltaELCRPort), fmt.Sprint(maltaPCILines))
+// agentAnswered readies a guest that has just booted and whose agent
+// answers, before anything else uses it: on Malta it sets the PCI
+// interrupt lines level-triggered (see above). Every boot of a lease's
+// guest comes through here (acquire, and the reboots of heal and revert).
+func agentAnswered(ctx context.Context, c Host, l *records.SandboxLease, img *records.SandboxImage) error {
+	if img.Boot.Machine != "malta" {
+		return nil
+	}
+	r, err := guestagent.New(c, l.VMName).Run(ctx, "/bin/busybox", "sh", "-c", maltaLevelTrig, "tb-lease", fmt.Sprint(maltaELCRPort), fmt.Sprint(maltaPCILines))
 	if err != nil {
 		return fmt.Errorf("setting Malta's PCI interrupts level-triggered: %w", err)
 	}

@@ -336,11 +336,15 @@ func (m *Manager) reboot(ctx context.Context, l *records.SandboxLease, img *reco
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	err = virt.NewGuest(c, l.VMName, l.ConsoleLog).WaitAgent(wctx)
 	cancel()
+	took := time.Since(start).Round(time.Millisecond)
+	if err == nil {
+		err = agentAnswered(ctx, c, l, img)
+	}
 	if err != nil {
 		c.Destroy(context.WithoutCancel(ctx), l.VMName)
 		return 0, err
 	}
-	return time.Since(start).Round(time.Millisecond), nil
+	return took, nil
 }
 
 // HostReport is one line of "inspect host".
