@@ -43,6 +43,10 @@ demo_net_internet() { # INET UPLINK, after demo_net_up
   ip -n "$inet" addr add "$resolver/32" dev up0
   table=$((3700 + k))
   ip route add default via "$gw" dev "$uplink" table "$table"
+  # The slot is free once its routes are gone, but a run killed before its
+  # teardown leaves its rules: they are this slot's, so they go first.
+  for i in 0 1 2 3; do ip rule del priority $((3700 + 4 * k + i)) 2>/dev/null || true; done
+  i=0
   for from in "$labnet" "$sinknet"; do
     prio=$((3700 + 4 * k + 2 * i))
     ip rule add from "$from" lookup main suppress_prefixlength 0 priority "$prio"
