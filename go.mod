@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/alecthomas/kong v1.17.0
+	github.com/go-json-experiment/json v1.27.2
 	github.com/google/gopacket v1.1.19
 	github.com/google/nftables v0.3.0
 	github.com/jackc/pgx/v5 v5.12.0

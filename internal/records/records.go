@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/tidwall/gjson"
 )
 
@@ -133,6 +134,22 @@ func Unmarshal(data []byte, r Record) error {
 	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer && !v.IsNil() {
 		v.Elem().SetZero()
 	}
+	if unmarshalStrict(data, r) == nil {
+		r.Header().Extra = nil
+		return Validate(r.Header())
+	}
+	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer && !v.IsNil() {
+		v.Elem().SetZero()
+	}
+	if err := unmarshalGeneral(data, r); err != nil {
+		return err
+	}
+	return Validate(r.Header())
+}
+
+// unmarshalGeneral decodes any JSON object into r, as encoding/json does,
+// and keeps the members r does not know in Extra.
+func unmarshalGeneral(data []byte, r Record) error {
 	if err := json.Unmarshal(data, r); err != nil {
 		return cleanJSONError(err)
 	}
@@ -171,7 +188,19 @@ func Unmarshal(data []byte, r Record) error {
 	if err != nil {
 		return cleanJSONError(err)
 	}
-	return Validate(h)
+	return nil
+}
+
+// unmarshalStrict decodes a record as this package's encoders write it:
+// every member known to r, named exactly, once, in valid UTF-8. A record
+// read back from the state is that, and this decoder (encoding/json/v2's,
+// from go-json-experiment until Go 1.27 has it without an experiment) takes
+// it in about a third of encoding/json's time with no walk for unknown
+// fields. Anything else fails here and is decoded again by Unmarshal's
+// general path, which is the one that defines the result: for every input
+// this one takes, the two give the same record (FuzzUnmarshalStrictAgrees).
+func unmarshalStrict(data []byte, r Record) error {
+	return jsonv2.Unmarshal(data, r, jsonv2.RejectUnknownMembers(true))
 }
 
 // Validate checks the common fields of a decoded record.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 
 	"github.com/talkbox-sandbox/talkbox/internal/lines"
+	"github.com/tidwall/gjson"
 )
 
 // Compaction keeps the journal proportional to the records it describes.
@@ -246,7 +247,9 @@ func (s *dirStore) writeCompacted(ctx context.Context, f *os.File, size, gen int
 			return nil
 		}
 		// A torn line is a strict prefix of a JSON object, never valid.
-		if !json.Valid(line) {
+		// gjson's check is a third of encoding/json's time; the kept
+		// lines are most of the journal.
+		if !gjson.ValidBytes(line) {
 			return errTornSurvivor
 		}
 		if !keep[i].pos {
