@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
@@ -29,33 +30,40 @@ const batchAge = time.Second
 // storer stores a run's observables through state batches and prints each
 // once its batch is committed: a printed observable is always stored.
 //
-// Without --merge, the observables of a batch are gathered here and the
-// batch is filled (each record encoded, its key claimed) and committed on
-// a goroutine of its own: up to jobsInFlight batches at once, each filled
-// after the one before it is filled and committed after it is committed,
-// so that the journal and stdout keep the order of the observables while,
-// with a second core, one batch fills as the one before it commits and
-// this goroutine gathers the next. Such a batch takes no lock on the
-// directory store until its commit, so the one before it cannot refuse it
-// anything there.
+// The observables of a batch are gathered here and the batch is filled
+// (each record encoded, its key claimed; with --merge, each merged into
+// the stored observable its key names) and committed on a goroutine of
+// its own: up to jobsInFlight batches at once, each committed after the
+// one before it is committed, so that the journal and stdout keep the
+// order of the observables while, with a second core, one batch fills as
+// the one before it fills or commits and this goroutine gathers the next.
 //
-// With --merge, a batch locks its keys and records as it is filled, and a
-// committing batch holds whole lock files: each is filled here and
-// committed before the next one fills.
+// Without --merge a batch fills after the one before it is filled: such a
+// batch takes no lock on the directory store until its commit, so the one
+// before it cannot refuse it anything there, and on PostgreSQL, where a
+// batch locks as it fills, filling in order keeps a key met again in the
+// next batch from being taken there first (fillAndCommit). With --merge a
+// batch locks its keys and records as it fills, on both stores, and the
+// batches fill at once: the reads and merges are most of a --merge run's
+// work. A key is then never in two batches in flight (gather): the later
+// batch could take its lock first, and the earlier one, which writes it
+// on its own, would wait for a batch that waits for it.
 type storer struct {
 	// err is the first failure: nothing is stored after it.
 	err error
-	// Without --merge: pending are the observables of the next batch.
+	// pending are the observables of the next batch.
 	pending []pendingObs
-	// since is when the first of pending, or with --merge of lines, came.
+	// since is when the first of pending came.
 	since time.Time
 	// jobs are the batches being filled and committed, oldest first;
 	// spare are joined ones, for the next batches to reuse.
 	jobs  []*batchJob
 	spare []*batchJob
-	// With --merge: the batch being filled, and its lines.
-	b     *state.Batch
-	lines [][]byte
+	// With --merge: the batch in flight or pending that has each key.
+	keyJob map[string]*batchJob
+	// next is the job pending's observables go to (with --merge, named by
+	// keyJob before it is dispatched).
+	next *batchJob
 }
 
 // jobsInFlight is how many batches may be filled and committed at once.
@@ -103,7 +111,9 @@ func (o *output) store(lease string, obs *records.Observable) error {
 	key := IndexKey(lease, obs.Type, observe.Key(obs))
 	records.Init(obs, records.KindObservable, o.st.Now())
 	if o.req.Merge {
-		return o.storeMerging(key, obs)
+		if err := o.gather(key); err != nil {
+			return err
+		}
 	}
 	if len(s.pending) == 0 {
 		s.since = time.Now()
@@ -113,6 +123,38 @@ func (o *output) store(lease string, obs *records.Observable) error {
 		return o.dispatch()
 	}
 	return nil
+}
+
+// gather makes room for key in the next batch (with --merge): a batch in
+// flight that has it is joined first, and those before it.
+func (o *output) gather(key string) error {
+	s := &o.storer
+	if s.keyJob == nil {
+		s.keyJob = make(map[string]*batchJob)
+	}
+	if s.next == nil {
+		s.next = o.newJob()
+	}
+	if j := s.keyJob[key]; j != nil && j != s.next {
+		for slices.Contains(s.jobs, j) {
+			if err := o.joinOldest(); err != nil {
+				return err
+			}
+		}
+	}
+	s.keyJob[key] = s.next
+	return nil
+}
+
+// newJob is a joined job to reuse, or a new one.
+func (o *output) newJob() *batchJob {
+	s := &o.storer
+	if n := len(s.spare); n > 0 {
+		j := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		return j
+	}
+	return &batchJob{b: o.st.NewBatch()}
 }
 
 // dispatch starts the job of the pending observables, after joining the
@@ -129,12 +171,11 @@ func (o *output) dispatch() error {
 			return err
 		}
 	}
-	var j *batchJob
-	if n := len(s.spare); n > 0 {
-		j, s.spare = s.spare[n-1], s.spare[:n-1]
-	} else {
-		j = &batchJob{b: o.st.NewBatch()}
+	j := s.next
+	if j == nil {
+		j = o.newJob()
 	}
+	s.next = nil
 	j.obs, s.pending = s.pending, j.obs[:0]
 	j.res, j.after = &jobOutcome{filled: make(chan struct{}), done: make(chan struct{})}, nil
 	if n := len(s.jobs); n > 0 {
@@ -154,12 +195,14 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-// fillAndCommit fills j's batch, once the batch before it is filled, and
-// commits it once that one is committed. An observable the batch cannot
-// take (the same one twice in a batch, emitted early and seen again; on
-// PostgreSQL, a key the batch before it still held as this one filled) is
-// written on its own after what the batch took, and the rest go in the
-// batch again; the next batch fills after all that.
+// fillAndCommit fills j's batch, without --merge once the batch before it
+// is filled, and commits it once that one is committed. An observable the
+// batch cannot take (the same one twice in a batch, emitted early and seen
+// again; a key or record another writer holds, or on PostgreSQL a key the
+// batch before it still held as this one filled; with --merge, a record in
+// a lock file the batch before it held whole as it committed) is written
+// on its own after what the batch took, and the rest go in the batch
+// again; without --merge the next batch fills after all that.
 func (o *output) fillAndCommit(j *batchJob) {
 	res := j.res
 	filled := false
@@ -169,14 +212,18 @@ func (o *output) fillAndCommit(j *batchJob) {
 		}
 		close(res.done)
 	}()
-	if a := j.after; a != nil {
+	if a := j.after; a != nil && !o.req.Merge {
 		<-a.filled
+	}
+	fillBatch := fill
+	if o.req.Merge {
+		fillBatch = fillMerging
 	}
 	waited := false
 	rest := j.obs
 	for {
 		before := len(j.lines)
-		n, fillErr := fill(j.b, rest, &j.lines)
+		n, fillErr := fillBatch(j.b, rest, &j.lines)
 		if !filled && n == len(rest) && fillErr == nil {
 			filled = true
 			close(res.filled)
@@ -251,93 +298,68 @@ func (o *output) joinOldest() error {
 		err = o.failStore(j.res.err)
 	}
 	// Printed: the job's batch and slices may be filled again.
+	for _, p := range j.obs {
+		if s.keyJob[p.key] == j {
+			delete(s.keyJob, p.key)
+		}
+	}
 	j.lines, j.after = j.lines[:0], nil
 	clear(j.obs)
 	s.spare = append(s.spare, j)
 	return err
 }
 
-// storeMerging queues obs merged into the observable its key names, or
-// writes it on its own when the batch cannot take it.
-func (o *output) storeMerging(key string, obs *records.Observable) error {
-	s := &o.storer
-	if s.b == nil {
-		s.b = o.st.NewBatch()
-	}
-	if len(s.lines) == 0 {
-		s.since = time.Now()
-	}
-	queued, err := o.queueMerge(key, obs)
-	if err != nil {
-		// What the batch holds already is stored, and printed, before the
-		// run fails on this one (a stored observable that does not
-		// decode, say): as it would be had this one come first.
-		if cerr := o.commit(); cerr != nil {
-			return cerr
+// fillMerging is fill with --merge: each observable is merged into the
+// stored one its key names, or is new.
+func fillMerging(b *state.Batch, obs []pendingObs, lines *[][]byte) (n int, err error) {
+	for i, p := range obs {
+		line, err := queueMerge(b, p.key, p.obs)
+		if line == nil || err != nil {
+			return i, err
 		}
-		return o.failStore(err)
+		*lines = append(*lines, line)
 	}
-	if queued {
-		if len(s.lines) >= batchMax || time.Since(s.since) >= batchAge {
-			return o.commit()
-		}
-		return nil
-	}
-	if err := o.commit(); err != nil {
-		return err
-	}
-	line, err := o.storeAlone(key, obs)
-	if err != nil {
-		return err
-	}
-	return o.print([][]byte{line})
+	return len(obs), nil
 }
 
-// queueMerge adds obs and its key to the --merge batch if the batch may
-// hold them: merged into the stored observable its key names, or new.
-// False when another writer holds the key or the record, the batch holds
-// the key already (the same observable emitted twice), or the batch
-// cannot take the merge.
-func (o *output) queueMerge(key string, obs *records.Observable) (bool, error) {
-	s := &o.storer
-	ok, err := s.b.TryLockIndex(IndexName, key)
+// queueMerge adds obs and its key to b if the batch may hold them: merged
+// into the stored observable its key names, or new. Nil when another
+// writer holds the key or the record, the batch holds the key already (the
+// same observable emitted twice), or the batch cannot take the merge.
+func queueMerge(b *state.Batch, key string, obs *records.Observable) ([]byte, error) {
+	ok, err := b.TryLockIndex(IndexName, key)
 	if !ok || err != nil {
-		return false, err
+		return nil, err
 	}
 	// The key's lock is held: no one else can claim it until the batch
 	// commits.
-	id, err := s.b.Lookup(IndexName, key)
+	id, err := b.Lookup(IndexName, key)
 	if err == nil {
 		cur := new(records.Observable) // the batch keeps it until Commit
-		line, err := s.b.Update(id, cur, func() error {
+		line, err := b.Update(id, cur, func() error {
 			observe.Merge(cur, obs)
 			return nil
 		})
 		if errors.Is(err, state.ErrNotFound) {
-			return false, nil // gone since Lookup: claimed anew on its own
+			return nil, nil // gone since Lookup: claimed anew on its own
 		}
-		if line == nil || err != nil {
-			return false, err
-		}
-		s.lines = append(s.lines, line)
-		return true, nil
+		return line, err
 	}
 	if !errors.Is(err, state.ErrNotFound) {
-		return false, err
+		return nil, err
 	}
-	line, err := s.b.Create(obs)
+	line, err := b.Create(obs)
 	if line == nil || err != nil {
-		return false, err
+		return nil, err
 	}
-	if err := s.b.SetIndex(IndexName, key, obs.ID); err != nil {
-		return false, err
+	if err := b.SetIndex(IndexName, key, obs.ID); err != nil {
+		return nil, err
 	}
-	s.lines = append(s.lines, line)
-	return true, nil
+	return line, nil
 }
 
-// commit stores what is gathered and queued, after the jobs running, and
-// prints it. A failure is kept: nothing more is stored in this run.
+// commit stores what is gathered, after the jobs running, and prints it.
+// A failure is kept: nothing more is stored in this run.
 func (o *output) commit() error {
 	if err := o.dispatch(); err != nil {
 		return err
@@ -345,19 +367,7 @@ func (o *output) commit() error {
 	if err := o.join(); err != nil {
 		return err
 	}
-	s := &o.storer
-	if s.err != nil {
-		return s.err
-	}
-	if s.b == nil || s.b.Idle() {
-		return nil
-	}
-	if err := s.b.Commit(); err != nil {
-		return o.failStore(fmt.Errorf("storing %d observables: %w", len(s.lines), err))
-	}
-	err := o.print(s.lines)
-	s.lines = s.lines[:0]
-	return err
+	return o.storer.err
 }
 
 // join waits for every job running and prints what each stored; the
@@ -391,10 +401,7 @@ func (o *output) failStore(err error) error {
 	if s.err == nil {
 		s.err = err
 	}
-	s.pending, s.lines = s.pending[:0], nil
-	if s.b != nil {
-		s.b.Discard()
-	}
+	s.pending = s.pending[:0]
 	return err
 }
 
@@ -405,9 +412,6 @@ func (o *output) failStore(err error) error {
 func (o *output) settle() {
 	if err := o.join(); err != nil {
 		o.log.Warn("the observables of the last batch were not stored", "err", err)
-	}
-	if s := &o.storer; s.b != nil {
-		s.b.Discard()
 	}
 }
 
