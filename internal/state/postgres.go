@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,7 +52,7 @@ type pgStore struct {
 	lockTimeout time.Duration
 	// writes counts journal entries this process appended, to compact the
 	// journal now and then as the directory's journal is.
-	writes int64
+	writes atomic.Int64
 }
 
 // pgMaxConns is the pool's size unless the URL sets pool_max_conns: every
@@ -479,9 +480,8 @@ func queueInsertKeys(b *pgx.Batch, kind, id string, keys []records.IndexKey) {
 // compactNow compacts the journal table after every pgCompactEvery writes
 // of this process; a failure is left to the next time.
 func (s *pgStore) compactNow(ctx context.Context, n int) {
-	before := s.writes
-	s.writes += int64(n)
-	if before/pgCompactEvery != s.writes/pgCompactEvery {
+	after := s.writes.Add(int64(n))
+	if (after-int64(n))/pgCompactEvery != after/pgCompactEvery {
 		s.Compact(ctx)
 	}
 }
