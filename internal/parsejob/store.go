@@ -310,43 +310,66 @@ func (o *output) joinOldest() error {
 }
 
 // fillMerging is fill with --merge: each observable is merged into the
-// stored one its key names, or is new.
-func fillMerging(b *state.Batch, obs []pendingObs, lines *[][]byte) (n int, err error) {
+// stored one its key names, or is new. It takes each step for all of obs
+// before the next (the keys' locks, their lookups, the records' locks, the
+// merges), so that the directory store reads what may have changed of the
+// keys, and of the records, once for all of them (state.Batch's
+// TryLockRecord).
+func fillMerging(b *state.Batch, obs []pendingObs, lines *[][]byte) (int, error) {
+	// limit is how many of obs the batch can take, err why no more.
+	limit := len(obs)
+	var err error
 	for i, p := range obs {
-		line, err := queueMerge(b, p.key, p.obs)
-		if line == nil || err != nil {
-			return i, err
+		var ok bool
+		if ok, err = b.TryLockIndex(IndexName, p.key); !ok || err != nil {
+			limit = i
+			break
+		}
+	}
+	ids := make([]string, limit)
+	for i, p := range obs[:limit] {
+		id, lerr := b.Lookup(IndexName, p.key)
+		if lerr != nil && !errors.Is(lerr, state.ErrNotFound) {
+			limit, err = i, lerr
+			break
+		}
+		ids[i] = id
+	}
+	for i, id := range ids[:limit] {
+		if id == "" {
+			continue
+		}
+		ok, lerr := b.TryLockRecord(id)
+		if !ok || lerr != nil {
+			limit, err = i, lerr
+			break
+		}
+	}
+	for i, p := range obs[:limit] {
+		line, qerr := queueMerge(b, p.key, ids[i], p.obs)
+		if line == nil || qerr != nil {
+			return i, qerr
 		}
 		*lines = append(*lines, line)
 	}
-	return len(obs), nil
+	return limit, err
 }
 
-// queueMerge adds obs and its key to b if the batch may hold them: merged
-// into the stored observable its key names, or new. Nil when another
-// writer holds the key or the record, the batch holds the key already (the
-// same observable emitted twice), or the batch cannot take the merge.
-func queueMerge(b *state.Batch, key string, obs *records.Observable) ([]byte, error) {
-	ok, err := b.TryLockIndex(IndexName, key)
-	if !ok || err != nil {
-		return nil, err
-	}
-	// The key's lock is held: no one else can claim it until the batch
-	// commits.
-	id, err := b.Lookup(IndexName, key)
-	if err == nil {
+// queueMerge adds obs to b merged into the stored observable id (its key
+// and the record locked by the batch), or new with its key when id is "".
+// Nil when the batch cannot take the merge, or the record is gone since
+// the key was read (the observable is then claimed anew on its own).
+func queueMerge(b *state.Batch, key, id string, obs *records.Observable) ([]byte, error) {
+	if id != "" {
 		cur := new(records.Observable) // the batch keeps it until Commit
 		line, err := b.Update(id, cur, func() error {
 			observe.Merge(cur, obs)
 			return nil
 		})
 		if errors.Is(err, state.ErrNotFound) {
-			return nil, nil // gone since Lookup: claimed anew on its own
+			return nil, nil
 		}
 		return line, err
-	}
-	if !errors.Is(err, state.ErrNotFound) {
-		return nil, err
 	}
 	line, err := b.Create(obs)
 	if line == nil || err != nil {

@@ -223,6 +223,14 @@ type batcher interface {
 	// record must be written the ordinary way (its lock is held, it is in
 	// the batch already, or on PostgreSQL it is a cycle or a worker).
 	Update(id string, r records.Record, fn func() error) ([]byte, error)
+	// TryLockRecord readies an Update of a stored record by taking its
+	// lock now; false when another writer holds it or the batch does
+	// already. The directory store, given the locks of many records
+	// before their Updates (and of many keys before their Lookups),
+	// reads what may have changed of them once for all
+	// (batch_view.go); PostgreSQL's Update takes the lock in the round
+	// trip of its read, so there it takes nothing and is true.
+	TryLockRecord(id string) (bool, error)
 	// Lookup is the ID a key the batch holds (TryLockIndex) names, or
 	// ErrNotFound. Unlike Store.Lookup it does not look for the record:
 	// Update, which reads it, reports ErrNotFound for one that is gone.

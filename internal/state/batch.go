@@ -69,6 +69,13 @@ type dirBatch struct {
 	// appended to it by Create, the keys' lines by commit. It is kept from
 	// one commit to the next, so that a long run reuses one buffer.
 	body []byte
+	// seq numbers the locks taken before Commit, in order (lockSeq); view
+	// serves reads for those taken before it (batch_view.go).
+	seq     int64
+	lockSeq map[heldLock]int64
+	view    *batchView
+	// forUpdate are the records TryLockRecord locked for an Update to come.
+	forUpdate map[string]bool
 }
 
 // heldLock is a lock a batch holds: a name's byte in a lock file.
@@ -107,7 +114,7 @@ func (s *dirStore) newBatch() batcher { return s.newDirBatch() }
 
 func (s *dirStore) newDirBatch() *dirBatch {
 	return &dirBatch{s: s, fds: make(map[string]int), held: make(map[heldLock]bool), fdLocked: make(map[string]bool),
-		atCommit: make(map[string][]string)}
+		atCommit: make(map[string][]string), lockSeq: make(map[heldLock]int64), forUpdate: make(map[string]bool)}
 }
 
 // Idle reports whether the batch holds nothing: no record, key or lock.
@@ -134,6 +141,8 @@ func (b *dirBatch) tryLock(path, name string) (bool, error) {
 	}
 	b.held[k] = true
 	b.fdLocked[path] = true
+	b.seq++
+	b.lockSeq[k] = b.seq
 	return true, nil
 }
 
@@ -261,10 +270,20 @@ func (b *dirBatch) TryLockIndex(name, key string) (bool, error) {
 // next anyway (Update), so that a merged observable's record is looked for
 // once, not twice.
 func (b *dirBatch) Lookup(name, key string) (string, error) {
-	if !b.held[heldLock{b.lockPath("index", name, key), key}] {
+	k := heldLock{b.lockPath("index", name, key), key}
+	if !b.held[k] {
 		return "", fmt.Errorf("index key %s/%s looked up in a batch that does not hold its lock", name, key)
 	}
-	id, ok, err := b.s.indexEntry(name, key)
+	var (
+		id string
+		ok bool
+	)
+	viewed, err := b.servedByView(k)
+	if err == nil && viewed {
+		id, ok, err = b.viewIndexEntry(name, key)
+	} else if err == nil {
+		id, ok, err = b.s.indexEntry(name, key)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -379,6 +398,20 @@ func (b *dirBatch) appendEntry(kind string, r records.Record, old stored) (int, 
 	return off, nil
 }
 
+// TryLockRecord takes a stored record's lock for an Update of it to come.
+// False: another writer holds it, or the batch does already.
+func (b *dirBatch) TryLockRecord(id string) (bool, error) {
+	kind, err := checkRef(id)
+	if err != nil {
+		return false, err
+	}
+	ok, err := b.tryLock(b.lockPath("records", kind, id), id)
+	if ok && err == nil {
+		b.forUpdate[id] = true
+	}
+	return ok, err
+}
+
 // Update queues a new version of a stored record, as Store.Update would
 // write it: under the record's lock it decodes the stored version into r
 // and calls fn to change it; the store sets rev (the stored one plus one)
@@ -396,16 +429,28 @@ func (b *dirBatch) Update(id string, r records.Record, fn func() error) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	ok, err := b.tryLock(b.lockPath("records", kind, id), id)
-	if !ok || err != nil {
+	k := heldLock{b.lockPath("records", kind, id), id}
+	if b.forUpdate[id] {
+		delete(b.forUpdate, id)
+	} else if ok, err := b.tryLock(k.path, id); !ok || err != nil {
 		return nil, err
 	}
-	// A write that a dead process left in flight is settled first, as a
-	// single write settles it.
-	if err := s.resolveIntent(kind, id); err != nil {
-		return nil, err
+	var (
+		prev  []byte
+		loose bool
+	)
+	viewed, err := b.servedByView(k)
+	switch {
+	case err != nil:
+	case viewed:
+		prev, loose, err = b.viewReadStored(kind, id)
+	default:
+		// A write that a dead process left in flight is settled first,
+		// as a single write settles it.
+		if err = s.resolveIntent(kind, id); err == nil {
+			prev, loose, err = s.readStored(kind, id)
+		}
 	}
-	prev, loose, err := s.readStored(kind, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
 	}
@@ -736,6 +781,10 @@ func (b *dirBatch) release() {
 	clear(b.held)
 	clear(b.fdLocked)
 	clear(b.atCommit)
+	clear(b.lockSeq)
+	clear(b.forUpdate)
+	b.seq = 0
+	b.dropView()
 	clear(b.recs) // the records, for the collector
 	b.recs, b.keys, b.body = b.recs[:0], b.keys[:0], b.body[:0]
 }

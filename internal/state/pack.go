@@ -167,14 +167,24 @@ func parsePackLine(l string) (string, packLoc, bool) {
 // packed returns where a record is in its pack; false if it is in none, or
 // was deleted since.
 func (s *dirStore) packed(kind, id string) (packLoc, bool, error) {
+	return s.packedAsOf(kind, id, false)
+}
+
+// packedAsOf is packed without reading the kind's pack lines again when
+// fresh: the caller read them after it took the record's lock, so that no
+// line for it can have been appended since.
+func (s *dirStore) packedAsOf(kind, id string, fresh bool) (packLoc, bool, error) {
 	s.partsMu.Lock()
 	defer s.partsMu.Unlock()
-	p, err := s.packIndexOf(kind)
-	if err != nil {
-		return packLoc{}, false, err
+	p := s.packs[kind]
+	if !fresh || p == nil {
+		var err error
+		if p, err = s.packIndexOf(kind); err != nil {
+			return packLoc{}, false, err
+		}
 	}
 	loc, ok := p.locs[id]
-	return loc, ok && loc.batch != "", err
+	return loc, ok && loc.batch != "", nil
 }
 
 // packedAsOfNow reads a kind's pack lines and returns a test of whether a

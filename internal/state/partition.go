@@ -224,10 +224,21 @@ type indexPart struct {
 // lookupPacked returns the ID a batch last stored under an index key in its
 // partition file, reading only what was appended since the last call.
 func (s *dirStore) lookupPacked(name, key string) (string, bool, error) {
+	return s.lookupPackedAsOf(name, key, false)
+}
+
+// lookupPackedAsOf is lookupPacked without reading the partition lines
+// again when fresh: the caller read them after it took the key's lock, so
+// that no line for it can have been appended since.
+func (s *dirStore) lookupPackedAsOf(name, key string, fresh bool) (string, bool, error) {
 	dir := filepath.Join(s.root, "index", name)
 	s.partsMu.Lock()
 	defer s.partsMu.Unlock()
 	p := s.parts[name]
+	if fresh && p != nil {
+		id, ok := p.ids[key]
+		return id, ok, nil
+	}
 	if p == nil {
 		p = &indexPart{ids: make(map[string]string)}
 		if s.parts == nil {

@@ -123,6 +123,13 @@ func (b *pgBatch) Create(r records.Record) ([]byte, error) {
 	return data, nil
 }
 
+// TryLockRecord takes nothing: Update takes the record's lock in the round
+// trip of its read.
+func (b *pgBatch) TryLockRecord(id string) (bool, error) {
+	_, err := checkRef(id)
+	return err == nil, err
+}
+
 // Update queues a new version of a stored record: under the record's lock
 // (a lock of the batch's transaction, tried) it reads the stored version
 // into r, calls fn, and stamps the result, as Store.Update would. Nil, and

@@ -1,0 +1,108 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// TestBatchViewServesOnlyLocksBeforeIt: a batch that locks many keys, then
+// many records, before it reads them reads what may have changed of them
+// once (the directory store's batchView); a key or record it locks after
+// that reading is read anew, so that another writer's write of it between
+// the reading and the lock is seen, not lost. Here another writer sets a
+// key and updates a record after the batch's first reading of each kind,
+// before the batch locks them.
+func TestBatchViewServesOnlyLocksBeforeIt(t *testing.T) {
+	eachBackend(t, batchViewServesOnlyLocksBeforeIt)
+}
+
+func batchViewServesOnlyLocksBeforeIt(t *testing.T, be testBackend) {
+	ctx := context.Background()
+	s := openT(t, t.TempDir(), be.opts()...)
+	const n = 2*viewMin + 4
+	var ids []string
+	seed := s.NewBatch()
+	for i := range n {
+		c := newCounter(s)
+		key := fmt.Sprintf("k%d", i)
+		if ok, err := seed.ClaimIndex("idx", key); !ok || err != nil {
+			t.Fatalf("ClaimIndex %s = %v, %v", key, ok, err)
+		}
+		if l, err := seed.Create(c); l == nil || err != nil {
+			t.Fatalf("Create = %s, %v", l, err)
+		}
+		if err := seed.SetIndex("idx", key, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	if err := seed.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := s.NewBatch()
+	defer b.Discard()
+	// The keys: viewMin+1 locked, looked up, then another writer sets
+	// the last key before the batch locks it.
+	for i := range viewMin + 1 {
+		if ok, err := b.TryLockIndex("idx", fmt.Sprintf("k%d", i)); !ok || err != nil {
+			t.Fatalf("TryLockIndex k%d = %v, %v", i, ok, err)
+		}
+	}
+	for i := range viewMin + 1 {
+		if id, err := b.Lookup("idx", fmt.Sprintf("k%d", i)); id != ids[i] || err != nil {
+			t.Fatalf("Lookup k%d = %s, %v; want %s", i, id, err, ids[i])
+		}
+	}
+	last := fmt.Sprintf("k%d", viewMin+1)
+	if err := s.SetIndex("idx", last, ids[n-1]); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.TryLockIndex("idx", last); !ok || err != nil {
+		t.Fatalf("TryLockIndex %s = %v, %v", last, ok, err)
+	}
+	if id, err := b.Lookup("idx", last); id != ids[n-1] || err != nil {
+		t.Errorf("Lookup of %s, set by another writer before the batch locked it = %s, %v; want %s", last, id, err, ids[n-1])
+	}
+
+	// The records: viewMin locked and updated, then another writer
+	// updates the next one before the batch locks it.
+	bump := func(r *counterRec) func() error { return func() error { r.Total++; return nil } }
+	for _, id := range ids[:viewMin] {
+		if ok, err := b.TryLockRecord(id); !ok || err != nil {
+			t.Fatalf("TryLockRecord %s = %v, %v", id, ok, err)
+		}
+	}
+	for _, id := range ids[:viewMin] {
+		var c counterRec
+		if l, err := b.Update(id, &c, bump(&c)); l == nil || err != nil {
+			t.Fatalf("Update %s = %s, %v", id, l, err)
+		}
+	}
+	other := ids[viewMin]
+	var o counterRec
+	if err := s.Update(ctx, other, &o, func(bool) error { o.Note = "other writer"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.TryLockRecord(other); !ok || err != nil {
+		t.Fatalf("TryLockRecord %s = %v, %v", other, ok, err)
+	}
+	var c counterRec
+	if l, err := b.Update(other, &c, bump(&c)); l == nil || err != nil {
+		t.Fatalf("Update %s = %s, %v", other, l, err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got := getCounter(t, s, other)
+	if got.Note != "other writer" || got.Total != 1 || got.Rev != 3 {
+		t.Errorf("%s after another writer's update and the batch's: note %q, total %d, rev %d; want %q, 1, 3",
+			other, got.Note, got.Total, got.Rev, "other writer")
+	}
+	for _, id := range ids[:viewMin] {
+		if got := getCounter(t, s, id); got.Total != 1 || got.Rev != 2 {
+			t.Errorf("%s: total %d, rev %d; want 1, 2", id, got.Total, got.Rev)
+		}
+	}
+}
