@@ -33,6 +33,8 @@ type batchView struct {
 	// read: the kinds' pack lines and the indexes' partition lines read
 	// since the view was made.
 	read map[string]bool
+	// recordDirs are the kinds' directories of loose records.
+	recordDirs map[string]string
 }
 
 // viewMin is how many locks a batch takes after its view (or before its
@@ -62,7 +64,7 @@ func (b *dirBatch) servedByView(k heldLock) (bool, error) {
 
 func (b *dirBatch) newView() error {
 	b.dropView()
-	v := &batchView{seq: b.seq, intents: map[string]bool{}, read: map[string]bool{}}
+	v := &batchView{seq: b.seq, intents: map[string]bool{}, read: map[string]bool{}, recordDirs: map[string]string{}}
 	ents, err := os.ReadDir(filepath.Join(b.s.root, "intents"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -108,19 +110,25 @@ func (b *dirBatch) viewIndexEntry(name, key string) (string, bool, error) {
 // serves and reads it, as resolveIntent and readStored do.
 func (b *dirBatch) viewReadStored(kind, id string) (data []byte, loose bool, err error) {
 	s, v := b.s, b.view
-	if v.intents[filepath.Base(s.intentPath(kind, id))] || v.intents[filepath.Base(s.deleteIntentPath(kind, id))] {
+	// The names in intents/ and in the records' directory, without a path
+	// joined for each record.
+	if len(v.intents) > 0 && (v.intents[intentName(kind, id, putIntentSuffix)] || v.intents[intentName(kind, id, deleteIntentSuffix)]) {
 		if err := s.resolveIntent(kind, id); err != nil {
 			return nil, false, err
 		}
 		return s.readStored(kind, id)
 	}
-	path := s.recordPath(kind, id)
-	own, err := v.stats.exists(filepath.Dir(path), filepath.Base(path))
+	dir, ok := v.recordDirs[kind]
+	if !ok {
+		dir = filepath.Dir(s.recordPath(kind, id))
+		v.recordDirs[kind] = dir
+	}
+	own, err := v.stats.exists(dir, id+".json")
 	if err != nil {
 		return nil, false, err
 	}
 	if own {
-		data, err := readFile(path)
+		data, err := readFile(s.recordPath(kind, id))
 		return data, err == nil, err
 	}
 	fresh := v.read["packs/"+kind]

@@ -224,12 +224,15 @@ const (
 )
 
 func (s *dirStore) intentPath(kind, id string) string {
-	return filepath.Join(s.root, "intents", kind+"~"+id+putIntentSuffix)
+	return filepath.Join(s.root, "intents", intentName(kind, id, putIntentSuffix))
 }
 
 func (s *dirStore) deleteIntentPath(kind, id string) string {
-	return filepath.Join(s.root, "intents", kind+"~"+id+deleteIntentSuffix)
+	return filepath.Join(s.root, "intents", intentName(kind, id, deleteIntentSuffix))
 }
+
+// intentName is the name in intents/ of a record's put or delete intent.
+func intentName(kind, id, suffix string) string { return kind + "~" + id + suffix }
 
 func (s *dirStore) recordLockPath(kind, id string) string {
 	return s.lockFilePath("records", kind, id)
