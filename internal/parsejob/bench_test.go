@@ -1,6 +1,7 @@
 package parsejob
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/netip"
@@ -10,8 +11,12 @@ import (
 
 	"github.com/google/gopacket/layers"
 
+	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
 
 // BenchmarkParseNoStore is tb-parse --no-store on a capture of many small
@@ -21,6 +26,90 @@ import (
 // reports the time per capture and per packet; bench/tb-parse/run.sh
 // measures the tool itself against tshark.
 func BenchmarkParseNoStore(b *testing.B) {
+	path := bulkCapture(b)
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	rd, err := capfile.NewReader(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	packets := 0
+	var p capfile.Packet
+	for rd.Next(&p) == nil {
+		packets++
+	}
+	b.SetBytes(fi.Size())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := tbParse("", nil, Request{Inputs: []string{path}, NoStore: true}, io.Discard, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(packets), "ns/packet")
+}
+
+// BenchmarkRemerge is tb-parse --merge of BenchmarkParseNoStore's capture
+// into a state that holds it already, as every cycle of a long-running
+// lease merges its capture into the lease's observables: each round
+// merges it once more into the same state. On the state directory and on
+// PostgreSQL (a cluster the benchmark starts, without fsync). It reports
+// the time per merged observable; bench/tb-parse/shapes.sh's remerge
+// measures the tool itself on the directory beside tshark.
+func BenchmarkRemerge(b *testing.B) {
+	path := bulkCapture(b)
+	b.Run("dir", func(b *testing.B) { benchRemerge(b, path, "") })
+	b.Run("postgres", func(b *testing.B) {
+		c := pgtest.Start(b, pgtest.WithoutFsync())
+		benchRemerge(b, path, c.NewDatabase(b))
+	})
+}
+
+func benchRemerge(b *testing.B, path, url string) {
+	ctx := context.Background()
+	opts := []state.Option{state.WithDurability(state.SyncOnFlush)}
+	if url != "" {
+		opts = append(opts, state.WithShared(url))
+	}
+	st, err := state.Open(ctx, b.TempDir(), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	merge := func() error {
+		sink := cmdout.New("tb-parse", io.Discard, io.Discard, nil)
+		job, err := Prepare(Request{Inputs: []string{path}, Lease: storeLease, Merge: true}, nil, sink.Warnf)
+		if err != nil {
+			return err
+		}
+		return job.Run(ctx, st, sink)
+	}
+	if err := merge(); err != nil {
+		b.Fatal(err)
+	}
+	ids, err := st.List(records.KindObservable)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := merge(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(ids)), "ns/observable")
+}
+
+// bulkCapture writes BenchmarkParseNoStore's capture.
+func bulkCapture(b *testing.B) string {
 	path := filepath.Join(b.TempDir(), "bulk.pcap")
 	err := pcapgen.WriteFile(path, pcapgen.Options{}, func(g *pcapgen.Gen) {
 		for i := 0; i < 4000; i++ {
@@ -55,31 +144,5 @@ func BenchmarkParseNoStore(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	rd, err := capfile.NewReader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
-	packets := 0
-	var p capfile.Packet
-	for rd.Next(&p) == nil {
-		packets++
-	}
-	b.SetBytes(fi.Size())
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := tbParse("", nil, Request{Inputs: []string{path}, NoStore: true}, io.Discard, io.Discard); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(packets), "ns/packet")
+	return path
 }
