@@ -313,36 +313,33 @@ func (o *output) joinOldest() error {
 // stored one its key names, or is new. It takes each step for all of obs
 // before the next (the keys' locks, their lookups, the records' locks, the
 // merges), so that the directory store reads what may have changed of the
-// keys, and of the records, once for all of them (state.Batch's
-// TryLockRecord).
+// keys, and of the records, once for all of them, and PostgreSQL asks for
+// each step in one round trip (state.Batch's TryLockIndexes, LookupAll,
+// TryLockRecords).
 func fillMerging(b *state.Batch, obs []pendingObs, lines *[][]byte) (int, error) {
-	// limit is how many of obs the batch can take, err why no more.
-	limit := len(obs)
-	var err error
+	keys := make([]string, len(obs))
 	for i, p := range obs {
-		var ok bool
-		if ok, err = b.TryLockIndex(IndexName, p.key); !ok || err != nil {
-			limit = i
-			break
-		}
+		keys[i] = p.key
 	}
-	ids := make([]string, limit)
-	for i, p := range obs[:limit] {
-		id, lerr := b.Lookup(IndexName, p.key)
-		if lerr != nil && !errors.Is(lerr, state.ErrNotFound) {
-			limit, err = i, lerr
-			break
-		}
-		ids[i] = id
+	// limit is how many of obs the batch can take, err why no more.
+	limit, err := b.TryLockIndexes(IndexName, keys)
+	var ids []string
+	if err == nil {
+		ids, err = b.LookupAll(IndexName, keys[:limit])
 	}
-	for i, id := range ids[:limit] {
-		if id == "" {
-			continue
+	limit = len(ids)
+	if err == nil {
+		stored := make([]string, 0, limit)
+		for _, id := range ids {
+			if id != "" {
+				stored = append(stored, id)
+			}
 		}
-		ok, lerr := b.TryLockRecord(id)
-		if !ok || lerr != nil {
-			limit, err = i, lerr
-			break
+		var n int
+		n, err = b.TryLockRecords(stored)
+		if n < len(stored) {
+			// The observables up to the first record not locked.
+			limit = slices.Index(ids, stored[n])
 		}
 	}
 	for i, p := range obs[:limit] {

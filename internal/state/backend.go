@@ -223,14 +223,18 @@ type batcher interface {
 	// record must be written the ordinary way (its lock is held, it is in
 	// the batch already, or on PostgreSQL it is a cycle or a worker).
 	Update(id string, r records.Record, fn func() error) ([]byte, error)
-	// TryLockRecord readies an Update of a stored record by taking its
-	// lock now; false when another writer holds it or the batch does
-	// already. The directory store, given the locks of many records
-	// before their Updates (and of many keys before their Lookups),
-	// reads what may have changed of them once for all
-	// (batch_view.go); PostgreSQL's Update takes the lock in the round
-	// trip of its read, so there it takes nothing and is true.
-	TryLockRecord(id string) (bool, error)
+	// TryLockIndexes is TryLockIndex of each key in order, up to the
+	// first the batch cannot take: n is how many it took. LookupAll is
+	// Lookup of keys the batch holds, "" for each not found.
+	// TryLockRecords readies Updates of stored records by taking their
+	// locks now, in order, up to the first the batch cannot take. Taken
+	// for many at once, the directory store reads what may have changed
+	// of them once for all (batch_view.go), and PostgreSQL asks for all
+	// of them in one round trip each (TryLockRecords reads the records
+	// too, after their locks), where one at a time is one each.
+	TryLockIndexes(name string, keys []string) (n int, err error)
+	LookupAll(name string, keys []string) ([]string, error)
+	TryLockRecords(ids []string) (n int, err error)
 	// Lookup is the ID a key the batch holds (TryLockIndex) names, or
 	// ErrNotFound. Unlike Store.Lookup it does not look for the record:
 	// Update, which reads it, reports ErrNotFound for one that is gone.

@@ -74,7 +74,7 @@ type dirBatch struct {
 	seq     int64
 	lockSeq map[heldLock]int64
 	view    *batchView
-	// forUpdate are the records TryLockRecord locked for an Update to come.
+	// forUpdate are the records TryLockRecords locked for an Update to come.
 	forUpdate map[string]bool
 }
 
@@ -398,18 +398,45 @@ func (b *dirBatch) appendEntry(kind string, r records.Record, old stored) (int, 
 	return off, nil
 }
 
-// TryLockRecord takes a stored record's lock for an Update of it to come.
-// False: another writer holds it, or the batch does already.
-func (b *dirBatch) TryLockRecord(id string) (bool, error) {
-	kind, err := checkRef(id)
-	if err != nil {
-		return false, err
-	}
-	ok, err := b.tryLock(b.lockPath("records", kind, id), id)
-	if ok && err == nil {
+// TryLockRecords takes stored records' locks for Updates of them to come,
+// in order, up to the first another writer holds or the batch does
+// already.
+func (b *dirBatch) TryLockRecords(ids []string) (int, error) {
+	for i, id := range ids {
+		kind, err := checkRef(id)
+		if err != nil {
+			return i, err
+		}
+		if ok, err := b.tryLock(b.lockPath("records", kind, id), id); !ok || err != nil {
+			return i, err
+		}
 		b.forUpdate[id] = true
 	}
-	return ok, err
+	return len(ids), nil
+}
+
+// TryLockIndexes is TryLockIndex of each key in order, up to the first the
+// batch cannot take.
+func (b *dirBatch) TryLockIndexes(name string, keys []string) (int, error) {
+	for i, key := range keys {
+		if ok, err := b.TryLockIndex(name, key); !ok || err != nil {
+			return i, err
+		}
+	}
+	return len(keys), nil
+}
+
+// LookupAll is Lookup of each key, "" for one not found.
+func (b *dirBatch) LookupAll(name string, keys []string) ([]string, error) {
+	ids := make([]string, len(keys))
+	for i, key := range keys {
+		id, err := b.Lookup(name, key)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return ids[:i], err
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 // Update queues a new version of a stored record, as Store.Update would

@@ -20,7 +20,7 @@ import (
 // and partition lines read on first use. It serves the keys and records
 // whose locks the batch took before it was made, which is why a --merge
 // locks all its keys, then looks them up, then locks all their records,
-// then updates them (TryLockRecord); a lock taken after it is served the
+// then updates them (TryLockRecords); a lock taken after it is served the
 // ordinary way, or by a new view once viewMin such locks have been taken.
 type batchView struct {
 	// seq is the number of the last lock the batch had taken when the

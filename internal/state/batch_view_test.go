@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -70,8 +71,8 @@ func batchViewServesOnlyLocksBeforeIt(t *testing.T, be testBackend) {
 	// updates the next one before the batch locks it.
 	bump := func(r *counterRec) func() error { return func() error { r.Total++; return nil } }
 	for _, id := range ids[:viewMin] {
-		if ok, err := b.TryLockRecord(id); !ok || err != nil {
-			t.Fatalf("TryLockRecord %s = %v, %v", id, ok, err)
+		if n, err := b.TryLockRecords([]string{id}); n != 1 || err != nil {
+			t.Fatalf("TryLockRecords %s = %d, %v", id, n, err)
 		}
 	}
 	for _, id := range ids[:viewMin] {
@@ -85,8 +86,8 @@ func batchViewServesOnlyLocksBeforeIt(t *testing.T, be testBackend) {
 	if err := s.Update(ctx, other, &o, func(bool) error { o.Note = "other writer"; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.TryLockRecord(other); !ok || err != nil {
-		t.Fatalf("TryLockRecord %s = %v, %v", other, ok, err)
+	if n, err := b.TryLockRecords([]string{other}); n != 1 || err != nil {
+		t.Fatalf("TryLockRecords %s = %d, %v", other, n, err)
 	}
 	var c counterRec
 	if l, err := b.Update(other, &c, bump(&c)); l == nil || err != nil {
@@ -103,6 +104,77 @@ func batchViewServesOnlyLocksBeforeIt(t *testing.T, be testBackend) {
 	for _, id := range ids[:viewMin] {
 		if got := getCounter(t, s, id); got.Total != 1 || got.Rev != 2 {
 			t.Errorf("%s: total %d, rev %d; want 1, 2", id, got.Total, got.Rev)
+		}
+	}
+}
+
+// TestBatchLocksMany: TryLockIndexes takes keys in order up to the first the
+// batch cannot take (one another batch holds, or one named twice),
+// LookupAll gives "" for a key never set, and TryLockRecords stops at a
+// record another batch holds; what it locked, Update reads as stored when
+// it was locked, on both stores (PostgreSQL reads the records with their
+// locks, in one round trip).
+func TestBatchLocksMany(t *testing.T) { eachBackend(t, batchLocksMany) }
+
+func batchLocksMany(t *testing.T, be testBackend) {
+	s := openT(t, t.TempDir(), be.opts()...)
+	var ids []string
+	seed := s.NewBatch()
+	for i := range 4 {
+		c := newCounter(s)
+		c.Total = 10 * i
+		key := fmt.Sprintf("k%d", i)
+		if ok, err := seed.ClaimIndex("idx", key); !ok || err != nil {
+			t.Fatalf("ClaimIndex %s = %v, %v", key, ok, err)
+		}
+		if l, err := seed.Create(c); l == nil || err != nil {
+			t.Fatalf("Create = %s, %v", l, err)
+		}
+		if err := seed.SetIndex("idx", key, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	if err := seed.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	other := s.NewBatch()
+	defer other.Discard()
+	if ok, err := other.TryLockIndex("idx", "k3"); !ok || err != nil {
+		t.Fatalf("the other batch's TryLockIndex = %v, %v", ok, err)
+	}
+	if n, err := other.TryLockRecords(ids[2:3]); n != 1 || err != nil {
+		t.Fatalf("the other batch's TryLockRecords = %d, %v", n, err)
+	}
+
+	b := s.NewBatch()
+	defer b.Discard()
+	if n, err := b.TryLockIndexes("idx", []string{"k0", "k1", "absent", "k1", "k2"}); n != 3 || err != nil {
+		t.Fatalf("TryLockIndexes with a key named twice = %d, %v; want 3", n, err)
+	}
+	if n, err := b.TryLockIndexes("idx", []string{"k2", "k3"}); n != 1 || err != nil {
+		t.Fatalf("TryLockIndexes of a key another batch holds = %d, %v; want 1", n, err)
+	}
+	got, err := b.LookupAll("idx", []string{"k0", "absent", "k1", "k2"})
+	if err != nil || !slices.Equal(got, []string{ids[0], "", ids[1], ids[2]}) {
+		t.Fatalf("LookupAll = %v, %v; want %v", got, err, []string{ids[0], "", ids[1], ids[2]})
+	}
+	if n, err := b.TryLockRecords(ids[:3]); n != 2 || err != nil {
+		t.Fatalf("TryLockRecords of a record another batch holds = %d, %v; want 2", n, err)
+	}
+	for i, id := range ids[:2] {
+		var c counterRec
+		l, err := b.Update(id, &c, func() error { c.Total++; return nil })
+		if l == nil || err != nil || c.Total != 10*i+1 || c.Rev != 2 {
+			t.Fatalf("Update %s = %s, %v: total %d, rev %d; want %d, 2", id, l, err, c.Total, c.Rev, 10*i+1)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids[:2] {
+		if c := getCounter(t, s, id); c.Total != 10*i+1 {
+			t.Errorf("%s: total %d; want %d", id, c.Total, 10*i+1)
 		}
 	}
 }

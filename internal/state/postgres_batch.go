@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,8 @@ type pgBatch struct {
 	// fleet: a record brings the fleet's workers work (newWork), so they
 	// are woken once the batch commits.
 	fleet bool
+	// read are the records TryLockRecords locked and read, for Update.
+	read map[string]*pgRead
 }
 
 type pgBatchRec struct {
@@ -123,11 +126,195 @@ func (b *pgBatch) Create(r records.Record) ([]byte, error) {
 	return data, nil
 }
 
-// TryLockRecord takes nothing: Update takes the record's lock in the round
-// trip of its read.
-func (b *pgBatch) TryLockRecord(id string) (bool, error) {
-	_, err := checkRef(id)
-	return err == nil, err
+// tryLockAll tries the advisory locks of keys in the batch's transaction in
+// one statement, and tells which it took.
+func (b *pgBatch) tryLockAll(keys []int64) ([]bool, error) {
+	if err := b.begin(); err != nil {
+		return nil, err
+	}
+	took := make([]bool, len(keys))
+	rows, err := b.tx.Query(b.ctx, `SELECT o, pg_try_advisory_xact_lock(k) FROM unnest($1::bigint[]) WITH ORDINALITY AS t(k, o)`, keys)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			o  int64
+			ok bool
+		)
+		if err := rows.Scan(&o, &ok); err != nil {
+			return nil, pgErr(err)
+		}
+		took[o-1] = ok
+	}
+	return took, pgErr(rows.Err())
+}
+
+// TryLockIndexes takes the keys' locks in one round trip, and holds those
+// before the first it could not take (the locks after it, if taken, are
+// the transaction's until it ends, as a held key's are).
+func (b *pgBatch) TryLockIndexes(name string, keys []string) (int, error) {
+	n := len(keys)
+	locks := make([]int64, 0, n)
+	for i, key := range keys {
+		if err := checkIndexKey(name, key); err != nil {
+			return 0, err
+		}
+		// A key the batch holds, or one named again: refused, as
+		// TryLockIndex refuses it.
+		if b.held[name+"\x00"+key] || slices.Contains(keys[:i], key) {
+			n = i
+			break
+		}
+		locks = append(locks, lockKey("index", name+"\x00"+key))
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	took, err := b.tryLockAll(locks[:n])
+	if err != nil {
+		return 0, err
+	}
+	if b.held == nil {
+		b.held = map[string]bool{}
+	}
+	for i, ok := range took {
+		if !ok {
+			return i, nil
+		}
+		b.held[name+"\x00"+keys[i]] = true
+	}
+	return n, nil
+}
+
+// LookupAll is Lookup of the keys in one query.
+func (b *pgBatch) LookupAll(name string, keys []string) ([]string, error) {
+	for _, key := range keys {
+		if err := checkIndexKey(name, key); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := b.s.pool.Query(b.ctx, `SELECT i.key, i.id FROM talkbox_index i JOIN talkbox_records r ON r.id = i.id
+		WHERE i.name = $1 AND i.key = ANY($2)`, name, keys)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	found := make(map[string]string, len(keys))
+	for rows.Next() {
+		var key, id string
+		if err := rows.Scan(&key, &id); err != nil {
+			return nil, pgErr(err)
+		}
+		found[key] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, pgErr(err)
+	}
+	ids := make([]string, len(keys))
+	for i, key := range keys {
+		ids[i] = found[key]
+	}
+	return ids, nil
+}
+
+// pgRead is a stored record TryLockRecords read under its lock.
+type pgRead struct {
+	data  []byte
+	rev   int64
+	found bool
+}
+
+// TryLockRecords takes the records' locks and then reads them, in one
+// round trip: the read is a statement after the locks', which under READ
+// COMMITTED sees the commits of their previous holders (as Update's own
+// lock and read). Update takes what was read. It stops at a cycle or a
+// worker, or a record the batch has, as Update refuses them.
+func (b *pgBatch) TryLockRecords(ids []string) (int, error) {
+	n := len(ids)
+	locks := make([]int64, 0, n)
+	for i, id := range ids {
+		kind, err := checkRef(id)
+		if err != nil {
+			return 0, err
+		}
+		if kind == records.KindCycle || kind == records.KindWorker || b.ids[id] || b.read[id] != nil || slices.Contains(ids[:i], id) {
+			n = i
+			break
+		}
+		locks = append(locks, lockKey("record", id))
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := b.begin(); err != nil {
+		return 0, err
+	}
+	took := make([]bool, n)
+	read := make(map[string]*pgRead, n)
+	q := &pgx.Batch{}
+	q.Queue(`SELECT o, pg_try_advisory_xact_lock(k) FROM unnest($1::bigint[]) WITH ORDINALITY AS t(k, o)`, locks[:n]).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				o  int64
+				ok bool
+			)
+			if err := rows.Scan(&o, &ok); err != nil {
+				return err
+			}
+			took[o-1] = ok
+		}
+		return rows.Err()
+	})
+	q.Queue(`SELECT id, data, rev FROM talkbox_records WHERE id = ANY($1)`, ids[:n]).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			r := &pgRead{found: true}
+			var id string
+			if err := rows.Scan(&id, &r.data, &r.rev); err != nil {
+				return err
+			}
+			read[id] = r
+		}
+		return rows.Err()
+	})
+	if err := b.tx.SendBatch(b.ctx, q).Close(); err != nil {
+		return 0, pgErr(err)
+	}
+	if b.read == nil {
+		b.read = map[string]*pgRead{}
+	}
+	for i, ok := range took {
+		if !ok {
+			return i, nil
+		}
+		r := read[ids[i]]
+		if r == nil {
+			r = &pgRead{}
+		}
+		b.read[ids[i]] = r
+	}
+	return n, nil
+}
+
+// lockAndRead takes a record's lock and reads it in one round trip: the
+// read is a statement of its own after the lock's, which under READ
+// COMMITTED sees the commit of the lock's previous holder (and is not
+// looked at if the lock was not taken).
+func (b *pgBatch) lockAndRead(id string, locked, found *bool, prev *[]byte, rev *int64) error {
+	q := &pgx.Batch{}
+	q.Queue(`SELECT pg_try_advisory_xact_lock($1)`, lockKey("record", id)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(locked)
+	})
+	q.Queue(`SELECT data, rev FROM talkbox_records WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(prev, rev)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		*found = err == nil
+		return err
+	})
+	return pgErr(b.tx.SendBatch(b.ctx, q).Close())
 }
 
 // Update queues a new version of a stored record: under the record's lock
@@ -147,29 +334,16 @@ func (b *pgBatch) Update(id string, r records.Record, fn func() error) ([]byte, 
 	if err := b.begin(); err != nil {
 		return nil, err
 	}
-	// The lock and the read in one round trip: the read is a statement of
-	// its own after the lock's, which under READ COMMITTED sees the commit
-	// of the lock's previous holder (and is not looked at if the lock was
-	// not taken).
 	var (
 		locked, found bool
 		prev          []byte
 		rev           int64
 	)
-	q := &pgx.Batch{}
-	q.Queue(`SELECT pg_try_advisory_xact_lock($1)`, lockKey("record", id)).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&locked)
-	})
-	q.Queue(`SELECT data, rev FROM talkbox_records WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&prev, &rev)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	if err := b.tx.SendBatch(b.ctx, q).Close(); err != nil {
-		return nil, pgErr(err)
+	if r := b.read[id]; r != nil {
+		delete(b.read, id)
+		locked, found, prev, rev = true, r.found, r.data, r.rev
+	} else if err := b.lockAndRead(id, &locked, &found, &prev, &rev); err != nil {
+		return nil, err
 	}
 	if !locked {
 		return nil, nil
@@ -278,7 +452,7 @@ func (b *pgBatch) Discard() {
 		b.tx.Rollback(context.Background())
 	}
 	b.giveBack()
-	b.tx, b.recs, b.keys, b.ids, b.held, b.fleet = nil, nil, nil, nil, nil, false
+	b.tx, b.recs, b.keys, b.ids, b.held, b.fleet, b.read = nil, nil, nil, nil, nil, false, nil
 }
 
 func (b *pgBatch) Commit() error {
@@ -297,7 +471,7 @@ func (b *pgBatch) Commit() error {
 	}
 	n := len(b.recs)
 	fleet := b.fleet
-	b.tx, b.recs, b.keys, b.ids, b.held, b.fleet = nil, nil, nil, nil, nil, false
+	b.tx, b.recs, b.keys, b.ids, b.held, b.fleet, b.read = nil, nil, nil, nil, nil, false, nil
 	if err != nil {
 		return pgErr(err)
 	}
