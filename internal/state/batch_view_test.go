@@ -22,25 +22,7 @@ func batchViewServesOnlyLocksBeforeIt(t *testing.T, be testBackend) {
 	ctx := context.Background()
 	s := openT(t, t.TempDir(), be.opts()...)
 	const n = 2*viewMin + 4
-	var ids []string
-	seed := s.NewBatch()
-	for i := range n {
-		c := newCounter(s)
-		key := fmt.Sprintf("k%d", i)
-		if ok, err := seed.ClaimIndex("idx", key); !ok || err != nil {
-			t.Fatalf("ClaimIndex %s = %v, %v", key, ok, err)
-		}
-		if l, err := seed.Create(c); l == nil || err != nil {
-			t.Fatalf("Create = %s, %v", l, err)
-		}
-		if err := seed.SetIndex("idx", key, c.ID); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, c.ID)
-	}
-	if err := seed.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	ids := seedKeyed(t, s, n)
 
 	b := s.NewBatch()
 	defer b.Discard()
@@ -97,13 +79,13 @@ func batchViewServesOnlyLocksBeforeIt(t *testing.T, be testBackend) {
 		t.Fatal(err)
 	}
 	got := getCounter(t, s, other)
-	if got.Note != "other writer" || got.Total != 1 || got.Rev != 3 {
-		t.Errorf("%s after another writer's update and the batch's: note %q, total %d, rev %d; want %q, 1, 3",
-			other, got.Note, got.Total, got.Rev, "other writer")
+	if got.Note != "other writer" || got.Total != 10*viewMin+1 || got.Rev != 3 {
+		t.Errorf("%s after another writer's update and the batch's: note %q, total %d, rev %d; want %q, %d, 3",
+			other, got.Note, got.Total, got.Rev, "other writer", 10*viewMin+1)
 	}
-	for _, id := range ids[:viewMin] {
-		if got := getCounter(t, s, id); got.Total != 1 || got.Rev != 2 {
-			t.Errorf("%s: total %d, rev %d; want 1, 2", id, got.Total, got.Rev)
+	for i, id := range ids[:viewMin] {
+		if got := getCounter(t, s, id); got.Total != 10*i+1 || got.Rev != 2 {
+			t.Errorf("%s: total %d, rev %d; want %d, 2", id, got.Total, got.Rev, 10*i+1)
 		}
 	}
 }
@@ -118,26 +100,7 @@ func TestBatchLocksMany(t *testing.T) { eachBackend(t, batchLocksMany) }
 
 func batchLocksMany(t *testing.T, be testBackend) {
 	s := openT(t, t.TempDir(), be.opts()...)
-	var ids []string
-	seed := s.NewBatch()
-	for i := range 4 {
-		c := newCounter(s)
-		c.Total = 10 * i
-		key := fmt.Sprintf("k%d", i)
-		if ok, err := seed.ClaimIndex("idx", key); !ok || err != nil {
-			t.Fatalf("ClaimIndex %s = %v, %v", key, ok, err)
-		}
-		if l, err := seed.Create(c); l == nil || err != nil {
-			t.Fatalf("Create = %s, %v", l, err)
-		}
-		if err := seed.SetIndex("idx", key, c.ID); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, c.ID)
-	}
-	if err := seed.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	ids := seedKeyed(t, s, 4)
 	other := s.NewBatch()
 	defer other.Discard()
 	if ok, err := other.TryLockIndex("idx", "k3"); !ok || err != nil {
@@ -177,4 +140,31 @@ func batchLocksMany(t *testing.T, be testBackend) {
 			t.Errorf("%s: total %d; want %d", id, c.Total, 10*i+1)
 		}
 	}
+}
+
+// seedKeyed stores n counters in one batch, the i-th with total 10*i under
+// the key "k<i>" of index "idx", and returns their IDs in that order.
+func seedKeyed(t *testing.T, s *Store, n int) []string {
+	t.Helper()
+	var ids []string
+	seed := s.NewBatch()
+	for i := range n {
+		c := newCounter(s)
+		c.Total = 10 * i
+		key := fmt.Sprintf("k%d", i)
+		if ok, err := seed.ClaimIndex("idx", key); !ok || err != nil {
+			t.Fatalf("ClaimIndex %s = %v, %v", key, ok, err)
+		}
+		if l, err := seed.Create(c); l == nil || err != nil {
+			t.Fatalf("Create = %s, %v", l, err)
+		}
+		if err := seed.SetIndex("idx", key, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	if err := seed.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }

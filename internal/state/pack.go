@@ -193,15 +193,14 @@ func (s *dirStore) packedAsOf(kind, id string, fresh bool) (packLoc, bool, error
 // for them can be appended meanwhile.
 func (s *dirStore) packedAsOfNow(kind string) (func(id string) bool, error) {
 	s.partsMu.Lock()
-	p, err := s.packIndexOf(kind)
+	_, err := s.packIndexOf(kind)
 	s.partsMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	return func(id string) bool {
-		s.partsMu.Lock()
-		defer s.partsMu.Unlock()
-		return p.locs[id].batch != ""
+		_, ok, _ := s.packedAsOf(kind, id, true)
+		return ok
 	}, nil
 }
 

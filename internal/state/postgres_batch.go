@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -157,16 +156,18 @@ func (b *pgBatch) tryLockAll(keys []int64) ([]bool, error) {
 func (b *pgBatch) TryLockIndexes(name string, keys []string) (int, error) {
 	n := len(keys)
 	locks := make([]int64, 0, n)
+	named := make(map[string]bool, n)
 	for i, key := range keys {
 		if err := checkIndexKey(name, key); err != nil {
 			return 0, err
 		}
 		// A key the batch holds, or one named again: refused, as
 		// TryLockIndex refuses it.
-		if b.held[name+"\x00"+key] || slices.Contains(keys[:i], key) {
+		if b.held[name+"\x00"+key] || named[key] {
 			n = i
 			break
 		}
+		named[key] = true
 		locks = append(locks, lockKey("index", name+"\x00"+key))
 	}
 	if n == 0 {
@@ -234,15 +235,17 @@ type pgRead struct {
 func (b *pgBatch) TryLockRecords(ids []string) (int, error) {
 	n := len(ids)
 	locks := make([]int64, 0, n)
+	named := make(map[string]bool, n)
 	for i, id := range ids {
 		kind, err := checkRef(id)
 		if err != nil {
 			return 0, err
 		}
-		if kind == records.KindCycle || kind == records.KindWorker || b.ids[id] || b.read[id] != nil || slices.Contains(ids[:i], id) {
+		if kind == records.KindCycle || kind == records.KindWorker || b.ids[id] || b.read[id] != nil || named[id] {
 			n = i
 			break
 		}
+		named[id] = true
 		locks = append(locks, lockKey("record", id))
 	}
 	if n == 0 {
