@@ -12,6 +12,7 @@
 # CORES=all runs every command unpinned, with every core the host has, as
 # a user's shell does (tb-parse commits a batch of observables on one core
 # while it encodes the next on another; tshark dissects on one).
+# ROUNDS=N runs the three N times in turns (default 3) and reports medians.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 size=${1:-1073741824}
@@ -49,21 +50,27 @@ run() {
 bytes=$(stat -L -c %s "$pcap")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 mb=$(awk -v b="$bytes" 'BEGIN{printf "%.0f", b/1e6}')
-# tb-parse runs three times (the median by wall clock is reported), tshark
-# once: on a shared host one run of a few seconds is at the mercy of the
-# neighbours, a run of a minute averages them out.
-read -r tb_wall tb_cpu tb_rss < <(for i in 1 2 3; do run tb-parse "$out/tb-parse" --no-store "$pcap"; done | sort -n | sed -n 2p)
-# stored: tb-parse with a new state directory. The states are removed at
-# the end, not after each run: ext4 without a journal scans the inodes
-# freed in the last seconds for each new one, which would bill one run's
-# removal to the next.
+# ROUNDS rounds (default 3), each running tshark, tb-parse --no-store and
+# tb-parse with a new state directory in turns; the median of each by wall
+# clock is reported. On a shared host the neighbours slow a few seconds of
+# one run and not the next: in turns, each tool meets the same minutes.
+# The states are removed at the end, not after each run: ext4 without a
+# journal scans the inodes freed in the last seconds for each new one,
+# which would bill one run's removal to the next.
+rounds=${ROUNDS:-3}
 states=$(mktemp -d "$out/run-states.XXXXXX")
-trap 'rm -rf "$states"' EXIT
-stored() {
-  run tb-parse-state "$out/tb-parse" --state "$(mktemp -d "$states/state.XXXXXX")" --lease lease_01JD0000000000000000000RUN "$pcap"
-}
-read -r st_wall st_cpu st_rss < <(for i in 1 2 3; do stored; done | sort -n | sed -n 2p)
-read -r ts_wall ts_cpu ts_rss < <(run tshark tshark -n -r "$pcap" -T fields "${fields[@]}")
+times=$(mktemp -d "$out/run-times.XXXXXX")
+trap 'rm -rf "$states" "$times"' EXIT
+for ((i = 0; i < rounds; i++)); do
+  run tshark tshark -n -r "$pcap" -T fields "${fields[@]}" >>"$times/tshark"
+  run tb-parse "$out/tb-parse" --no-store "$pcap" >>"$times/nostore"
+  run tb-parse-state "$out/tb-parse" --state "$(mktemp -d "$states/state.XXXXXX")" \
+    --lease lease_01JD0000000000000000000RUN "$pcap" >>"$times/stored"
+done
+median() { sort -n "$1" | sed -n "$(((rounds + 1) / 2))p"; }
+read -r tb_wall tb_cpu tb_rss < <(median "$times/nostore")
+read -r st_wall st_cpu st_rss < <(median "$times/stored")
+read -r ts_wall ts_cpu ts_rss < <(median "$times/tshark")
 rate() { awk -v b="$bytes" -v t="$1" 'BEGIN{printf "%.1f", b/1e6/t}'; }
 echo "| tool | wall | CPU (user+sys) | MB/s (wall) | MB/s (CPU) | max RSS | output |"
 echo "|---|---|---|---|---|---|---|"
@@ -71,6 +78,7 @@ printf '| tb-parse --no-store | %s s | %s s | %s | %s | %d MiB | %d observables 
 printf '| tb-parse with the state | %s s | %s s | %s | %s | %d MiB | %d records |\n' "$st_wall" "$st_cpu" "$(rate "$st_wall")" "$(rate "$st_cpu")" $((st_rss / 1024)) "$(wc -l <"$out/tb-parse-state.out")"
 printf '| tshark -T fields | %s s | %s s | %s | %s | %d MiB | %d lines |\n' "$ts_wall" "$ts_cpu" "$(rate "$ts_wall")" "$(rate "$ts_cpu")" $((ts_rss / 1024)) "$(wc -l <"$out/tshark.out")"
 echo
+echo "medians of $rounds rounds, each tool in turns"
 echo "capture: $pcap, $mb MB, $(capinfos -c -M "$pcap" 2>/dev/null | awk -F: '/Number of packets/{gsub(/ /,"",$2); print $2}') packets"
 awk -v a="$ts_wall" -v b="$tb_wall" -v c="$ts_cpu" -v d="$tb_cpu" 'BEGIN{printf "tb-parse --no-store is %.1f× tshark by wall clock, %.1f× by CPU time\n", a/b, c/d}'
 awk -v a="$ts_wall" -v b="$st_wall" -v c="$ts_cpu" -v d="$st_cpu" 'BEGIN{printf "tb-parse with the state is %.1f× tshark by wall clock, %.1f× by CPU time\n", a/b, c/d}'
