@@ -64,7 +64,8 @@ const behaveDir = "/var/tmp/talkbox/behave"
 // destination is not in the lease's live set, and the capture Y's cycle
 // gets is one started with Y's plan's rules. That first revert boots; the
 // next, to sample Z, restores the clean state saved after that boot, and
-// Z's guest has neither Y's file nor Y's process.
+// Z's guest has neither Y's file nor Y's process. Then Z stops its guest
+// agent for good: Z's own next cycle gets the guest reverted, not silent.
 func TestRevertRealGuest(t *testing.T) {
 	h := newRealGuestHost(t, leasetest.Spec, documentationLab)
 	ctx := context.Background()
@@ -200,10 +201,48 @@ func TestRevertRealGuest(t *testing.T) {
 	if out := guestSh(t, m, lz.ID, xProcesses); runsX(out) {
 		t.Errorf("X's process runs in Z's guest: %q", out)
 	}
-	if _, err := m.Release(ctx, lz.ID, false); err != nil {
+
+	// Z, root in its guest, leaves a file and stops the guest agent for
+	// good (SIGSTOP: the agent's channel stays open and never answers),
+	// from a process of its own that outlives the command (2 s later, so
+	// that the command's own exit is collected first); the lease goes
+	// back to the pool. Z's next cycle must not get the silent guest back,
+	// though the guest has run only Z: the idle lease is reverted before
+	// it is handed out, and the guest it gets answers and lacks Z's file.
+	guestSh(t, m, lz.ID, "echo z > /var/tmp/z-marker && sync && "+agentPID+
+		` && (setsid sh -c "sleep 2; kill -STOP $ga" </dev/null >/dev/null 2>&1 &)`)
+	agent := guestagent.New(conn, lz.VMName)
+	for deadline := time.Now().Add(time.Minute); ; {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := agent.Ping(pctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guest agent still answers a minute after Z stopped it")
+		}
+	}
+	if _, err := m.Release(ctx, lz.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	lz2, err := m.Acquire(ctx, lease.Request{Plan: pz, Holder: "cycle_z2"})
+	if err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	if lz2.ID != lx.ID || len(lz2.Reverts) != 3 || lz2.Health != records.HealthHealthy {
+		t.Fatalf("Z's next cycle got lease %s (%s), reverts %+v: not its silent guest reverted", lz2.ID, lz2.Health, lz2.Reverts)
+	}
+	if out := guestSh(t, m, lz2.ID, "if [ -e /var/tmp/z-marker ]; then echo present; else echo absent; fi"); strings.TrimSpace(out) != "absent" {
+		t.Error("Z's file is in the guest its next cycle got")
+	}
+	if _, err := m.Release(ctx, lz2.ID, false); err != nil {
 		t.Error(err)
 	}
 }
+
+// agentPID sets ga, in a guest's shell, to qemu-ga's PID (exit 9 if none).
+const agentPID = `{ ga=$(for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = qemu-ga ] && echo "${p#/proc/}"; done); [ -n "$ga" ] || exit 9; }`
 
 // xProcesses lists the guest's process names.
 const xProcesses = "cat /proc/[0-9]*/comm 2>/dev/null; true"
