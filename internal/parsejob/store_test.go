@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -631,4 +632,92 @@ func (o *onFirstWrite) Write(p []byte) (int, error) {
 		o.f()
 	}
 	return o.w.Write(p)
+}
+
+// TestMergeMeetsARecordAnotherWriterHolds: a --merge run whose batch finds
+// one stored observable's record locked by another writer (TryLockRecords
+// stops there) stores the observables before it in the batch, waits for
+// the record on its own (storeAlone), and merges every observable once:
+// none lost, none stored twice. The test lets the record go once the run
+// waits for it, as /proc/locks shows. The directory store: PostgreSQL's
+// TryLockRecords stops the same way (state's TestBatchLocksMany).
+func TestMergeMeetsARecordAnotherWriterHolds(t *testing.T) {
+	ctx := context.Background()
+	input := filepath.Join(t.TempDir(), "conv.pcap")
+	conversations(t, input, 200)
+	dir := t.TempDir()
+	st := storeBackend{name: "dir"}.open(t, dir, "")
+	var errb bytes.Buffer
+	if err := runStored(ctx, st, input, true, io.Discard, &errb); err != nil {
+		t.Fatal(err, errb.String())
+	}
+	first := storedObservables(t, st, true)
+	// The record held: one in the middle of the run's first batch.
+	keys := slices.Sorted(maps.Keys(first))
+	heldKey := keys[len(keys)/2]
+	held := first[heldKey][0]
+	holder := storeBackend{name: "dir"}.open(t, dir, "").NewBatch()
+	if n, err := holder.TryLockRecords([]string{held.ID}); n != 1 || err != nil {
+		t.Fatalf("the other writer's TryLockRecords = %d, %v", n, err)
+	}
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	go func() { done <- runStored(ctx, st, input, true, &out, io.Discard) }()
+	for !waitsForLock(t, filepath.Join(dir, "locks", "records")) {
+		select {
+		case err := <-done:
+			holder.Discard()
+			t.Fatalf("the run ended (%v) without waiting for the held record %s", err, held.ID)
+		default:
+		}
+	}
+	holder.Discard()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	second := storedObservables(t, st, true)
+	if len(second) != len(first) {
+		t.Errorf("%d observables after the second run, %d after the first", len(second), len(first))
+	}
+	for key, os := range first {
+		o := os[0]
+		if got := second[key]; len(got) != 1 || got[0].ID != o.ID || got[0].Count != 2*o.Count {
+			t.Errorf("%s %s (held: %v): %+v; want %s with count %d", o.Type, o.Value, key == heldKey, got, o.ID, 2*o.Count)
+		}
+	}
+	// Printed once or more (--max-held emits early and merges again).
+	if !strings.Contains(out.String(), `"id":"`+held.ID+`"`) {
+		t.Errorf("the held record %s was not printed", held.ID)
+	}
+}
+
+// waitsForLock reports whether /proc/locks shows a request waiting for a
+// lock on a file in dir.
+func waitsForLock(t *testing.T, dir string) bool {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, e := range ents {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, e.Name()), &st); err == nil {
+			inodes[fmt.Sprintf(":%d", st.Ino)] = true
+		}
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		// "N: -> OFDLCK ADVISORY WRITE -1 MAJ:MIN:INODE START END"
+		if len(f) >= 7 && f[1] == "->" {
+			if i := strings.LastIndexByte(f[6], ':'); i >= 0 && inodes[f[6][i:]] {
+				return true
+			}
+		}
+	}
+	return false
 }
