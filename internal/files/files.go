@@ -44,8 +44,9 @@ func SHA256(path string) (string, int64, error) {
 
 // WriteAtomic replaces path with data: a uniquely named temp file in the
 // same directory (so two processes never share one), synced, given mode,
-// then renamed over path. A reader sees the old file or the new one, never
-// a part; a crash leaves at most a stray temp file.
+// then renamed over path, and the directory synced. A reader sees the old
+// file or the new one, never a part; a crash leaves at most a stray temp
+// file.
 func WriteAtomic(path string, data []byte, mode os.FileMode) error {
 	return WriteAtomicFunc(path, mode, func(w io.Writer) error {
 		_, err := w.Write(data)
@@ -75,5 +76,15 @@ func WriteAtomicFunc(path string, mode os.FileMode, write func(io.Writer) error)
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename is in the directory: synced too, or a power cut may undo
+	// it (the state's Flush syncs only what the store wrote).
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
