@@ -20,12 +20,16 @@
 #           run of tb-parse on an idle host does
 #   CORES   1 (default): each run pinned to one core with GOMAXPROCS=1;
 #           all: unpinned, every core the host has
+#   DIRTY   MiB another writer leaves unsynced on the state's file system
+#           before each run (default 0), removed after it: a host where
+#           captures are being written beside the state
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:?usage: ab.sh RUNS BIN...}
 shift
 pause=${PAUSE:-0}
 [[ $pause =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "ab.sh: PAUSE=$pause: not a number of seconds" >&2; exit 2; }
+[[ ${DIRTY:-0} =~ ^[0-9]+$ ]] || { echo "ab.sh: DIRTY=$DIRTY: not a number of MiB" >&2; exit 2; }
 case ${CORES:-1} in
   1) pin=(taskset -c 0 env GOMAXPROCS=1) ;;
   all) pin=() ;;
@@ -51,12 +55,17 @@ for _ in $(seq "$runs"); do
       sync -f "$state"
     fi
     sleep "$pause"
+    if [ "${DIRTY:-0}" != 0 ]; then
+      sync -f "$root"
+      dd if=/dev/zero of="$root/dirty" bs=1M count="$DIRTY" status=none
+    fi
     # shellcheck disable=SC2086 # extra is split on purpose
     perf stat -e task-clock -o "$out.stat" -- "${pin[@]}" "$bin" \
       --state "$state" --lease "$lease" $extra "$pcap" >/dev/null
     cpu=$(awk '/task-clock/{gsub(",", "", $1); print $1}' "$out.stat")
     wall=$(awk '/seconds time elapsed/{print $1 * 1000}' "$out.stat")
     echo "$bin $cpu $wall" >>"$out"
+    rm -f "$root/dirty"
   done
 done
 median() { # COLUMN LABEL: the median, smallest and largest of a binary's column

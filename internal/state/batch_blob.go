@@ -78,6 +78,7 @@ func (s *dirStore) linkTmpfile(dir, final string, data []byte, mode uint32, hook
 	if err != nil {
 		return false, pathErr("link", final, err)
 	}
+	s.flushLater(final)
 	return true, s.syncDir(filepath.Dir(final))
 }
 

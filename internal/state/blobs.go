@@ -12,8 +12,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
 )
 
@@ -220,19 +218,6 @@ func (s *dirStore) linkIntoPlace(tmp, final string, size int64) error {
 	if err != nil {
 		return err
 	}
+	s.flushLater(final)
 	return s.syncDir(filepath.Dir(final))
-}
-
-// Flush makes every write so far durable with one syncfs(2). Under
-// SyncEachWrite there is nothing left to do.
-func (s *dirStore) Flush() error {
-	if s.durability == SyncEachWrite {
-		return nil
-	}
-	d, err := os.Open(s.root)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return unix.Syncfs(int(d.Fd()))
 }

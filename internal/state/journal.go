@@ -248,6 +248,11 @@ func (s *dirStore) appendLocked(f *os.File, size int64, line []byte) (int64, err
 		if size == 0 {
 			return size + int64(len(line)), s.syncDir(filepath.Dir(s.journalPath()))
 		}
+		return size + int64(len(line)), nil
+	}
+	s.flushLater(f.Name())
+	if size == 0 {
+		s.flushLater(filepath.Dir(f.Name()))
 	}
 	return size + int64(len(line)), nil
 }
@@ -464,6 +469,7 @@ func (s *dirStore) resolveIntent(kind, id string) error {
 		if err := rename(putIntent, path); err != nil {
 			return err
 		}
+		s.flushLater(path)
 		havePut = false
 		if err := s.syncDir(filepath.Dir(path)); err != nil {
 			return err
@@ -726,9 +732,9 @@ const writebackMin = 256 << 10
 // startWriteback has the kernel start writing fd's bytes from off to end
 // to disk, whole pages only, without waiting for them, when the store
 // syncs on Flush and they are at least writebackMin. The pages of a batch
-// are then on their way while the writer goes on, and Flush's syncfs waits
+// are then on their way while the writer goes on, and Flush's fsyncs wait
 // for less: the kernel would otherwise hold them dirty for up to 30 s,
-// and a short-lived writer's last syncfs would write them all. It is
+// and a short-lived writer's Flush would write them all. It is
 // advice: an error is Flush's to report.
 func (s *dirStore) startWriteback(fd int, off, end int64) {
 	if s.durability != SyncOnFlush {

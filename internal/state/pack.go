@@ -359,6 +359,7 @@ func (b *dirBatch) packRecords(intent, name string) error {
 	if err := os.Link(intent, pack); err != nil {
 		return err
 	}
+	s.flushLater(pack)
 	if f, err := os.Open(pack); err == nil {
 		s.startWriteback(int(f.Fd()), 0, int64(len(b.body)))
 		f.Close()

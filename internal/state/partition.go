@@ -75,6 +75,10 @@ func (s *dirStore) appendPartition(dir string, lines []byte) (at int64, err erro
 		return 0, err
 	}
 	if s.durability != SyncEachWrite {
+		s.flushLater(path)
+		if st.Size == 0 {
+			s.flushLater(dir)
+		}
 		return at, nil
 	}
 	if err := unix.Fsync(fd); err != nil {

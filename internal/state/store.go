@@ -72,7 +72,8 @@ const (
 	// SyncEachWrite fsyncs every record, journal entry and blob before the
 	// call returns: one write survives a power cut as soon as it is made.
 	SyncEachWrite Durability = iota
-	// SyncOnFlush leaves fsync to Flush (one syncfs for the whole batch).
+	// SyncOnFlush leaves fsync to Flush, which fsyncs the files and
+	// directories written since the last Flush.
 	// A killed process still loses nothing (the page cache survives it);
 	// a power cut may lose the writes since the last Flush.
 	SyncOnFlush
@@ -97,6 +98,8 @@ type dirStore struct {
 	crashAt func(point string)
 
 	dirs sync.Map // directories known to exist (ensureDir)
+
+	unsynced unsynced // what Flush syncs (flush.go)
 
 	lockFDs lockFDs // lock files' descriptors between batches
 

@@ -288,6 +288,7 @@ func (s *dirStore) commit(kind, id string, data []byte, rev int64, at time.Time)
 		return fmt.Errorf("%s: committed but not yet in place (recovered on next write): %w", id, err)
 	}
 	s.hook(crashPutRenamed)
+	s.flushLater(path)
 	return s.syncDir(filepath.Dir(path))
 }
 
@@ -353,6 +354,7 @@ func (s *dirStore) Delete(ctx context.Context, id string) error {
 
 // writeFile creates path with data, synced when each write must be durable.
 func (s *dirStore) writeFile(path string, data []byte) error {
+	s.flushLater(path)
 	return createFile(path, data, s.durability == SyncEachWrite)
 }
 
@@ -379,6 +381,7 @@ func (s *dirStore) ensureDir(dir string) error {
 
 func (s *dirStore) syncDir(dir string) error {
 	if s.durability != SyncEachWrite {
+		s.flushLater(dir)
 		return nil
 	}
 	d, err := os.Open(dir)
