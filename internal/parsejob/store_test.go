@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
@@ -639,56 +640,81 @@ func (o *onFirstWrite) Write(p []byte) (int, error) {
 // stops there) stores the observables before it in the batch, waits for
 // the record on its own (storeAlone), and merges every observable once:
 // none lost, none stored twice. The test lets the record go once the run
-// waits for it, as /proc/locks shows. The directory store: PostgreSQL's
-// TryLockRecords stops the same way (state's TestBatchLocksMany).
+// waits for it: on the directory store as /proc/locks shows, on
+// PostgreSQL as pg_locks does.
 func TestMergeMeetsARecordAnotherWriterHolds(t *testing.T) {
-	ctx := context.Background()
-	input := filepath.Join(t.TempDir(), "conv.pcap")
-	conversations(t, input, 200)
-	dir := t.TempDir()
-	st := storeBackend{name: "dir"}.open(t, dir, "")
-	var errb bytes.Buffer
-	if err := runStored(ctx, st, input, true, io.Discard, &errb); err != nil {
-		t.Fatal(err, errb.String())
-	}
-	first := storedObservables(t, st, true)
-	// The record held: one in the middle of the run's first batch.
-	keys := slices.Sorted(maps.Keys(first))
-	heldKey := keys[len(keys)/2]
-	held := first[heldKey][0]
-	holder := storeBackend{name: "dir"}.open(t, dir, "").NewBatch()
-	if n, err := holder.TryLockRecords([]string{held.ID}); n != 1 || err != nil {
-		t.Fatalf("the other writer's TryLockRecords = %d, %v", n, err)
-	}
-	done := make(chan error, 1)
-	var out bytes.Buffer
-	go func() { done <- runStored(ctx, st, input, true, &out, io.Discard) }()
-	for !waitsForLock(t, filepath.Join(dir, "locks", "records")) {
-		select {
-		case err := <-done:
-			holder.Discard()
-			t.Fatalf("the run ended (%v) without waiting for the held record %s", err, held.ID)
-		default:
+	eachStoreBackend(t, func(t *testing.T, be storeBackend) {
+		ctx := context.Background()
+		input := filepath.Join(t.TempDir(), "conv.pcap")
+		conversations(t, input, 200)
+		dir, url := t.TempDir(), ""
+		waits := func() bool { return waitsForLock(t, filepath.Join(dir, "locks", "records")) }
+		if be.newURL != nil {
+			url = be.newURL(t)
+			waits = func() bool { return waitsForAdvisoryLock(t, url) }
 		}
-	}
-	holder.Discard()
-	if err := <-done; err != nil {
+		st := be.open(t, dir, url)
+		var errb bytes.Buffer
+		if err := runStored(ctx, st, input, true, io.Discard, &errb); err != nil {
+			t.Fatal(err, errb.String())
+		}
+		first := storedObservables(t, st, true)
+		// The record held: one in the middle of the run's first batch.
+		keys := slices.Sorted(maps.Keys(first))
+		heldKey := keys[len(keys)/2]
+		held := first[heldKey][0]
+		holder := be.open(t, dir, url).NewBatch()
+		if n, err := holder.TryLockRecords([]string{held.ID}); n != 1 || err != nil {
+			t.Fatalf("the other writer's TryLockRecords = %d, %v", n, err)
+		}
+		done := make(chan error, 1)
+		var out bytes.Buffer
+		go func() { done <- runStored(ctx, st, input, true, &out, io.Discard) }()
+		for !waits() {
+			select {
+			case err := <-done:
+				holder.Discard()
+				t.Fatalf("the run ended (%v) without waiting for the held record %s", err, held.ID)
+			default:
+			}
+		}
+		holder.Discard()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		second := storedObservables(t, st, true)
+		if len(second) != len(first) {
+			t.Errorf("%d observables after the second run, %d after the first", len(second), len(first))
+		}
+		for key, os := range first {
+			o := os[0]
+			if got := second[key]; len(got) != 1 || got[0].ID != o.ID || got[0].Count != 2*o.Count {
+				t.Errorf("%s %s (held: %v): %+v; want %s with count %d", o.Type, o.Value, key == heldKey, got, o.ID, 2*o.Count)
+			}
+		}
+		// Printed once or more (--max-held emits early and merges again).
+		if !strings.Contains(out.String(), `"id":"`+held.ID+`"`) {
+			t.Errorf("the held record %s was not printed", held.ID)
+		}
+	})
+}
+
+// waitsForAdvisoryLock reports whether a session of the database at url
+// waits for an advisory lock (PostgreSQL's record and key locks).
+func waitsForAdvisoryLock(t *testing.T, url string) bool {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
 		t.Fatal(err)
 	}
-	second := storedObservables(t, st, true)
-	if len(second) != len(first) {
-		t.Errorf("%d observables after the second run, %d after the first", len(second), len(first))
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()`).Scan(&n); err != nil {
+		t.Fatal(err)
 	}
-	for key, os := range first {
-		o := os[0]
-		if got := second[key]; len(got) != 1 || got[0].ID != o.ID || got[0].Count != 2*o.Count {
-			t.Errorf("%s %s (held: %v): %+v; want %s with count %d", o.Type, o.Value, key == heldKey, got, o.ID, 2*o.Count)
-		}
-	}
-	// Printed once or more (--max-held emits early and merges again).
-	if !strings.Contains(out.String(), `"id":"`+held.ID+`"`) {
-		t.Errorf("the held record %s was not printed", held.ID)
-	}
+	return n > 0
 }
 
 // waitsForLock reports whether /proc/locks shows a request waiting for a
