@@ -119,8 +119,8 @@ func (t *trace) emulatorThread(p *proc, tid int) {
 	if tg, ok := t.tids[tid]; ok && tg == p.pid {
 		p.threads--
 		t.res.Trace.Threads--
-	} else if c := t.procs[tid]; c != nil && c != p && c.ppid == 0 {
-		delete(t.procs, tid) // its lines came first, taken for a process's
+	} else if c := t.procs[tid]; c != nil && c != p {
+		t.unguess(c) // its lines came first, taken for a process's
 	}
 	t.tids[tid] = p.pid
 	t.emuThreads[tid] = true

@@ -115,3 +115,57 @@ func TestThreadEndingInACallNotTampered(t *testing.T) {
 		t.Fatalf("seen as tampered: %q", sink.Get(t, records.ObsEvasion, "trace tampered").Evasion.Paths)
 	}
 }
+
+// crossedClones is a Go sample's trace under load, as strace 6.1 writes
+// it: two clones are in flight at once, and each new task's first line
+// comes before its creator's clone returns. 502 is a thread of 500 whose
+// first line follows 501's fork (the latest clone in flight); 504 is the
+// fork's child whose first line follows 500's next thread clone. Each
+// task's own clone result says what it is: a thread, forgotten at its
+// exit, or a process, which ends.
+const crossedClones = `500 1795500000.000001 execve("/tmp/bot", ["/tmp/bot", "-behave-child"], 0x7ffd4e0c7f30 /* 10 vars */) = 0 <0.000200>
+500 1795500000.000100 clone(child_stack=0xc000060000, flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_SYSVSEM|CLONE_THREAD|CLONE_SETTLS, tls=0xc000048098) = 501 <0.000100>
+500 1795500000.000200 clone(child_stack=0xc000070000, flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_SYSVSEM|CLONE_THREAD|CLONE_SETTLS, tls=0xc000049098 <unfinished ...>
+501 1795500000.000300 clone(child_stack=NULL, flags=CLONE_VM|CLONE_VFORK|SIGCHLD <unfinished ...>
+502 1795500000.000400 futex(0xc000049148, FUTEX_WAIT_PRIVATE, 0, NULL) = 0 <0.000010>
+500 1795500000.000500 <... clone resumed>) = 502 <0.000300>
+500 1795500000.000600 clone(child_stack=0xc000080000, flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_SYSVSEM|CLONE_THREAD|CLONE_SETTLS, tls=0xc00004a098 <unfinished ...>
+504 1795500000.000700 execve("/bin/sleep", ["sleep", "0"], 0xc000100000 /* 10 vars */) = 0 <0.000100>
+501 1795500000.000800 <... clone resumed>) = 504 <0.000500>
+500 1795500000.000900 <... clone resumed>) = 503 <0.000300>
+503 1795500000.001000 futex(0xc00004a148, FUTEX_WAIT_PRIVATE, 0, NULL) = 0 <0.000010>
+504 1795500000.001100 openat(AT_FDCWD, "/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3 <0.000010>
+504 1795500000.001200 exit_group(0) = ?
+504 1795500000.001300 +++ exited with 0 +++
+502 1795500000.001400 exit(0) = ?
+502 1795500000.001500 +++ exited with 0 +++
+500 1795500000.001600 exit_group(0) = ?
+503 1795500000.001700 +++ exited with 0 +++
+501 1795500000.001800 +++ exited with 0 +++
+500 1795500000.001900 +++ exited with 0 +++
+`
+
+// TestCrossedClonesNotTampered: tasks whose first lines came before their
+// clones returned, under a clone of another kind, are what their clone
+// results say (two processes, three threads), and every one ended: no
+// "trace tampered" for a clean run whose tracer ended (seen once from a
+// real guest under load: "the tracer ended before these traced processes
+// did").
+func TestCrossedClonesNotTampered(t *testing.T) {
+	sink, _ := parse(t, crossedClones, Options{Tracer: &Tracer{PIDs: []int{498, 499}, Dir: "/var/lib/0123456789abcdef", Ended: true}})
+	if slices.Contains(values(sink, records.ObsEvasion), "trace tampered") {
+		o := sink.Get(t, records.ObsEvasion, "trace tampered")
+		t.Errorf("clean trace seen as tampered: %q", o.Evasion.Paths)
+	}
+	ti := sink.Get(t, records.ObsTrace, "strace").Trace
+	if ti.Processes != 2 || ti.Threads != 3 {
+		t.Errorf("%d processes, %d threads; want 2 and 3", ti.Processes, ti.Threads)
+	}
+	if root := procOf(t, sink, 500); root.Exe != "/tmp/bot" || root.Exit == nil {
+		t.Errorf("the sample: %+v", root)
+	}
+	child := procOf(t, sink, 504)
+	if child.PPID != 500 || len(child.Execs) == 0 || child.Execs[len(child.Execs)-1].Path != "/bin/sleep" {
+		t.Errorf("the fork's child: %+v", child)
+	}
+}

@@ -276,13 +276,28 @@ func (t *trace) proc(pid int, ts time.Time, n int64) *proc {
 
 // cloning finds the process whose clone is creating pid: the latest
 // unfinished clone (strace), or the QEMU clone whose result was lost.
+// While a clone that makes a process is in flight, the latest of those is
+// taken even if a thread's clone came later: when two are in flight (a Go
+// sample's runtime starting a thread as it forks) the first lines do not
+// say which task is which, and a process taken wrongly is dropped when the
+// clone returns (unguess), while a process taken for a thread would have
+// run its calls, its execve and its closes among its parent's.
 func (t *trace) cloning(pid int) (parent *proc, thread, files bool) {
-	var best *pending
-	bestPID := 0
+	var best, forking *pending
+	bestPID, forkingPID := 0, 0
 	for cpid, pc := range t.pending {
-		if cpid != pid && isClone(pc.name) && (best == nil || pc.line > best.line) {
+		if cpid == pid || !isClone(pc.name) {
+			continue
+		}
+		if best == nil || pc.line > best.line {
 			best, bestPID = pc, cpid
 		}
+		if !strings.Contains(cloneFlags(pc.name, pc.body), "CLONE_THREAD") && (forking == nil || pc.line > forking.line) {
+			forking, forkingPID = pc, cpid
+		}
+	}
+	if forking != nil {
+		best, bestPID = forking, forkingPID
 	}
 	if best != nil {
 		flags := cloneFlags(best.name, best.body)
@@ -627,10 +642,10 @@ func (e *ev) clone() {
 	}
 	t := e.t
 	if strings.Contains(flags, "CLONE_THREAD") {
-		if c := t.procs[pid]; c != nil && c != e.p && c.ppid == 0 {
+		if c := t.procs[pid]; c != nil && c != e.p {
 			// Its lines came before the call returned: it was taken for a
 			// process.
-			delete(t.procs, pid)
+			t.unguess(c)
 		}
 		if _, ok := t.tids[pid]; !ok {
 			t.tids[pid] = e.p.pid
@@ -640,6 +655,24 @@ func (e *ev) clone() {
 		return
 	}
 	t.child(e.p, pid, strings.Contains(flags, "CLONE_FILES"), e.ts, e.line)
+}
+
+// unguess drops c, a process made of a task's lines that came before its
+// creator's clone returned, once the clone says the task is a thread.
+// A process of that pid which ended (a pid used again) or the trace's
+// root is no guess, and stays.
+func (t *trace) unguess(c *proc) {
+	if c == t.root || c.exit != nil {
+		return
+	}
+	delete(t.procs, c.pid)
+	t.nprocs--
+	if !c.kept {
+		t.omitted.procs--
+		return
+	}
+	c.kept = false
+	t.kept = slices.DeleteFunc(t.kept, func(q *proc) bool { return q == c })
 }
 
 func (e *ev) exit() {
