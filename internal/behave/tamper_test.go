@@ -169,3 +169,48 @@ func TestCrossedClonesNotTampered(t *testing.T) {
 		t.Errorf("the fork's child: %+v", child)
 	}
 }
+
+// reusedPID is a sample (500) whose first child (501) ends, and whose
+// later child is given pid 501 again (a bot that forks without pause wraps
+// the pids) and kills the tracer: strace never writes the second 501's end.
+const reusedPID = `500 1795500000.000001 execve("/tmp/bot", ["/tmp/bot"], 0x7ffd4e0c7f30 /* 10 vars */) = 0 <0.000200>
+500 1795500000.000100 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f0000000a10) = 501 <0.000100>
+501 1795500000.000200 exit_group(0) = ?
+501 1795500000.000300 +++ exited with 0 +++
+500 1795500000.000400 wait4(-1, NULL, 0, NULL) = 501 <0.000100>
+500 1795500000.000500 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f0000000a10) = 501 <0.000100>
+501 1795500000.000600 execve("/bin/sleep", ["sleep", "9"], 0x7ffd4e0c8000 /* 10 vars */) = 0 <0.000100>
+500 1795500000.000700 exit_group(0) = ?
+500 1795500000.000800 +++ exited with 0 +++
+`
+
+// TestReusedPIDStillEnds: a process given the pid of one that ended is a
+// process of its own, which must end too, whether its first line comes
+// after its clone returned or before.
+func TestReusedPIDStillEnds(t *testing.T) {
+	// The second child's first line before its clone returns.
+	linesFirst := strings.Replace(reusedPID, "child_tidptr=0x7f0000000a10) = 501 <0.000100>\n501 1795500000.000600 ",
+		"child_tidptr=0x7f0000000a10 <unfinished ...>\n501 1795500000.000600 ", 1)
+	linesFirst = strings.Replace(linesFirst, "500 1795500000.000700 ", "500 1795500000.000650 <... clone resumed>) = 501 <0.000100>\n500 1795500000.000700 ", 1)
+	if strings.Count(linesFirst, "resumed") != 1 || strings.Count(linesFirst, "unfinished") != 1 {
+		t.Fatal("the variant is not as meant")
+	}
+	for name, trace := range map[string]string{"clone first": reusedPID, "lines first": linesFirst} {
+		t.Run(name, func(t *testing.T) {
+			sink, _ := parse(t, trace, Options{Tracer: &Tracer{PIDs: []int{498, 499}, Dir: "/var/lib/0123456789abcdef", Ended: true}})
+			o := sink.Get(t, records.ObsEvasion, "trace tampered")
+			if want := []string{"the tracer ended before these traced processes did: 501"}; !slices.Equal(o.Evasion.Paths, want) {
+				t.Fatalf("seen %q, want %q", o.Evasion.Paths, want)
+			}
+			if ti := sink.Get(t, records.ObsTrace, "strace").Trace; ti.Processes != 3 {
+				t.Errorf("%d processes, want 3", ti.Processes)
+			}
+			// The exec is the second 501's, not the first's.
+			ended := findProc(t, sink, func(p *records.ProcessInfo) bool { return p.PID == 501 && p.Exit != nil })
+			live := findProc(t, sink, func(p *records.ProcessInfo) bool { return p.PID == 501 && p.Exit == nil })
+			if len(ended.Execs) != 0 || len(live.Execs) != 1 || live.Execs[0].Path != "/bin/sleep" {
+				t.Errorf("the ended 501 exec'd %+v, the live one %+v", ended.Execs, live.Execs)
+			}
+		})
+	}
+}

@@ -241,7 +241,12 @@ func (t *trace) proc(pid int, ts time.Time, n int64) *proc {
 		}
 	}
 	if p := t.procs[pid]; p != nil {
-		return p
+		if p.exit == nil {
+			return p
+		}
+		// The pid is used again: the process that had it ended (strace
+		// writes nothing of a process after its end).
+		delete(t.procs, pid)
 	}
 	if t.root == nil {
 		p := t.newProc(pid, 0, ts, n)
@@ -353,6 +358,9 @@ func (t *trace) newProc(pid, ppid int, ts time.Time, n int64) *proc {
 // executable, directory, user and open files.
 func (t *trace) child(parent *proc, pid int, shareFiles bool, ts time.Time, n int64) *proc {
 	c := t.procs[pid]
+	if c != nil && c.exit != nil {
+		c = nil // an ended process's pid, used again
+	}
 	switch {
 	case c == t.root && c != nil, c != nil && c.ppid == parent.pid:
 		return c
