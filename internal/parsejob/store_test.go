@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/cmdout"
@@ -704,11 +703,8 @@ func TestMergeMeetsARecordAnotherWriterHolds(t *testing.T) {
 func waitsForAdvisoryLock(t *testing.T, url string) bool {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(t, url)
+	defer conn.Close(ctx) // called again and again: one connection at a time
 	var n int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
 		WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()`).Scan(&n); err != nil {

@@ -20,9 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/talkbox-sandbox/talkbox/internal/records"
+	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
 
 // ---- random kill points ----
@@ -855,11 +854,8 @@ func checkTarget(t *testing.T, s *Store, id string, rev int64, total int) {
 func killedWriterSettled(t *testing.T, url string) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(t, url)
+	defer conn.Close(ctx) // called again and again: one connection at a time
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 		var busy int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
 
@@ -46,11 +44,7 @@ func TestPostgresJournalOrder(t *testing.T) {
 		// on a connection of the test's, and stops before its COMMIT: the
 		// store sends a write's COMMIT in the round trip of its statements,
 		// so only another connection can hold one open between the two.
-		lateConn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lateConn.Close(ctx)
+		lateConn := pgtest.Connect(t, url)
 		var lateRec counterRec
 		if err := s.Get(late, &lateRec); err != nil {
 			t.Fatal(err)
@@ -199,11 +193,7 @@ func TestPostgresJournalOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
+		conn := pgtest.Connect(t, url)
 		if _, err := conn.Exec(ctx, `ALTER TABLE talkbox_journal DROP COLUMN xid`); err != nil {
 			t.Fatal(err)
 		}
@@ -251,11 +241,7 @@ func TestPostgresJournalNotifiesOnlyFollowers(t *testing.T) {
 	url := pgtest.Start(t, pgtest.WithoutFsync()).NewDatabase(t)
 	s := openT(t, t.TempDir(), WithShared(url))
 	defer s.Close()
-	listen, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listen.Close(ctx)
+	listen := pgtest.Connect(t, url)
 	if _, err := listen.Exec(ctx, `LISTEN `+pgNotifyChannel); err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,7 @@ func TestHeartbeatsLeaveWorkerKeys(t *testing.T) {
 	now := time.Date(2026, 11, 29, 3, 0, 7, 0, time.UTC)
 	st := openT(t, t.TempDir(), WithShared(url), WithClock(func() time.Time { return now }))
 	defer st.Close()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(t, url)
 	// The row versions of the worker's keys: a key deleted and inserted
 	// again, even with the same value, is a new version.
 	versions := func(id string) map[string]string {

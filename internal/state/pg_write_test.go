@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state/pgtest"
 )
@@ -59,11 +57,7 @@ func TestPostgresWrite(t *testing.T) {
 	}
 	amd64 := QueueFilter{Host: "host-a", Platforms: []string{"amd64"}}
 
-	listen, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listen.Close(ctx)
+	listen := pgtest.Connect(t, url)
 	if _, err := listen.Exec(ctx, `LISTEN `+pgFleetChannel); err != nil {
 		t.Fatal(err)
 	}
@@ -220,11 +214,7 @@ func TestPostgresWrite(t *testing.T) {
 	})
 
 	t.Run("row changed behind the lock", func(t *testing.T) {
-		raw, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close(ctx)
+		raw := pgtest.Connect(t, url)
 		var journaled int
 		count := func() int {
 			t.Helper()
@@ -237,7 +227,7 @@ func TestPostgresWrite(t *testing.T) {
 		journaled = count()
 		// A writer that does not take the record's lock (none of this
 		// store's do) moves the row on between the read and the write.
-		err = update(queuedID, func(cy *records.Cycle) {
+		err := update(queuedID, func(cy *records.Cycle) {
 			if _, err := raw.Exec(ctx, `UPDATE talkbox_records SET rev = rev + 10 WHERE id = $1`, queuedID); err != nil {
 				t.Error(err)
 			}
@@ -257,11 +247,7 @@ func TestPostgresWrite(t *testing.T) {
 		expect("queued after the failed write", got, err, queuedID)
 	})
 	t.Run("create of a taken id", func(t *testing.T) {
-		raw, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close(ctx)
+		raw := pgtest.Connect(t, url)
 		var journaled int
 		if err := raw.QueryRow(ctx, `SELECT count(*) FROM talkbox_journal`).Scan(&journaled); err != nil {
 			t.Fatal(err)

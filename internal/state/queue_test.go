@@ -345,11 +345,7 @@ func TestQueuedUnfilteredReadDoesNotGrowWithTheEnded(t *testing.T) {
 		if err := b.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
+		conn := pgtest.Connect(t, url)
 		if _, err := conn.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 			t.Fatal(err)
 		}

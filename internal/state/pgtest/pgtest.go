@@ -329,3 +329,17 @@ func postgresUser() (*syscall.Credential, error) {
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
+
+// Connect opens a connection of its own to the database at url, as
+// another client would, closed when the test ends (or sooner, by the
+// caller).
+func Connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return conn
+}
