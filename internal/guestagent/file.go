@@ -116,8 +116,14 @@ func (c *Client) readFileAt(ctx context.Context, path string, off int64, max int
 			Buf   string `json:"buf-b64"`
 			EOF   bool   `json:"eof"`
 		}
-		if err := c.call(ctx, "guest-file-read", path, map[string]int{"handle": h, "count": min(max-len(out), Chunk)}, &rd); err != nil {
+		ask := min(max-len(out), Chunk)
+		if err := c.call(ctx, "guest-file-read", path, map[string]int{"handle": h, "count": ask}, &rd); err != nil {
 			return nil, err
+		}
+		// The agent is the guest's: a reply of more than was asked for
+		// would take a read past its bound.
+		if rd.Count > ask || base64.StdEncoding.DecodedLen(len(rd.Buf)) > ask+2 {
+			return nil, fmt.Errorf("guest-file-read %s: a reply of more than the %d bytes asked for (it counts %d)", path, ask, rd.Count)
 		}
 		b, err := base64.StdEncoding.DecodeString(rd.Buf)
 		if err != nil {

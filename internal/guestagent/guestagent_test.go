@@ -353,6 +353,9 @@ func TestReadFileAt(t *testing.T) {
 		"bad base64":    `{"return":{"count":4,"buf-b64":"!!!!","eof":true}}`,
 		"count differs": `{"return":{"count":4,"buf-b64":"aGk=","eof":true}}`,
 		"not JSON":      `{"return":{"count":`,
+		// A hostile agent's: more than was asked for (10 bytes), which a
+		// read's bound would not hold.
+		"more than asked": `{"return":{"count":12,"buf-b64":"` + base64.StdEncoding.EncodeToString(make([]byte, 12)) + `","eof":false}}`,
 	} {
 		f.reply = func(execute string, args map[string]any) (string, bool) { return reply, execute == "guest-file-read" }
 		if _, err := c.ReadFileAt(ctx, "/var/log/x", 0, 10); err == nil || !strings.Contains(err.Error(), "guest-file-read /var/log/x") {
