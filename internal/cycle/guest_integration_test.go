@@ -313,6 +313,7 @@ func TestRealGuest(t *testing.T) {
 					}
 					for _, o := range tampered {
 						t.Errorf("%s clean run seen as tampered: %q", arch, o.Evasion.Paths)
+						keepTrace(t, st, c)
 					}
 					continue
 				}
@@ -796,5 +797,29 @@ func BenchmarkTransfer(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// keepTrace writes the trace of cycle c where it outlives the test, and
+// says where: a clean run seen as tampered has happened under load only,
+// and the trace is what tells why.
+func keepTrace(t *testing.T, st *state.Store, c *records.Cycle) {
+	t.Helper()
+	for _, id := range c.Artifacts {
+		a := get(t, st, id, &records.Artifact{})
+		if a.Type != ArtifactTrace {
+			continue
+		}
+		f, err := os.CreateTemp("", "tampered-trace-*.strace")
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		defer f.Close()
+		if _, err := f.WriteString(zstdBlob(t, st, a.SHA256)); err != nil {
+			t.Log(err)
+			return
+		}
+		t.Logf("the trace of cycle %s is kept in %s", c.ID, f.Name())
 	}
 }

@@ -128,6 +128,11 @@ func (s *spool) pullStream(ctx context.Context, g Guest, st *stream) error {
 		if len(b) == 0 {
 			return nil
 		}
+		// Whether the file's end was reached is told by what was read,
+		// before a trace's read is cut at its last newline: a whole read
+		// so cut was taken for the end, and a trace past one read lost
+		// the rest, its processes' exits with it.
+		atEnd := len(b) < want
 		st.read += int64(len(b))
 		if st.typ == ArtifactTrace {
 			// strace writes a call when it starts and its result when it
@@ -143,7 +148,7 @@ func (s *spool) pullStream(ctx context.Context, g Guest, st *stream) error {
 			return err
 		}
 		st.n = st.read - int64(len(st.held))
-		if len(b) < want {
+		if atEnd {
 			return nil // at the end of what was written so far
 		}
 	}

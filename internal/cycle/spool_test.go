@@ -2,6 +2,7 @@ package cycle
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +64,45 @@ func TestDetachedTraceIsCutBetweenLines(t *testing.T) {
 	if c := e.run(t, Request{}); !strings.HasSuffix(trace(c), "nanosleep({tv_sec=2, tv_nsec=0}, ") {
 		t.Fatalf("the trace of a sample that ended lost its last line: %q", trace(c))
 	}
+}
+
+// TestLongTraceCopiedWhole: a trace longer than one read of the guest's
+// file (4 MiB) is copied to its end. The lines of a read are cut at its
+// last newline; the rest of the file was taken for the end of what was
+// written, so a trace past 4 MiB (a Go sample under qemu-user on a loaded
+// host: qemu's RCU thread's sleeps) lost its end, exits and all, and a
+// clean run read as "trace tampered".
+func TestLongTraceCopiedWhole(t *testing.T) {
+	e := setup(t, "exit 0")
+	ctx := context.Background()
+	var p records.Plan
+	if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := 0; want.Len() < 9<<20; i++ {
+		fmt.Fprintf(&want, "101 1795500968.%06d nanosleep({tv_sec=0, tv_nsec=10000}, 0x7fd474b7bd90) = 0 <0.000685>\n", i%1000000)
+	}
+	want.WriteString("100 1795500999.000001 exit_group(0) = ?\n100 1795500999.000002 +++ exited with 0 +++\n")
+	e.g.onSpawn = func(int) {
+		e.g.mu.Lock()
+		defer e.g.mu.Unlock()
+		for name := range e.g.files {
+			if strings.HasSuffix(name, "/t") { // the trace (tracePath)
+				e.g.files[name] = append(e.g.files[name], want.String()...)
+			}
+		}
+	}
+	c := e.run(t, Request{})
+	for _, id := range c.Artifacts {
+		a := get(t, e.st, id, &records.Artifact{})
+		if a.Type != ArtifactTrace {
+			continue
+		}
+		if got := zstdBlob(t, e.st, a.SHA256); !strings.Contains(got, want.String()) {
+			t.Fatalf("copied %d bytes, not the %d-byte trace, ending %q", len(got), want.Len(), got[max(0, len(got)-80):])
+		}
+		return
+	}
+	t.Fatalf("cycle %s has no trace", c.ID)
 }
