@@ -30,6 +30,39 @@ type env struct {
 	sample string
 }
 
+// instrument sets the plan's instrumentation.
+func (e *env) instrument(t *testing.T, how string) {
+	t.Helper()
+	var p records.Plan
+	if err := e.st.Update(context.Background(), e.plan, &p, func(bool) error { p.Instrument = how; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendTrace has strace write s to the fake guest's trace.
+func (e *env) appendTrace(s string) {
+	e.g.mu.Lock()
+	defer e.g.mu.Unlock()
+	for name := range e.g.files {
+		if strings.HasSuffix(name, "/t") { // the trace (tracePath)
+			e.g.files[name] = append(e.g.files[name], s...)
+		}
+	}
+}
+
+// trace is the trace cycle c stored.
+func (e *env) trace(t *testing.T, c *records.Cycle) string {
+	t.Helper()
+	for _, id := range c.Artifacts {
+		a := get(t, e.st, id, &records.Artifact{})
+		if a.Type == ArtifactTrace {
+			return zstdBlob(t, e.st, a.SHA256)
+		}
+	}
+	t.Fatalf("cycle %s has no trace", c.ID)
+	return ""
+}
+
 // setup stores a sample whose program is prog, a plan for it and a live
 // lease, and a Runner over the fake guest.
 func setup(t *testing.T, prog string) *env {
@@ -615,11 +648,7 @@ func TestTracedCycleStoresItsTrace(t *testing.T) {
 // post-processing, as an artifact of the cycle that tb-parse is not given.
 func TestMemoryInstrumentDumpsTheGuestFirst(t *testing.T) {
 	e := setup(t, "out hello")
-	ctx := context.Background()
-	var p records.Plan
-	if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+memory"; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	e.instrument(t, "pcap+memory")
 	c := e.run(t, Request{})
 	if len(c.Post) == 0 || c.Post[0] != StepDump {
 		t.Fatalf("post-processing %v", c.Post)
@@ -651,11 +680,7 @@ func TestMemoryInstrumentDumpsTheGuestFirst(t *testing.T) {
 // the guest is skipped); persistence escalates.
 func TestTraceReachesTheAnalysis(t *testing.T) {
 	e := setup(t, "out hello")
-	ctx := context.Background()
-	var p records.Plan
-	if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	e.instrument(t, "pcap+trace")
 	c := e.run(t, Request{})
 	if !slices.Equal(c.Post, []string{StepRotate, StepParse, StepDrops, StepPromote}) {
 		t.Fatalf("post-processing %v", c.Post)
@@ -702,11 +727,7 @@ func TestTraceReachesTheAnalysis(t *testing.T) {
 // analysis.
 func TestHostileDropNamesDoNotFailTheCycle(t *testing.T) {
 	e := setup(t, "out hello")
-	ctx := context.Background()
-	var p records.Plan
-	if err := e.st.Update(ctx, e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; return nil }); err != nil {
-		t.Fatal(err)
-	}
+	e.instrument(t, "pcap+trace")
 	long := "/var/tmp/" + strings.Repeat("f", 291) // one name longer than a host's file name may be
 	odd := "/var/tmp/a\nb\x01c\x7f"
 	big := "/var/tmp/big"
