@@ -148,9 +148,8 @@ const crossedClones = `500 1795500000.000001 execve("/tmp/bot", ["/tmp/bot", "-b
 // TestCrossedClonesNotTampered: tasks whose first lines came before their
 // clones returned, under a clone of another kind, are what their clone
 // results say (two processes, three threads), and every one ended: no
-// "trace tampered" for a clean run whose tracer ended (seen once from a
-// real guest under load: "the tracer ended before these traced processes
-// did").
+// "trace tampered" ("the tracer ended before these traced processes did")
+// for a clean run whose tracer ended.
 func TestCrossedClonesNotTampered(t *testing.T) {
 	sink, _ := parse(t, crossedClones, Options{Tracer: &Tracer{PIDs: []int{498, 499}, Dir: "/var/lib/0123456789abcdef", Ended: true}})
 	if slices.Contains(values(sink, records.ObsEvasion), "trace tampered") {
