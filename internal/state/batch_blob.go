@@ -78,8 +78,7 @@ func (s *dirStore) linkTmpfile(dir, final string, data []byte, mode uint32, hook
 	if err != nil {
 		return false, pathErr("link", final, err)
 	}
-	s.flushLater(final)
-	return true, s.syncDir(filepath.Dir(final))
+	return true, s.syncPlaced(final)
 }
 
 // newTmpfile writes data to an unnamed file in dir, synced when each write

@@ -218,6 +218,5 @@ func (s *dirStore) linkIntoPlace(tmp, final string, size int64) error {
 	if err != nil {
 		return err
 	}
-	s.flushLater(final)
-	return s.syncDir(filepath.Dir(final))
+	return s.syncPlaced(final)
 }

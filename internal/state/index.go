@@ -164,6 +164,5 @@ func (s *dirStore) writeAtomic(path string, data []byte) error {
 		os.Remove(name)
 		return err
 	}
-	s.flushLater(path)
-	return s.syncDir(filepath.Dir(path))
+	return s.syncPlaced(path)
 }

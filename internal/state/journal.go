@@ -240,19 +240,12 @@ func (s *dirStore) appendLocked(f *os.File, size int64, line []byte) (int64, err
 		return size, err
 	}
 	s.startWriteback(int(f.Fd()), size, size+int64(len(line)))
-	if s.durability == SyncEachWrite {
-		if err := f.Sync(); err != nil {
-			// Whether the entry is on disk is unknown; it is in the file.
-			return size, err
-		}
-		if size == 0 {
-			return size + int64(len(line)), s.syncDir(filepath.Dir(s.journalPath()))
-		}
-		return size + int64(len(line)), nil
+	if err := s.syncFile(int(f.Fd()), f.Name()); err != nil {
+		// Whether the entry is on disk is unknown; it is in the file.
+		return size, err
 	}
-	s.flushLater(f.Name())
 	if size == 0 {
-		s.flushLater(filepath.Dir(f.Name()))
+		return size + int64(len(line)), s.syncDir(filepath.Dir(f.Name()))
 	}
 	return size + int64(len(line)), nil
 }
@@ -469,9 +462,8 @@ func (s *dirStore) resolveIntent(kind, id string) error {
 		if err := rename(putIntent, path); err != nil {
 			return err
 		}
-		s.flushLater(path)
 		havePut = false
-		if err := s.syncDir(filepath.Dir(path)); err != nil {
+		if err := s.syncPlaced(path); err != nil {
 			return err
 		}
 	case haveDel && last != nil && last.Op == opDelete:

@@ -359,12 +359,11 @@ func (b *dirBatch) packRecords(intent, name string) error {
 	if err := os.Link(intent, pack); err != nil {
 		return err
 	}
-	s.flushLater(pack)
 	if f, err := os.Open(pack); err == nil {
 		s.startWriteback(int(f.Fd()), 0, int64(len(b.body)))
 		f.Close()
 	}
-	if err := s.syncDir(filepath.Dir(pack)); err != nil {
+	if err := s.syncPlaced(pack); err != nil {
 		return err
 	}
 	s.hook(crashPackLinked)

@@ -74,15 +74,8 @@ func (s *dirStore) appendPartition(dir string, lines []byte) (at int64, err erro
 	if err := pwriteAll(fd, path, lines, end); err != nil {
 		return 0, err
 	}
-	if s.durability != SyncEachWrite {
-		s.flushLater(path)
-		if st.Size == 0 {
-			s.flushLater(dir)
-		}
-		return at, nil
-	}
-	if err := unix.Fsync(fd); err != nil {
-		return 0, pathErr("fsync", path, err)
+	if err := s.syncFile(fd, path); err != nil {
+		return 0, err
 	}
 	if st.Size == 0 {
 		// Possibly created just now: its directory entry must last too.

@@ -288,8 +288,7 @@ func (s *dirStore) commit(kind, id string, data []byte, rev int64, at time.Time)
 		return fmt.Errorf("%s: committed but not yet in place (recovered on next write): %w", id, err)
 	}
 	s.hook(crashPutRenamed)
-	s.flushLater(path)
-	return s.syncDir(filepath.Dir(path))
+	return s.syncPlaced(path)
 }
 
 // Delete removes a record; the journal keeps its history. Like a write, it
