@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/cycle"
@@ -134,6 +137,7 @@ func behaviourEndToEnd(t *testing.T, arch string, r *demoRun) {
 	}
 	if has(records.ObsEvasion, func(o *records.Observable) bool { return o.Evasion.Technique == behave.TechTraceTampered }) {
 		t.Errorf("%s: the beacon's clean trace seen as tampered", arch)
+		keepTrace(t, st, &c)
 	}
 	failed := false
 	for _, ch := range checks {
@@ -180,5 +184,40 @@ func behaviourEndToEnd(t *testing.T, arch string, r *demoRun) {
 	}
 	if _, err := os.Stat(filepath.Join(r.outDir, "c2.log")); err != nil {
 		t.Error(err)
+	}
+}
+
+// keepTrace writes the trace of cycle c where it outlives the test, and
+// says where: a clean trace seen as tampered is what the trace explains.
+func keepTrace(t *testing.T, st *state.Store, c *records.Cycle) {
+	t.Helper()
+	for _, id := range c.Artifacts {
+		var a records.Artifact
+		if st.Get(id, &a) != nil || a.Type != cycle.ArtifactTrace {
+			continue
+		}
+		f, err := st.OpenBlob(a.SHA256)
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		defer f.Close()
+		dec, err := zstd.NewReader(f)
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		defer dec.Close()
+		out, err := os.CreateTemp("", "tampered-trace-*.strace")
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		defer out.Close()
+		if _, err := io.Copy(out, dec); err != nil {
+			t.Log(err)
+			return
+		}
+		t.Logf("the trace of cycle %s is kept in %s", c.ID, out.Name())
 	}
 }

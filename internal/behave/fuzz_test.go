@@ -31,7 +31,7 @@ func FuzzTrace(f *testing.F) {
 		}
 		f.Add(b, uint8(0))
 	}
-	for _, s := range []string{tamperedTrace, crossedClones, reusedPID} {
+	for _, s := range []string{tamperedTrace, crossedClones, reusedPID, childEndedFirst} {
 		f.Add([]byte(s), uint8(1))
 	}
 	f.Fuzz(func(t *testing.T, b []byte, mode uint8) {

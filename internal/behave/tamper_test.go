@@ -213,3 +213,50 @@ func TestReusedPIDStillEnds(t *testing.T) {
 		})
 	}
 }
+
+// childEndedFirst is a Go sample's pidfd probe as strace 6.1 wrote it in a
+// real guest (TestBehaviourEndToEnd, amd64): a vfork'd child that exits at
+// once ends before its parent's clone returns.
+const childEndedFirst = `147   1796123306.711923 execve("/tmp/bot", ["/tmp/bot", "-behave"], 0x7ffd4e0c7f30 /* 7 vars */) = 0 <0.001000>
+147   1796123307.000100 clone(child_stack=0xc000060000, flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_SYSVSEM|CLONE_THREAD|CLONE_SETTLS, tls=0xc000048098) = 152 <0.000100>
+152   1796123307.410292 clone(child_stack=NULL, flags=CLONE_VM|CLONE_PIDFD|CLONE_VFORK <unfinished ...>
+154   1796123307.414403 exit_group(0)   = ?
+154   1796123307.416913 +++ exited with 0 +++
+152   1796123307.417750 <... clone resumed>, parent_tid=[9]) = 154 <0.007000>
+152   1796123321.553725 +++ exited with 0 +++
+147   1796123321.594614 +++ exited with 0 +++
+`
+
+// TestChildEndedBeforeItsCloneReturned: the clone's late result names the
+// child that ended, not a new process with its pid (which, never ending,
+// made a clean run "trace tampered").
+func TestChildEndedBeforeItsCloneReturned(t *testing.T) {
+	sink, _ := parse(t, childEndedFirst, Options{Tracer: &Tracer{PIDs: []int{145, 146}, Dir: "/var/lib/0123456789abcdef", Ended: true}})
+	if slices.Contains(values(sink, records.ObsEvasion), "trace tampered") {
+		o := sink.Get(t, records.ObsEvasion, "trace tampered")
+		t.Errorf("clean trace seen as tampered: %q", o.Evasion.Paths)
+	}
+	if ti := sink.Get(t, records.ObsTrace, "strace").Trace; ti.Processes != 2 {
+		t.Errorf("%d processes, want 2", ti.Processes)
+	}
+	if child := procOf(t, sink, 154); child.PPID != 147 || child.Exit == nil {
+		t.Errorf("the child: %+v", child)
+	}
+}
+
+// TestLinesAfterAnEndWithNoCloneAreNoNewProcess: lines of an ended pid
+// while no clone is in flight are not a new task (a pid is used again only
+// by a task being created): they stay the ended process's, as before pids
+// could be used again, rather than make a process no traced one started.
+func TestLinesAfterAnEndWithNoCloneAreNoNewProcess(t *testing.T) {
+	trace := strings.Replace(reusedPID, "500 1795500000.000400 wait4(", "501 1795500000.000350 rt_sigreturn({mask=[]}) = 0 <0.000010>\n500 1795500000.000400 wait4(", 1)
+	trace = trace[:strings.Index(trace, "500 1795500000.000500 clone(")] + "500 1795500000.000700 exit_group(0) = ?\n500 1795500000.000800 +++ exited with 0 +++\n"
+	sink, _ := parse(t, trace, Options{Tracer: &Tracer{PIDs: []int{498, 499}, Dir: "/var/lib/0123456789abcdef", Ended: true}})
+	if slices.Contains(values(sink, records.ObsEvasion), "trace tampered") {
+		o := sink.Get(t, records.ObsEvasion, "trace tampered")
+		t.Errorf("seen as tampered: %q", o.Evasion.Paths)
+	}
+	if ti := sink.Get(t, records.ObsTrace, "strace").Trace; ti.Processes != 2 {
+		t.Errorf("%d processes, want 2", ti.Processes)
+	}
+}

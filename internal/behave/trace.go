@@ -23,12 +23,17 @@ type proc struct {
 	uid         int64 // -1: unknown
 	start, last time.Time
 	exit        *records.ProcExit
-	exitCode    *int64 // exit_group's argument, until the exit line
-	threads     int64
-	line        int64
-	cwd         string
-	fds         *fdTable
-	kept        bool // has an observable of its own
+	// guessed: made of its own lines before its creator's clone returned
+	// (or with no creator seen); its clone's result, when it comes, is
+	// its own even after its end (a child that exits at once ends before
+	// its parent's clone returns).
+	guessed  bool
+	exitCode *int64 // exit_group's argument, until the exit line
+	threads  int64
+	line     int64
+	cwd      string
+	fds      *fdTable
+	kept     bool // has an observable of its own
 	// Under Options.Emulator (emulator.go): emuExec, the process has just
 	// executed a program, which its next call shows to be emulated or
 	// not; emulated, it runs under the emulator; emuNext, what the
@@ -241,11 +246,12 @@ func (t *trace) proc(pid int, ts time.Time, n int64) *proc {
 		}
 	}
 	if p := t.procs[pid]; p != nil {
-		if p.exit == nil {
+		if p.exit == nil || !t.cloneInFlight(pid) {
 			return p
 		}
-		// The pid is used again: the process that had it ended (strace
-		// writes nothing of a process after its end).
+		// The pid is used again by a task being created: the process
+		// that had it ended (strace writes nothing of a process after
+		// its end).
 		delete(t.procs, pid)
 	}
 	if t.root == nil {
@@ -272,11 +278,24 @@ func (t *trace) proc(pid int, ts time.Time, n int64) *proc {
 			}
 			return parent
 		}
-		return t.child(parent, pid, files, ts, n)
+		c := t.child(parent, pid, files, ts, n)
+		c.guessed = true
+		return c
 	}
 	p := t.newProc(pid, 0, ts, n)
-	p.uid = -1
+	p.uid, p.guessed = -1, true
 	return p
+}
+
+// cloneInFlight reports whether a task other than pid is in a clone that
+// has not returned.
+func (t *trace) cloneInFlight(pid int) bool {
+	for cpid, pc := range t.pending {
+		if cpid != pid && isClone(pc.name) {
+			return true
+		}
+	}
+	return false
 }
 
 // cloning finds the process whose clone is creating pid: the latest
@@ -358,9 +377,6 @@ func (t *trace) newProc(pid, ppid int, ts time.Time, n int64) *proc {
 // executable, directory, user and open files.
 func (t *trace) child(parent *proc, pid int, shareFiles bool, ts time.Time, n int64) *proc {
 	c := t.procs[pid]
-	if c != nil && c.exit != nil {
-		c = nil // an ended process's pid, used again
-	}
 	switch {
 	case c == t.root && c != nil, c != nil && c.ppid == parent.pid:
 		return c
@@ -662,7 +678,10 @@ func (e *ev) clone() {
 		}
 		return
 	}
-	t.child(e.p, pid, strings.Contains(flags, "CLONE_FILES"), e.ts, e.line)
+	if c := t.procs[pid]; c != nil && c.exit != nil && !c.guessed {
+		delete(t.procs, pid) // an ended process's pid, used again
+	}
+	t.child(e.p, pid, strings.Contains(flags, "CLONE_FILES"), e.ts, e.line).guessed = false
 }
 
 // unguess drops c, a process made of a task's lines that came before its
