@@ -68,7 +68,7 @@ func lexEvent(l line, s string) line {
 		l.kind = lineOther // other notes, signals delivered, personality changes
 	case strings.HasPrefix(s, "<... "):
 		i := strings.Index(s, " resumed>")
-		if i < 0 {
+		if i < len("<... ") { // none, or one that names no call
 			l.kind = lineBad
 			return l
 		}
