@@ -310,21 +310,41 @@ func TestLinkTypesAndTunnels(t *testing.T) {
 }
 
 // The hand-written link and tunnel decoders never panic and never hold
-// more connections than the bound.
+// more connections than the bound. The fuzzed bytes are a sequence of
+// frames, each behind its length (two bytes, big-endian; the rest is the
+// last frame), so that one input can open more connections than the
+// bound of one: the seeds are the sample's whole exchange, two
+// connections, in each encapsulation.
 func FuzzLinkFrames(f *testing.F) {
 	for _, v6 := range []bool{false, true} {
 		s := newSample(v6)
 		for _, c := range encapsulations() {
-			for _, i := range []int{0, 3, len(s.frames) - 1} {
-				f.Add(c.link, c.wrap(f, s.frames[i]))
+			var seq []byte
+			for _, fr := range s.frames {
+				w := c.wrap(f, fr)
+				seq = binary.BigEndian.AppendUint16(seq, uint16(len(w)))
+				seq = append(seq, w...)
 			}
+			f.Add(c.link, seq)
 		}
 	}
 	f.Fuzz(func(t *testing.T, link uint32, data []byte) {
-		d := New(Config{MaxFlows: 8, Origin: origin(), Sink: discard{}})
-		d.Packet(&capfile.Packet{N: 1, LinkType: link, Data: data})
-		if d.flows.n > 8 {
-			t.Fatalf("%d flows held", d.flows.n)
+		d := New(Config{MaxFlows: 1, Origin: origin(), Sink: discard{}})
+		for n := int64(1); len(data) > 0; n++ {
+			frame := data
+			if len(data) >= 2 {
+				if l := int(binary.BigEndian.Uint16(data)); 2+l <= len(data) {
+					frame, data = data[2:2+l], data[2+l:]
+				} else {
+					frame, data = data[2:], nil
+				}
+			} else {
+				data = nil
+			}
+			d.Packet(&capfile.Packet{N: n, LinkType: link, Data: frame})
+			if d.flows.n > 1 {
+				t.Fatalf("%d flows held after packet %d", d.flows.n, n)
+			}
 		}
 		d.Finish()
 	})
