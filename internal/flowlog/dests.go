@@ -78,18 +78,33 @@ type endpointStat struct {
 	// scan is told from the contacts made in this cycle only.
 	resumed  int64
 	newFirst int64
-	// The last connection's 5-tuple, start and whether it counted as
-	// established: a 5-tuple is not reused within a second (TIME_WAIT), so
-	// pieces closer than that which start without a SYN are one connection
-	// a sensor split (or a capture out of time order ended early). A TCP
-	// piece whose history says it did not start with a SYN is no new
-	// connection however late it comes, within RepeatSpan (pieceSpan); nor
-	// is a SYN sent again on the same 5-tuple within a second (retrySpan).
-	lastOrig   netip.AddrPort
-	lastStart  int64
-	lastEstabl bool
-	seen       firstConn
-	tick       uint64
+	// The last contacts: a 5-tuple is not reused within a second
+	// (TIME_WAIT), so pieces closer than that which start without a SYN are
+	// one connection a sensor split (or a capture out of time order ended
+	// early). A TCP piece whose history says it did not start with a SYN is
+	// no new connection however late it comes, within RepeatSpan
+	// (pieceSpan); nor is a SYN sent again on the same 5-tuple within a
+	// second (retrySpan). Connections are logged as they end, not as they
+	// start, so a piece is looked for among several contacts, not the last
+	// alone.
+	recent [recentContacts]contact
+	next   uint8 // the slot of recent the next contact takes
+	seen   firstConn
+	tick   uint64
+}
+
+// recentContacts is how many of a destination's last contacts a piece or
+// retry is matched against: in a scan a destination is contacted two or
+// three times a cycle, and a flow table logs a connection at most a few
+// contacts late.
+const recentContacts = 4
+
+// contact is one contact of a destination: its originator (origKey, 0 for
+// none), its start, and whether it counted as established.
+type contact struct {
+	start  int64
+	orig   uint32
+	establ bool
 }
 
 // oneShots remembers scanned destinations contacted once, to notice a
@@ -121,10 +136,9 @@ func origKey(a netip.AddrPort) uint32 {
 // (TIME_WAIT).
 const retrySpan = int64(time.Second)
 
-// sameContact reports whether a connection from orig starting at start is
-// the previous contact from lastOrig at lastStart again.
-func sameContact(orig, lastOrig netip.AddrPort, start, lastStart int64) bool {
-	return orig == lastOrig && start-lastStart < retrySpan && lastStart-start < retrySpan
+// within reports whether two starts are less than span apart.
+func within(a, b, span int64) bool {
+	return a-b < span && b-a < span
 }
 
 func (k epKey) hash() uint64 {
@@ -145,21 +159,22 @@ func protoCode(p string) uint8 {
 }
 
 // seen counts a contact of k from orig (origKey) and returns the contacts
-// before it, and the first one's start; none when it is the first, or a
-// retry of the one contact before it (retrySpan).
-func (o oneShots) seen(k epKey, start int64, orig uint32) (before int32, first int64) {
+// before it, the first one's start and, when it was the only one, its
+// originator; none when it is the first, or a retry of the one contact
+// before it (retrySpan).
+func (o oneShots) seen(k epKey, start int64, orig uint32) (before int32, first int64, firstOrig uint32) {
 	h := k.hash()
 	s := &o[h&uint64(len(o)-1)]
 	if s.key == h && s.n > 0 {
-		if s.n == 1 && s.orig == orig && start-s.first < retrySpan && s.first-start < retrySpan {
-			return 0, 0
+		if s.n == 1 && s.orig == orig && within(start, s.first, retrySpan) {
+			return 0, 0, 0
 		}
-		before, first = s.n, s.first
+		before, first, firstOrig = s.n, s.first, s.orig
 		s.n = 0 // tracked from now on
-		return before, first
+		return before, first, firstOrig
 	}
 	*s = oneShot{key: h, first: start, n: 1, orig: orig}
-	return 0, 0
+	return 0, 0, 0
 }
 
 // remember keeps a folded endpoint's contacts: n from its first, the last
@@ -221,7 +236,7 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 			if t.oneShot == nil {
 				t.oneShot = make(oneShots, maxOneShot)
 			}
-			n, first := t.oneShot.seen(k, c.Start, origKey(netip.AddrPortFrom(c.OrigH, c.OrigP)))
+			n, first, firstOrig := t.oneShot.seen(k, c.Start, origKey(netip.AddrPortFrom(c.OrigH, c.OrigP)))
 			if n == 0 {
 				return
 			}
@@ -231,6 +246,8 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 			e.starts = append(e.starts, first)
 			e.first = min(e.first, first)
 			e.newFirst = first
+			e.recent[0] = contact{start: first, orig: firstOrig}
+			e.next = 1
 		} else {
 			e = t.track(k, c, origin)
 		}
@@ -363,23 +380,22 @@ func (g *scanGroup) dest(a netip.Addr, port uint16, accepted bool) {
 
 func (e *endpointStat) add(c *Conn, tick uint64) {
 	e.tick = tick
-	orig := netip.AddrPortFrom(c.OrigH, c.OrigP)
-	span := pieceSpan(c)
-	piece := e.conns > 0 && (sameContact(orig, e.lastOrig, c.Start, e.lastStart) ||
-		orig == e.lastOrig && c.Start-e.lastStart < span && e.lastStart-c.Start < span && (c.History == "" || c.History[0] != 'S'))
-	if !piece {
+	at := e.contactOf(c)
+	if at == nil {
 		if c.Resumed {
 			e.resumed++
 		} else if e.conns == e.resumed || c.Start < e.newFirst {
 			e.newFirst = c.Start
 		}
 		e.conns++
-		e.lastOrig, e.lastStart, e.lastEstabl = orig, c.Start, false
+		at = &e.recent[e.next]
+		*at = contact{start: c.Start, orig: origKey(netip.AddrPortFrom(c.OrigH, c.OrigP))}
+		e.next = (e.next + 1) % recentContacts
 		e.starts = append(e.starts, c.Start)
 	}
-	if c.Established() && !e.lastEstabl {
+	if c.Established() && !at.establ {
 		e.established++
-		e.lastEstabl = true
+		at.establ = true
 	}
 	e.origPkts += c.OrigPkts
 	e.origBytes += c.OrigBytes
@@ -405,6 +421,29 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 		slices.Sort(e.starts)
 		e.starts = e.starts[:copy(e.starts, e.starts[len(e.starts)-observe.MaxStarts:])]
 	}
+}
+
+// contactOf returns the recent contact c is a piece or a retry of, or nil
+// when c is a contact of its own.
+func (e *endpointStat) contactOf(c *Conn) *contact {
+	if e.conns == 0 {
+		return nil
+	}
+	orig := origKey(netip.AddrPortFrom(c.OrigH, c.OrigP))
+	span := pieceSpan(c)
+	noSYN := c.History == "" || c.History[0] != 'S'
+	for i := range e.recent {
+		r := &e.recent[i]
+		if r.orig == orig && (within(c.Start, r.start, retrySpan) || noSYN && within(c.Start, r.start, span)) {
+			return r
+		}
+	}
+	return nil
+}
+
+// latest is the last contact of e.
+func (e *endpointStat) latest() contact {
+	return e.recent[(e.next+recentContacts-1)%recentContacts]
 }
 
 // pieceSpan is how far from the last connection of its 5-tuple a piece
@@ -484,7 +523,8 @@ func (t *Dests) fold(k epKey, e *endpointStat) {
 		t.oneShot = make(oneShots, maxOneShot)
 	}
 	if n := e.conns - e.resumed; n > 0 {
-		t.oneShot.remember(k, e.newFirst, int32(n), origKey(e.lastOrig), e.lastStart)
+		last := e.latest()
+		t.oneShot.remember(k, e.newFirst, int32(n), last.orig, last.start)
 	}
 }
 

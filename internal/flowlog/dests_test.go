@@ -45,6 +45,38 @@ func TestRetriedSYNIsNoNewContact(t *testing.T) {
 	wantScanAlone(t, emitted)
 }
 
+// TestRetriedSYNLoggedOutOfOrderIsNoNewContact: the flow log is in the
+// order connections end, not start. A probe met by a stale ACK is logged
+// ("SaR") when its retry's SYN ends it, before an earlier probe of the same
+// address whose close the capture had not yet seen; the retry, whose
+// responder took 28 s to close, comes after both. The retry must still be
+// the reset probe's, not a third contact: counted as one, the three spread
+// over more than a minute and the address stood out of its scan (seen in
+// TestSoakScanningLease in a fresh-clone make test, cycle 6, 2026-12-02).
+func TestRetriedSYNLoggedOutOfOrderIsNoNewContact(t *testing.T) {
+	var emitted []*records.Observable
+	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
+	guest := netip.MustParseAddr("10.213.1.10")
+	conn := func(dest netip.Addr, port uint16, at, dur time.Duration, state, history string) {
+		start := int64(at)
+		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(dur), Proto: "tcp",
+			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: state, History: history, OrigPkts: 3, RespPkts: 2}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	}
+	dests := make([]netip.Addr, 100)
+	for i := range dests {
+		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
+	}
+	for i, a := range dests {
+		round2 := 32*time.Second + time.Duration(i)*100*time.Millisecond
+		conn(a, uint16(50000+i), round2, 2*time.Millisecond, "RSTOS0", "SaR") // round 2's probe, reset
+		round1 := time.Duration(i) * 100 * time.Millisecond
+		conn(a, uint16(40000+i), round1, time.Second, "S2", "ShAFa")                        // round 1's, logged late
+		conn(a, uint16(50000+i), round2+14*time.Millisecond, 28*time.Second, "S2", "ShAFa") // round 2's retry
+	}
+	d.Flush()
+	wantScanAlone(t, emitted)
+}
+
 // TestResumedConnectionIsNoNewContact: a probe's connection still open when
 // the previous cycle's capture ended comes back resumed at the start of the
 // next (its last packets), before that cycle's scan has begun; with the
