@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -187,7 +188,7 @@ func Run(t Tool, cli any, args []string) int {
 		Ctx: ctx, Tool: tool, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Log: newLogger(logTo, g.LogFormat, g.LogLevel).With("tool", tool), G: g, logTo: logTo,
 	}
-	err = kctx.Run(env)
+	err = runCommand(kctx, env)
 	if err == nil {
 		return fault.ExitOK
 	}
@@ -220,6 +221,24 @@ func printable(msg string) string {
 		msg = msg[n:]
 	}
 	return b.String()
+}
+
+// runCommand runs the command kctx selected. A panic of the command's
+// goroutine (a bug, which what a sample wrote may reach) ends it with exit
+// 1 and one line saying so, its stack in the log, not with Go's exit 2,
+// which this project's tools give to a wrong command line alone.
+func runCommand(kctx *kong.Context, env *Env) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			stack := debug.Stack()
+			if p, ok := r.(interface{ PanicStack() []byte }); ok {
+				stack = p.PanicStack() // another goroutine's, raised again here
+			}
+			env.Log.Error("internal error", "panic", fmt.Sprint(r), "stack", string(stack))
+			err = fault.Failure(fmt.Errorf("internal error (a bug in %s: please report it with its input): %v", env.Tool, r))
+		}
+	}()
+	return kctx.Run(env)
 }
 
 type exitPanic struct{}

@@ -17,7 +17,7 @@ func TestNotInReleaseBinaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for tool, env := range map[string]string{"tb-lease": "TB_LEASE_CRASH_AFTER", "tb-build": "TB_BUILD_CRASH_AFTER"} {
+	for tool, env := range map[string]string{"tb-lease": "TB_LEASE_CRASH_AFTER", "tb-build": "TB_BUILD_CRASH_AFTER", "tb-parse": "TB_PARSE_FAULT_AT"} {
 		bin := filepath.Join(t.TempDir(), tool)
 		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./cmd/"+tool)
 		cmd.Dir = root

@@ -9,3 +9,6 @@ const Enabled = false
 
 // At does nothing: this binary was built without the talkboxtest tag.
 func At(context.Context, string, string) {}
+
+// Panic does nothing: this binary was built without the talkboxtest tag.
+func Panic(string, string) {}

@@ -24,3 +24,11 @@ func At(ctx context.Context, env, point string) {
 		<-ctx.Done()
 	}
 }
+
+// Panic panics when the environment variable env names point, as a bug in
+// the code there would.
+func Panic(env, point string) {
+	if os.Getenv(env) == point {
+		panic("crashhook: " + env + "=" + point)
+	}
+}

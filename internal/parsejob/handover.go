@@ -1,6 +1,10 @@
 package parsejob
 
 import (
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+
 	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -22,6 +26,8 @@ type handover struct {
 	full  chan []finding
 	empty chan []finding
 	done  chan struct{}
+	// failed is the sink's panic, once it has panicked.
+	failed atomic.Pointer[sinkPanic]
 }
 
 // finding is an observable, or (obs nil) a connection.
@@ -40,6 +46,18 @@ func startHandover(sink decode.Sink) *handover {
 	h.batch = <-h.empty
 	go func() {
 		defer close(h.done)
+		defer func() {
+			if r := recover(); r != nil {
+				// The sink's bug: the decoder's goroutine panics with it
+				// at its next hand-over, where the tool's own recovery
+				// reports it. Until then the findings are taken and
+				// dropped, so that it does not wait for room.
+				h.failed.Store(&sinkPanic{value: r, stack: debug.Stack()})
+				for b := range h.full {
+					h.empty <- b[:0]
+				}
+			}
+		}()
 		for b := range h.full {
 			for i := range b {
 				if f := &b[i]; f.obs != nil {
@@ -69,8 +87,29 @@ func (h *handover) send() {
 	if len(h.batch) == handoverBatch {
 		h.full <- h.batch
 		h.batch = <-h.empty
+		h.check()
 	}
 }
+
+// check panics, on the decoder's goroutine, with the sink's panic.
+func (h *handover) check() {
+	if p := h.failed.Load(); p != nil {
+		panic(p)
+	}
+}
+
+// sinkPanic is a panic of the sink's goroutine, raised again on the
+// decoder's with where it happened.
+type sinkPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *sinkPanic) String() string { return fmt.Sprint(p.value) }
+
+// PanicStack is the stack of the sink's goroutine when it panicked, which
+// the tool's recovery logs (cli.Run).
+func (p *sinkPanic) PanicStack() []byte { return p.stack }
 
 // close hands over what is left and waits until the sink has taken
 // everything.
@@ -80,4 +119,5 @@ func (h *handover) close() {
 	}
 	close(h.full)
 	<-h.done
+	h.check()
 }

@@ -7,6 +7,9 @@ import (
 	"regexp"
 	"runtime"
 	"testing"
+
+	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // The handover (a capture's findings folded on a second goroutine) changes
@@ -33,5 +36,48 @@ func TestHandoverChangesNothing(t *testing.T) {
 	}
 	if !bytes.Equal(direct, handedOver) {
 		t.Errorf("the observables differ with the handover:\n%.2000s\nwithout:\n%.2000s", handedOver, direct)
+	}
+}
+
+// failingSink panics on its nth observable, as a bug in the sets or the
+// store would.
+type failingSink struct {
+	n, seen int
+}
+
+func (s *failingSink) Add(*records.Observable) {
+	if s.seen++; s.seen == s.n {
+		panic("the sink's bug")
+	}
+}
+
+func (s *failingSink) Conn(*flowlog.Conn) {}
+
+// TestHandoverRaisesTheSinksPanic: a panic of the sink's goroutine is
+// raised again on the decoder's, at its next hand-over or at close, with
+// the sink's stack, where the tool's recovery reports it (exit 1, not a
+// crash with Go's 2); meanwhile the decoder is never left waiting.
+func TestHandoverRaisesTheSinksPanic(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		found int // findings handed over
+	}{
+		{"at a hand-over", 10 * handoverBatch},
+		{"at close", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startHandover(&failingSink{n: 3})
+			defer func() {
+				p, ok := recover().(*sinkPanic)
+				if !ok || p.String() != "the sink's bug" || !bytes.Contains(p.PanicStack(), []byte("failingSink")) {
+					t.Errorf("recovered %v, want the sink's panic with its stack", p)
+				}
+			}()
+			for range tc.found {
+				h.Add(&records.Observable{})
+			}
+			h.close()
+			t.Error("no panic")
+		})
 	}
 }

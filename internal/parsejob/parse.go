@@ -529,18 +529,25 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 	o.keep(stream, in, c)
 	s := dec.Stats
 	o.log.Debug("parsed", "input", origin.Input, "packets", s.Packets, "bytes", s.Bytes, "flows", s.Flows,
-		"malformed", s.Malformed, "non_ip", s.NonIP, "fragments", s.Fragments, "evicted", s.Evicted, "bad_dns", s.BadDNS, "bad_dns_records", s.BadDNSRecords)
+		"malformed", s.Malformed, "faults", s.Faults, "non_ip", s.NonIP, "fragments", s.Fragments, "evicted", s.Evicted, "bad_dns", s.BadDNS, "bad_dns_records", s.BadDNSRecords)
+	// Packets the decoder failed on: the rest of the capture is stored,
+	// and the run fails as for bad data, so that no pipeline (tb-run's
+	// cycle among them) takes the capture's observables for whole.
+	var faulted error
+	if s.Faults > 0 {
+		faulted = fault.DataErr(fmt.Errorf("the decoder failed on %d packet(s) and passed over them, the first at %s (a bug in tb-parse: please report it with the capture)", s.Faults, s.Fault))
+	}
 	if err == io.EOF {
-		return nil
+		return faulted
 	}
 	if errors.Is(err, capfile.ErrCutShort) {
 		// What a crash or a full disk leaves: everything before the cut
 		// is whole, and a pipeline under pipefail must not fail for it.
 		o.warnf("%s: %v; the packets before it were parsed", in.label(), err)
-		return nil
+		return faulted
 	}
 	// Malformed content and corrupt or truncated compression alike.
-	return fault.DataErr(err)
+	return fault.DataErr(errors.Join(err, faulted))
 }
 
 // decompress undoes gzip (one or more members) when the content starts with

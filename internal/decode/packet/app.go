@@ -809,7 +809,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 					o.Domain.Unsolicited = answerCount(m.Answers)
 				}
 			}
-			d.cfg.Sink.Add(o)
+			d.toSink(o)
 		}
 		return
 	}
@@ -828,7 +828,7 @@ func (d *Decoder) dnsMessage(f *flow, b []byte, k *pkt, transport string, fromOr
 			}
 		}
 		o.Domain.Unsolicited = answerCount(own)
-		d.cfg.Sink.Add(o)
+		d.toSink(o)
 	}
 }
 

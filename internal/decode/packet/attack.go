@@ -272,7 +272,7 @@ func (d *Decoder) emitFloods() {
 			d.attribute(a, key.target.netip(key.v6), "", f.first)
 		}
 		o.Attack = a
-		d.cfg.Sink.Add(o)
+		d.toSink(o)
 	}
 	clear(d.hot[:])
 }

@@ -137,7 +137,7 @@ func (d *Decoder) command(family, protocol string, c *botproto.Command, ts, n in
 		Targets: c.Targets, Ports: c.Ports, Duration: c.Duration, Options: c.Options, Raw: c.Raw,
 		Servers: []string{server}, Clients: []string{client}}
 	d.orders.add(ts, n, o.Value, c)
-	d.cfg.Sink.Add(o)
+	d.toSink(o)
 }
 
 // emitBot reports the channel a connection carried, if its recogniser
@@ -163,7 +163,7 @@ func (d *Decoder) emitBot(f *flow) {
 	o.C2Channel = &records.C2ChannelInfo{Family: ch.Protocol.Family(), Protocol: ch.Protocol.String(), Server: server,
 		Clients: []string{d.addrString(bot, v6)}, Identities: ch.Identities, Channels: ch.Channels, Reports: ch.Reports,
 		KeepAlives: ch.KeepAlives, KeepAlivePeriod: round3(ch.Period), Commands: ch.Commands}
-	d.cfg.Sink.Add(o)
+	d.toSink(o)
 }
 
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
@@ -223,7 +223,7 @@ func (d *Decoder) emitPolls() {
 		o.Count = 1
 		o.C2Channel = &records.C2ChannelInfo{Family: "http-poll", Protocol: "http", Server: p.server, Clients: []string{p.client},
 			KeepAlives: p.N, KeepAlivePeriod: round3(p.Period()), Commands: int64(len(p.orders))}
-		d.cfg.Sink.Add(o)
+		d.toSink(o)
 		for i := range p.orders {
 			po := &p.orders[i]
 			d.command("http-poll", "http", &po.cmd, po.ts, po.n, po.uid, p.server, p.client)

@@ -6,9 +6,13 @@ package packet
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/maphash"
+	"runtime/debug"
+	"strconv"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
 	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/dns"
@@ -16,6 +20,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/decode/tlsfp"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
+	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
 // DefaultMaxFlows bounds the connection table (about 450 bytes a
@@ -55,7 +60,16 @@ type Stats struct {
 	// FloodsRefused counts packets of would-be floods not followed
 	// because maxFloods were.
 	FloodsRefused int64
+	// Faults counts the packets the decoder failed on (a panic: a bug
+	// those bytes reached) and passed over; Fault describes the first.
+	Faults int64
+	Fault  string
 }
+
+// FaultEnv names the packet (its number in the file) at which a decoder
+// built with the talkboxtest tag panics, as a bug reached there would
+// (crashhook.Panic): the tests of what a fault costs use it.
+const FaultEnv = "TB_PARSE_FAULT_AT"
 
 // Decoder is the per-file packet engine. It is not safe for concurrent use.
 type Decoder struct {
@@ -99,6 +113,10 @@ type Decoder struct {
 	orders    orderBook // the capture's orders, for the attacks that carry them out
 	floods    map[uint64]*flood
 	hot       [hotSlots]hotSlot
+	inSink    bool // the sink is running (toSink, connToSink)
+	// faultStack is where the first fault was (Stats.Fault), for the
+	// tests that must fail on any.
+	faultStack []byte
 
 	Stats
 }
@@ -116,10 +134,15 @@ func New(cfg Config) *Decoder {
 	return d
 }
 
-// Packet processes one captured frame.
+// Packet processes one captured frame. A frame the decoder fails on is
+// counted (Stats.Faults) and passed over.
 func (d *Decoder) Packet(p *capfile.Packet) {
+	defer d.survive(p)
 	d.Packets++
 	d.Bytes += int64(len(p.Data))
+	if crashhook.Enabled {
+		crashhook.Panic(FaultEnv, strconv.FormatInt(p.N, 10))
+	}
 	d.now = max(d.now, p.TS)
 	d.sweep()
 	d.encap = 0
@@ -174,6 +197,40 @@ func (d *Decoder) Packet(p *capfile.Packet) {
 	default:
 		d.OtherLink++
 	}
+}
+
+// survive passes over a frame the decoder failed on. Every byte of a
+// capture is the sample's to choose, and a bug that one frame reaches must
+// not cost the rest of the capture, as a dissector's exception costs
+// Wireshark one packet. What the frame left half done stays with its
+// connection, which later frames may fault on too. A panic in the sink is
+// not the decoder's to survive (the caller's sets and store may be left
+// half changed) and goes on up.
+func (d *Decoder) survive(p *capfile.Packet) {
+	if d.inSink {
+		return
+	}
+	if r := recover(); r != nil {
+		d.Faults++
+		if d.Fault == "" {
+			d.Fault = fmt.Sprintf("packet %d: %v", p.N, r)
+			d.faultStack = debug.Stack()
+		}
+	}
+}
+
+// toSink hands an observable to the sink.
+func (d *Decoder) toSink(o *records.Observable) {
+	d.inSink = true
+	d.cfg.Sink.Add(o)
+	d.inSink = false
+}
+
+// connToSink hands a connection to the sink.
+func (d *Decoder) connToSink(c *flowlog.Conn) {
+	d.inSink = true
+	d.cfg.Sink.Conn(c)
+	d.inSink = false
 }
 
 // ip decodes a raw IP packet of either version.

@@ -62,7 +62,7 @@ func (d *Decoder) emitFlow(f *flow) {
 		Service: service, ConnState: state, History: string(f.hist[:f.histN]),
 		OrigPkts: o.pkts, OrigBytes: ob, OrigIPBytes: o.ipBytes, RespPkts: r.pkts, RespBytes: rb, RespIPBytes: r.ipBytes,
 		Packet: f.firstPkt, Exchange: f.exchange(), Resumed: f.carried}
-	d.cfg.Sink.Conn(&d.conn)
+	d.connToSink(&d.conn)
 	start, last := tsTime(f.start), tsTime(f.last)
 	if proto == "icmp" {
 		ohs, rhs := d.addrString(f.origAddr(), v6), d.addrString(f.respAddr(), v6)
@@ -71,7 +71,7 @@ func (d *Decoder) emitFlow(f *flow) {
 		ic.LastSeen = last
 		ic.ICMP = &records.ICMPInfo{OrigH: ohs, RespH: rhs, Type: f.icmpType, Code: f.icmpCode, V6: v6,
 			Packets: o.pkts + r.pkts, Bytes: ob + rb}
-		d.cfg.Sink.Add(ic)
+		d.toSink(ic)
 	}
 	if p := f.pend; p != nil {
 		for i := p.statusAt; i < len(p.reqs); i++ {
@@ -95,7 +95,7 @@ func (d *Decoder) emitHTTP(f *flow, r *httpReq) *poll {
 	d.floodPacket(vecHTTP, f.respAddr(), f.origAddr(), v6, f.respPort(), 0, r.ts, r.n, f.seq)
 	o, _ := d.cfg.Origin.OfConn(uid).NewHTTP(value, tsTime(r.ts), r.n, 0,
 		r.req.Method, r.req.Host, r.req.URI, r.req.UserAgent, r.status, server, client)
-	d.cfg.Sink.Add(o)
+	d.toSink(o)
 	return p
 }
 
@@ -107,7 +107,7 @@ func (d *Decoder) emitTLS(f *flow, t *tlsSeen, rp uint16) {
 	v := cmp.Or(t.server, t.client)
 	o, _ := d.cfg.Origin.OfConn(d.uidOf(f)).NewTLS(value, tsTime(t.ts), t.n, 0, t.sni, tlsfp.VersionName(v), t.ja3, t.ja4, t.alpn,
 		d.hostPort(f.respAddr(), f.key.v6, rp), d.addrString(f.origAddr(), f.key.v6))
-	d.cfg.Sink.Add(o)
+	d.toSink(o)
 }
 
 // Bounds of the caches of address and endpoint text (a capture has far

@@ -59,6 +59,7 @@ func FuzzPcap(f *testing.F) {
 			}
 		}
 		d.Finish()
+		d.noFaults(t)
 		if d.flows.n != 0 || d.flows.first() != nil {
 			t.Fatal("flows left after Finish")
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
@@ -77,8 +78,21 @@ func decodeCapture(t testing.TB, data []byte, maxFlows int) result {
 		}
 	}
 	d.Finish()
+	if os.Getenv(FaultEnv) == "" {
+		d.noFaults(t)
+	}
 	sink.Finish(t)
 	return result{Sink: sink, stats: d.Stats}
+}
+
+// noFaults fails t if the decoder failed on a packet: it passes over such
+// a packet (Decoder.survive), which would otherwise hide a bug from the
+// tests and the fuzzers.
+func (d *Decoder) noFaults(t testing.TB) {
+	t.Helper()
+	if d.Faults > 0 {
+		t.Fatalf("the decoder failed on %d packet(s), the first at %s\n%s", d.Faults, d.Fault, d.faultStack)
+	}
 }
 
 func run(t testing.TB, opt pcapgen.Options, build func(g *pcapgen.Gen)) result {

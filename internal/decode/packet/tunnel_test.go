@@ -347,6 +347,7 @@ func FuzzLinkFrames(f *testing.F) {
 			}
 		}
 		d.Finish()
+		d.noFaults(t)
 	})
 }
 
