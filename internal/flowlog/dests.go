@@ -100,11 +100,13 @@ type endpointStat struct {
 const recentContacts = 4
 
 // contact is one contact of a destination: its originator (origKey, 0 for
-// none), its start, and whether it counted as established.
+// none), its start, whether it counted as established and whether the
+// destination answered it at all.
 type contact struct {
-	start  int64
-	orig   uint32
-	establ bool
+	start    int64
+	orig     uint32
+	establ   bool
+	answered bool
 }
 
 // oneShots remembers scanned destinations contacted once, to notice a
@@ -114,12 +116,11 @@ type contact struct {
 type oneShots []oneShot
 
 type oneShot struct {
-	key   uint64
-	first int64
-	n     int32
-	// orig is origKey of the first contact's originator, when n is 1
-	// (else 0): a retry of that contact's SYN is no second contact.
-	orig uint32
+	key uint64
+	n   int32
+	// first is the first contact; its originator only when n is 1 (else
+	// 0): a retry of that contact's SYN is no second contact.
+	first contact
 }
 
 // origKey is a nonzero hash of a connection's originating address and
@@ -136,9 +137,37 @@ func origKey(a netip.AddrPort) uint32 {
 // (TIME_WAIT).
 const retrySpan = int64(time.Second)
 
+// synRetrySpan: a connection of the same 5-tuple as an attempt nothing
+// answered, started this soon after it, is that attempt's retry. A
+// connect() sends its SYN again for about a minute (Linux's
+// tcp_syn_retries of 6: at 1, 3, 7, 15, 31 and 63 s), and a flow table
+// makes each retry past the attempt delay (5 s) a connection of its own,
+// as Zeek does. A scanner whose SYNs the lab drops (the guest's
+// connection-rate limit) would otherwise make five contacts over 63 s of
+// each destination it retries, each standing out of its scan.
+const synRetrySpan = int64(2 * time.Minute)
+
 // within reports whether two starts are less than span apart.
 func within(a, b, span int64) bool {
 	return a-b < span && b-a < span
+}
+
+// takes reports whether c, from orig (origKey), is a piece or a retry of
+// the contact r rather than a contact of its own.
+func (r *contact) takes(c *Conn, orig uint32) bool {
+	if r.orig != orig {
+		return false
+	}
+	noSYN := c.History == "" || c.History[0] != 'S'
+	return within(c.Start, r.start, retrySpan) || noSYN && within(c.Start, r.start, pieceSpan(c)) ||
+		!r.answered && c.Proto == "tcp" && within(c.Start, r.start, synRetrySpan)
+}
+
+// saw notes what c, one of its pieces, says of the contact.
+func (r *contact) saw(c *Conn) {
+	if c.RespPkts > 0 {
+		r.answered = true
+	}
 }
 
 func (k epKey) hash() uint64 {
@@ -158,33 +187,36 @@ func protoCode(p string) uint8 {
 	return uint8(len(p))
 }
 
-// seen counts a contact of k from orig (origKey) and returns the contacts
-// before it, the first one's start and, when it was the only one, its
-// originator; none when it is the first, or a retry of the one contact
-// before it (retrySpan).
-func (o oneShots) seen(k epKey, start int64, orig uint32) (before int32, first int64, firstOrig uint32) {
+// seen counts c, a connection of k, and returns the contacts before it
+// and the first one; none when it is the first, or a piece or retry of the
+// one contact before it (contact.takes).
+func (o oneShots) seen(k epKey, c *Conn) (before int32, first contact) {
 	h := k.hash()
 	s := &o[h&uint64(len(o)-1)]
+	orig := origKey(netip.AddrPortFrom(c.OrigH, c.OrigP))
 	if s.key == h && s.n > 0 {
-		if s.n == 1 && s.orig == orig && within(start, s.first, retrySpan) {
-			return 0, 0, 0
+		if s.n == 1 && s.first.takes(c, orig) {
+			s.first.saw(c)
+			return 0, contact{}
 		}
-		before, first, firstOrig = s.n, s.first, s.orig
+		before, first = s.n, s.first
 		s.n = 0 // tracked from now on
-		return before, first, firstOrig
+		return before, first
 	}
-	*s = oneShot{key: h, first: start, n: 1, orig: orig}
-	return 0, 0, 0
+	*s = oneShot{key: h, n: 1, first: contact{start: c.Start, orig: orig}}
+	s.first.saw(c)
+	return 0, contact{}
 }
 
-// remember keeps a folded endpoint's contacts: n from its first, the last
-// from orig (origKey) at last.
-func (o oneShots) remember(k epKey, first int64, n int32, orig uint32, last int64) {
+// remember keeps a folded endpoint's contacts: n from the first, which
+// started at first, the last being last.
+func (o oneShots) remember(k epKey, first int64, n int32, last contact) {
 	h := k.hash()
-	if n != 1 || last != first {
-		orig = 0
+	if n != 1 || last.start != first {
+		last.orig = 0
 	}
-	o[h&uint64(len(o)-1)] = oneShot{key: h, first: first, n: n, orig: orig}
+	last.start = first
+	o[h&uint64(len(o)-1)] = oneShot{key: h, n: n, first: last}
 }
 
 // Dests folds one cycle's connections into endpoint and scan observables.
@@ -236,17 +268,17 @@ func (t *Dests) Conn(c *Conn, origin *observe.Origin) {
 			if t.oneShot == nil {
 				t.oneShot = make(oneShots, maxOneShot)
 			}
-			n, first, firstOrig := t.oneShot.seen(k, c.Start, origKey(netip.AddrPortFrom(c.OrigH, c.OrigP)))
+			n, first := t.oneShot.seen(k, c)
 			if n == 0 {
 				return
 			}
 			// A second contact: track it from here, with the first.
 			e = t.track(k, c, origin)
 			e.conns = int64(n)
-			e.starts = append(e.starts, first)
-			e.first = min(e.first, first)
-			e.newFirst = first
-			e.recent[0] = contact{start: first, orig: firstOrig}
+			e.starts = append(e.starts, first.start)
+			e.first = min(e.first, first.start)
+			e.newFirst = first.start
+			e.recent[0] = first
 			e.next = 1
 		} else {
 			e = t.track(k, c, origin)
@@ -397,6 +429,7 @@ func (e *endpointStat) add(c *Conn, tick uint64) {
 		e.established++
 		at.establ = true
 	}
+	at.saw(c)
 	e.origPkts += c.OrigPkts
 	e.origBytes += c.OrigBytes
 	e.respPkts += c.RespPkts
@@ -430,11 +463,8 @@ func (e *endpointStat) contactOf(c *Conn) *contact {
 		return nil
 	}
 	orig := origKey(netip.AddrPortFrom(c.OrigH, c.OrigP))
-	span := pieceSpan(c)
-	noSYN := c.History == "" || c.History[0] != 'S'
 	for i := range e.recent {
-		r := &e.recent[i]
-		if r.orig == orig && (within(c.Start, r.start, retrySpan) || noSYN && within(c.Start, r.start, span)) {
+		if r := &e.recent[i]; r.takes(c, orig) {
 			return r
 		}
 	}
@@ -523,8 +553,7 @@ func (t *Dests) fold(k epKey, e *endpointStat) {
 		t.oneShot = make(oneShots, maxOneShot)
 	}
 	if n := e.conns - e.resumed; n > 0 {
-		last := e.latest()
-		t.oneShot.remember(k, e.newFirst, int32(n), last.orig, last.start)
+		t.oneShot.remember(k, e.newFirst, int32(n), e.latest())
 	}
 }
 

@@ -77,6 +77,55 @@ func TestRetriedSYNLoggedOutOfOrderIsNoNewContact(t *testing.T) {
 	wantScanAlone(t, emitted)
 }
 
+// TestSYNRetriesAreOneContact: a connect() the lab never answers (its
+// SYNs dropped by the guest's connection-rate limit) is retried on the
+// same ports at 1, 3, 7, 15, 31 and 63 s (Linux's tcp_syn_retries of 6);
+// past the attempt delay (5 s) a flow table starts a new connection for
+// each retry, as Zeek does. They are one contact: counted as five over 63 s
+// every such destination of a scanner would stand out of its scan as a
+// beacon does. A SYN on the same ports after the attempt was answered is a
+// new contact.
+func TestSYNRetriesAreOneContact(t *testing.T) {
+	var emitted []*records.Observable
+	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
+	guest := netip.MustParseAddr("10.213.1.10")
+	attempt := func(dest netip.Addr, port uint16, at, dur time.Duration, syns int64) {
+		start := int64(at)
+		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(dur), Proto: "tcp",
+			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: "S0", History: "S", OrigPkts: syns}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	}
+	dests := make([]netip.Addr, 100)
+	for i := range dests {
+		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
+	}
+	for i, a := range dests {
+		at := time.Duration(i) * 100 * time.Millisecond
+		port := uint16(40000 + i)
+		attempt(a, port, at, 3*time.Second, 3)               // SYNs at 0, 1 and 3 s
+		attempt(a, port, at+7*time.Second, 0, 1)             // 7 s
+		attempt(a, port, at+15*time.Second, 0, 1)            // 15 s
+		attempt(a, port, at+31*time.Second, 0, 1)            // 31 s
+		attempt(a, port, at+63*time.Second, 0, 1)            // 63 s
+		attempt(a, uint16(50000+i), at+90*time.Second, 0, 1) // a second probe, other ports
+	}
+	d.Flush()
+	wantScanAlone(t, emitted)
+
+	// Answered, then the same ports again: three contacts over a minute.
+	emitted = nil
+	d = NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
+	c2 := netip.MustParseAddr("198.51.100.7")
+	for i := range 3 {
+		start := int64(time.Duration(i) * 40 * time.Second)
+		d.Conn(&Conn{UID: "Cc2", Start: start, End: start + int64(time.Second), Proto: "tcp", OrigH: guest, OrigP: 41000, RespH: c2, RespP: 80,
+			ConnState: "SF", History: "ShADadFf", OrigPkts: 5, RespPkts: 4}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	}
+	d.Flush()
+	if len(emitted) != 2 || emitted[0].Count != 3 {
+		t.Errorf("a beacon answered on the same ports three times: %d observables, the first counting %d contacts; want the endpoint and its address, 3", len(emitted), emitted[0].Count)
+	}
+}
+
 // TestResumedConnectionIsNoNewContact: a probe's connection still open when
 // the previous cycle's capture ended comes back resumed at the start of the
 // next (its last packets), before that cycle's scan has begun; with the
