@@ -9,10 +9,55 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// A scan's late piece (the sinkhole's FIN to a probe, arriving after the
-// probe's flow expired: a loaded sinkhole forks its responder late) is not
-// a third contact of the destination: it must not make a destination the
-// scan probed twice, a minute apart, stand out as a beacon would.
+// scanTest is one cycle's destinations, fed the connections of one guest
+// to a scan of 100 addresses of 203.0.113.0/24.
+type scanTest struct {
+	d       *Dests
+	emitted []*records.Observable
+	dests   []netip.Addr
+}
+
+func newScanTest() *scanTest {
+	s := &scanTest{dests: make([]netip.Addr, 100)}
+	s.d = NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { s.emitted = append(s.emitted, o) })
+	for i := range s.dests {
+		s.dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
+	}
+	return s
+}
+
+// conn folds c, a TCP connection of the guest's from port to dest (port 23
+// unless c says another), starting at and lasting dur.
+func (s *scanTest) conn(dest netip.Addr, port uint16, at, dur time.Duration, c Conn) {
+	c.UID, c.Start, c.End, c.Proto = "C"+dest.String(), int64(at), int64(at+dur), "tcp"
+	c.OrigH, c.OrigP, c.RespH = netip.MustParseAddr("10.213.1.10"), port, dest
+	if c.RespP == 0 {
+		c.RespP = 23
+	}
+	s.d.Conn(&c, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+}
+
+// wantScanAlone flushes the destinations and fails unless they make one
+// scan observable and nothing that stands out of it.
+func (s *scanTest) wantScanAlone(t *testing.T) {
+	t.Helper()
+	s.d.Flush()
+	for _, o := range s.emitted {
+		if o.Type == records.ObsEndpoint || o.Type == records.ObsIP {
+			t.Errorf("%s %s stands out of the scan (%d contacts)", o.Type, o.Value, o.Count)
+		}
+	}
+	if len(s.emitted) != 1 || s.emitted[0].Type != records.ObsScan {
+		t.Fatalf("emitted %d observables, want the scan alone", len(s.emitted))
+	}
+}
+
+// A probe's connection states, as the flow log has them.
+var (
+	probeClosed = Conn{ConnState: "S2", History: "ShAFa", OrigPkts: 3, RespPkts: 2}
+	probeReset  = Conn{ConnState: "RSTOS0", History: "SaR", OrigPkts: 3, RespPkts: 2}
+)
+
 // TestRetriedSYNIsNoNewContact: a probe whose SYN a loaded sinkhole
 // answered with a stale ACK, which the guest reset and sent again at once
 // on the same ports (two connections in a flow table: "SaR", then "S..."),
@@ -21,28 +66,17 @@ import (
 // minute, and every such destination would stand out of the scan (seen in
 // TestSoakScanningLease beside other guests' demos).
 func TestRetriedSYNIsNoNewContact(t *testing.T) {
-	var emitted []*records.Observable
-	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
-	guest := netip.MustParseAddr("10.213.1.10")
-	conn := func(dest netip.Addr, port uint16, at, dur time.Duration, state, history string) {
-		start := int64(at)
-		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(dur), Proto: "tcp",
-			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: state, History: history, OrigPkts: 3, RespPkts: 2}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
-	}
-	dests := make([]netip.Addr, 100)
-	for i := range dests {
-		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
-	}
-	for i, a := range dests { // round 1: every SYN met by a stale ACK, reset, sent again
+	s := newScanTest()
+	for i, a := range s.dests { // round 1: every SYN met by a stale ACK, reset, sent again
 		at := time.Duration(i) * 100 * time.Millisecond
-		conn(a, uint16(40000+i), at, 2*time.Millisecond, "RSTOS0", "SaR")
-		conn(a, uint16(40000+i), at+20*time.Millisecond, 2*time.Second, "S2", "ShAFa")
+		s.conn(a, uint16(40000+i), at, 2*time.Millisecond, probeReset)
+		s.conn(a, uint16(40000+i), at+20*time.Millisecond, 2*time.Second, probeClosed)
 	}
-	for i, a := range dests { // round 2, 41 s later; the responder closes 32 s late
-		conn(a, uint16(50000+i), 41*time.Second+time.Duration(i)*100*time.Millisecond, 32*time.Second, "S2", "ShAF")
+	for i, a := range s.dests { // round 2, 41 s later; the responder closes 32 s late
+		s.conn(a, uint16(50000+i), 41*time.Second+time.Duration(i)*100*time.Millisecond, 32*time.Second,
+			Conn{ConnState: "S2", History: "ShAF", OrigPkts: 3, RespPkts: 2})
 	}
-	d.Flush()
-	wantScanAlone(t, emitted)
+	s.wantScanAlone(t)
 }
 
 // TestRetriedSYNLoggedOutOfOrderIsNoNewContact: the flow log is in the
@@ -54,27 +88,14 @@ func TestRetriedSYNIsNoNewContact(t *testing.T) {
 // over more than a minute and the address stood out of its scan (seen in
 // TestSoakScanningLease in a fresh-clone make test, cycle 6, 2026-12-02).
 func TestRetriedSYNLoggedOutOfOrderIsNoNewContact(t *testing.T) {
-	var emitted []*records.Observable
-	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
-	guest := netip.MustParseAddr("10.213.1.10")
-	conn := func(dest netip.Addr, port uint16, at, dur time.Duration, state, history string) {
-		start := int64(at)
-		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(dur), Proto: "tcp",
-			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: state, History: history, OrigPkts: 3, RespPkts: 2}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
-	}
-	dests := make([]netip.Addr, 100)
-	for i := range dests {
-		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
-	}
-	for i, a := range dests {
+	s := newScanTest()
+	for i, a := range s.dests {
 		round2 := 32*time.Second + time.Duration(i)*100*time.Millisecond
-		conn(a, uint16(50000+i), round2, 2*time.Millisecond, "RSTOS0", "SaR") // round 2's probe, reset
-		round1 := time.Duration(i) * 100 * time.Millisecond
-		conn(a, uint16(40000+i), round1, time.Second, "S2", "ShAFa")                        // round 1's, logged late
-		conn(a, uint16(50000+i), round2+14*time.Millisecond, 28*time.Second, "S2", "ShAFa") // round 2's retry
+		s.conn(a, uint16(50000+i), round2, 2*time.Millisecond, probeReset)                          // round 2's probe, reset
+		s.conn(a, uint16(40000+i), time.Duration(i)*100*time.Millisecond, time.Second, probeClosed) // round 1's, logged late
+		s.conn(a, uint16(50000+i), round2+14*time.Millisecond, 28*time.Second, probeClosed)         // round 2's retry
 	}
-	d.Flush()
-	wantScanAlone(t, emitted)
+	s.wantScanAlone(t)
 }
 
 // TestSYNRetriesAreOneContact: a connect() the lab never answers (its
@@ -86,43 +107,28 @@ func TestRetriedSYNLoggedOutOfOrderIsNoNewContact(t *testing.T) {
 // beacon does. A SYN on the same ports after the attempt was answered is a
 // new contact.
 func TestSYNRetriesAreOneContact(t *testing.T) {
-	var emitted []*records.Observable
-	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
-	guest := netip.MustParseAddr("10.213.1.10")
-	attempt := func(dest netip.Addr, port uint16, at, dur time.Duration, syns int64) {
-		start := int64(at)
-		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(dur), Proto: "tcp",
-			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: "S0", History: "S", OrigPkts: syns}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
-	}
-	dests := make([]netip.Addr, 100)
-	for i := range dests {
-		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
-	}
-	for i, a := range dests {
+	s := newScanTest()
+	unanswered := func(syns int64) Conn { return Conn{ConnState: "S0", History: "S", OrigPkts: syns} }
+	for i, a := range s.dests {
 		at := time.Duration(i) * 100 * time.Millisecond
 		port := uint16(40000 + i)
-		attempt(a, port, at, 3*time.Second, 3)               // SYNs at 0, 1 and 3 s
-		attempt(a, port, at+7*time.Second, 0, 1)             // 7 s
-		attempt(a, port, at+15*time.Second, 0, 1)            // 15 s
-		attempt(a, port, at+31*time.Second, 0, 1)            // 31 s
-		attempt(a, port, at+63*time.Second, 0, 1)            // 63 s
-		attempt(a, uint16(50000+i), at+90*time.Second, 0, 1) // a second probe, other ports
+		s.conn(a, port, at, 3*time.Second, unanswered(3)) // SYNs at 0, 1 and 3 s
+		for _, retry := range []time.Duration{7, 15, 31, 63} {
+			s.conn(a, port, at+retry*time.Second, 0, unanswered(1))
+		}
+		s.conn(a, uint16(50000+i), at+90*time.Second, 0, unanswered(1)) // a second probe, other ports
 	}
-	d.Flush()
-	wantScanAlone(t, emitted)
+	s.wantScanAlone(t)
 
 	// Answered, then the same ports again: three contacts over a minute.
-	emitted = nil
-	d = NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
-	c2 := netip.MustParseAddr("198.51.100.7")
+	s = newScanTest()
 	for i := range 3 {
-		start := int64(time.Duration(i) * 40 * time.Second)
-		d.Conn(&Conn{UID: "Cc2", Start: start, End: start + int64(time.Second), Proto: "tcp", OrigH: guest, OrigP: 41000, RespH: c2, RespP: 80,
-			ConnState: "SF", History: "ShADadFf", OrigPkts: 5, RespPkts: 4}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+		s.conn(netip.MustParseAddr("198.51.100.7"), 41000, time.Duration(i)*40*time.Second, time.Second,
+			Conn{RespP: 80, ConnState: "SF", History: "ShADadFf", OrigPkts: 5, RespPkts: 4})
 	}
-	d.Flush()
-	if len(emitted) != 2 || emitted[0].Count != 3 {
-		t.Errorf("a beacon answered on the same ports three times: %d observables, the first counting %d contacts; want the endpoint and its address, 3", len(emitted), emitted[0].Count)
+	s.d.Flush()
+	if len(s.emitted) != 2 || s.emitted[0].Count != 3 {
+		t.Errorf("a beacon answered on the same ports three times: %d observables, the first counting %d contacts; want the endpoint and its address, 3", len(s.emitted), s.emitted[0].Count)
 	}
 }
 
@@ -133,67 +139,38 @@ func TestSYNRetriesAreOneContact(t *testing.T) {
 // be a third contact, and every such destination would stand out of the
 // scan (seen in TestSoakScanningLease, in a fresh-clone make test).
 func TestResumedConnectionIsNoNewContact(t *testing.T) {
-	var emitted []*records.Observable
-	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
-	guest := netip.MustParseAddr("10.213.1.10")
-	conn := func(dest netip.Addr, port uint16, at time.Duration, history string, resumed bool) {
-		start := int64(at)
-		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(time.Second), Proto: "tcp",
-			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: "S2", History: history, OrigPkts: 3, RespPkts: 2,
-			Resumed: resumed}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	s := newScanTest()
+	resumed := probeClosed
+	resumed.Resumed = true
+	for i, a := range s.dests { // the previous cycle's last probes, resumed
+		s.conn(a, uint16(30000+i), time.Duration(i)*10*time.Millisecond, time.Second, resumed)
 	}
-	dests := make([]netip.Addr, 100)
-	for i := range dests {
-		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
+	for i, a := range s.dests { // round 1, 20 s later
+		s.conn(a, uint16(40000+i), 20*time.Second+time.Duration(i)*100*time.Millisecond, time.Second, probeClosed)
 	}
-	for i, a := range dests { // the previous cycle's last probes, resumed
-		conn(a, uint16(30000+i), time.Duration(i)*10*time.Millisecond, "ShAFa", true)
+	for i, a := range s.dests { // round 2, a minute after the resumed ones
+		s.conn(a, uint16(50000+i), 61*time.Second+time.Duration(i)*100*time.Millisecond, time.Second, probeClosed)
 	}
-	for i, a := range dests { // round 1, 20 s later
-		conn(a, uint16(40000+i), 20*time.Second+time.Duration(i)*100*time.Millisecond, "ShAFa", false)
-	}
-	for i, a := range dests { // round 2, a minute after the resumed ones
-		conn(a, uint16(50000+i), 61*time.Second+time.Duration(i)*100*time.Millisecond, "ShAFa", false)
-	}
-	d.Flush()
-	wantScanAlone(t, emitted)
+	s.wantScanAlone(t)
 }
 
-// wantScanAlone fails unless emitted is one scan observable and nothing
-// that stands out of it.
-func wantScanAlone(t *testing.T, emitted []*records.Observable) {
-	t.Helper()
-	for _, o := range emitted {
-		if o.Type == records.ObsEndpoint || o.Type == records.ObsIP {
-			t.Errorf("%s %s stands out of the scan (%d contacts)", o.Type, o.Value, o.Count)
-		}
-	}
-	if len(emitted) != 1 || emitted[0].Type != records.ObsScan {
-		t.Fatalf("emitted %d observables, want the scan alone", len(emitted))
-	}
-}
-
+// TestLatePieceOfAProbeIsNoNewContact: a scan's late piece (the sinkhole's
+// FIN to a probe, arriving after the probe's flow expired: a loaded
+// sinkhole forks its responder late) is not a third contact of the
+// destination: it must not make a destination the scan probed twice, a
+// minute apart, stand out as a beacon would.
 func TestLatePieceOfAProbeIsNoNewContact(t *testing.T) {
-	var emitted []*records.Observable
-	d := NewDests("cycle_01JD0000000000000000000001", func(netip.Addr) bool { return false }, func(o *records.Observable) { emitted = append(emitted, o) })
-	guest := netip.MustParseAddr("10.213.1.10")
-	probe := func(dest netip.Addr, port uint16, at time.Duration, history string) {
-		start := int64(at)
-		d.Conn(&Conn{UID: "C" + dest.String(), Start: start, End: start + int64(500*time.Millisecond), Proto: "tcp",
-			OrigH: guest, OrigP: port, RespH: dest, RespP: 23, ConnState: "SF", History: history, OrigPkts: 4, RespPkts: 3}, &observe.Origin{Input: "cap.pcap", Source: "pcap"})
+	s := newScanTest()
+	probe := func(a netip.Addr, port uint16, at time.Duration, history string) {
+		s.conn(a, port, at, 500*time.Millisecond, Conn{ConnState: "SF", History: history, OrigPkts: 4, RespPkts: 3})
 	}
-	dests := make([]netip.Addr, 100)
-	for i := range dests {
-		dests[i] = netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)})
-	}
-	for i, a := range dests { // round 1
+	for i, a := range s.dests { // round 1
 		probe(a, uint16(40000+i), time.Duration(i)*100*time.Millisecond, "ShAFf")
 	}
-	for i, a := range dests { // round 2, a minute later
+	for i, a := range s.dests { // round 2, a minute later
 		probe(a, uint16(50000+i), time.Minute+time.Duration(i)*100*time.Millisecond, "ShAFf")
 	}
 	// Round 2's probe of the first address, its responder's FIN 20 s late.
-	probe(dests[0], 50000, time.Minute+20*time.Second, "^f")
-	d.Flush()
-	wantScanAlone(t, emitted)
+	probe(s.dests[0], 50000, time.Minute+20*time.Second, "^f")
+	s.wantScanAlone(t)
 }
