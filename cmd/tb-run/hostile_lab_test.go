@@ -373,7 +373,7 @@ func sniff(t *testing.T, dir, iface, direction string) *sniffer {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() {
-		err := s.src.Run(ctx, func(ts time.Time, data []byte, origLen int) error {
+		err := s.src.Run(ctx, func(ts time.Time, data []byte, origLen int, _ bool) error {
 			err := w.WritePacket(gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(data), Length: origLen}, data)
 			s.written.Add(1)
 			select {

@@ -154,7 +154,8 @@ func TestHostileGuest(t *testing.T) {
 	badMAC, _ := net.ParseMAC(bad.MAC)
 	goodIP, badIP := netip.MustParseAddr(good.IP), netip.MustParseAddr(bad.IP)
 	gateway := netip.MustParseAddr(good.Gateway)
-	checkAttacked(t, frames(t, badSent.file), badMAC, goodIP, gateway)
+	sent := frames(t, badSent.file)
+	checkAttacked(t, sent, badMAC, goodIP, gateway)
 	// The host's own neighbour table never believed an ARP claim.
 	for _, line := range neighbours.stop() {
 		f := strings.Fields(line)
@@ -188,6 +189,7 @@ func TestHostileGuest(t *testing.T) {
 	checkC2Hits(t, l, goodCycles[1])
 	checkThirdPartyAnswered(t, l, badCycles[1])
 	checkNothingPromotedByName(t, st, book, bad.ID, badCycles)
+	checkForgedKeptOut(t, st, bad.ID, l.c2, sent)
 
 	v := violations{}
 	defer v.report(t)
@@ -248,6 +250,43 @@ func TestHostileGuest(t *testing.T) {
 	}
 	if len(leaks) > 0 {
 		t.Errorf("the uplink carried destinations the allow-list never had in force: %v (in force: %v)", leaks, keysOf(inForce))
+	}
+}
+
+// checkForgedKeptOut asserts that the hostile lease's capture kept out
+// the frames the bridge dropped: each spoofed SYN its guest sent is
+// counted as forged in the lease's pcap artifacts, and no observable of
+// the lease names the neighbour's C2, which it reached with those frames
+// only (before, its tap's capture held them, and tb-parse made the C2 a
+// candidate of the hostile lease, "contacted 12 times").
+func checkForgedKeptOut(t *testing.T, st *state.Store, lease, c2 string, sent []gopacket.Packet) {
+	t.Helper()
+	spoofed := 0
+	for _, f := range sent {
+		if isSpoofSYN(f) {
+			spoofed++
+		}
+	}
+	arts, err := state.FindBy(st, records.KindArtifact, records.KeyLease, lease, func(a *records.Artifact) bool { return a.Type == "pcap" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forged uint64
+	for _, a := range arts {
+		forged += a.Forged
+	}
+	t.Logf("the hostile lease's captures kept out %d forged frames (%d spoofed SYNs sent)", forged, spoofed)
+	if spoofed == 0 || forged < uint64(spoofed) {
+		t.Errorf("the hostile lease's captures counted %d forged frames, fewer than the %d spoofed SYNs its guest sent", forged, spoofed)
+	}
+	named, err := state.FindBy(st, records.KindObservable, records.KeyLease, lease, func(o *records.Observable) bool {
+		return o.Value == c2 || strings.HasPrefix(o.Value, c2+":")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range named {
+		t.Errorf("an observable of the hostile lease names the neighbour's C2, reached only by forged frames: %s %s (count %d)", o.Type, o.Value, o.Count)
 	}
 }
 

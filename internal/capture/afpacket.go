@@ -21,8 +21,10 @@ import (
 // Source is a packet source: the driver boundary that tests may fake.
 type Source interface {
 	// Run delivers packets to fn until ctx ends or fn returns an error.
-	// data is only valid during the call.
-	Run(ctx context.Context, fn func(ts time.Time, data []byte, origLen int) error) error
+	// data is only valid during the call. outgoing says the host sent the
+	// packet out of the interface: on a guest's tap, towards the guest;
+	// the others came from the guest.
+	Run(ctx context.Context, fn func(ts time.Time, data []byte, origLen int, outgoing bool) error) error
 	// Stats are the kernel's counts since the last call.
 	Stats() (packets, drops uint64, err error)
 	Close() error
@@ -139,8 +141,12 @@ const (
 	bdFirstPkt    = 16
 )
 
+// sllPkttype is where a TPACKET_V3 frame's packet type is: in the
+// sockaddr_ll after its header, aligned (packet_mmap.txt).
+const sllPkttype = (unix.SizeofTpacket3Hdr+unix.TPACKET_ALIGNMENT-1)&^(unix.TPACKET_ALIGNMENT-1) + unsafe.Offsetof(unix.RawSockaddrLinklayer{}.Pkttype)
+
 // Run implements Source.
-func (s *AFPacket) Run(ctx context.Context, fn func(ts time.Time, data []byte, origLen int) error) error {
+func (s *AFPacket) Run(ctx context.Context, fn func(ts time.Time, data []byte, origLen int, outgoing bool) error) error {
 	stop := context.AfterFunc(ctx, func() { s.closed.Store(true) })
 	defer stop()
 	pfd := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN | unix.POLLERR}}
@@ -172,7 +178,8 @@ func (s *AFPacket) Run(ctx context.Context, fn func(ts time.Time, data []byte, o
 		for i := uint32(0); i < n && err == nil; i++ {
 			h := (*unix.Tpacket3Hdr)(unsafe.Pointer(&b[off]))
 			data := b[off+uint32(h.Mac) : off+uint32(h.Mac)+h.Snaplen]
-			err = fn(time.Unix(int64(h.Sec), int64(h.Nsec)), data, int(h.Len))
+			outgoing := b[off+uint32(sllPkttype)] == unix.PACKET_OUTGOING
+			err = fn(time.Unix(int64(h.Sec), int64(h.Nsec)), data, int(h.Len), outgoing)
 			off += h.Next_offset
 		}
 		atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[bdBlockStatus])), unix.TP_STATUS_KERNEL)

@@ -37,6 +37,8 @@ type link struct {
 	guest, host string
 	tap         string
 	dst         netip.Addr
+	guestIP     netip.Addr
+	guestMAC    net.HardwareAddr
 }
 
 func newLink(t *testing.T) *link {
@@ -54,7 +56,7 @@ func newLink(t *testing.T) *link {
 	if err := h.LinkSetUp(port); err != nil {
 		t.Fatal(err)
 	}
-	return &link{guest: g.NS, host: l.Config.HostNS, tap: g.Port, dst: netip.MustParseAddr("10.13.37.1")}
+	return &link{guest: g.NS, host: l.Config.HostNS, tap: g.Port, dst: netip.MustParseAddr("10.13.37.1"), guestIP: g.IP, guestMAC: g.MAC}
 }
 
 // send sends n UDP datagrams with numbered payloads from the guest to port 9.
@@ -246,6 +248,103 @@ func TestCaptureKnownTraffic(t *testing.T) {
 	}
 	if c.State != capture.StateStopped || c.Files != 2 || c.Packets != arts[0].Packets+arts[1].Packets || len(c.Artifacts) != 2 {
 		t.Fatalf("capture record: %+v", c)
+	}
+}
+
+// udpFrame is an Ethernet/IPv4/UDP frame to port 9 with payload.
+func udpFrame(t *testing.T, src, dst net.HardwareAddr, from, to netip.Addr, payload string) []byte {
+	t.Helper()
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: from.AsSlice(), DstIP: to.AsSlice()}
+	udp := &layers.UDP{SrcPort: 40000, DstPort: 9}
+	udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		&layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestCaptureKeepsOutForgedFrames: on a lease's tap, bound on the lab's
+// bridge to the guest's MAC and address, the frames from the guest that
+// the bridge drops (another source address, another source MAC, or an
+// "answer" the guest forges to itself as if from the lab) never reached
+// anything: they are counted in the artifact and the capture record and
+// kept out of the file, so that a sample cannot forge what it sent, nor
+// its C2's answers, into the capture tb-parse reads. The guest's own
+// datagrams and the host's to the guest are written.
+func TestCaptureKeepsOutForgedFrames(t *testing.T) {
+	l := newLink(t)
+	st, err := state.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startDaemonIn(t, st, l, t.TempDir(), "udp dst port 9", func(c *records.Capture) {
+		c.Bound = &records.PortBound{MAC: l.guestMAC.String(), IP: l.guestIP.String()}
+	})
+	ctx := context.Background()
+	var hostMAC net.HardwareAddr
+	labtest.In(t, l.host, func() error {
+		ifc, err := net.InterfaceByName(l.tap)
+		hostMAC = ifc.HardwareAddr
+		return err
+	})
+	forged := [][]byte{
+		udpFrame(t, l.guestMAC, hostMAC, netip.MustParseAddr("10.13.37.99"), l.dst, "forged-address"),
+		udpFrame(t, net.HardwareAddr{2, 0, 0, 0, 0, 0x99}, hostMAC, l.guestIP, l.dst, "forged-mac"),
+		udpFrame(t, hostMAC, l.guestMAC, l.dst, l.guestIP, "forged-answer"),
+	}
+	for range 10 {
+		labtest.SendFrames(t, l.guest, "eth0", forged...)
+	}
+	// After the forged frames, in the order the ring keeps: the guest's
+	// own datagrams, and the host's to the guest.
+	l.send(t, 20, "own")
+	labtest.In(t, l.host, func() error {
+		// Unconnected: the guest's port-unreachable answers do not fail
+		// the next write.
+		c, err := net.ListenPacket("udp", ":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		to := &net.UDPAddr{IP: l.guestIP.AsSlice(), Port: 9}
+		for i := range 20 {
+			if _, err := c.WriteTo(fmt.Appendf(nil, "host-%06d", i), to); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	waitFor(t, "40 packets captured", func() bool {
+		rep, err := capture.Call(ctx, r.st, r.rec.ID, "status", "")
+		return err == nil && rep.Packets >= 40
+	})
+	arts, err := capture.Rotate(ctx, r.st, r.rec, "")
+	if err != nil || len(arts) != 1 {
+		t.Fatalf("rotate: %v %v", arts, err)
+	}
+	payloads, n := readPcap(t, r.st, arts[0])
+	got := map[string]int{}
+	for _, p := range payloads {
+		got[strings.TrimRight(p, "-0123456789")]++
+	}
+	if n != 40 || got["own"] != 20 || got["host"] != 20 || len(got) != 2 {
+		t.Errorf("the file holds %d frames: %v; want the guest's 20 and the host's 20, nothing forged", n, got)
+	}
+	if arts[0].Forged != 30 {
+		t.Errorf("the artifact counts %d forged frames, want 30", arts[0].Forged)
+	}
+	if _, err := capture.Call(ctx, r.st, r.rec.ID, "stop", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	var c records.Capture
+	if err := r.st.Get(r.rec.ID, &c); err != nil || c.Forged != 30 {
+		t.Errorf("the capture record counts %d forged frames (%v), want 30", c.Forged, err)
 	}
 }
 
@@ -587,7 +686,7 @@ func TestCaptureEndsWhenItsInterfaceGoes(t *testing.T) {
 	defer src.Close()
 	ended := make(chan error, 1)
 	go func() {
-		ended <- src.Run(context.Background(), func(time.Time, []byte, int) error { return nil })
+		ended <- src.Run(context.Background(), func(time.Time, []byte, int, bool) error { return nil })
 	}()
 	if out, err := exec.Command("ip", "link", "del", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip link del: %v: %s", err, out)

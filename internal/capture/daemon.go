@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talkbox-sandbox/talkbox/internal/diskspace"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -40,15 +41,20 @@ type Daemon struct {
 	// recMu serialises the updates of the capture record, so that rec is
 	// always the newest stored version (an update by the registration
 	// goroutine cannot undo a rotate's new cycle); it is taken before mu.
-	recMu     sync.Mutex
-	rec       records.Capture
-	w         *Writer
-	drops     uint64 // kernel drops since the last file was closed
-	pktsTotal uint64 // packets handed to the writer
-	kernPkts  uint64 // packets the kernel accepted (passed the filter), drops included
-	kernDrops uint64
-	failed    error
-	sensorSt  map[string]*records.SensorStatus
+	recMu sync.Mutex
+	rec   records.Capture
+	w     *Writer
+	drops uint64 // kernel drops since the last file was closed
+	// bound is the lease's port binding (rec.Bound): frames from the
+	// guest it does not pass are counted in forged (since the last file
+	// was closed) and forgedTotal, and not written.
+	bound               *firewall.PortBinding
+	forged, forgedTotal uint64
+	pktsTotal           uint64 // packets handed to the writer
+	kernPkts            uint64 // packets the kernel accepted (passed the filter), drops included
+	kernDrops           uint64
+	failed              error
+	sensorSt            map[string]*records.SensorStatus
 	// written is closed and replaced each time a packet is written while a
 	// drain waits for it (nil otherwise), so that drain wakes on progress.
 	written chan struct{}
@@ -87,6 +93,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return err
 	}
 	var err error
+	if b := d.rec.Bound; b != nil {
+		if d.bound, err = portBinding(b); err != nil {
+			return d.fail(ctx, err)
+		}
+	}
 	if d.guards, err = spaceGuards(d.St, d.rec.Spool, d.threshold()); err != nil {
 		return d.fail(ctx, err)
 	}

@@ -6,9 +6,15 @@ import (
 	"time"
 )
 
-func (d *Daemon) packet(ts time.Time, data []byte, origLen int) error {
+func (d *Daemon) packet(ts time.Time, data []byte, origLen int, outgoing bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !outgoing && d.bound != nil && !d.bound.Passes(data, d.rec.Bound.DHCP) {
+		// From the guest, and dropped by the bridge: it reached nothing.
+		d.forged++
+		d.forgedTotal++
+		return nil
+	}
 	d.pktsTotal++
 	if d.written != nil {
 		close(d.written)

@@ -60,7 +60,7 @@ func TestDefaultRingHoldsSparseTrafficThroughAStall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	read := 0
-	err = src.Run(ctx, func(_ time.Time, _ []byte, _ int) error {
+	err = src.Run(ctx, func(time.Time, []byte, int, bool) error {
 		if read++; read == n {
 			cancel()
 		}

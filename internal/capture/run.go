@@ -90,6 +90,9 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		rec.IP = cmp.Or(req.IP, l.IP)
 		rec.Plan = cmp.Or(req.Plan, l.Plan)
 		mac = l.MAC
+		if rec.Iface == l.Tap && l.MAC != "" && l.IP != "" {
+			rec.Bound = &records.PortBound{MAC: l.MAC, IP: l.IP}
+		}
 	}
 	if rec.Iface == "" {
 		return nil, &InputError{errors.New("no interface: give --lease (with a tap) or --iface")}
@@ -106,6 +109,20 @@ func Start(ctx context.Context, st *state.Store, log *slog.Logger, req StartRequ
 		}
 	}
 	rec.NetNS = netns.Path(rec.NetNS)
+	// The lease's tap is bound on the lab's bridge (tb-lease attached it):
+	// what the bridge drops of the guest's is kept out of the capture.
+	if lab == nil {
+		rec.Bound = nil
+	}
+	if rec.Bound != nil {
+		rec.Bound.DHCP = lab.Config.DHCP
+		if _, err := portBinding(rec.Bound); err != nil {
+			return nil, &InputError{fmt.Errorf("lease %s: %w", req.Lease, err)}
+		}
+		if rec.Snaplen < minBoundSnaplen {
+			return nil, &InputError{fmt.Errorf("--snaplen %d: a capture on a lease's tap keeps at least %d bytes of each frame, to tell the frames the bridge drops", rec.Snaplen, minBoundSnaplen)}
+		}
+	}
 
 	// Validate before any change.
 	var prog []unix.SockFilter
@@ -381,6 +398,23 @@ func RunDaemon(ctx context.Context, st *state.Store, log *slog.Logger, id string
 	d.Source = src
 	defer src.Close()
 	return d.Serve(ctx)
+}
+
+// minBoundSnaplen is the frame's bytes PortBinding.Passes reads at most: an
+// Ethernet header, an IPv4 header with options and a UDP header's ports.
+const minBoundSnaplen = 14 + 60 + 4
+
+// portBinding is the binding b records.
+func portBinding(b *records.PortBound) (*firewall.PortBinding, error) {
+	mac, err := net.ParseMAC(b.MAC)
+	if err != nil || len(mac) != 6 {
+		return nil, fmt.Errorf("port binding: MAC %q is not an Ethernet address", b.MAC)
+	}
+	ip, err := netip.ParseAddr(b.IP)
+	if err != nil || !ip.Is4() {
+		return nil, fmt.Errorf("port binding: %q is not an IPv4 address", b.IP)
+	}
+	return &firewall.PortBinding{MAC: mac, IP: ip}, nil
 }
 
 // runningFor finds a running capture of a lease (or, without lease, of an

@@ -107,6 +107,43 @@ func arpIPv4() []expr.Any {
 	return append(etherType(unix.ETH_P_ARP), payloadIs(expr.PayloadBaseNetworkHeader, 0, []byte{0, 1, 8, 0, 6, 4})...)
 }
 
+// Passes reports whether the bind chain lets frame, sent by the guest on
+// the port b binds, onto the bridge; dhcp is the lab's Config.DHCP. It
+// says in Go what bindRules says to the kernel, so that a capture on the
+// port (the lease's tap, which sees a frame before the bridge drops it)
+// can keep out what never reached the lab: a sample's forged frames must
+// not count as what it sent or, forging answers to itself, as what its C2
+// said. TestHostileGuest (internal/netlab) checks the two agree on every
+// attack frame it sends.
+func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
+	if len(frame) < 14 || !bytes.Equal(frame[6:12], b.MAC) {
+		return false
+	}
+	nh := frame[14:]
+	switch binary.BigEndian.Uint16(frame[12:14]) {
+	case unix.ETH_P_IP:
+		if len(nh) < 20 {
+			return false
+		}
+		src := netip.AddrFrom4([4]byte(nh[12:16]))
+		if src == b.IP {
+			return true
+		}
+		// A DHCP request from 0.0.0.0, where the lab serves DHCP.
+		th := int(nh[0]&0x0f) * 4 // where the kernel finds the transport header
+		return dhcp && src.IsUnspecified() && nh[9] == unix.IPPROTO_UDP && th >= 20 && len(nh) >= th+4 &&
+			bytes.Equal(nh[th:th+4], []byte{0, 68, 0, 67})
+	case unix.ETH_P_ARP:
+		if len(nh) < 28 || !bytes.Equal(nh[:6], []byte{0, 1, 8, 0, 6, 4}) || !bytes.Equal(nh[8:14], b.MAC) {
+			return false
+		}
+		sender := netip.AddrFrom4([4]byte(nh[14:18]))
+		// Its own address, or a probe (a request from 0.0.0.0).
+		return sender == b.IP || sender.IsUnspecified() && nh[6] == 0 && nh[7] == 1
+	}
+	return false
+}
+
 // bindRules queues the bind chain's rules (the chain is flushed first).
 func (f *NFT) bindRules(c *nftables.Conn, bt *nftables.Table, bind *nftables.Chain) {
 	add := func(r *nftables.Rule) { c.AddRule(r) }

@@ -47,7 +47,7 @@ func TestTapBoundBeforeCapture(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- sniff.Run(sctx, func(_ time.Time, b []byte, _ int) error {
+		done <- sniff.Run(sctx, func(_ time.Time, b []byte, _ int, _ bool) error {
 			sender, target, ok := arp(b)
 			switch {
 			case !ok:

@@ -178,9 +178,22 @@ func TestHostileGuest(t *testing.T) {
 	}
 	// A frame the attacker may send, after the others: once it is through,
 	// what came before it has been dropped or delivered.
-	labtest.SendFrames(t, evil.NS, "eth0", udpFrame(t, evil.MAC, brMAC, evil.IP, netip.MustParseAddr("192.0.2.7"), 9, []byte("tb-marker")))
+	marker := udpFrame(t, evil.MAC, brMAC, evil.IP, netip.MustParseAddr("192.0.2.7"), 9, []byte("tb-marker"))
+	labtest.SendFrames(t, evil.NS, "eth0", marker)
 	sink.Wait(t, "the attacker's own datagram at the sinkhole", wait, func(p labtest.Packet) bool { return string(p.Payload) == "tb-marker" })
 	atBridge.Wait(t, "the attacker's own datagram at the bridge", wait, func(p labtest.Packet) bool { return string(p.Payload) == "tb-marker" })
+	// The bind chain as Go says it (what a capture on the port keeps out):
+	// it agrees with the bridge on each frame, every attack dropped (as
+	// checked below) and the attacker's own datagram let through.
+	evilBinding := firewall.PortBinding{MAC: evil.MAC, IP: evil.IP}
+	for i, a := range attacks {
+		if evilBinding.Passes(frames[i], cfg.DHCP) {
+			t.Errorf("%s: PortBinding.Passes lets through what the bridge drops", a.name)
+		}
+	}
+	if !evilBinding.Passes(marker, cfg.DHCP) {
+		t.Error("PortBinding.Passes drops the attacker's own datagram, which the bridge let through")
+	}
 
 	// A port on the bridge that was never attached (a tap plugged in
 	// behind tb-lease's back) is not bound, so the bridge does not check

@@ -47,12 +47,26 @@ type Capture struct {
 	StoppedAt *time.Time  `json:"stopped_at,omitempty"`
 	Packets   uint64      `json:"packets"`
 	Drops     uint64      `json:"drops"`
-	Files     int         `json:"files"`
-	Artifacts []string    `json:"artifacts,omitempty"`
+	// Bound is the lab's binding of the lease's port, when the capture is
+	// on it: the frames from the guest that the bridge drops for it are
+	// counted in Forged and not written, so that the capture holds only
+	// what reached the lab (a sample cannot forge its C2's answers into it).
+	Bound     *PortBound `json:"bound,omitempty"`
+	Forged    uint64     `json:"forged,omitempty"`
+	Files     int        `json:"files"`
+	Artifacts []string   `json:"artifacts,omitempty"`
 	// Rules summarises the lease's containment rules while applied.
 	Rules   *RuleSummary   `json:"rules,omitempty"`
 	Sensors []SensorStatus `json:"sensors,omitempty"`
 	Error   string         `json:"error,omitempty"`
+}
+
+// PortBound is a guest port's binding on the lab's bridge: its MAC and
+// IPv4, and whether the lab serves DHCP (a request from 0.0.0.0 passes).
+type PortBound struct {
+	MAC  string `json:"mac"`
+	IP   string `json:"ip"`
+	DHCP bool   `json:"dhcp,omitempty"`
 }
 
 // ClockMarker pairs wall-clock and monotonic time.
@@ -105,6 +119,9 @@ type Artifact struct {
 	Snaplen int        `json:"snaplen,omitempty"`
 	// Drops are the kernel's drops while this file was written.
 	Drops uint64 `json:"drops"`
+	// Forged counts the frames from the guest kept out of this file: the
+	// lab's bridge dropped them (Capture.Bound).
+	Forged uint64 `json:"forged,omitempty"`
 	// Reason is why the file was closed: rotate, size, time, stop, disk-full.
 	Reason string `json:"reason,omitempty"`
 	// Source is the artifact this one was derived from (a flow log's

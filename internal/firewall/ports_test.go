@@ -1,0 +1,68 @@
+package firewall
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+)
+
+// TestPortBindingPasses: what the bind chain lets through from a bound
+// port, as Passes says it, for the frames the lab's own guests send (the
+// forged ones are checked against the real bridge in internal/netlab's
+// TestHostileGuest): IPv4 from its address, ARP for its address and
+// address-conflict probes, and DHCP requests from 0.0.0.0 only where the
+// lab serves DHCP.
+func TestPortBindingPasses(t *testing.T) {
+	mac, other := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
+	ip, gw := netip.MustParseAddr("10.13.37.10"), netip.MustParseAddr("10.13.37.1")
+	b := PortBinding{MAC: mac, IP: ip}
+	frame := func(ls ...gopacket.SerializableLayer) []byte {
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true}, ls...); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	eth := func(src net.HardwareAddr, typ layers.EthernetType) *layers.Ethernet {
+		return &layers.Ethernet{SrcMAC: src, DstMAC: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, EthernetType: typ}
+	}
+	udp := func(src net.HardwareAddr, from netip.Addr, sport, dport uint16, options ...layers.IPv4Option) []byte {
+		i := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: from.AsSlice(), DstIP: gw.AsSlice(), Options: options}
+		return frame(eth(src, layers.EthernetTypeIPv4), i, &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)})
+	}
+	arp := func(op uint16, sha net.HardwareAddr, spa netip.Addr) []byte {
+		return frame(eth(mac, layers.EthernetTypeARP), &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4,
+			HwAddressSize: 6, ProtAddressSize: 4, Operation: op, SourceHwAddress: sha, SourceProtAddress: spa.AsSlice(),
+			DstHwAddress: make([]byte, 6), DstProtAddress: gw.AsSlice()})
+	}
+	zero := netip.IPv4Unspecified()
+	for _, tc := range []struct {
+		name       string
+		frame      []byte
+		dhcp, want bool
+	}{
+		{"ipv4 from its address", udp(mac, ip, 40000, 53), false, true},
+		{"ipv4 from another address", udp(mac, gw, 40000, 53), false, false},
+		{"ipv4 from another MAC", udp(other, ip, 40000, 53), false, false},
+		{"dhcp request from 0.0.0.0, the lab serving DHCP", udp(mac, zero, 68, 67), true, true},
+		{"the same, IP options before the UDP header", udp(mac, zero, 68, 67, layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1},
+			layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1}), true, true},
+		{"dhcp request from 0.0.0.0, no DHCP in the lab", udp(mac, zero, 68, 67), false, false},
+		{"other udp from 0.0.0.0", udp(mac, zero, 68, 53), true, false},
+		{"arp for its address", arp(layers.ARPRequest, mac, ip), false, true},
+		{"arp probe (RFC 5227)", arp(layers.ARPRequest, mac, zero), false, true},
+		{"arp reply from 0.0.0.0", arp(layers.ARPReply, mac, zero), false, false},
+		{"arp for another address", arp(layers.ARPReply, mac, gw), false, false},
+		{"arp naming another MAC", arp(layers.ARPRequest, other, ip), false, false},
+		{"another ethertype", frame(eth(mac, layers.EthernetTypeIPv6), gopacket.Payload(make([]byte, 40))), false, false},
+		{"a runt", []byte{1, 2, 3}, false, false},
+		{"an ipv4 header cut short", udp(mac, ip, 40000, 53)[:30], false, false},
+	} {
+		if got := b.Passes(tc.frame, tc.dhcp); got != tc.want {
+			t.Errorf("%s: Passes %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
