@@ -189,7 +189,7 @@ func TestHostileGuest(t *testing.T) {
 	checkC2Hits(t, l, goodCycles[1])
 	checkThirdPartyAnswered(t, l, badCycles[1])
 	checkNothingPromotedByName(t, st, book, bad.ID, badCycles)
-	checkForgedKeptOut(t, st, bad.ID, l.c2, sent)
+	checkForgedKeptOut(t, st, bad.ID, l.c2, sent, badCycles)
 
 	v := violations{}
 	defer v.report(t)
@@ -258,8 +258,9 @@ func TestHostileGuest(t *testing.T) {
 // counted as forged in the lease's pcap artifacts, and no observable of
 // the lease names the neighbour's C2, which it reached with those frames
 // only (before, its tap's capture held them, and tb-parse made the C2 a
-// candidate of the hostile lease, "contacted 12 times").
-func checkForgedKeptOut(t *testing.T, st *state.Store, lease, c2 string, sent []gopacket.Packet) {
+// candidate of the hostile lease, "contacted 12 times"); each of its
+// cycles, all of which spoof, is classified "spoofing".
+func checkForgedKeptOut(t *testing.T, st *state.Store, lease, c2 string, sent []gopacket.Packet, cycles []*records.Cycle) {
 	t.Helper()
 	spoofed := 0
 	for _, f := range sent {
@@ -287,6 +288,15 @@ func checkForgedKeptOut(t *testing.T, st *state.Store, lease, c2 string, sent []
 	}
 	for _, o := range named {
 		t.Errorf("an observable of the hostile lease names the neighbour's C2, reached only by forged frames: %s %s (count %d)", o.Type, o.Value, o.Count)
+	}
+	for i, c := range cycles {
+		var a records.RunAnalysis
+		if err := st.Get(c.Analysis, &a); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(a.Classification, "spoofing") {
+			t.Errorf("cycle %d of the hostile lease is classified %v, not spoofing", i+1, a.Classification)
+		}
 	}
 }
 

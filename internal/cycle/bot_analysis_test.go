@@ -30,3 +30,27 @@ func TestAnalysisNamesOrderedAttacks(t *testing.T) {
 		t.Fatalf("analysis %+v", a)
 	}
 }
+
+// TestAnalysisNamesForgedFrames: frames of the guest's the bridge dropped,
+// which the capture kept out and counted (tb-capture's forged), make the
+// cycle "spoofing", with a reason that counts them over the cycle's
+// captures.
+func TestAnalysisNamesForgedFrames(t *testing.T) {
+	e := setup(t, "out hello")
+	c := e.run(t, Request{})
+	for _, n := range []uint64{0, 300, 12} {
+		a := &records.Artifact{Cycle: c.ID, Lease: c.Lease, Type: "pcap", Packets: 40, Forged: n}
+		records.Init(a, records.KindArtifact, e.st.Now())
+		if err := e.st.Create(t.Context(), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := Analyse(t.Context(), e.st, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "the guest sent 312 frames the lab's bridge dropped (another address or MAC than its own, or forged answers to itself): kept out of the capture, they are evidence of nothing"
+	if !slices.Contains(a.Reasons, want) || !slices.Contains(a.Classification, "spoofing") {
+		t.Fatalf("analysis: classification %v, reasons %q", a.Classification, a.Reasons)
+	}
+}

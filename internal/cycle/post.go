@@ -173,13 +173,18 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		b.DroppedSamples = c.DroppedSamples
 	}
 	arts, err := state.FindBy(st, records.KindArtifact, records.KeyCycle, c.ID, func(art *records.Artifact) bool {
-		return art.Type == flowlog.ArtifactType || art.Type == ArtifactDropsSkipped
+		return art.Type == flowlog.ArtifactType || art.Type == ArtifactDropsSkipped || art.Forged > 0
 	})
 	if err != nil {
 		return nil, err
 	}
 	var warnings []string
+	var forged uint64 // frames the bridge dropped, kept out of the captures
 	for _, art := range arts {
+		if art.Type != flowlog.ArtifactType && art.Type != ArtifactDropsSkipped {
+			forged += art.Forged
+			continue
+		}
 		if art.Type == ArtifactDropsSkipped {
 			// []any once read back as JSON.
 			skipped, _ := art.Metadata["skipped"].([]any)
@@ -262,6 +267,9 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 	if total == 0 && !wrongArch {
 		a.Classification = append(a.Classification, "silent")
 	}
+	if forged > 0 {
+		a.Classification = append(a.Classification, "spoofing")
+	}
 	if b := a.Behaviour; b != nil {
 		for _, l := range []struct {
 			label string
@@ -315,6 +323,9 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		default:
 			a.Reasons = append(a.Reasons, "nothing new to allow; the allow-list in force is unchanged")
 		}
+	}
+	if forged > 0 {
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab's bridge dropped (another address or MAC than its own, or forged answers to itself): kept out of the capture, they are evidence of nothing", forged))
 	}
 	if len(carried) > 0 {
 		// What the bot did with what it was told; tb-parse's
