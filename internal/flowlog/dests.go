@@ -137,8 +137,11 @@ func origKey(a netip.AddrPort) uint32 {
 // (TIME_WAIT).
 const retrySpan = int64(time.Second)
 
-// synRetrySpan: a connection of the same 5-tuple as an attempt nothing
-// answered, started this soon after it, is that attempt's retry. A
+// synRetrySpan: an unanswered connection of the same 5-tuple as an attempt
+// nothing answered, started this soon after it, is that attempt's retry
+// (one that was answered is told as a new contact: the flow log does not
+// say whether its SYN was the same, and a new connect() on the same ports
+// is a new contact). A
 // connect() sends its SYN again for about a minute (Linux's
 // tcp_syn_retries of 6: at 1, 3, 7, 15, 31 and 63 s), and a flow table
 // makes each retry past the attempt delay (5 s) a connection of its own,
@@ -160,7 +163,7 @@ func (r *contact) takes(c *Conn, orig uint32) bool {
 	}
 	noSYN := c.History == "" || c.History[0] != 'S'
 	return within(c.Start, r.start, retrySpan) || noSYN && within(c.Start, r.start, pieceSpan(c)) ||
-		!r.answered && c.Proto == "tcp" && within(c.Start, r.start, synRetrySpan)
+		!r.answered && c.Proto == "tcp" && c.RespPkts == 0 && within(c.Start, r.start, synRetrySpan)
 }
 
 // saw notes what c, one of its pieces, says of the contact.
