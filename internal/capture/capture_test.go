@@ -336,6 +336,11 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 	if arts[0].Forged != 30 {
 		t.Errorf("the artifact counts %d forged frames, want 30", arts[0].Forged)
 	}
+	// What was kept out was handled: the rotate's drain did not wait for
+	// it to be written, nor count it as given up on.
+	if rep, err := capture.Call(ctx, r.st, r.rec.ID, "status", ""); err != nil || rep.Unwritten != 0 {
+		t.Errorf("status after the rotate: %d packets given up on (%v), want 0", rep.Unwritten, err)
+	}
 	if _, err := capture.Call(ctx, r.st, r.rec.ID, "stop", ""); err != nil {
 		t.Fatal(err)
 	}

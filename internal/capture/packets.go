@@ -9,16 +9,17 @@ import (
 func (d *Daemon) packet(ts time.Time, data []byte, origLen int, outgoing bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !outgoing && d.bound != nil && !d.bound.Passes(data, d.rec.Bound.DHCP) {
-		// From the guest, and dropped by the bridge: it reached nothing.
-		d.forged++
-		return nil
-	}
-	d.pktsTotal++
 	if d.written != nil {
 		close(d.written)
 		d.written = nil
 	}
+	if !outgoing && d.bound != nil && !d.bound.Passes(data, d.rec.Bound.DHCP) {
+		// From the guest, and dropped by the bridge: it reached nothing.
+		d.forged++
+		d.keptOut++
+		return nil
+	}
+	d.pktsTotal++
 	var err error
 	if d.w.Full(len(data)) {
 		err = d.rotateDueLocked("size")
@@ -64,7 +65,7 @@ func (d *Daemon) drain(ctx context.Context) {
 	defer idle.Stop()
 	for {
 		d.mu.Lock()
-		got := d.pktsTotal
+		got := d.pktsTotal + d.keptOut
 		if got >= want {
 			d.mu.Unlock()
 			return
