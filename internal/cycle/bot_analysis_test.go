@@ -49,7 +49,7 @@ func TestAnalysisNamesForgedFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "the guest sent 312 frames the lab's bridge dropped (another address or MAC than its own, or forged answers to itself): kept out of the capture, they are evidence of nothing"
+	want := "the guest sent 312 frames the lab's bridge dropped (not from its own MAC and address, or neither IPv4 nor ARP: forged, or IPv6): kept out of the capture, they are evidence of nothing"
 	if !slices.Contains(a.Reasons, want) || !slices.Contains(a.Classification, "spoofing") {
 		t.Fatalf("analysis: classification %v, reasons %q", a.Classification, a.Reasons)
 	}

@@ -325,7 +325,7 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		}
 	}
 	if forged > 0 {
-		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab's bridge dropped (another address or MAC than its own, or forged answers to itself): kept out of the capture, they are evidence of nothing", forged))
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab's bridge dropped (not from its own MAC and address, or neither IPv4 nor ARP: forged, or IPv6): kept out of the capture, they are evidence of nothing", forged))
 	}
 	if len(carried) > 0 {
 		// What the bot did with what it was told; tb-parse's
