@@ -68,7 +68,13 @@ func (l *link) send(t *testing.T, n int, tag string) {
 // sendTo sends n UDP datagrams with numbered payloads from the guest to port.
 func (l *link) sendTo(t *testing.T, n int, tag string, port int) {
 	t.Helper()
-	labtest.In(t, l.guest, func() error {
+	sendUDP(t, l.guest, netip.AddrPortFrom(l.dst, uint16(port)), n, tag)
+}
+
+// sendUDP sends n UDP datagrams with numbered payloads from namespace ns to to.
+func sendUDP(t *testing.T, ns string, to netip.AddrPort, n int, tag string) {
+	t.Helper()
+	labtest.In(t, ns, func() error {
 		// Unconnected, so that the host's port-unreachable answers do
 		// not fail the next write.
 		c, err := net.ListenPacket("udp", ":0")
@@ -76,9 +82,9 @@ func (l *link) sendTo(t *testing.T, n int, tag string, port int) {
 			return err
 		}
 		defer c.Close()
-		to := &net.UDPAddr{IP: l.dst.AsSlice(), Port: port}
+		dst := net.UDPAddrFromAddrPort(to)
 		for i := 0; i < n; i++ {
-			if _, err := c.WriteTo([]byte(fmt.Sprintf("%s-%06d", tag, i)), to); err != nil {
+			if _, err := c.WriteTo([]byte(fmt.Sprintf("%s-%06d", tag, i)), dst); err != nil {
 				return err
 			}
 		}
@@ -301,22 +307,7 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 	// After the forged frames, in the order the ring keeps: the guest's
 	// own datagrams, and the host's to the guest.
 	l.send(t, 20, "own")
-	labtest.In(t, l.host, func() error {
-		// Unconnected: the guest's port-unreachable answers do not fail
-		// the next write.
-		c, err := net.ListenPacket("udp", ":0")
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		to := &net.UDPAddr{IP: l.guestIP.AsSlice(), Port: 9}
-		for i := range 20 {
-			if _, err := c.WriteTo(fmt.Appendf(nil, "host-%06d", i), to); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	sendUDP(t, l.host, netip.AddrPortFrom(l.guestIP, 9), 20, "host")
 	waitFor(t, "40 packets captured", func() bool {
 		rep, err := capture.Call(ctx, r.st, r.rec.ID, "status", "")
 		return err == nil && rep.Packets >= 40

@@ -67,15 +67,22 @@ func TestHandoverRaisesTheSinksPanic(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startHandover(&failingSink{n: 3})
+			closing := false
 			defer func() {
 				p, ok := recover().(*sinkPanic)
 				if !ok || p.String() != "the sink's bug" || !bytes.Contains(p.PanicStack(), []byte("failingSink")) {
 					t.Errorf("recovered %v, want the sink's panic with its stack", p)
 				}
+				// With batches to hand over after the panic, the decoder
+				// meets it at one of them, not only at the end.
+				if atHandOver := tc.found > 2*handoverBatch; closing == atHandOver {
+					t.Errorf("raised while closing: %v", closing)
+				}
 			}()
 			for range tc.found {
 				h.Add(&records.Observable{})
 			}
+			closing = true
 			h.close()
 			t.Error("no panic")
 		})
