@@ -98,8 +98,8 @@ func (h *handover) check() {
 	}
 }
 
-// sinkPanic is a panic of the sink's goroutine, raised again on the
-// decoder's with where it happened.
+// sinkPanic is a panic of another goroutine of the run (the sink's, a
+// batch's), raised again on the run's own with where it happened.
 type sinkPanic struct {
 	value any
 	stack []byte
@@ -107,7 +107,7 @@ type sinkPanic struct {
 
 func (p *sinkPanic) String() string { return fmt.Sprint(p.value) }
 
-// PanicStack is the stack of the sink's goroutine when it panicked, which
+// PanicStack is the stack of the goroutine that panicked, which
 // the tool's recovery logs (cli.Run).
 func (p *sinkPanic) PanicStack() []byte { return p.stack }
 

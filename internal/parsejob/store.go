@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"time"
 
+	"github.com/talkbox-sandbox/talkbox/internal/crashhook"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/packet"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
@@ -96,6 +99,8 @@ type jobOutcome struct {
 	// err is why the job stored no more than its lines: errSkipped when
 	// the job before it failed.
 	err error
+	// panicked is the job's panic, which joinOldest raises again.
+	panicked *sinkPanic
 }
 
 // errSkipped: the batch before this one failed, so nothing was stored.
@@ -207,11 +212,23 @@ func (o *output) fillAndCommit(j *batchJob) {
 	res := j.res
 	filled := false
 	defer func() {
+		if r := recover(); r != nil {
+			// A bug here (what a sample wrote may reach it) is raised
+			// again on the run's goroutine when it joins this job, where
+			// the tool's recovery reports it (exit 1, not Go's 2); the
+			// batches after this one store nothing.
+			res.panicked = &sinkPanic{value: r, stack: debug.Stack()}
+			res.err = fmt.Errorf("storing %d observables: %v", len(j.obs), r)
+			j.lines = j.lines[:0]
+		}
 		if !filled {
 			close(res.filled)
 		}
 		close(res.done)
 	}()
+	if crashhook.Enabled {
+		crashhook.Panic(packet.FaultEnv, "commit")
+	}
 	if a := j.after; a != nil && !o.req.Merge {
 		<-a.filled
 	}
@@ -293,6 +310,9 @@ func (o *output) joinOldest() error {
 	j := s.jobs[0]
 	s.jobs = append(s.jobs[:0], s.jobs[1:]...)
 	<-j.res.done
+	if p := j.res.panicked; p != nil {
+		panic(p)
+	}
 	err := o.print(j.lines)
 	if j.res.err != nil {
 		err = o.failStore(j.res.err)
