@@ -84,7 +84,7 @@ func LoadSensor(dir, name string) (*CommandSensor, error) {
 	switch name {
 	case "tcpdump":
 		return &CommandSensor{SensorName: name, Program: "tcpdump", Output: "*.pcap*",
-			Template: `tcpdump -n -U --immediate-mode -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/tcpdump.pcap{{if .Filter}} {{quote .Filter}}{{end}}`}, nil
+			Template: `tcpdump -n -U --immediate-mode -B 32768 -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/tcpdump.pcap{{if .Filter}} {{quote .Filter}}{{end}}`}, nil
 	case "dumpcap":
 		return &CommandSensor{SensorName: name, Program: "dumpcap", Output: "*.pcapng",
 			Template: `dumpcap -q -n -i {{.Iface}} -s {{.Snaplen}} -w {{.Dir}}/dumpcap.pcapng{{if .Filter}} -f {{quote .Filter}}{{end}}`}, nil
@@ -265,8 +265,27 @@ const SensorRestarts = 3
 
 func (d *Daemon) meta(s Sensor) Meta {
 	return Meta{Capture: d.ID, Lease: d.rec.Lease, Cycle: d.rec.Cycle, Plan: d.rec.Plan, Iface: d.rec.Iface,
-		NetNS: d.rec.NetNS, IP: d.rec.IP, Snaplen: d.rec.Snaplen, Filter: d.rec.Filter,
+		NetNS: d.rec.NetNS, IP: d.rec.IP, Snaplen: d.rec.Snaplen, Filter: d.sensorFilter(),
 		Dir: filepath.Join(d.rec.Spool, "sensors", s.Name())}
+}
+
+// sensorFilter is the filter the sensors are given: the capture's, and on
+// a bound tap what the capture itself keeps out, kept out of theirs too
+// (the frames sent to the guest, and those from it that the bridge lets
+// through): a sample's forged frames must not reach an analysis by way of
+// a sensor's file either.
+func (d *Daemon) sensorFilter() string {
+	if d.bound == nil {
+		return d.rec.Filter
+	}
+	// The guest's frames first: libpcap filters the first frames after the
+	// filter is set again in userland, where it cannot read the direction
+	// (outbound) and rejects the frame; the guest's pass before it is read.
+	keep := "(" + d.bound.PcapFilter(d.rec.Bound.DHCP) + ") or outbound"
+	if d.rec.Filter == "" {
+		return keep
+	}
+	return "(" + keep + ") and (" + d.rec.Filter + ")"
 }
 
 func (d *Daemon) setSensor(ctx context.Context, st records.SensorStatus) {

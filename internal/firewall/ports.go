@@ -144,6 +144,27 @@ func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
 	return false
 }
 
+// PcapFilter is Passes as a pcap-filter(7) expression, for the programs
+// that capture on the port without Talkbox's own check (tb-capture's
+// sensors): true for the frames the guest sends that the bind chain lets
+// onto the bridge. Matching Passes on frames it is given is what
+// TestPortBindingPcapFilter checks, compiled by tcpdump.
+func (b PortBinding) PcapFilter(dhcp bool) string {
+	mac, ip := []byte(b.MAC), b.IP.As4()
+	hex := func(p []byte) string { return fmt.Sprintf("0x%x", p) }
+	// len: Passes takes no IPv4 header shorter than 20 bytes, no ARP
+	// body shorter than 28.
+	ipv4 := fmt.Sprintf("(ip and len >= 34 and ether[26:4] = %s)", hex(ip[:]))
+	if dhcp {
+		// udp[0:4]: libpcap, as the kernel, finds the UDP header after
+		// the IPv4 header's own length.
+		ipv4 = fmt.Sprintf("(ip and len >= 34 and (ether[26:4] = %s or (ether[26:4] = 0 and ether[23] = 17 and ether[14] & 0xf >= 5 and udp[0:4] = 0x00440043)))", hex(ip[:]))
+	}
+	arp := fmt.Sprintf("(arp and len >= 42 and ether[14:4] = 0x00010800 and ether[18:2] = 0x0604 and ether[22:4] = %s and ether[26:2] = %s"+
+		" and (ether[28:4] = %s or (ether[28:4] = 0 and ether[20:2] = 1)))", hex(mac[:4]), hex(mac[4:6]), hex(ip[:]))
+	return fmt.Sprintf("ether src %s and (%s or %s)", b.MAC, ipv4, arp)
+}
+
 // bindRules queues the bind chain's rules (the chain is flushed first).
 func (f *NFT) bindRules(c *nftables.Conn, bt *nftables.Table, bind *nftables.Chain) {
 	add := func(r *nftables.Rule) { c.AddRule(r) }

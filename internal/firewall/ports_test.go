@@ -3,10 +3,14 @@ package firewall
 import (
 	"net"
 	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"golang.org/x/net/bpf"
 )
 
 // TestPortBindingPasses: what the bind chain lets through from a bound
@@ -14,7 +18,8 @@ import (
 // forged ones are checked against the real bridge in internal/netlab's
 // TestHostileGuest): IPv4 from its address, ARP for its address and
 // address-conflict probes, and DHCP requests from 0.0.0.0 only where the
-// lab serves DHCP.
+// lab serves DHCP. PcapFilter, compiled by tcpdump as a sensor's libpcap
+// compiles it, must say the same of each frame.
 func TestPortBindingPasses(t *testing.T) {
 	mac, other := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
 	ip, gw := netip.MustParseAddr("10.13.37.10"), netip.MustParseAddr("10.13.37.1")
@@ -64,5 +69,39 @@ func TestPortBindingPasses(t *testing.T) {
 		if got := b.Passes(tc.frame, tc.dhcp); got != tc.want {
 			t.Errorf("%s: Passes %v, want %v", tc.name, got, tc.want)
 		}
+		if got := runFilter(t, b.PcapFilter(tc.dhcp), tc.frame); got != tc.want {
+			t.Errorf("%s: PcapFilter %v, want %v (%s)", tc.name, got, tc.want, b.PcapFilter(tc.dhcp))
+		}
 	}
+}
+
+// runFilter compiles a pcap-filter expression for Ethernet with tcpdump
+// -ddd and runs it on frame.
+func runFilter(t *testing.T, expr string, frame []byte) bool {
+	t.Helper()
+	out, err := exec.Command("tcpdump", "-ddd", "-y", "EN10MB", expr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tcpdump -ddd %q: %v: %s", expr, err, out)
+	}
+	var raw []bpf.RawInstruction
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+		var v [4]uint64
+		for i, f := range strings.Fields(l) {
+			v[i], _ = strconv.ParseUint(f, 10, 32)
+		}
+		raw = append(raw, bpf.RawInstruction{Op: uint16(v[0]), Jt: uint8(v[1]), Jf: uint8(v[2]), K: uint32(v[3])})
+	}
+	prog, ok := bpf.Disassemble(raw)
+	if !ok {
+		t.Fatalf("%q: an instruction the test's BPF machine does not know", expr)
+	}
+	vm, err := bpf.NewVM(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := vm.Run(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
 }
