@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,10 @@ func newRealGuestHost(t *testing.T, spec string, up func(ctx context.Context, st
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.m = lease.New(h.st, cfg, cmdout.New("tb-lease", io.Discard, h.stderr, nil))
+	// The manager's warnings (a restore tried again, say) go with the
+	// failure's message.
+	h.m = lease.New(h.st, cfg, cmdout.New("tb-lease", io.Discard, h.stderr,
+		slog.New(slog.NewTextHandler(h.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	h.m.Labs = lease.HostLabs{Labs: capture.Labs{St: h.st}}
 	t.Cleanup(h.m.Close)
 	return h
