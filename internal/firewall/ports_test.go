@@ -1,16 +1,17 @@
-package firewall
+package firewall_test
 
 import (
+	"context"
 	"net"
 	"net/netip"
-	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"golang.org/x/net/bpf"
+
+	"github.com/talkbox-sandbox/talkbox/internal/capture"
+	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 )
 
 // TestPortBindingPasses: what the bind chain lets through from a bound
@@ -23,7 +24,7 @@ import (
 func TestPortBindingPasses(t *testing.T) {
 	mac, other := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
 	ip, gw := netip.MustParseAddr("10.13.37.10"), netip.MustParseAddr("10.13.37.1")
-	b := PortBinding{MAC: mac, IP: ip}
+	b := firewall.PortBinding{MAC: mac, IP: ip}
 	frame := func(ls ...gopacket.SerializableLayer) []byte {
 		buf := gopacket.NewSerializeBuffer()
 		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true}, ls...); err != nil {
@@ -75,27 +76,23 @@ func TestPortBindingPasses(t *testing.T) {
 	}
 }
 
-// runFilter compiles a pcap-filter expression for Ethernet with tcpdump
-// -ddd and runs it on frame.
+// runFilter compiles a pcap-filter expression for Ethernet as tb-capture
+// compiles a capture's (tcpdump -ddd) and runs it on frame.
 func runFilter(t *testing.T, expr string, frame []byte) bool {
 	t.Helper()
-	out, err := exec.Command("tcpdump", "-ddd", "-y", "EN10MB", expr).CombinedOutput()
+	prog, err := capture.CompileFilter(context.Background(), expr, 0)
 	if err != nil {
-		t.Fatalf("tcpdump -ddd %q: %v: %s", expr, err, out)
+		t.Fatal(err)
 	}
-	var raw []bpf.RawInstruction
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
-		var v [4]uint64
-		for i, f := range strings.Fields(l) {
-			v[i], _ = strconv.ParseUint(f, 10, 32)
-		}
-		raw = append(raw, bpf.RawInstruction{Op: uint16(v[0]), Jt: uint8(v[1]), Jf: uint8(v[2]), K: uint32(v[3])})
+	raw := make([]bpf.RawInstruction, len(prog))
+	for i, f := range prog {
+		raw[i] = bpf.RawInstruction{Op: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
 	}
-	prog, ok := bpf.Disassemble(raw)
+	insns, ok := bpf.Disassemble(raw)
 	if !ok {
 		t.Fatalf("%q: an instruction the test's BPF machine does not know", expr)
 	}
-	vm, err := bpf.NewVM(prog)
+	vm, err := bpf.NewVM(insns)
 	if err != nil {
 		t.Fatal(err)
 	}
