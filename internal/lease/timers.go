@@ -42,8 +42,12 @@ const restoredTimeout = time.Minute
 // of its channel (the host side reconnects after a restore), sleeps 100 ms
 // before reading again, and that sleep never ends. Whether it reads in
 // that window is a race of each restore, not of the save file, so such a
-// guest is restored again: up to restoreAttempts times, each given
-// restoreAgentWait for its agent (it answers in about 2 s when it does).
+// guest is restored again: up to restoreAttempts times, the first given
+// restoreAgentWait for its agent (it answers in about 2 s when it does, on
+// a quiet host) and each after it twice the wait of the one before, within
+// the caller's timeout: on a loaded host an agent that does answer can
+// take longer than 20 s (beside six busy loops, all three 20 s waits ran
+// out, and a 90 s wait passed).
 const (
 	restoreAttempts  = 3
 	restoreAgentWait = 20 * time.Second
@@ -80,7 +84,7 @@ func (m *Manager) restoreGuest(ctx context.Context, c Host, l *records.SandboxLe
 		if err = m.run(ctx, c, l, restore); err != nil {
 			return err
 		}
-		wctx, cancel := context.WithTimeout(ctx, wait)
+		wctx, cancel := context.WithTimeout(ctx, min(timeout, wait<<i))
 		g := virt.NewGuest(c, l.VMName, l.ConsoleLog)
 		if err = g.WaitAgent(wctx); err == nil {
 			err = settleRestored(wctx, g, l, then)
