@@ -148,7 +148,7 @@ func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
 // that capture on the port without Talkbox's own check (tb-capture's
 // sensors): true for the frames the guest sends that the bind chain lets
 // onto the bridge. Matching Passes on frames it is given is what
-// TestPortBindingPcapFilter checks, compiled by tcpdump.
+// TestPortBindingPasses checks, compiled by tcpdump.
 func (b PortBinding) PcapFilter(dhcp bool) string {
 	mac, ip := []byte(b.MAC), b.IP.As4()
 	hex := func(p []byte) string { return fmt.Sprintf("0x%x", p) }
