@@ -177,8 +177,9 @@ func readPcap(t *testing.T, st *state.Store, a records.Artifact) (payloads []str
 	return payloads, n
 }
 
-// pcapPayloads reads a pcap as readPcap does; a file cut short in its
-// last packet (a sensor still writing it) ends at that packet.
+// pcapPayloads reads a pcap as readPcap does; on an error (a sensor's file
+// cut short in the packet it is writing, say) it returns what it read
+// before it as well.
 func pcapPayloads(f io.Reader) (payloads []string, n int, err error) {
 	r, err := pcapgo.NewReader(f)
 	if err != nil {
@@ -186,7 +187,7 @@ func pcapPayloads(f io.Reader) (payloads []string, n int, err error) {
 	}
 	for {
 		data, _, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -27,7 +27,7 @@ type handover struct {
 	empty chan []finding
 	done  chan struct{}
 	// failed is the sink's panic, once it has panicked.
-	failed atomic.Pointer[sinkPanic]
+	failed atomic.Pointer[goroutinePanic]
 }
 
 // finding is an observable, or (obs nil) a connection.
@@ -52,7 +52,7 @@ func startHandover(sink decode.Sink) *handover {
 				// at its next hand-over, where the tool's own recovery
 				// reports it. Until then the findings are taken and
 				// dropped, so that it does not wait for room.
-				h.failed.Store(&sinkPanic{value: r, stack: debug.Stack()})
+				h.failed.Store(&goroutinePanic{value: r, stack: debug.Stack()})
 				for b := range h.full {
 					h.empty <- b[:0]
 				}
@@ -98,18 +98,18 @@ func (h *handover) check() {
 	}
 }
 
-// sinkPanic is a panic of another goroutine of the run (the sink's, a
+// goroutinePanic is a panic of another goroutine of the run (the sink's, a
 // batch's), raised again on the run's own with where it happened.
-type sinkPanic struct {
+type goroutinePanic struct {
 	value any
 	stack []byte
 }
 
-func (p *sinkPanic) String() string { return fmt.Sprint(p.value) }
+func (p *goroutinePanic) String() string { return fmt.Sprint(p.value) }
 
 // PanicStack is the stack of the goroutine that panicked, which
 // the tool's recovery logs (cli.Run).
-func (p *sinkPanic) PanicStack() []byte { return p.stack }
+func (p *goroutinePanic) PanicStack() []byte { return p.stack }
 
 // close hands over what is left and waits until the sink has taken
 // everything.

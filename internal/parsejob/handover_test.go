@@ -69,7 +69,7 @@ func TestHandoverRaisesTheSinksPanic(t *testing.T) {
 			h := startHandover(&failingSink{n: 3})
 			closing := false
 			defer func() {
-				p, ok := recover().(*sinkPanic)
+				p, ok := recover().(*goroutinePanic)
 				if !ok || p.String() != "the sink's bug" || !bytes.Contains(p.PanicStack(), []byte("failingSink")) {
 					t.Errorf("recovered %v, want the sink's panic with its stack", p)
 				}

@@ -100,7 +100,7 @@ type jobOutcome struct {
 	// the job before it failed.
 	err error
 	// panicked is the job's panic, which joinOldest raises again.
-	panicked *sinkPanic
+	panicked *goroutinePanic
 }
 
 // errSkipped: the batch before this one failed, so nothing was stored.
@@ -217,7 +217,7 @@ func (o *output) fillAndCommit(j *batchJob) {
 			// again on the run's goroutine when it joins this job, where
 			// the tool's recovery reports it (exit 1, not Go's 2); the
 			// batches after this one store nothing.
-			res.panicked = &sinkPanic{value: r, stack: debug.Stack()}
+			res.panicked = &goroutinePanic{value: r, stack: debug.Stack()}
 			res.err = fmt.Errorf("storing %d observables: %v", len(j.obs), r)
 			j.lines = j.lines[:0]
 		}
