@@ -280,7 +280,10 @@ func (l *hostileLab) acquire(t *testing.T, plan string) (*records.SandboxLease, 
 	if ls.ID == "" || ls.Tap == "" || ls.IP == "" || ls.MAC == "" {
 		return nil, fmt.Errorf("tb-lease acquire printed no usable lease: %s", out)
 	}
-	if _, err := l.run("tb-capture", "start", "--lab", l.lab, "--lease", ls.ID); err != nil {
+	// The tcpdump sensor beside each capture: its file must keep out the
+	// hostile guest's forged frames as the capture's pcaps do
+	// (checkSensorKeptOut).
+	if _, err := l.run("tb-capture", "start", "--lab", l.lab, "--lease", ls.ID, "--sensor", "tcpdump"); err != nil {
 		return nil, err
 	}
 	return &ls, nil

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"maps"
 	"net"
 	"net/netip"
@@ -22,6 +21,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/allowlist"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/beacon"
 	"github.com/talkbox-sandbox/talkbox/internal/demo/c2"
+	"github.com/talkbox-sandbox/talkbox/internal/endpoint"
 	"github.com/talkbox-sandbox/talkbox/internal/firewall"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
@@ -48,11 +48,12 @@ const hostileCycles = 2
 // a periodic connection to an address it never resolved, a port and DNS
 // spray) next to a polite guest running the ordinary beacon with its C2,
 // each for two cycles at the same time, with captures on the uplink and
-// on both taps and the sinkhole's link. It first asserts that the attack
+// on both taps and the sinkhole's link, and the tcpdump sensor beside each
+// lease's capture. It first asserts that the attack
 // happened (what the hostile guest's tap received from it), then that the
 // lab's resolver forwards, and forwarded, no name that was not resolved;
 // that no forged frame passes the bridge (to the neighbour, the sinkhole,
-// the uplink or the C2); that the neighbour's traffic never reaches the
+// the uplink or the C2) nor reaches the sensor's file; that the neighbour's traffic never reaches the
 // attacker; that no endpoint the hostile guest alone suggested is ever
 // active, those of cycle 1 revoked after a probation in which no far side
 // answered as a C2 would (the web server it aims at answers each request
@@ -150,12 +151,14 @@ func TestHostileGuest(t *testing.T) {
 	for _, s := range []*sniffer{uplink, goodTap, badTap, badSent, sunk} {
 		s.stop()
 	}
+	sensorFile := l.stopSensedCapture(t, st, bad.ID, badCycles)
 	goodMAC, _ := net.ParseMAC(good.MAC)
 	badMAC, _ := net.ParseMAC(bad.MAC)
 	goodIP, badIP := netip.MustParseAddr(good.IP), netip.MustParseAddr(bad.IP)
 	gateway := netip.MustParseAddr(good.Gateway)
 	sent := frames(t, badSent.file)
 	checkAttacked(t, sent, badMAC, goodIP, gateway)
+	checkSensorKeptOut(t, sensorFile, sent, badMAC, goodIP, gateway)
 	// The host's own neighbour table never believed an ARP claim.
 	for _, line := range neighbours.stop() {
 		f := strings.Fields(line)
@@ -693,5 +696,79 @@ func (v violations) report(t *testing.T) {
 	t.Helper()
 	for _, what := range slices.Sorted(maps.Keys(v)) {
 		t.Errorf("%s: %d frames, the first: %v", what, len(v[what]), v[what][0])
+	}
+}
+
+// stopSensedCapture stops the hostile lease's capture, which its acquire
+// started with the tcpdump sensor, after checking that every cycle of the
+// lease ran on that one capture, and returns the path of the sensor's file
+// as the state registered it.
+func (l *hostileLab) stopSensedCapture(t *testing.T, st *state.Store, lease string, cycles []*records.Cycle) string {
+	t.Helper()
+	capture := cycles[0].Capture
+	for i, c := range cycles {
+		if c.Capture != capture || c.Capture == "" {
+			t.Fatalf("cycle %d of the hostile lease ran on capture %q, cycle 1 on %q: one capture, its sensor's, must see them all", i+1, c.Capture, capture)
+		}
+	}
+	l.tool(t, "tb-capture", "stop", "--lease", lease)
+	arts, err := state.FindBy(st, records.KindArtifact, records.KeyLease, lease, func(a *records.Artifact) bool {
+		return a.Type == "sensor-output" && a.Sensor == "tcpdump" && a.Capture == capture && a.ContentType == "application/vnd.tcpdump.pcap"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(arts) != 1 {
+		t.Fatalf("the capture %s registered %d tcpdump files, want 1", capture, len(arts))
+	}
+	f, err := st.OpenBlob(arts[0].SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return f.Name()
+}
+
+// checkSensorKeptOut asserts that the tcpdump sensor's file holds none of
+// the frames the hostile guest forged (its spoofed SYNs, its ARP claims on
+// the gateway's and the neighbour's addresses: sent has them, checkAttacked
+// says) and its own frames all the same: the spray's DNS queries, as many
+// as it sent, give or take a tenth (tcpdump's kernel ring, not the filter).
+func checkSensorKeptOut(t *testing.T, file string, sent []gopacket.Packet, badMAC net.HardwareAddr, neighbour, gateway netip.Addr) {
+	t.Helper()
+	sprayQuery := func(f gopacket.Packet) bool {
+		dns, ok := f.Layer(layers.LayerTypeDNS).(*layers.DNS)
+		return ok && !dns.QR && len(dns.Questions) == 1 && strings.HasSuffix(string(dns.Questions[0].Name), ".spray.example")
+	}
+	claim := func(f gopacket.Packet) bool {
+		arp, ok := f.Layer(layers.LayerTypeARP).(*layers.ARP)
+		if !ok || arp.Operation != layers.ARPReply || !slices.Equal(arp.SourceHwAddress, badMAC) {
+			return false
+		}
+		claimed := addrOf(arp.SourceProtAddress)
+		return claimed == gateway || claimed == neighbour
+	}
+	count := func(fs []gopacket.Packet) (spoofed, claims, queries int) {
+		for _, f := range fs {
+			switch {
+			case isSpoofSYN(f):
+				spoofed++
+			case claim(f):
+				claims++
+			case sprayQuery(f):
+				queries++
+			}
+		}
+		return spoofed, claims, queries
+	}
+	sentSpoofed, sentClaims, sentQueries := count(sent)
+	spoofed, claims, queries := count(frames(t, file))
+	t.Logf("the tcpdump sensor's file: %d spoofed SYNs, %d ARP claims, %d spray queries (the guest sent %d, %d, %d)",
+		spoofed, claims, queries, sentSpoofed, sentClaims, sentQueries)
+	if spoofed != 0 || claims != 0 {
+		t.Errorf("the tcpdump sensor's file holds %d spoofed SYNs and %d ARP claims the bridge dropped", spoofed, claims)
+	}
+	if sentQueries == 0 || queries < sentQueries*9/10 || queries > sentQueries {
+		t.Errorf("the tcpdump sensor's file holds %d of the %d spray queries the guest sent", queries, sentQueries)
 	}
 }
