@@ -49,14 +49,14 @@ const hostileCycles = 2
 // spray) next to a polite guest running the ordinary beacon with its C2,
 // each for two cycles at the same time, with captures on the uplink and
 // on both taps and the sinkhole's link, and the tcpdump sensor beside each
-// lease's capture. It first asserts that the attack
-// happened (what the hostile guest's tap received from it), then that the
-// lab's resolver forwards, and forwarded, no name that was not resolved;
-// that no forged frame passes the bridge (to the neighbour, the sinkhole,
-// the uplink or the C2) nor reaches the sensor's file; that the neighbour's traffic never reaches the
-// attacker; that no endpoint the hostile guest alone suggested is ever
-// active, those of cycle 1 revoked after a probation in which no far side
-// answered as a C2 would (the web server it aims at answers each request
+// lease's capture. It first asserts that the attack happened (what the
+// hostile guest's tap received from it), then that the lab's resolver
+// forwards, and forwarded, no name that was not resolved; that no forged
+// frame passes the bridge (to the neighbour, the sinkhole, the uplink or
+// the C2) nor reaches the sensor's file; that the neighbour's traffic
+// never reaches the attacker; that no endpoint the hostile guest alone
+// suggested is ever active, those of cycle 1 revoked after a probation in
+// which no far side answered as a C2 would (the web server it aims at answers each request
 // in HTTP, and did), and none named by a name it never resolved; that the
 // polite lease's C2 is promoted, reached in cycle 2 and then active,
 // confirmed by the beacon's conversation with it; that the spray reaches
