@@ -163,12 +163,28 @@ var arches = map[string]archDefaults{
 const defaultCmdline = "quiet loglevel=3 mitigations=off rodata=off tsc=reliable no_timer_check cryptomgr.notests audit=0 apparmor=0 random.trust_cpu=on"
 
 // maltaCmdline is what defaultCmdline does that matters on Malta, short
-// enough to fit maltaCmdlineMax with a lease's parameters. Left out:
-// x86-only options (tsc=, no_timer_check, random.trust_cpu), rodata=
-// (MIPS has no strict kernel RWX), cryptomgr.notests (Debian's kernels
-// skip the self-tests already) and mitigations=off (nothing to turn off
-// on these CPUs).
-const maltaCmdline = "quiet loglevel=3 audit=0 apparmor=0"
+// enough to fit maltaCmdlineMax with a lease's parameters, and the timer
+// parameters QEMU's Malta board needs. Left out: x86-only options (tsc=,
+// no_timer_check, random.trust_cpu), rodata= (MIPS has no strict kernel
+// RWX), cryptomgr.notests (Debian's kernels skip the self-tests already),
+// mitigations=off (nothing to turn off on these CPUs), quiet (loglevel=3
+// after it set the console's level anyway) and apparmor=0 (for room).
+//
+// nohz=off highres=off: a periodic tick (HZ 250 in Debian's Malta
+// kernels; the 4kc one has no tickless mode, the 5kc one has), so that
+// CP0 Compare is written only by the timer interrupt's handler. Under
+// QEMU 7.2 a Malta guest whose kernel reprograms Compare between ticks
+// (for each high-resolution timer, and on entering tickless idle) lost
+// its timer interrupt now and then and got none for 20 to 40 seconds,
+// its sleeps with it: the demo's mipsel guest took 101-258 s where it
+// takes 46-61 s with these (docs/performance.md). A likely cause, from
+// a reading of QEMU's cp0_timer.c not checked further: its vCPU thread
+// writes Compare and re-arms the host timer without the lock its main
+// loop fires that timer under, and a firing that reads the old Compare
+// re-arms it a whole Count wrap (2^32 ticks, 43 s at 100 MHz) ahead and
+// raises an interrupt the guest's own write then lowers. The cost: a
+// sample's sleeps end on a tick (4 ms).
+const maltaCmdline = "loglevel=3 audit=0 nohz=off highres=off"
 
 // maltaCmdlineMax is the longest command line QEMU's Malta board hands the
 // kernel (hw/mips/malta.c: ENVP_ENTRY_SIZE 256, NUL included); it drops
