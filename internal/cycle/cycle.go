@@ -463,17 +463,21 @@ func (r *Runner) update(ctx context.Context, id string, fn func(c *records.Cycle
 }
 
 // transition moves a cycle from the state c is in to `to`, if it still is
-// in that state, and emits the event. fn may change other fields in the
-// same write.
+// in that state, and stores its event with it (one commit on PostgreSQL).
+// fn may change other fields in the same write.
 func (r *Runner) transition(ctx context.Context, c *records.Cycle, to, detail string, fn func(c *records.Cycle) error) (*records.Cycle, error) {
 	from := c.State
-	next, err := r.update(ctx, c.ID, func(n *records.Cycle) error {
+	var n records.Cycle
+	err := r.St.UpdateAndCreate(ctx, c.ID, &n, func(exists bool) ([]records.Record, error) {
+		if !exists {
+			return nil, fmt.Errorf("cycle %s: %w", c.ID, state.ErrNotFound)
+		}
 		if n.State != from {
-			return fmt.Errorf("cycle %s is %s, not %s (changed by another process)", n.ID, n.State, from)
+			return nil, fmt.Errorf("cycle %s is %s, not %s (changed by another process)", n.ID, n.State, from)
 		}
 		if fn != nil {
-			if err := fn(n); err != nil {
-				return err
+			if err := fn(&n); err != nil {
+				return nil, err
 			}
 		}
 		now := r.St.Now()
@@ -486,27 +490,30 @@ func (r *Runner) transition(ctx context.Context, c *records.Cycle, to, detail st
 			n.CompletedAt = &now
 			n.PID = 0
 		}
-		return nil
+		return []records.Record{r.event(&n, from, to, detail)}, nil
 	})
 	if err != nil {
 		return c, err
 	}
-	r.Log.Info("cycle state", "cycle", next.ID, "from", from, "to", to, "lease", next.Lease)
-	if err := r.emit(ctx, next, from, to, detail); err != nil {
-		return next, err
-	}
+	r.Log.Info("cycle state", "cycle", n.ID, "from", from, "to", to, "lease", n.Lease)
 	if records.CycleTerminal(to) {
-		return next, r.St.Flush()
+		return &n, r.St.Flush()
 	}
-	return next, nil
+	return &n, nil
 }
 
-// emit stores the event of a cycle's latest transition.
+// emit stores the event of a cycle's transition that was stored without
+// one (its creation).
 func (r *Runner) emit(ctx context.Context, c *records.Cycle, from, to, detail string) error {
+	return r.St.Create(ctx, r.event(c, from, to, detail))
+}
+
+// event is the record of a cycle's latest transition.
+func (r *Runner) event(c *records.Cycle, from, to, detail string) *records.Event {
 	now := r.St.Now()
 	e := &records.Event{Type: "cycle.state", Subject: c.ID, Cycle: c.ID, Seq: c.Seq, From: from, To: to, Detail: detail, At: now}
 	records.Init(e, records.KindEvent, now)
-	return r.St.Create(ctx, e)
+	return e
 }
 
 // timed records how long a step took.

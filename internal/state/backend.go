@@ -30,7 +30,9 @@ type Store struct {
 // (commitLocked), each change is journalled in commit order, a Claim or a
 // batch stores records and index keys together or not at all.
 type backend interface {
-	commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error
+	// commitLocked writes the record build returns, given its stored
+	// version, and creates the new records it returns with it.
+	commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, []records.Record, error)) error
 	// create stores r, which must be new (Store.Create); a backend may
 	// take a shorter way than commitLocked to it.
 	create(ctx context.Context, r records.Record) error

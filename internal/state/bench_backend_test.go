@@ -14,8 +14,8 @@ import (
 )
 
 // BenchmarkTransition times what one cycle transition stores (see
-// cycle.Runner.transition and emit): an Update of the cycle record that
-// changes its state, then the Create of its event. It runs on the directory
+// cycle.Runner.transition): an UpdateAndCreate of the cycle record that
+// changes its state and of its event (one transaction on PostgreSQL). It runs on the directory
 // under both durabilities and on PostgreSQL with fsync on (what a real
 // server costs), with one writer and with four, each moving a cycle of its
 // own, and on PostgreSQL with sixteen. Besides ns/op (wall time over all
@@ -77,22 +77,18 @@ func benchTransition(b *testing.B, opts []Option, writers int) {
 			var c records.Cycle
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
-				var from string
-				err := s.Update(ctx, ids[w], &c, func(exists bool) error {
+				err := s.UpdateAndCreate(ctx, ids[w], &c, func(exists bool) ([]records.Record, error) {
 					if !exists {
-						return fmt.Errorf("cycle %s: %w", ids[w], ErrNotFound)
+						return nil, fmt.Errorf("cycle %s: %w", ids[w], ErrNotFound)
 					}
-					from = c.State
+					from := c.State
 					c.State = states[c.Seq%2]
 					c.Seq++
-					return nil
-				})
-				if err == nil {
 					now := s.Now()
 					e := &records.Event{Type: "cycle.state", Subject: c.ID, Cycle: c.ID, Seq: c.Seq, From: from, To: c.State, At: now}
 					records.Init(e, records.KindEvent, now)
-					err = s.Create(ctx, e)
-				}
+					return []records.Record{e}, nil
+				})
 				if err != nil {
 					errs[w] = err
 					return

@@ -182,7 +182,7 @@ func lockKey(space, name string) int64 {
 	return int64(h.Sum64())
 }
 
-func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error {
+func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, []records.Record, error)) error {
 	kind, err := checkRef(id)
 	if err != nil {
 		return err
@@ -194,8 +194,10 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 	defer conn.Release()
 	c := conn.Conn()
 	var (
-		r     records.Record
-		saved records.Meta
+		r       records.Record
+		saved   records.Meta
+		created []records.Record
+		savedC  []records.Meta
 	)
 	// The transaction's statements go to the server in two pipelines, a
 	// round trip each (where a statement each took one, and the round trips
@@ -222,7 +224,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 			return err
 		}
 		var err error
-		if r, err = build(prev); err != nil {
+		if r, created, err = build(prev); err != nil {
 			return err
 		}
 		h := r.Header()
@@ -231,7 +233,8 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		if prev != nil && json.Unmarshal(prev, &old) != nil {
 			old = stored{Rev: rev}
 		}
-		data, err := stampRecord(id, old, s.dir.Now(), r)
+		now := s.dir.Now()
+		data, err := stampRecord(id, old, now, r)
 		if err != nil {
 			return err
 		}
@@ -247,9 +250,34 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 			return err
 		}
 		queueWorkerKeys(w, kind, id, r)
+		// The new records, each after its lock as create takes it; none
+		// is a cycle or a worker (UpdateAndCreate), so none has fleet keys
+		// or wakes more than the update does.
+		for _, n := range created {
+			nh := n.Header()
+			savedC = append(savedC, *nh)
+			nkind, err := checkRef(nh.ID)
+			if err != nil {
+				return err
+			}
+			ndata, err := stampRecord(nh.ID, stored{}, now, n)
+			if err != nil {
+				return err
+			}
+			w.Queue(`SELECT pg_advisory_xact_lock($1)`, lockKey("record", nh.ID))
+			queueInsert(w, nh.ID, nkind, ndata, nh, fmt.Errorf("%s: %w", nh.ID, ErrExists))
+			queueKeys(w, nkind, nh.ID, nil, indexKeys(n))
+		}
 		s.dir.hook(crashPgSending)
 		return sendCommit(ctx, c, w, wake, cancelFlagged(prev, r))
 	}()
+	if err != nil {
+		for i, m := range savedC {
+			restoreHeader(created[i].Header(), m)
+		}
+	} else if len(created) > 0 {
+		s.compactNow(ctx, len(created))
+	}
 	return s.wrote(ctx, c, r, saved, err)
 }
 

@@ -94,6 +94,10 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 	default:
 		return wakeFollowers, nil
 	}
+	if c, ok := r.(*records.Cycle); ok && prev != nil && sameFleetKeys(prev, c) {
+		// Most of a cycle's writes (its steps, its timings) leave them.
+		return wakeFollowers, nil
+	}
 	// Its keys are those of a queued cycle's queue ($5: the plan, $6: the
 	// pin), or those fleetKeys gives without a read.
 	var (
@@ -120,6 +124,32 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 		SELECT set_config('`+pgKeysChanged+`', EXISTS (SELECT 1 FROM added WHERE field = $3 OR value = '')::text, false)`,
 		args...)
 	return wakeIfKeysChanged, nil
+}
+
+// sameFleetKeys tells, without a read, whether a cycle's new version c
+// has the fleet keys of its stored one, prev: both ended (none), both
+// active on the same host, or both queued for the same plan and pin (a
+// plan's platform does not change). A cycle of a database whose active
+// key says "1" keeps it until a write changes its keys; the sweeps,
+// which read every active cycle, find it meanwhile.
+func sameFleetKeys(prev []byte, c *records.Cycle) bool {
+	var old records.Cycle
+	if records.Unmarshal(prev, &old) != nil {
+		return false
+	}
+	oldEnded, newEnded := records.CycleTerminal(old.State), records.CycleTerminal(c.State)
+	if oldEnded || newEnded {
+		return oldEnded && newEnded
+	}
+	oldQueued, newQueued := queuedCycle(&old), queuedCycle(c)
+	switch {
+	case oldQueued != newQueued:
+		return false
+	case newQueued:
+		return old.Plan == c.Plan && old.PinnedTo == c.PinnedTo
+	default:
+		return old.Host == c.Host
+	}
 }
 
 // newWork tells whether a cycle's new fleet keys bring a worker work it

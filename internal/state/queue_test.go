@@ -177,6 +177,24 @@ func TestQueue(t *testing.T) {
 		expectRefs("active, after an end", "", "amd64", "leasing")
 		expectRefs("active on host-b, or on none yet, after an end", "host-b", "amd64")
 
+		// A write that moves an active cycle to another host moves its key,
+		// and back; one that leaves a cycle's keys as they were (most of a
+		// cycle's writes, which skip them on PostgreSQL) leaves it found.
+		for _, host := range []string{"host-c", "host-a"} {
+			if err := st.Update(ctx, ids["leasing"], &cy, func(bool) error { cy.Host = host; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			expectRefs("active on "+host+", after a move", host, "amd64", "leasing")
+		}
+		for _, name := range []string{"any", "leasing"} {
+			if err := st.Update(ctx, ids[name], &cy, func(bool) error { cy.Seq++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err = queued(QueueFilter{Host: "host-a", Platforms: amd64}, 10)
+		expect("host-a, amd64, after writes that keep the keys", c, err, "any", "batched")
+		expectRefs("active on host-a, after writes that keep the keys", "host-a", "amd64", "leasing")
+
 		// Closing the store waits for the watcher's connection.
 		stopWatching()
 		for range changed.Work {

@@ -51,11 +51,11 @@ func (s *Store) Create(ctx context.Context, r records.Record) error {
 // finds no record.
 func (s *dirStore) create(ctx context.Context, r records.Record) error {
 	h := r.Header()
-	return s.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
+	return s.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, []records.Record, error) {
 		if prev != nil {
-			return nil, fmt.Errorf("%s: %w", h.ID, ErrExists)
+			return nil, nil, fmt.Errorf("%s: %w", h.ID, ErrExists)
 		}
-		return r, nil
+		return r, nil, nil
 	})
 }
 
@@ -67,8 +67,8 @@ func (s *Store) Put(ctx context.Context, r records.Record) error {
 	if err := records.Validate(h); err != nil {
 		return err
 	}
-	return s.rec.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, error) {
-		return r, nil
+	return s.rec.commitLocked(ctx, h.ID, func(prev []byte) (records.Record, []records.Record, error) {
+		return r, nil, nil
 	})
 }
 
@@ -84,21 +84,42 @@ func (s *Store) Put(ctx context.Context, r records.Record) error {
 // that exists, created_at: what fn sets there is overwritten. fn must not
 // write the same record (its lock is held).
 func (s *Store) Update(ctx context.Context, id string, r records.Record, fn func(exists bool) error) error {
-	return s.rec.commitLocked(ctx, id, func(prev []byte) (records.Record, error) {
+	return s.UpdateAndCreate(ctx, id, r, func(exists bool) ([]records.Record, error) {
+		return nil, fn(exists)
+	})
+}
+
+// UpdateAndCreate is Update whose fn also returns new records to create
+// with the update (a cycle's transition and its event): on PostgreSQL in
+// the update's transaction, so that a transition costs one commit, not
+// two; on the directory each right after the update, under its lock (a
+// crash between them leaves the update without them, as an Update and a
+// Create would). Each must be new (ErrExists otherwise, the update not
+// stored on PostgreSQL, stored on the directory) and neither a cycle nor
+// a worker, whose writes keep the fleet's keys. Nothing is created when
+// fn returns ErrNoChange.
+func (s *Store) UpdateAndCreate(ctx context.Context, id string, r records.Record, fn func(exists bool) ([]records.Record, error)) error {
+	return s.rec.commitLocked(ctx, id, func(prev []byte) (records.Record, []records.Record, error) {
 		if prev != nil {
 			resetRecord(r)
 			if err := records.Unmarshal(prev, r); err != nil {
-				return nil, fmt.Errorf("%s: stored record does not decode: %w", id, err)
+				return nil, nil, fmt.Errorf("%s: stored record does not decode: %w", id, err)
 			}
 		}
-		if err := fn(prev != nil); err != nil {
-			return nil, err
+		created, err := fn(prev != nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, c := range created {
+			if k := c.Header().Kind; k == records.KindCycle || k == records.KindWorker {
+				return nil, nil, fmt.Errorf("%s: a %s is not created with another record's update", c.Header().ID, k)
+			}
 		}
 		h := r.Header()
 		if prev == nil && h.ID == "" && h.Kind == "" {
 			h.ID, h.Kind = id, records.KindOf(id)
 		}
-		return r, nil
+		return r, created, nil
 	})
 }
 
@@ -213,8 +234,10 @@ func appendEncoded(dst []byte, id string, r records.Record) ([]byte, error) {
 // forward). Either way the files and the journal agree afterwards.
 //
 // build returns the record to store given the stored bytes (nil when
-// absent); its error, or ErrNoChange, ends the write without storing.
-func (s *dirStore) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, error)) error {
+// absent), and new records to create after it (each under its own lock,
+// while this one's is held); its error, or ErrNoChange, ends the write
+// without storing.
+func (s *dirStore) commitLocked(ctx context.Context, id string, build func(prev []byte) (records.Record, []records.Record, error)) error {
 	kind, err := checkRef(id)
 	if err != nil {
 		return err
@@ -234,7 +257,7 @@ func (s *dirStore) commitLocked(ctx context.Context, id string, build func(prev 
 	if err != nil {
 		return err
 	}
-	r, err := build(prev)
+	r, created, err := build(prev)
 	if errors.Is(err, ErrNoChange) {
 		return nil
 	}
@@ -254,6 +277,11 @@ func (s *dirStore) commitLocked(ctx context.Context, id string, build func(prev 
 		// Not stored (or not known to be): give the caller back its record.
 		h.Rev, h.CreatedAt, h.UpdatedAt, h.V = saved.Rev, saved.CreatedAt, saved.UpdatedAt, saved.V
 		return err
+	}
+	for _, c := range created {
+		if err := s.create(ctx, c); err != nil {
+			return fmt.Errorf("%s stored, but not %w", id, err)
+		}
 	}
 	return nil
 }
