@@ -452,10 +452,16 @@ func (r *Runner) Get(id string) (*records.Cycle, error) {
 
 // update changes fields of a cycle (no transition).
 func (r *Runner) update(ctx context.Context, id string, fn func(c *records.Cycle) error) (*records.Cycle, error) {
+	return r.updateAndCreate(ctx, id, func(c *records.Cycle) ([]records.Record, error) { return nil, fn(c) })
+}
+
+// updateAndCreate changes fields of a cycle and creates the records fn
+// returns with it (state.Store.UpdateAndCreate).
+func (r *Runner) updateAndCreate(ctx context.Context, id string, fn func(c *records.Cycle) ([]records.Record, error)) (*records.Cycle, error) {
 	var c records.Cycle
-	err := r.St.Update(ctx, id, &c, func(exists bool) error {
+	err := r.St.UpdateAndCreate(ctx, id, &c, func(exists bool) ([]records.Record, error) {
 		if !exists {
-			return fmt.Errorf("cycle %s: %w", id, state.ErrNotFound)
+			return nil, fmt.Errorf("cycle %s: %w", id, state.ErrNotFound)
 		}
 		return fn(&c)
 	})
@@ -467,16 +473,12 @@ func (r *Runner) update(ctx context.Context, id string, fn func(c *records.Cycle
 // fn may change other fields in the same write.
 func (r *Runner) transition(ctx context.Context, c *records.Cycle, to, detail string, fn func(c *records.Cycle) error) (*records.Cycle, error) {
 	from := c.State
-	var n records.Cycle
-	err := r.St.UpdateAndCreate(ctx, c.ID, &n, func(exists bool) ([]records.Record, error) {
-		if !exists {
-			return nil, fmt.Errorf("cycle %s: %w", c.ID, state.ErrNotFound)
-		}
+	n, err := r.updateAndCreate(ctx, c.ID, func(n *records.Cycle) ([]records.Record, error) {
 		if n.State != from {
 			return nil, fmt.Errorf("cycle %s is %s, not %s (changed by another process)", n.ID, n.State, from)
 		}
 		if fn != nil {
-			if err := fn(&n); err != nil {
+			if err := fn(n); err != nil {
 				return nil, err
 			}
 		}
@@ -490,16 +492,16 @@ func (r *Runner) transition(ctx context.Context, c *records.Cycle, to, detail st
 			n.CompletedAt = &now
 			n.PID = 0
 		}
-		return []records.Record{r.event(&n, from, to, detail)}, nil
+		return []records.Record{r.event(n, from, to, detail)}, nil
 	})
 	if err != nil {
 		return c, err
 	}
 	r.Log.Info("cycle state", "cycle", n.ID, "from", from, "to", to, "lease", n.Lease)
 	if records.CycleTerminal(to) {
-		return &n, r.St.Flush()
+		return n, r.St.Flush()
 	}
-	return &n, nil
+	return n, nil
 }
 
 // emit stores the event of a cycle's transition that was stored without

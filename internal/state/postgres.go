@@ -244,8 +244,14 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 		} else {
 			queueUpdate(w, id, rev, data, h)
 		}
-		queueKeys(w, kind, id, prev, indexKeys(r))
-		wake, err := queueFleetKeys(ctx, c, w, kind, id, prev, r)
+		// The version replaced, decoded once for what its keys and flags
+		// were (nil when there is none, or it does not decode).
+		var was records.Record
+		if prev != nil {
+			was, _ = records.Decode(prev)
+		}
+		queueKeys(w, kind, id, was, indexKeys(r))
+		wake, err := queueFleetKeys(ctx, c, w, kind, id, prev != nil, was, r)
 		if err != nil {
 			return err
 		}
@@ -269,7 +275,7 @@ func (s *pgStore) commitLocked(ctx context.Context, id string, build func(prev [
 			queueKeys(w, nkind, nh.ID, nil, indexKeys(n))
 		}
 		s.dir.hook(crashPgSending)
-		return sendCommit(ctx, c, w, wake, cancelFlagged(prev, r))
+		return sendCommit(ctx, c, w, wake, cancelFlagged(was, r))
 	}()
 	if err != nil {
 		for i, m := range savedC {
@@ -312,7 +318,7 @@ func (s *pgStore) create(ctx context.Context, r records.Record) error {
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, lockKey("record", id))
 		queueInsert(b, id, kind, data, h, fmt.Errorf("%s: %w", id, ErrExists))
 		queueKeys(b, kind, id, nil, indexKeys(r))
-		wake, err := queueFleetKeys(ctx, c, b, kind, id, nil, r)
+		wake, err := queueFleetKeys(ctx, c, b, kind, id, false, nil, r)
 		if err != nil {
 			return err
 		}
@@ -431,27 +437,24 @@ func sendCommit(ctx context.Context, c *pgx.Conn, b *pgx.Batch, wake fleetWake, 
 // the one driving a cycle that the write flags for cancel ("" if none,
 // or if it is driven nowhere yet, where its driver reads the flag when it
 // starts).
-func cancelFlagged(prev []byte, r records.Record) string {
+func cancelFlagged(was, r records.Record) string {
 	c, ok := r.(*records.Cycle)
 	if !ok || !c.Cancel || records.CycleTerminal(c.State) {
 		return ""
 	}
-	var old records.Cycle
-	if prev != nil && json.Unmarshal(prev, &old) == nil && old.Cancel {
+	if old, ok := was.(*records.Cycle); ok && old.Cancel {
 		return ""
 	}
 	return c.Host
 }
 
 // queueKeys queues into b the statements that make the record's keys
-// exactly keys: those of the version it replaces (prev) that it no longer
-// has go, new ones are added.
-func queueKeys(b *pgx.Batch, kind, id string, prev []byte, keys []records.IndexKey) {
+// exactly keys: those of the version it replaces (was: nil if none, or
+// if it does not decode) that it no longer has go, new ones are added.
+func queueKeys(b *pgx.Batch, kind, id string, was records.Record, keys []records.IndexKey) {
 	var had []records.IndexKey
-	if prev != nil {
-		if old, err := records.Decode(prev); err == nil {
-			had = indexKeys(old)
-		}
+	if was != nil {
+		had = indexKeys(was)
 	}
 	queueKeyChanges(b, kind, id, had, keys)
 }

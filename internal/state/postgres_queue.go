@@ -83,10 +83,10 @@ func fleetKeys(ctx context.Context, q pgQuerier, r records.Record, platforms map
 // COMMIT is sent before its result is back. A queued cycle's key, its
 // plan's platform, is read by the statement itself (pgPlanPlatform), not
 // in a round trip of its own while the record's lock is held.
-func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, prev []byte, r records.Record) (fleetWake, error) {
+func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id string, replaces bool, was, r records.Record) (fleetWake, error) {
 	switch kind {
 	case records.KindWorker:
-		if capacityLost(prev, r) {
+		if capacityLost(replaces, was, r) {
 			return wakeFleet, nil
 		}
 		return wakeFollowers, nil
@@ -94,7 +94,7 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 	default:
 		return wakeFollowers, nil
 	}
-	if c, ok := r.(*records.Cycle); ok && prev != nil && sameFleetKeys(prev, c) {
+	if c, ok := r.(*records.Cycle); ok && sameFleetKeys(was, c) {
 		// Most of a cycle's writes (its steps, its timings) leave them.
 		return wakeFollowers, nil
 	}
@@ -127,21 +127,22 @@ func queueFleetKeys(ctx context.Context, q pgQuerier, b *pgx.Batch, kind, id str
 }
 
 // sameFleetKeys tells, without a read, whether a cycle's new version c
-// has the fleet keys of its stored one, prev: both ended (none), both
-// active on the same host, or both queued for the same plan and pin (a
-// plan's platform does not change). A cycle of a database whose active
-// key says "1" keeps it until a write changes its keys; the sweeps,
-// which read every active cycle, find it meanwhile.
-func sameFleetKeys(prev []byte, c *records.Cycle) bool {
-	var old records.Cycle
-	if records.Unmarshal(prev, &old) != nil {
+// has the fleet keys of the version it replaces, was (nil: none, or one
+// that does not decode): both ended (none), both active on the same
+// host, or both queued for the same plan and pin (a plan's platform does
+// not change). A cycle of a database whose active key says "1" keeps it
+// until a write changes its keys; the sweeps, which read every active
+// cycle, find it meanwhile.
+func sameFleetKeys(was records.Record, c *records.Cycle) bool {
+	old, ok := was.(*records.Cycle)
+	if !ok {
 		return false
 	}
 	oldEnded, newEnded := records.CycleTerminal(old.State), records.CycleTerminal(c.State)
 	if oldEnded || newEnded {
 		return oldEnded && newEnded
 	}
-	oldQueued, newQueued := queuedCycle(&old), queuedCycle(c)
+	oldQueued, newQueued := queuedCycle(old), queuedCycle(c)
 	switch {
 	case oldQueued != newQueued:
 		return false
@@ -171,14 +172,14 @@ const pgPlanPlatform = `coalesce((SELECT convert_from(data, 'UTF8')::jsonb #>> '
 // its host boots changed. A cycle another worker left to this one (placed
 // on the least loaded, native first: Worker.yields) is taken by that one
 // at its next look, which a worker whose slots fill does not wake.
-func capacityLost(prev []byte, r records.Record) bool {
+func capacityLost(replaces bool, was, r records.Record) bool {
 	w, ok := r.(*records.Worker)
-	if !ok || prev == nil {
+	if !ok || !replaces {
 		return false
 	}
-	var old records.Worker
-	if records.Unmarshal(prev, &old) != nil {
-		return true
+	old, ok := was.(*records.Worker)
+	if !ok {
+		return true // a stored version that does not decode
 	}
 	return w.Stopped && !old.Stopped || w.Slots < old.Slots ||
 		!slices.Equal(old.Platforms, w.Platforms) || !slices.Equal(old.Native, w.Native)
