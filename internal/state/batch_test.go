@@ -434,8 +434,9 @@ func copyTree(t *testing.T, src, dst string) {
 func TestBatchCrashWindows(t *testing.T) {
 	testBatchCrashWindows(t, 4)
 	withoutTmpfile(t, func(t *testing.T) { testBatchCrashWindows(t, 4) })
-	// Every append compacting the journal: a batch's lines are compacted
-	// like any others.
+	// Every append that leaves a dead line compacting the journal: a
+	// batch's lines are compacted like any others (testBatchCrashWindows
+	// leaves one for the batch's append).
 	t.Run("compacting", func(t *testing.T) { testBatchCrashWindows(t, 4, WithJournalLimit(1)) })
 	// A batch large enough to keep its records in a pack.
 	t.Run("packed", func(t *testing.T) { testBatchCrashWindows(t, defaultPackMin) })
@@ -472,10 +473,22 @@ func testBatchCrashWindows(t *testing.T, n int, opts ...Option) {
 		{crashPartitionTorn, func(int) bool { return true }},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
-			s := openT(t, t.TempDir(), opts...)
+			dir := t.TempDir()
+			s := openT(t, dir, opts...)
 			before := newCounter(s)
 			if err := s.Create(context.Background(), before); err != nil {
 				t.Fatal(err)
+			}
+			if len(opts) > 0 {
+				// Dead lines for compactions to drop: this store's update
+				// of before is compacted at once, another's (with the
+				// default limit) at the batch's append.
+				bump(t, s, before.ID, "here")
+				other := openT(t, dir)
+				bump(t, other, before.ID, "elsewhere")
+				if err := other.Close(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			b := s.NewBatch()
 			recs, lines := queueCounters(t, s, b, n)

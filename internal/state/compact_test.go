@@ -285,6 +285,75 @@ func TestCompactionIsAmortised(t *testing.T) {
 	assertConsistent(t, s)
 }
 
+// TestDueCompactionOnlyWhenItDrops: a journal of new records outgrows its
+// limit again and again without being rewritten (a due compaction would
+// keep every line), and is read for that only as it doubles; once updates
+// make most of it dead, the next due compaction rewrites it, and Compact
+// rewrites a live journal whenever it is asked.
+func TestDueCompactionOnlyWhenItDrops(t *testing.T) {
+	ctx := context.Background()
+	const limit = 4 << 10
+	dir := t.TempDir()
+	s := openT(t, dir, WithDurability(SyncOnFlush), WithJournalLimit(limit))
+	compactions, reads := 0, 0
+	count := func(p string) {
+		switch p {
+		case crashCompactRead:
+			reads++
+		case crashCompactWritten:
+			compactions++
+		}
+	}
+	s.crashAt = count
+	var ids []string
+	for i := 0; i < 60; i++ { // about 60 KiB, fifteen times the limit
+		c := newCounter(s)
+		c.Note = strings.Repeat("n", 900)
+		if err := s.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	if compactions != 0 {
+		t.Fatalf("a journal of %d new records (%d bytes, limit %d) was compacted %d times", len(ids), journalSize(t, s), limit, compactions)
+	}
+	// Read as it doubled from the limit: 4, 8, 16, 32 and 64 KiB.
+	if reads > 5 {
+		t.Errorf("the journal was read %d times for compactions not written over %d bytes", reads, journalSize(t, s))
+	}
+	// Another tool's store, at its first write, is told by the journal
+	// not to read it again yet.
+	other := openT(t, dir, WithJournalLimit(limit))
+	other.rec.(*dirStore).crashAt = count
+	reads = 0
+	if err := other.Create(ctx, newCounter(other)); err != nil {
+		t.Fatal(err)
+	}
+	if reads != 0 {
+		t.Errorf("another store read the journal %d times at its first write", reads)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; compactions == 0 && i < 200; i++ {
+		bump(t, s, ids[0], strings.Repeat("u", 900))
+	}
+	if compactions != 1 {
+		t.Fatalf("200 updates of one record left %d compactions, want 1", compactions)
+	}
+	for _, id := range ids[1:] {
+		bump(t, s, id, "short")
+	}
+	before := compactions
+	if _, err := s.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if compactions != before+1 {
+		t.Errorf("Compact did not rewrite the journal")
+	}
+	assertConsistent(t, s)
+}
+
 // followAll returns what a follower has to give now, as "id@rev" strings.
 func followAll(t testing.TB, fl *JournalFollower) []string {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -136,11 +137,21 @@ func (s *dirStore) appendJournalLines(lines []byte) error {
 	retired := false
 	if err == nil && s.compactDue(size) {
 		// The entries are committed whatever happens to the compaction; a
-		// failed one leaves the journal as it was and is tried again only
-		// after as much growth again, so that a persistent failure (a full
-		// disk) does not make every write rewrite the journal.
+		// failed one, or one not worth writing, leaves the journal as it
+		// was and is tried again only after as much growth again, so that
+		// a persistent failure (a full disk) does not make every write
+		// rewrite the journal, nor a journal of live records every write
+		// read it.
 		var cerr error
-		if _, retired, cerr = s.compactLocked(context.Background(), f, size); cerr != nil {
+		_, retired, cerr = s.compactLocked(context.Background(), f, size, true)
+		switch {
+		case errors.Is(cerr, errNotWorthIt):
+			// Read again once the journal has doubled: the reads stay
+			// proportional to the bytes appended. Every tool's store is
+			// told (noteCompactChecked), not only this one.
+			s.journalRetryAt = size + max(s.journalLimit, size)
+			noteCompactChecked(f, s.journalRetryAt)
+		case cerr != nil:
 			s.journalRetryAt = size + max(s.journalLimit, s.journalBase)
 		}
 	}
@@ -158,6 +169,36 @@ func (s *dirStore) compactDue(size int64) bool {
 		return false
 	}
 	return size-s.journalBase > max(s.journalLimit, s.journalBase)
+}
+
+// compactCheckedXattr names the extended attribute of the journal file
+// that holds the size it must reach before the next due compaction is
+// read for: a read that found a compaction not worth writing (a journal
+// of live records) is then not repeated by every tool that opens the
+// state, each of which would read the whole journal at its first write.
+// The attribute goes with the file: a compaction's new journal has none.
+const compactCheckedXattr = "user.talkbox.compact-at"
+
+// compactCheckedTo is the size noted by noteCompactChecked on the journal
+// f, or 0: none, or a file system without user extended attributes, where
+// each tool reads a due journal once.
+func compactCheckedTo(f *os.File) int64 {
+	var buf [24]byte
+	n, err := unix.Fgetxattr(int(f.Fd()), compactCheckedXattr, buf[:])
+	if err != nil {
+		return 0
+	}
+	at, err := strconv.ParseInt(string(buf[:n]), 10, 64)
+	if err != nil || at < 0 {
+		return 0
+	}
+	return at
+}
+
+// noteCompactChecked notes on the journal f that no due compaction is to
+// be read for until it reaches size at. Best effort: it only saves reads.
+func noteCompactChecked(f *os.File, at int64) {
+	unix.Fsetxattr(int(f.Fd()), compactCheckedXattr, strconv.AppendInt(nil, at, 10), 0)
 }
 
 // lockJournal returns the store's descriptor of the current journal file,
@@ -196,6 +237,7 @@ func (s *dirStore) lockJournal() (*os.File, int64, error) {
 					s.unlockJournal(f, false)
 					return nil, 0, err
 				}
+				s.journalRetryAt = compactCheckedTo(f)
 			}
 			return f, st.Size, nil
 		}

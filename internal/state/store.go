@@ -130,8 +130,8 @@ type dirStore struct {
 	// journalBase is the size the journal had when its compaction wrote it
 	// (0 if it never was; -1 until its header is read).
 	journalBase int64
-	// journalRetryAt holds off automatic compaction, after one failed, until
-	// the journal reaches this size.
+	// journalRetryAt holds off automatic compaction, after one failed or
+	// was not worth writing, until the journal reaches this size.
 	journalRetryAt int64
 	// journalLimit is the growth past journalBase that triggers automatic
 	// compaction (WithJournalLimit).
