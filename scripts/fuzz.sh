@@ -8,7 +8,7 @@ export PATH=$PATH:/usr/local/go/bin
 for target in FuzzInspect:./internal/triage FuzzPcap:./internal/decode/packet FuzzDNS:./internal/decode/dns FuzzTLSClientHello:./internal/decode/tlsfp \
   FuzzZeek:./internal/decode/zeek FuzzEVE:./internal/decode/eve FuzzConv:./internal/decode/botproto FuzzParse:./internal/endpoint \
   FuzzUnknownFields:./internal/records FuzzUnmarshalStrictAgrees:./internal/records FuzzTrace:./internal/behave FuzzReplies:./internal/guestagent \
-  FuzzParseRequest:./internal/decode/httpmsg FuzzLinkFrames:./internal/decode/packet; do
+  FuzzParseRequest:./internal/decode/httpmsg FuzzLinkFrames:./internal/decode/packet FuzzReadersAgree:./internal/decode/capfile; do
   # A short minimisation budget: the default (60 s) would eat the whole run
   # whenever the fuzzer finds new coverage in a large capture seed.
   # Go 1.26's fuzz coordinator can fail a target with a bare "context

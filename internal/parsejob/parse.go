@@ -403,12 +403,26 @@ func parseOne(ctx context.Context, st *state.Store, in input, req Request, sink 
 	}
 	bar := req.Progress.Bar(cmp.Or(in.artifact, in.name), size, progress.Bytes)
 	defer bar.Done()
-	br, closer, err := decompress(bar.Reader(f))
-	if err != nil {
-		return fault.DataErr(err)
+	// A capture file is read where it lies, mapped; anything else (a
+	// compressed capture, a log, a pipe) through a buffer.
+	var mapped *capfile.Mapped
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		if mapped, err = capfile.Map(f, size); err != nil {
+			return fault.Failure(err)
+		}
 	}
-	defer closer()
-	format, err := Detect(br)
+	var br *bufio.Reader
+	format := FormatPcap
+	if mapped != nil {
+		defer mapped.Close()
+	} else {
+		var closer func()
+		if br, closer, err = decompress(bar.Reader(f)); err != nil {
+			return fault.DataErr(err)
+		}
+		defer closer()
+		format, err = Detect(br)
+	}
 	if err != nil {
 		if in.artifact != "" && in.typ != "" && in.typ != "pcap" {
 			// Sensors write logs tb-parse does not read (guest logs,
@@ -452,7 +466,7 @@ func parseOne(ctx context.Context, st *state.Store, in input, req Request, sink 
 	out.log.Debug("parsing", "input", in.name, "format", format)
 	switch format {
 	case FormatPcap:
-		return out.parsePcap(ctx, br, in, origin, sink)
+		return out.parsePcap(ctx, br, mapped, bar, in, origin, sink)
 	case FormatZeek:
 		stats, err := zeek.Read(ctx, br, origin, sink)
 		return logErr(out.log, in.name, stats.Lines, stats.Bad, stats.FirstBad, err)
@@ -476,12 +490,19 @@ func logErr(log *slog.Logger, name string, lines, bad int64, first error, err er
 	return nil
 }
 
-// parsePcap decodes a capture. The connections the previous capture of
-// its stream left open are continued (when this one starts after that one
-// ended), and those this one leaves open are kept for the next.
-func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, origin observe.Origin, sink decode.Sink) error {
+// parsePcap decodes a capture, mapped or through br. The connections the
+// previous capture of its stream left open are continued (when this one
+// starts after that one ended), and those this one leaves open are kept
+// for the next.
+func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, mapped *capfile.Mapped, bar *progress.Bar, in input, origin observe.Origin, sink decode.Sink) error {
 	req := o.req
-	rd, err := capfile.NewReader(br)
+	var rd *capfile.Reader
+	var err error
+	if mapped != nil {
+		rd, err = mapped.Reader()
+	} else {
+		rd, err = capfile.NewReader(br)
+	}
 	if err != nil {
 		return fault.DataErr(err)
 	}
@@ -498,21 +519,36 @@ func (o *output) parsePcap(ctx context.Context, br *bufio.Reader, in input, orig
 	var p capfile.Packet
 	var last int64
 	seen := false
-	for {
-		err = rd.Next(&p)
-		if err != nil {
-			break
+	read := func() error {
+		for {
+			if err := rd.Next(&p); err != nil {
+				return err
+			}
+			if !seen && prev != nil && p.TS >= prev.End-carrySlack {
+				skipped := dec.Seed(prev.Conns)
+				o.log.Debug("continuing connections", "input", origin.Input, "from", prev.Source, "conns", len(prev.Conns), "skipped", skipped)
+			}
+			seen = true
+			last = max(last, p.TS)
+			dec.Packet(&p)
+			if p.N&0xffff == 0 {
+				if mapped != nil {
+					bar.SetCurrent(rd.Offset()) // a mapped file is not read through the bar
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 		}
-		if !seen && prev != nil && p.TS >= prev.End-carrySlack {
-			skipped := dec.Seed(prev.Conns)
-			o.log.Debug("continuing connections", "input", origin.Input, "from", prev.Source, "conns", len(prev.Conns), "skipped", skipped)
-		}
-		seen = true
-		last = max(last, p.TS)
-		dec.Packet(&p)
-		if p.N&0xffff == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
+	}
+	if mapped != nil {
+		err = mapped.Guard(read)
+		bar.SetCurrent(rd.Offset())
+	} else {
+		err = read()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
 	}
 	// The connections left open are described only for a capture that
 	// follows: a later input of the stream, or a later run's (kept in the

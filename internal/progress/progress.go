@@ -93,6 +93,13 @@ func (b *Bar) Add(n int64) {
 	}
 }
 
+// SetCurrent sets the amount done so far.
+func (b *Bar) SetCurrent(n int64) {
+	if b != nil {
+		b.b.SetCurrent(n)
+	}
+}
+
 // SetTotal sets the amount the phase will reach.
 func (b *Bar) SetTotal(total int64) {
 	if b != nil {

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"golang.org/x/sys/unix"
 )
 
 // Limits that keep a hostile file from costing unbounded memory.
@@ -119,9 +121,60 @@ type iface struct {
 	offset int64 // if_tsoffset, seconds
 }
 
+// source is what a Reader reads through: a *bufio.Reader, or a file's
+// bytes mapped whole (bytesSource).
+type source interface {
+	Peek(n int) ([]byte, error)
+	Discard(n int) (int, error)
+	Buffered() int
+}
+
+// bytesSource reads from b, a file mapped in memory, a window at a time:
+// the pages behind a window are released (MADV_DONTNEED) when the next is
+// read, so that a large capture's pages do not all count as the process's
+// resident memory. Released pages of a file stay in the page cache, and
+// read the file's bytes again if touched.
+type bytesSource struct {
+	b   []byte
+	off int
+	// release: b is a mapping whose pages may be released; released is
+	// where the pages not yet released start.
+	release  bool
+	released int
+}
+
+// bytesWindow is how much of a mapped capture is read between releases.
+const bytesWindow = 4 << 20
+
+func (s *bytesSource) Peek(n int) ([]byte, error) {
+	if rest := s.b[s.off:]; n > len(rest) {
+		return rest, io.EOF
+	}
+	return s.b[s.off : s.off+n], nil
+}
+
+func (s *bytesSource) Discard(n int) (int, error) {
+	var err error
+	if rest := len(s.b) - s.off; n > rest {
+		n, err = rest, io.EOF
+	}
+	s.off += n
+	if end := s.off &^ (pageSize - 1); s.release && end-s.released >= bytesWindow {
+		unix.Madvise(s.b[s.released:end], unix.MADV_DONTNEED)
+		s.released = end
+	}
+	return n, err
+}
+
+// pageSize rounds what is released: the smallest page size, which every
+// larger one is a multiple of.
+const pageSize = 4096
+
+func (s *bytesSource) Buffered() int { return min(len(s.b)-s.off, bytesWindow) }
+
 // Reader reads packets from a pcap or pcapng stream.
 type Reader struct {
-	br     *bufio.Reader
+	br     source
 	ng     bool
 	big    bool
 	nano   bool
@@ -168,6 +221,15 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if !ok || br.Size() < BufferSize {
 		br = bufio.NewReaderSize(r, BufferSize)
 	}
+	return newReader(br)
+}
+
+// NewBytesReader reads a capture held whole in b: packets are slices of b.
+func NewBytesReader(b []byte) (*Reader, error) {
+	return newReader(&bytesSource{b: b})
+}
+
+func newReader(br source) (*Reader, error) {
 	rd := &Reader{br: br}
 	m, err := br.Peek(4)
 	if err != nil {
@@ -196,6 +258,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 	rd.off = 24
 	return rd, nil
 }
+
+// Offset is how many bytes of the capture have been read: the end of the
+// last packet returned.
+func (r *Reader) Offset() int64 { return r.off }
 
 func (r *Reader) u32(b []byte) uint32 {
 	if r.big {

@@ -43,9 +43,22 @@ func pcapFile(order binary.ByteOrder, nano bool, link uint32, pkts ...[]byte) []
 	return b.Bytes()
 }
 
+// readAll reads data's packets through a Reader of a stream and through
+// one of the bytes (NewBytesReader), and fails the test unless both give
+// the same packets and the same error.
 func readAll(t *testing.T, data []byte) ([]Packet, error) {
 	t.Helper()
-	rd, err := NewReader(bytes.NewReader(data))
+	pkts, err := readFrom(NewReader(bytes.NewReader(data)))
+	bpkts, berr := readFrom(NewBytesReader(data))
+	if fmt.Sprint(err) != fmt.Sprint(berr) || !slices.EqualFunc(pkts, bpkts, func(a, b Packet) bool {
+		return a.N == b.N && a.TS == b.TS && a.LinkType == b.LinkType && a.OrigLen == b.OrigLen && bytes.Equal(a.Data, b.Data)
+	}) {
+		t.Fatalf("read as a stream: %d packets, %v; from its bytes: %d packets, %v", len(pkts), err, len(bpkts), berr)
+	}
+	return pkts, err
+}
+
+func readFrom(rd *Reader, err error) ([]Packet, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -250,6 +263,11 @@ func TestPcapAcrossBuffers(t *testing.T) {
 			t.Fatalf("%s: %d packets, %v; want %d, %v at offset %d", name, i, err, want, wantErr, at)
 		}
 	}
+	for _, k := range []int{len(pkts) / 2, len(pkts) - 1} {
+		if _, err := readAll(t, data[:offsets[k]+16+len(pkts[k])/2]); !errors.Is(err, ErrCutShort) {
+			t.Fatalf("cut in packet %d: %v", k+1, err)
+		}
+	}
 	check("whole", bytes.NewReader(data), len(pkts), io.EOF, -1)
 	check("a little at a time", iotest.HalfReader(bytes.NewReader(data)), len(pkts), io.EOF, -1)
 	for _, k := range []int{1, len(pkts) / 3, len(pkts) / 2, len(pkts) - 1} {
@@ -260,4 +278,21 @@ func TestPcapAcrossBuffers(t *testing.T) {
 		binary.BigEndian.PutUint32(bad[offsets[k]+8:], MaxCaplen+1)
 		check(fmt.Sprintf("absurd length of packet %d", k+1), bytes.NewReader(bad), k, ErrBadData, offsets[k])
 	}
+}
+
+// FuzzReadersAgree: whatever a file holds, a Reader of its bytes (how
+// tb-parse reads a capture file, mapped) returns the packets and the error
+// a Reader of it as a stream returns (how it reads a compressed one).
+func FuzzReadersAgree(f *testing.F) {
+	f.Add(pcapFile(binary.LittleEndian, false, 1, []byte("first"), []byte("second")))
+	f.Add(pcapFile(binary.BigEndian, true, 101, bytes.Repeat([]byte{0x45}, 300)))
+	var ng bytes.Buffer
+	if g, err := pcapgen.New(&ng, pcapgen.Options{NG: true, Link: layers.LinkTypeRaw}); err == nil {
+		g.Frame([]byte{0x45, 1, 2, 3})
+		g.Flush()
+		f.Add(ng.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		readAll(t, data) // fails the test when the two differ
+	})
 }

@@ -205,12 +205,16 @@ func (d *Decoder) Packet(p *capfile.Packet) {
 // Wireshark one packet. What the frame left half done stays with its
 // connection, which later frames may fault on too. A panic in the sink is
 // not the decoder's to survive (the caller's sets and store may be left
-// half changed) and goes on up.
+// half changed) and goes on up, as does a memory fault at an address
+// (capfile.Mapped.Guard's: a mapped capture cut short as it was read).
 func (d *Decoder) survive(p *capfile.Packet) {
 	if d.inSink {
 		return
 	}
 	if r := recover(); r != nil {
+		if _, fault := r.(interface{ Addr() uintptr }); fault {
+			panic(r)
+		}
 		d.Faults++
 		if d.Fault == "" {
 			d.Fault = fmt.Sprintf("packet %d: %v", p.N, r)

@@ -4,8 +4,12 @@ package packet
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -82,4 +86,55 @@ func TestSinkPanicGoesOnUp(t *testing.T) {
 	}
 	d.Finish()
 	t.Errorf("no panic: %d faults (%s)", d.Faults, d.Fault)
+}
+
+// TestMemoryFaultGoesOnUp: a memory fault in a frame (its bytes in a mapped
+// capture cut short as it is read, with faults made panics as
+// capfile.Mapped.Guard makes them) is not a decoder bug to count and pass
+// over: it goes on up to the Guard, which names the file.
+func TestMemoryFaultGoesOnUp(t *testing.T) {
+	data := faultCapture(t)
+	// A frame that is not IP, of a length that puts the next record's
+	// data at the start of the file's third page.
+	const page = 4096
+	filler := make([]byte, 2*page-24-16-16)
+	var file bytes.Buffer
+	file.Write(data[:24])
+	binary.Write(&file, binary.LittleEndian, []uint32{1700000000, 0, uint32(len(filler)), uint32(len(filler))})
+	file.Write(filler)
+	file.Write(data[24:])
+	path := filepath.Join(t.TempDir(), "c.pcap")
+	if err := os.WriteFile(path, file.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := capfile.Map(f, int64(file.Len()))
+	if err != nil || m == nil {
+		t.Fatalf("Map: %v, %v", m, err)
+	}
+	defer m.Close()
+	rd, err := m.Reader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 2*page); err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{Sink: discard{}})
+	var p capfile.Packet
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		r := recover()
+		if _, ok := r.(interface{ Addr() uintptr }); !ok || p.N != 2 || d.Faults != 0 {
+			t.Errorf("recovered %v at packet %d with %d faults counted (%s); want a memory fault at packet 2, none counted", r, p.N, d.Faults, d.Fault)
+		}
+	}()
+	for rd.Next(&p) == nil {
+		d.Packet(&p)
+	}
+	t.Errorf("no panic: %d packets, %d faults (%s)", p.N, d.Faults, d.Fault)
 }
