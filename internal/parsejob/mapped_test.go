@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
@@ -24,22 +24,9 @@ import (
 func TestMappedCaptureCutWhileParsed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.pcap")
 	conversations(t, path, 200)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := capfile.Map(f, fi.Size())
-	if err != nil || m == nil {
-		t.Fatalf("Map: %v, %v", m, err)
-	}
-	defer m.Close()
-	if fi.Size() < 64<<10 {
-		t.Fatalf("the capture is %d bytes: too few to cut", fi.Size())
+	m := decodetest.MapFile(t, path)
+	if fi, err := os.Stat(path); err != nil || fi.Size() < 64<<10 {
+		t.Fatalf("the capture: %v, %v; want 64 KiB or more to cut", fi, err)
 	}
 	if err := os.Truncate(path, 8<<10); err != nil {
 		t.Fatal(err)
@@ -51,7 +38,7 @@ func TestMappedCaptureCutWhileParsed(t *testing.T) {
 	set := observe.NewSet(1<<10, func(*records.Observable) error { emitted++; return nil })
 	sink := &inputSink{Set: set, dests: flowlog.NewDests("", set.Named, set.Add)}
 	in := input{name: path, path: path}
-	err = o.parsePcap(ctx, nil, m, nil, in, observe.Origin{Input: path, Source: FormatPcap}, sink)
+	err := o.parsePcap(ctx, nil, m, nil, in, observe.Origin{Input: path, Source: FormatPcap}, sink)
 	if fault.Code(err) != fault.ExitDataErr || !strings.Contains(err.Error(), "the file changed while it was read") {
 		t.Fatalf("parsing a capture cut to 8 KiB as it was read: %v (exit %d), want bad data (exit 65)", err, fault.Code(err))
 	}

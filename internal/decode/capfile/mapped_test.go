@@ -46,6 +46,22 @@ func writeCapture(t *testing.T, n, size int) (string, int64) {
 	return path, int64(24 + n*(16+size))
 }
 
+// mapT maps the capture at path, of size bytes, for the rest of the test.
+func mapT(t *testing.T, path string, size int64) *Mapped {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	m, err := Map(f, size)
+	if err != nil || m == nil {
+		t.Fatalf("Map: %v, %v", m, err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
 // rssFile is the process's resident memory backed by files, in bytes.
 func rssFile(t *testing.T) int64 {
 	t.Helper()
@@ -72,16 +88,7 @@ func rssFile(t *testing.T) int64 {
 func TestMappedReleasesWhatItRead(t *testing.T) {
 	const n, size = 32 << 10, 1500
 	path, total := writeCapture(t, n, size)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := Map(f, total)
-	if err != nil || m == nil {
-		t.Fatalf("Map: %v, %v", m, err)
-	}
-	defer m.Close()
+	m := mapT(t, path, total)
 	before := rssFile(t)
 	rd, err := m.Reader()
 	if err != nil {
@@ -114,16 +121,7 @@ func TestMappedReleasesWhatItRead(t *testing.T) {
 // the process.
 func TestMappedCutWhileRead(t *testing.T) {
 	path, total := writeCapture(t, 1024, 1000)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := Map(f, total)
-	if err != nil || m == nil {
-		t.Fatalf("Map: %v, %v", m, err)
-	}
-	defer m.Close()
+	m := mapT(t, path, total)
 	rd, err := m.Reader()
 	if err != nil {
 		t.Fatal(err)

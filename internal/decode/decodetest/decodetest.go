@@ -9,11 +9,13 @@ import (
 	"context"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
 	"github.com/talkbox-sandbox/talkbox/internal/flowlog"
 	"github.com/talkbox-sandbox/talkbox/internal/lines"
 	"github.com/talkbox-sandbox/talkbox/internal/observe"
@@ -176,4 +178,25 @@ func Outcome(proto, state string, respPkts int64) string {
 		return "established"
 	}
 	return "partial"
+}
+
+// MapFile maps the capture file at path (capfile.Map) for the rest of the
+// test, and fails the test if it cannot.
+func MapFile(t testing.TB, path string) *capfile.Mapped {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := capfile.Map(f, fi.Size())
+	if err != nil || m == nil {
+		t.Fatalf("mapping %s: %v, %v", path, m, err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/decode"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/capfile"
+	"github.com/talkbox-sandbox/talkbox/internal/decode/decodetest"
 	"github.com/talkbox-sandbox/talkbox/internal/decode/pcapgen"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
@@ -107,16 +108,7 @@ func TestMemoryFaultGoesOnUp(t *testing.T) {
 	if err := os.WriteFile(path, file.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := capfile.Map(f, int64(file.Len()))
-	if err != nil || m == nil {
-		t.Fatalf("Map: %v, %v", m, err)
-	}
-	defer m.Close()
+	m := decodetest.MapFile(t, path)
 	rd, err := m.Reader()
 	if err != nil {
 		t.Fatal(err)
