@@ -288,14 +288,33 @@ func udpFrame(t *testing.T, src, dst net.HardwareAddr, from, to netip.Addr, payl
 	return buf.Bytes()
 }
 
+// udp6Frame is an IPv6 datagram to port 9 (documentation addresses),
+// as a guest whose IPv6 is up sends.
+func udp6Frame(t *testing.T, src, dst net.HardwareAddr, payload string) []byte {
+	t.Helper()
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP,
+		SrcIP: netip.MustParseAddr("2001:db8::1").AsSlice(), DstIP: netip.MustParseAddr("2001:db8::2").AsSlice()}
+	udp := &layers.UDP{SrcPort: 40000, DstPort: 9}
+	udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		&layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: layers.EthernetTypeIPv6}, ip, udp, gopacket.Payload(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 // TestCaptureKeepsOutForgedFrames: on a lease's tap, bound on the lab's
 // bridge to the guest's MAC and address, the frames from the guest that
 // the bridge drops (another source address, another source MAC, or an
-// "answer" the guest forges to itself as if from the lab) never reached
-// anything: they are counted in the artifact and the capture record and
-// kept out of the file, so that a sample cannot forge what it sent, nor
-// its C2's answers, into the capture tb-parse reads. The guest's own
-// datagrams and the host's to the guest are written.
+// "answer" the guest forges to itself as if from the lab; and IPv6, which
+// the lab does not carry) never reached anything: they are counted in the
+// artifact and the capture record and kept out of the file, so that a
+// sample cannot forge what it sent, nor its C2's answers, into the capture
+// tb-parse reads. Only those that claimed another identity count as
+// forged: the guest's own IPv6 is not spoofing. The guest's own datagrams
+// and the host's to the guest are written.
 func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 	l := newLink(t)
 	st, err := state.Open(context.Background(), t.TempDir())
@@ -324,8 +343,9 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 		udpFrame(t, net.HardwareAddr{2, 0, 0, 0, 0, 0x99}, hostMAC, l.guestIP, l.dst, "forged-mac"),
 		udpFrame(t, hostMAC, l.guestMAC, l.dst, l.guestIP, "forged-answer"),
 	}
+	ipv6 := udp6Frame(t, l.guestMAC, hostMAC, "own-ipv6")
 	for range 10 {
-		labtest.SendFrames(t, l.guest, "eth0", forged...)
+		labtest.SendFrames(t, l.guest, "eth0", append(forged, ipv6)...)
 	}
 	// After the forged frames, in the order the ring keeps: the guest's
 	// own datagrams, and the host's to the guest. (The guest's first: the
@@ -350,8 +370,8 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 	if n != 40 || got["own"] != 20 || got["host"] != 20 || len(got) != 2 {
 		t.Errorf("the file holds %d frames: %v; want the guest's 20 and the host's 20, nothing forged", n, got)
 	}
-	if arts[0].Forged != 30 {
-		t.Errorf("the artifact counts %d forged frames, want 30", arts[0].Forged)
+	if arts[0].Forged != 30 || arts[0].KeptOut != 40 {
+		t.Errorf("the artifact counts %d frames kept out, %d forged; want 40 and 30 (the guest's own IPv6 not forged)", arts[0].KeptOut, arts[0].Forged)
 	}
 	// The sensor's file, once it holds the 40 frames sent after the
 	// forged ones (one socket: what it caught is in the order it came).
@@ -390,8 +410,8 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c records.Capture
-	if err := r.st.Get(r.rec.ID, &c); err != nil || c.Forged != 30 {
-		t.Errorf("the capture record counts %d forged frames (%v), want 30", c.Forged, err)
+	if err := r.st.Get(r.rec.ID, &c); err != nil || c.Forged != 30 || c.KeptOut != 40 {
+		t.Errorf("the capture record counts %d frames kept out, %d forged (%v); want 40 and 30", c.KeptOut, c.Forged, err)
 	}
 }
 

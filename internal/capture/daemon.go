@@ -46,15 +46,16 @@ type Daemon struct {
 	w     *Writer
 	drops uint64 // kernel drops since the last file was closed
 	// bound is the lease's port binding (rec.Bound): frames from the
-	// guest it does not pass are counted in forged (since the last file
-	// was closed) and keptOut (in all, for drain), and not written.
-	bound           *firewall.PortBinding
-	forged, keptOut uint64
-	pktsTotal       uint64 // packets handed to the writer
-	kernPkts        uint64 // packets the kernel accepted (passed the filter), drops included
-	kernDrops       uint64
-	failed          error
-	sensorSt        map[string]*records.SensorStatus
+	// guest it does not pass are counted in fileKeptOut (since the last
+	// file was closed; forged, those of them that claimed another
+	// identity) and keptOut (in all, for drain), and not written.
+	bound                        *firewall.PortBinding
+	fileKeptOut, forged, keptOut uint64
+	pktsTotal                    uint64 // packets handed to the writer
+	kernPkts                     uint64 // packets the kernel accepted (passed the filter), drops included
+	kernDrops                    uint64
+	failed                       error
+	sensorSt                     map[string]*records.SensorStatus
 	// written is closed and replaced each time a packet is written while a
 	// drain waits for it (nil otherwise), so that drain wakes on progress.
 	written chan struct{}

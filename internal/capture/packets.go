@@ -15,7 +15,10 @@ func (d *Daemon) packet(ts time.Time, data []byte, origLen int, outgoing bool) e
 	}
 	if !outgoing && d.bound != nil && !d.bound.Passes(data, d.rec.Bound.DHCP) {
 		// From the guest, and dropped by the bridge: it reached nothing.
-		d.forged++
+		d.fileKeptOut++
+		if d.bound.Forged(data) {
+			d.forged++
+		}
 		d.keptOut++
 		return nil
 	}

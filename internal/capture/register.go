@@ -52,18 +52,18 @@ func (d *Daemon) closeLocked(reason string) (*closedFile, error) {
 	var cf *closedFile
 	err := d.w.Rotate(reason, func(f File) error {
 		d.readStatsLocked()
-		if f.Packets == 0 && (f.Reason == "stop" || f.Reason == "low-space") && d.drops == 0 && d.forged == 0 {
+		if f.Packets == 0 && (f.Reason == "stop" || f.Reason == "low-space") && d.drops == 0 && d.fileKeptOut == 0 {
 			return os.Remove(f.Path)
 		}
 		a := &records.Artifact{Cycle: d.rec.Cycle, Lease: d.rec.Lease, Capture: d.ID, Type: TypePcap,
 			SHA256: f.SHA256, Size: f.Size, ContentType: "application/vnd.tcpdump.pcap", ParserStatus: "pending",
 			Packets: f.Packets, Iface: d.rec.Iface, Filter: d.rec.Filter, Snaplen: d.rec.Snaplen, Drops: d.drops,
-			Forged: d.forged, Reason: f.Reason}
+			KeptOut: d.fileKeptOut, Forged: d.forged, Reason: f.Reason}
 		if f.Packets > 0 {
 			first, last := f.First.UTC(), f.Last.UTC()
 			a.FirstTS, a.LastTS = &first, &last
 		}
-		d.drops, d.forged = 0, 0
+		d.drops, d.fileKeptOut, d.forged = 0, 0, 0
 		cf = &closedFile{file: f, art: a, done: make(chan struct{})}
 		d.queue = append(d.queue, cf)
 		d.queuedBytes += f.Size
@@ -218,6 +218,7 @@ func (d *Daemon) register(ctx context.Context, cf *closedFile) error {
 		c.Files++
 		c.Packets += f.Packets
 		c.Drops += a.Drops
+		c.KeptOut += a.KeptOut
 		c.Forged += a.Forged
 	})
 }

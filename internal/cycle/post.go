@@ -173,15 +173,19 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		b.DroppedSamples = c.DroppedSamples
 	}
 	arts, err := state.FindBy(st, records.KindArtifact, records.KeyCycle, c.ID, func(art *records.Artifact) bool {
-		return art.Type == flowlog.ArtifactType || art.Type == ArtifactDropsSkipped || art.Forged > 0
+		return art.Type == flowlog.ArtifactType || art.Type == ArtifactDropsSkipped || art.KeptOut > 0 || art.Forged > 0
 	})
 	if err != nil {
 		return nil, err
 	}
 	var warnings []string
-	var forged uint64 // frames the bridge dropped, kept out of the captures
+	// Frames the bridge dropped, kept out of the captures; forged, those
+	// that claimed another identity. (An artifact from before kept_out
+	// counted them all as forged.)
+	var keptOut, forged uint64
 	for _, art := range arts {
 		if art.Type != flowlog.ArtifactType && art.Type != ArtifactDropsSkipped {
+			keptOut += max(art.KeptOut, art.Forged)
 			forged += art.Forged
 			continue
 		}
@@ -325,7 +329,10 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		}
 	}
 	if forged > 0 {
-		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab's bridge dropped (not from its own MAC and address, or neither IPv4 nor ARP: forged, or IPv6): kept out of the capture, they are evidence of nothing", forged))
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames claiming another MAC, IPv4 address or ARP sender, which the lab's bridge dropped: kept out of the capture, they are evidence of nothing", forged))
+	}
+	if other := keptOut - forged; other > 0 {
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab does not carry (IPv6 or another protocol than IPv4 and ARP, or cut short), which its bridge dropped: kept out of the capture", other))
 	}
 	if len(carried) > 0 {
 		// What the bot did with what it was told; tb-parse's

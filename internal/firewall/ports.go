@@ -144,6 +144,41 @@ func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
 	return false
 }
 
+// Forged reports whether frame, one from the port that the bind chain
+// drops (Passes false), claims an identity that is not the port's: another
+// source MAC, or an IPv4 source or ARP sender (MAC or address) that is
+// neither the port's nor unspecified. The rest of what the chain drops
+// claims nobody's: other ethertypes (IPv6 among them, which the lab does
+// not route), frames cut short, an unspecified source outside DHCP. A
+// guest whose own IPv6 is dropped is not spoofing.
+func (b PortBinding) Forged(frame []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	if !bytes.Equal(frame[6:12], b.MAC) {
+		return true
+	}
+	nh := frame[14:]
+	switch binary.BigEndian.Uint16(frame[12:14]) {
+	case unix.ETH_P_IP:
+		if len(nh) < 20 {
+			return false
+		}
+		src := netip.AddrFrom4([4]byte(nh[12:16]))
+		return src != b.IP && !src.IsUnspecified()
+	case unix.ETH_P_ARP:
+		if len(nh) < 28 || !bytes.Equal(nh[:6], []byte{0, 1, 8, 0, 6, 4}) {
+			return false
+		}
+		if !bytes.Equal(nh[8:14], b.MAC) {
+			return true
+		}
+		sender := netip.AddrFrom4([4]byte(nh[14:18]))
+		return sender != b.IP && !sender.IsUnspecified()
+	}
+	return false
+}
+
 // PcapFilter is Passes as a pcap-filter(7) expression, for the programs
 // that capture on the port without Talkbox's own check (tb-capture's
 // sensors): true for the frames the guest sends that the bind chain lets

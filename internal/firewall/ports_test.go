@@ -46,29 +46,33 @@ func TestPortBindingPasses(t *testing.T) {
 	}
 	zero := netip.IPv4Unspecified()
 	for _, tc := range []struct {
-		name       string
-		frame      []byte
-		dhcp, want bool
+		name               string
+		frame              []byte
+		dhcp, want, forged bool
 	}{
-		{"ipv4 from its address", udp(mac, ip, 40000, 53), false, true},
-		{"ipv4 from another address", udp(mac, gw, 40000, 53), false, false},
-		{"ipv4 from another MAC", udp(other, ip, 40000, 53), false, false},
-		{"dhcp request from 0.0.0.0, the lab serving DHCP", udp(mac, zero, 68, 67), true, true},
+		{"ipv4 from its address", udp(mac, ip, 40000, 53), false, true, false},
+		{"ipv4 from another address", udp(mac, gw, 40000, 53), false, false, true},
+		{"ipv4 from another MAC", udp(other, ip, 40000, 53), false, false, true},
+		{"dhcp request from 0.0.0.0, the lab serving DHCP", udp(mac, zero, 68, 67), true, true, false},
 		{"the same, IP options before the UDP header", udp(mac, zero, 68, 67, layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1},
-			layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1}), true, true},
-		{"dhcp request from 0.0.0.0, no DHCP in the lab", udp(mac, zero, 68, 67), false, false},
-		{"other udp from 0.0.0.0", udp(mac, zero, 68, 53), true, false},
-		{"arp for its address", arp(layers.ARPRequest, mac, ip), false, true},
-		{"arp probe (RFC 5227)", arp(layers.ARPRequest, mac, zero), false, true},
-		{"arp reply from 0.0.0.0", arp(layers.ARPReply, mac, zero), false, false},
-		{"arp for another address", arp(layers.ARPReply, mac, gw), false, false},
-		{"arp naming another MAC", arp(layers.ARPRequest, other, ip), false, false},
-		{"another ethertype", frame(eth(mac, layers.EthernetTypeIPv6), gopacket.Payload(make([]byte, 40))), false, false},
-		{"a runt", []byte{1, 2, 3}, false, false},
-		{"an ipv4 header cut short", udp(mac, ip, 40000, 53)[:30], false, false},
+			layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1}), true, true, false},
+		{"dhcp request from 0.0.0.0, no DHCP in the lab", udp(mac, zero, 68, 67), false, false, false},
+		{"other udp from 0.0.0.0", udp(mac, zero, 68, 53), true, false, false},
+		{"arp for its address", arp(layers.ARPRequest, mac, ip), false, true, false},
+		{"arp probe (RFC 5227)", arp(layers.ARPRequest, mac, zero), false, true, false},
+		{"arp reply from 0.0.0.0", arp(layers.ARPReply, mac, zero), false, false, false},
+		{"arp for another address", arp(layers.ARPReply, mac, gw), false, false, true},
+		{"arp naming another MAC", arp(layers.ARPRequest, other, ip), false, false, true},
+		{"another ethertype", frame(eth(mac, layers.EthernetTypeIPv6), gopacket.Payload(make([]byte, 40))), false, false, false},
+		{"another ethertype from another MAC", frame(eth(other, layers.EthernetTypeIPv6), gopacket.Payload(make([]byte, 40))), false, false, true},
+		{"a runt", []byte{1, 2, 3}, false, false, false},
+		{"an ipv4 header cut short", udp(mac, ip, 40000, 53)[:30], false, false, false},
 	} {
 		if got := b.Passes(tc.frame, tc.dhcp); got != tc.want {
 			t.Errorf("%s: Passes %v, want %v", tc.name, got, tc.want)
+		}
+		if got := b.Forged(tc.frame); got != tc.forged {
+			t.Errorf("%s: Forged %v, want %v", tc.name, got, tc.forged)
 		}
 		if got := runFilter(t, b.PcapFilter(tc.dhcp), tc.frame); got != tc.want {
 			t.Errorf("%s: PcapFilter %v, want %v (%s)", tc.name, got, tc.want, b.PcapFilter(tc.dhcp))

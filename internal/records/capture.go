@@ -49,9 +49,12 @@ type Capture struct {
 	Drops     uint64      `json:"drops"`
 	// Bound is the lab's binding of the lease's port, when the capture is
 	// on it: the frames from the guest that the bridge drops for it are
-	// counted in Forged and not written, so that the capture holds only
-	// what reached the lab (a sample cannot forge its C2's answers into it).
+	// counted in KeptOut and not written, so that the capture holds only
+	// what reached the lab (a sample cannot forge its C2's answers into it);
+	// Forged counts those of them that claimed another identity (another
+	// MAC, IPv4 source or ARP sender: firewall.PortBinding.Forged).
 	Bound     *PortBound `json:"bound,omitempty"`
+	KeptOut   uint64     `json:"kept_out,omitempty"`
 	Forged    uint64     `json:"forged,omitempty"`
 	Files     int        `json:"files"`
 	Artifacts []string   `json:"artifacts,omitempty"`
@@ -119,9 +122,12 @@ type Artifact struct {
 	Snaplen int        `json:"snaplen,omitempty"`
 	// Drops are the kernel's drops while this file was written.
 	Drops uint64 `json:"drops"`
-	// Forged counts the frames from the guest kept out of this file: the
-	// lab's bridge dropped them (Capture.Bound).
-	Forged uint64 `json:"forged,omitempty"`
+	// KeptOut counts the frames from the guest kept out of this file: the
+	// lab's bridge dropped them (Capture.Bound). Forged counts those of
+	// them that claimed another identity; the rest (IPv6 and other
+	// ethertypes, frames cut short) claimed nobody's.
+	KeptOut uint64 `json:"kept_out,omitempty"`
+	Forged  uint64 `json:"forged,omitempty"`
 	// Reason is why the file was closed: rotate, size, time, stop, disk-full.
 	Reason string `json:"reason,omitempty"`
 	// Source is the artifact this one was derived from (a flow log's
