@@ -116,30 +116,28 @@ func arpIPv4() []expr.Any {
 // said. TestHostileGuest (internal/netlab) checks the two agree on every
 // attack frame it sends.
 func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
-	if len(frame) < 14 || !bytes.Equal(frame[6:12], b.MAC) {
+	c, ok := claimOf(frame)
+	if !ok || !bytes.Equal(c.mac, b.MAC) {
 		return false
 	}
-	nh := frame[14:]
-	switch binary.BigEndian.Uint16(frame[12:14]) {
+	switch c.typ {
 	case unix.ETH_P_IP:
-		if len(nh) < 20 {
+		if !c.sender.IsValid() {
 			return false
 		}
-		src := netip.AddrFrom4([4]byte(nh[12:16]))
-		if src == b.IP {
+		if c.sender == b.IP {
 			return true
 		}
 		// A DHCP request from 0.0.0.0, where the lab serves DHCP.
-		th := int(nh[0]&0x0f) * 4 // where the kernel finds the transport header
-		return dhcp && src.IsUnspecified() && nh[9] == unix.IPPROTO_UDP && th >= 20 && len(nh) >= th+4 &&
-			bytes.Equal(nh[th:th+4], []byte{0, 68, 0, 67})
+		th := int(c.nh[0]&0x0f) * 4 // where the kernel finds the transport header
+		return dhcp && c.sender.IsUnspecified() && c.nh[9] == unix.IPPROTO_UDP && th >= 20 && len(c.nh) >= th+4 &&
+			bytes.Equal(c.nh[th:th+4], []byte{0, 68, 0, 67})
 	case unix.ETH_P_ARP:
-		if len(nh) < 28 || !bytes.Equal(nh[:6], []byte{0, 1, 8, 0, 6, 4}) || !bytes.Equal(nh[8:14], b.MAC) {
+		if !c.sender.IsValid() || !bytes.Equal(c.arpMAC, b.MAC) {
 			return false
 		}
-		sender := netip.AddrFrom4([4]byte(nh[14:18]))
 		// Its own address, or a probe (a request from 0.0.0.0).
-		return sender == b.IP || sender.IsUnspecified() && nh[6] == 0 && nh[7] == 1
+		return c.sender == b.IP || c.sender.IsUnspecified() && c.nh[6] == 0 && c.nh[7] == 1
 	}
 	return false
 }
@@ -152,31 +150,41 @@ func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
 // not route), frames cut short, an unspecified source outside DHCP. A
 // guest whose own IPv6 is dropped is not spoofing.
 func (b PortBinding) Forged(frame []byte) bool {
-	if len(frame) < 14 {
+	c, ok := claimOf(frame)
+	switch {
+	case !ok:
 		return false
-	}
-	if !bytes.Equal(frame[6:12], b.MAC) {
+	case !bytes.Equal(c.mac, b.MAC), c.typ == unix.ETH_P_ARP && c.sender.IsValid() && !bytes.Equal(c.arpMAC, b.MAC):
 		return true
 	}
-	nh := frame[14:]
-	switch binary.BigEndian.Uint16(frame[12:14]) {
-	case unix.ETH_P_IP:
-		if len(nh) < 20 {
-			return false
-		}
-		src := netip.AddrFrom4([4]byte(nh[12:16]))
-		return src != b.IP && !src.IsUnspecified()
-	case unix.ETH_P_ARP:
-		if len(nh) < 28 || !bytes.Equal(nh[:6], []byte{0, 1, 8, 0, 6, 4}) {
-			return false
-		}
-		if !bytes.Equal(nh[8:14], b.MAC) {
-			return true
-		}
-		sender := netip.AddrFrom4([4]byte(nh[14:18]))
-		return sender != b.IP && !sender.IsUnspecified()
+	return c.sender.IsValid() && c.sender != b.IP && !c.sender.IsUnspecified()
+}
+
+// frameClaim is who an Ethernet frame says sent it.
+type frameClaim struct {
+	mac []byte // the source MAC
+	typ uint16 // the ethertype
+	nh  []byte // what follows the Ethernet header
+	// sender is an IPv4 packet's source or an IPv4-over-Ethernet ARP's
+	// sender address, arpMAC the ARP's sender MAC; invalid for any other
+	// frame, or one cut short.
+	sender netip.Addr
+	arpMAC []byte
+}
+
+// claimOf reads frame's claim; false for a frame too short to be Ethernet.
+func claimOf(frame []byte) (frameClaim, bool) {
+	if len(frame) < 14 {
+		return frameClaim{}, false
 	}
-	return false
+	c := frameClaim{mac: frame[6:12], typ: binary.BigEndian.Uint16(frame[12:14]), nh: frame[14:]}
+	switch {
+	case c.typ == unix.ETH_P_IP && len(c.nh) >= 20:
+		c.sender = netip.AddrFrom4([4]byte(c.nh[12:16]))
+	case c.typ == unix.ETH_P_ARP && len(c.nh) >= 28 && bytes.Equal(c.nh[:6], []byte{0, 1, 8, 0, 6, 4}):
+		c.sender, c.arpMAC = netip.AddrFrom4([4]byte(c.nh[14:18])), c.nh[8:14]
+	}
+	return c, true
 }
 
 // PcapFilter is Passes as a pcap-filter(7) expression, for the programs
