@@ -181,3 +181,35 @@ func TestMapOnlyCaptures(t *testing.T) {
 		t.Error("zeros read as a capture")
 	}
 }
+
+// TestMappedReadsWhatWasThere: a capture still being written is read as
+// far as it reached when it was mapped, what is appended after is not.
+func TestMappedReadsWhatWasThere(t *testing.T) {
+	path, total := writeCapture(t, 10, 100)
+	m := mapT(t, path, total)
+	more, _ := writeCapture(t, 5, 100)
+	extra, err := os.ReadFile(more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(extra[24:]); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	rd, err := m.Reader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Packet
+	n := 0
+	for err = rd.Next(&p); err == nil; err = rd.Next(&p) {
+		n++
+	}
+	if err != io.EOF || n != 10 {
+		t.Fatalf("%d packets, %v; want the 10 there when it was mapped, then EOF", n, err)
+	}
+}
