@@ -51,8 +51,8 @@ bytes=$(stat -L -c %s "$pcap")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 mb=$(awk -v b="$bytes" 'BEGIN{printf "%.0f", b/1e6}')
 # ROUNDS rounds (default 3), each running tshark, tb-parse --no-store and
-# tb-parse with a new state directory in turns, in an order that turns from
-# one round to the next; the median of each by wall clock is reported. On a shared host the neighbours slow a few seconds of
+# tb-parse with a new state directory in turns (the order below); the
+# median of each by wall clock is reported. On a shared host the neighbours slow a few seconds of
 # one run and not the next: in turns, each tool meets the same minutes.
 # The states are removed at the end, not after each run: ext4 without a
 # journal scans the inodes freed in the last seconds for each new one,
@@ -61,15 +61,17 @@ rounds=${ROUNDS:-3}
 states=$(mktemp -d "$out/run-states.XXXXXX")
 times=$(mktemp -d "$out/run-times.XXXXXX")
 trap 'rm -rf "$states" "$times"' EXIT
-# The order turns with each round (tshark first, then --no-store, then the
-# state): on a guest whose hypervisor takes freed memory back, the run right
-# after tshark's (235 MiB on the 50 MB capture) pays for touching memory
-# again, 30-80% of a 0.11 s run on the test host of 2026-12-03; in a fixed
-# order that was always --no-store.
-tools=(tshark nostore stored)
+# tshark runs first in each round, and the tool after it alternates
+# (--no-store in the first round, the state in the second, ...): on a guest
+# whose hypervisor takes freed memory back, the run right after tshark's
+# (235 MiB on the 50 MB capture) pays for touching memory again, 30-80% of
+# a 0.11 s run on the test host of 2026-12-03; in a fixed order that was
+# always --no-store.
 for ((i = 0; i < rounds; i++)); do
-  for ((j = 0; j < 3; j++)); do
-    case ${tools[(i + j) % 3]} in
+  order=(tshark nostore stored)
+  ((i % 2 == 0)) || order=(tshark stored nostore)
+  for tool in "${order[@]}"; do
+    case $tool in
     tshark) run tshark tshark -n -r "$pcap" -T fields "${fields[@]}" >>"$times/tshark" ;;
     nostore) run tb-parse "$out/tb-parse" --no-store "$pcap" >>"$times/nostore" ;;
     stored) run tb-parse-state "$out/tb-parse" --state "$(mktemp -d "$states/state.XXXXXX")" \
@@ -88,7 +90,7 @@ printf '| tb-parse --no-store | %s s | %s s | %s | %s | %d MiB | %d observables 
 printf '| tb-parse with the state | %s s | %s s | %s | %s | %d MiB | %d records |\n' "$st_wall" "$st_cpu" "$(rate "$st_wall")" "$(rate "$st_cpu")" $((st_rss / 1024)) "$(wc -l <"$out/tb-parse-state.out")"
 printf '| tshark -T fields | %s s | %s s | %s | %s | %d MiB | %d lines |\n' "$ts_wall" "$ts_cpu" "$(rate "$ts_wall")" "$(rate "$ts_cpu")" $((ts_rss / 1024)) "$(wc -l <"$out/tshark.out")"
 echo
-echo "medians of $rounds rounds, each tool in turns, the order turning each round"
+echo "medians of $rounds rounds, each tool in turns, the tool after tshark alternating"
 echo "capture: $pcap, $mb MB, $(capinfos -c -M "$pcap" 2>/dev/null | awk -F: '/Number of packets/{gsub(/ /,"",$2); print $2}') packets"
 awk -v a="$ts_wall" -v b="$tb_wall" -v c="$ts_cpu" -v d="$tb_cpu" 'BEGIN{printf "tb-parse --no-store is %.1f× tshark by wall clock, %.1f× by CPU time\n", a/b, c/d}'
 awk -v a="$ts_wall" -v b="$st_wall" -v c="$ts_cpu" -v d="$st_cpu" 'BEGIN{printf "tb-parse with the state is %.1f× tshark by wall clock, %.1f× by CPU time\n", a/b, c/d}'
