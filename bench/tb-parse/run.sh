@@ -12,7 +12,8 @@
 # CORES=all runs every command unpinned, with every core the host has, as
 # a user's shell does (tb-parse commits a batch of observables on one core
 # while it encodes the next on another; tshark dissects on one).
-# ROUNDS=N runs the three N times in turns (default 3) and reports medians.
+# ROUNDS=N runs the three N times in turns (default 4: even, so that each
+# tb-parse run follows tshark in half the rounds) and reports medians.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 size=${1:-1073741824}
@@ -50,14 +51,14 @@ run() {
 bytes=$(stat -L -c %s "$pcap")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 mb=$(awk -v b="$bytes" 'BEGIN{printf "%.0f", b/1e6}')
-# ROUNDS rounds (default 3), each running tshark, tb-parse --no-store and
+# ROUNDS rounds (default 4), each running tshark, tb-parse --no-store and
 # tb-parse with a new state directory in turns (the order below); the
 # median of each by wall clock is reported. On a shared host the neighbours slow a few seconds of
 # one run and not the next: in turns, each tool meets the same minutes.
 # The states are removed at the end, not after each run: ext4 without a
 # journal scans the inodes freed in the last seconds for each new one,
 # which would bill one run's removal to the next.
-rounds=${ROUNDS:-3}
+rounds=${ROUNDS:-4}
 states=$(mktemp -d "$out/run-states.XXXXXX")
 times=$(mktemp -d "$out/run-times.XXXXXX")
 trap 'rm -rf "$states" "$times"' EXIT
