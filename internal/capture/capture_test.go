@@ -288,12 +288,12 @@ func udpFrame(t *testing.T, src, dst net.HardwareAddr, from, to netip.Addr, payl
 	return buf.Bytes()
 }
 
-// udp6Frame is an IPv6 datagram to port 9 (documentation addresses),
-// as a guest whose IPv6 is up sends.
-func udp6Frame(t *testing.T, src, dst net.HardwareAddr, payload string) []byte {
+// udp6Frame is an IPv6 datagram from the address from to port 9 of every
+// node on the link (ff02::1): what stays on the test's own veth.
+func udp6Frame(t *testing.T, src, dst net.HardwareAddr, from, payload string) []byte {
 	t.Helper()
-	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP,
-		SrcIP: netip.MustParseAddr("2001:db8::1").AsSlice(), DstIP: netip.MustParseAddr("2001:db8::2").AsSlice()}
+	ip := &layers.IPv6{Version: 6, HopLimit: 1, NextHeader: layers.IPProtocolUDP,
+		SrcIP: netip.MustParseAddr(from).AsSlice(), DstIP: netip.MustParseAddr("ff02::1").AsSlice()}
 	udp := &layers.UDP{SrcPort: 40000, DstPort: 9}
 	udp.SetNetworkLayerForChecksum(ip)
 	buf := gopacket.NewSerializeBuffer()
@@ -313,8 +313,9 @@ func udp6Frame(t *testing.T, src, dst net.HardwareAddr, payload string) []byte {
 // artifact and the capture record and kept out of the file, so that a
 // sample cannot forge what it sent, nor its C2's answers, into the capture
 // tb-parse reads. Only those that claimed another identity count as
-// forged: the guest's own IPv6 is not spoofing. The guest's own datagrams
-// and the host's to the guest are written.
+// forged: the guest's own IPv6 (from its link-local address) is not
+// spoofing, IPv6 from a routable address the lab never gave it is. The
+// guest's own datagrams and the host's to the guest are written.
 func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 	l := newLink(t)
 	st, err := state.Open(context.Background(), t.TempDir())
@@ -343,9 +344,10 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 		udpFrame(t, net.HardwareAddr{2, 0, 0, 0, 0, 0x99}, hostMAC, l.guestIP, l.dst, "forged-mac"),
 		udpFrame(t, hostMAC, l.guestMAC, l.dst, l.guestIP, "forged-answer"),
 	}
-	ipv6 := udp6Frame(t, l.guestMAC, hostMAC, "own-ipv6")
+	forged = append(forged, udp6Frame(t, l.guestMAC, hostMAC, "2001:db8::66", "forged-ipv6"))
+	ownIPv6 := udp6Frame(t, l.guestMAC, hostMAC, "fe80::1", "own-ipv6")
 	for range 10 {
-		labtest.SendFrames(t, l.guest, "eth0", append(forged, ipv6)...)
+		labtest.SendFrames(t, l.guest, "eth0", append(forged, ownIPv6)...)
 	}
 	// After the forged frames, in the order the ring keeps: the guest's
 	// own datagrams, and the host's to the guest. (The guest's first: the
@@ -370,8 +372,8 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 	if n != 40 || got["own"] != 20 || got["host"] != 20 || len(got) != 2 {
 		t.Errorf("the file holds %d frames: %v; want the guest's 20 and the host's 20, nothing forged", n, got)
 	}
-	if arts[0].Forged != 30 || arts[0].KeptOut != 40 {
-		t.Errorf("the artifact counts %d frames kept out, %d forged; want 40 and 30 (the guest's own IPv6 not forged)", arts[0].KeptOut, arts[0].Forged)
+	if arts[0].Forged != 40 || arts[0].KeptOut != 50 {
+		t.Errorf("the artifact counts %d frames kept out, %d forged; want 50 and 40 (the guest's own IPv6 not forged)", arts[0].KeptOut, arts[0].Forged)
 	}
 	// The sensor's file, once it holds the 40 frames sent after the
 	// forged ones (one socket: what it caught is in the order it came).
@@ -410,8 +412,8 @@ func TestCaptureKeepsOutForgedFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c records.Capture
-	if err := r.st.Get(r.rec.ID, &c); err != nil || c.Forged != 30 || c.KeptOut != 40 {
-		t.Errorf("the capture record counts %d frames kept out, %d forged (%v); want 40 and 30", c.KeptOut, c.Forged, err)
+	if err := r.st.Get(r.rec.ID, &c); err != nil || c.Forged != 40 || c.KeptOut != 50 {
+		t.Errorf("the capture record counts %d frames kept out, %d forged (%v); want 50 and 40", c.KeptOut, c.Forged, err)
 	}
 }
 

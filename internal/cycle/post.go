@@ -329,7 +329,7 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		}
 	}
 	if forged > 0 {
-		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames claiming another MAC, IPv4 address or ARP sender, which the lab's bridge dropped: kept out of the capture, they are evidence of nothing", forged))
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames claiming a sender it is not (another MAC, IPv4 address or ARP sender, or a routable IPv6 source), which the lab's bridge dropped: kept out of the capture, they are evidence of nothing", forged))
 	}
 	if other := keptOut - forged; other > 0 {
 		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab does not carry (IPv6 or another protocol than IPv4 and ARP, or cut short), which its bridge dropped: kept out of the capture", other))

@@ -125,13 +125,9 @@ func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
 		if !c.sender.IsValid() {
 			return false
 		}
-		if c.sender == b.IP {
-			return true
-		}
-		// A DHCP request from 0.0.0.0, where the lab serves DHCP.
-		th := int(c.nh[0]&0x0f) * 4 // where the kernel finds the transport header
-		return dhcp && c.sender.IsUnspecified() && c.nh[9] == unix.IPPROTO_UDP && th >= 20 && len(c.nh) >= th+4 &&
-			bytes.Equal(c.nh[th:th+4], []byte{0, 68, 0, 67})
+		// Its own address, or a DHCP request from 0.0.0.0 where the lab
+		// serves DHCP.
+		return c.sender == b.IP || dhcp && c.dhcpRequest()
 	case unix.ETH_P_ARP:
 		if !c.sender.IsValid() || !bytes.Equal(c.arpMAC, b.MAC) {
 			return false
@@ -143,21 +139,33 @@ func (b PortBinding) Passes(frame []byte, dhcp bool) bool {
 }
 
 // Forged reports whether frame, one from the port that the bind chain
-// drops (Passes false), claims an identity that is not the port's: another
-// source MAC, or an IPv4 source or ARP sender (MAC or address) that is
-// neither the port's nor unspecified. The rest of what the chain drops
-// claims nobody's: other ethertypes (IPv6 among them, which the lab does
-// not route), frames cut short, an unspecified source outside DHCP. A
-// guest whose own IPv6 is dropped is not spoofing.
+// drops (Passes false), says it came from someone the guest is not: another
+// source MAC; an IPv4 source or ARP sender (MAC or address) not the port's,
+// or 0.0.0.0 outside a DHCP request or an ARP probe; an IPv6 source that
+// is neither :: nor link-local (the lab gives guests no other IPv6
+// address, so any other is made up). The rest of what the chain drops says
+// nothing false of its sender: the guest's own IPv6 (the lab carries no
+// IPv6), other ethertypes, frames cut short, and a DHCP request where the
+// lab serves no DHCP. A guest whose own IPv6 is dropped is not spoofing.
 func (b PortBinding) Forged(frame []byte) bool {
 	c, ok := claimOf(frame)
 	switch {
 	case !ok:
 		return false
-	case !bytes.Equal(c.mac, b.MAC), c.typ == unix.ETH_P_ARP && c.sender.IsValid() && !bytes.Equal(c.arpMAC, b.MAC):
+	case !bytes.Equal(c.mac, b.MAC):
 		return true
+	case !c.sender.IsValid():
+		return false
+	case c.typ == unix.ETH_P_IPV6:
+		return !c.sender.IsUnspecified() && !c.sender.IsLinkLocalUnicast()
+	case c.typ == unix.ETH_P_ARP && !bytes.Equal(c.arpMAC, b.MAC):
+		return true
+	case c.sender.IsUnspecified():
+		// Only a DHCP client or an ARP probe speaks from 0.0.0.0.
+		probe := c.typ == unix.ETH_P_ARP && c.nh[6] == 0 && c.nh[7] == 1
+		return !probe && !(c.typ == unix.ETH_P_IP && c.dhcpRequest())
 	}
-	return c.sender.IsValid() && c.sender != b.IP && !c.sender.IsUnspecified()
+	return c.sender != b.IP
 }
 
 // frameClaim is who an Ethernet frame says sent it.
@@ -165,11 +173,19 @@ type frameClaim struct {
 	mac []byte // the source MAC
 	typ uint16 // the ethertype
 	nh  []byte // what follows the Ethernet header
-	// sender is an IPv4 packet's source or an IPv4-over-Ethernet ARP's
-	// sender address, arpMAC the ARP's sender MAC; invalid for any other
-	// frame, or one cut short.
+	// sender is an IPv4 or IPv6 packet's source or an IPv4-over-Ethernet
+	// ARP's sender address, arpMAC the ARP's sender MAC; invalid for any
+	// other frame, or one cut short.
 	sender netip.Addr
 	arpMAC []byte
+}
+
+// dhcpRequest reports whether c, an IPv4 packet, is a DHCP request from
+// 0.0.0.0: UDP from port 68 to port 67.
+func (c frameClaim) dhcpRequest() bool {
+	th := int(c.nh[0]&0x0f) * 4 // where the kernel finds the transport header
+	return c.sender.IsUnspecified() && c.nh[9] == unix.IPPROTO_UDP && th >= 20 && len(c.nh) >= th+4 &&
+		bytes.Equal(c.nh[th:th+4], []byte{0, 68, 0, 67})
 }
 
 // claimOf reads frame's claim; false for a frame too short to be Ethernet.
@@ -183,6 +199,8 @@ func claimOf(frame []byte) (frameClaim, bool) {
 		c.sender = netip.AddrFrom4([4]byte(c.nh[12:16]))
 	case c.typ == unix.ETH_P_ARP && len(c.nh) >= 28 && bytes.Equal(c.nh[:6], []byte{0, 1, 8, 0, 6, 4}):
 		c.sender, c.arpMAC = netip.AddrFrom4([4]byte(c.nh[14:18])), c.nh[8:14]
+	case c.typ == unix.ETH_P_IPV6 && len(c.nh) >= 40:
+		c.sender = netip.AddrFrom16([16]byte(c.nh[8:24]))
 	}
 	return c, true
 }

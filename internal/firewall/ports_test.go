@@ -44,6 +44,11 @@ func TestPortBindingPasses(t *testing.T) {
 			HwAddressSize: 6, ProtAddressSize: 4, Operation: op, SourceHwAddress: sha, SourceProtAddress: spa.AsSlice(),
 			DstHwAddress: make([]byte, 6), DstProtAddress: gw.AsSlice()})
 	}
+	ipv6 := func(src net.HardwareAddr, from string) []byte {
+		i := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolNoNextHeader,
+			SrcIP: netip.MustParseAddr(from).AsSlice(), DstIP: netip.MustParseAddr("ff02::2").AsSlice()}
+		return frame(eth(src, layers.EthernetTypeIPv6), i)
+	}
 	zero := netip.IPv4Unspecified()
 	for _, tc := range []struct {
 		name               string
@@ -57,13 +62,17 @@ func TestPortBindingPasses(t *testing.T) {
 		{"the same, IP options before the UDP header", udp(mac, zero, 68, 67, layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1},
 			layers.IPv4Option{OptionType: 1}, layers.IPv4Option{OptionType: 1}), true, true, false},
 		{"dhcp request from 0.0.0.0, no DHCP in the lab", udp(mac, zero, 68, 67), false, false, false},
-		{"other udp from 0.0.0.0", udp(mac, zero, 68, 53), true, false, false},
+		{"other udp from 0.0.0.0", udp(mac, zero, 68, 53), true, false, true},
 		{"arp for its address", arp(layers.ARPRequest, mac, ip), false, true, false},
 		{"arp probe (RFC 5227)", arp(layers.ARPRequest, mac, zero), false, true, false},
-		{"arp reply from 0.0.0.0", arp(layers.ARPReply, mac, zero), false, false, false},
+		{"arp reply from 0.0.0.0", arp(layers.ARPReply, mac, zero), false, false, true},
 		{"arp for another address", arp(layers.ARPReply, mac, gw), false, false, true},
 		{"arp naming another MAC", arp(layers.ARPRequest, other, ip), false, false, true},
-		{"another ethertype", frame(eth(mac, layers.EthernetTypeIPv6), gopacket.Payload(make([]byte, 40))), false, false, false},
+		{"ipv6 from ::", ipv6(mac, "::"), false, false, false},
+		{"ipv6 from a link-local address", ipv6(mac, "fe80::1"), false, false, false},
+		{"ipv6 from a routable address, which the lab never gave", ipv6(mac, "2001:db8::1"), false, false, true},
+		{"ipv6 cut short", ipv6(mac, "2001:db8::1")[:40], false, false, false},
+		{"another ethertype", frame(eth(mac, layers.EthernetTypeLLC), gopacket.Payload(make([]byte, 40))), false, false, false},
 		{"another ethertype from another MAC", frame(eth(other, layers.EthernetTypeIPv6), gopacket.Payload(make([]byte, 40))), false, false, true},
 		{"a runt", []byte{1, 2, 3}, false, false, false},
 		{"an ipv4 header cut short", udp(mac, ip, 40000, 53)[:30], false, false, false},
