@@ -275,30 +275,27 @@ func TestCaptureKnownTraffic(t *testing.T) {
 
 // udpFrame is an Ethernet/IPv4/UDP frame to port 9 with payload.
 func udpFrame(t *testing.T, src, dst net.HardwareAddr, from, to netip.Addr, payload string) []byte {
-	t.Helper()
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: from.AsSlice(), DstIP: to.AsSlice()}
-	udp := &layers.UDP{SrcPort: 40000, DstPort: 9}
-	udp.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		&layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: layers.EthernetTypeIPv4}, ip, udp, gopacket.Payload(payload))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return udpOver(t, src, dst, layers.EthernetTypeIPv4, ip, payload)
 }
 
 // udp6Frame is an IPv6 datagram from the address from to port 9 of every
 // node on the link (ff02::1): what stays on the test's own veth.
 func udp6Frame(t *testing.T, src, dst net.HardwareAddr, from, payload string) []byte {
-	t.Helper()
 	ip := &layers.IPv6{Version: 6, HopLimit: 1, NextHeader: layers.IPProtocolUDP,
 		SrcIP: netip.MustParseAddr(from).AsSlice(), DstIP: netip.MustParseAddr("ff02::1").AsSlice()}
+	return udpOver(t, src, dst, layers.EthernetTypeIPv6, ip, payload)
+}
+
+// udpOver is an Ethernet frame of type typ carrying ip, then UDP to port 9
+// with payload.
+func udpOver(t *testing.T, src, dst net.HardwareAddr, typ layers.EthernetType, ip gopacket.NetworkLayer, payload string) []byte {
+	t.Helper()
 	udp := &layers.UDP{SrcPort: 40000, DstPort: 9}
 	udp.SetNetworkLayerForChecksum(ip)
 	buf := gopacket.NewSerializeBuffer()
 	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		&layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: layers.EthernetTypeIPv6}, ip, udp, gopacket.Payload(payload))
+		&layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: typ}, ip.(gopacket.SerializableLayer), udp, gopacket.Payload(payload))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -394,22 +394,21 @@ func parseOne(ctx context.Context, st *state.Store, in input, req Request, sink 
 		return fault.Failure(err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		return fault.Failure(errors.New("is a directory"))
-	}
 	var size int64
+	regular := false
 	if fi, err := f.Stat(); err == nil {
-		size = fi.Size()
+		if fi.IsDir() {
+			return fault.Failure(errors.New("is a directory"))
+		}
+		size, regular = fi.Size(), fi.Mode().IsRegular()
 	}
 	bar := req.Progress.Bar(cmp.Or(in.artifact, in.name), size, progress.Bytes)
 	defer bar.Done()
 	// A capture file is read where it lies, mapped; anything else (a
 	// compressed capture, a log, a pipe) through a buffer.
 	var mapped *capfile.Mapped
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-		if mapped, err = capfile.Map(f, size); err != nil {
-			return fault.Failure(err)
-		}
+	if regular {
+		mapped = capfile.Map(f, size)
 	}
 	var br *bufio.Reader
 	format := FormatPcap

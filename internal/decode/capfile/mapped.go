@@ -15,26 +15,24 @@ import (
 type Mapped struct{ b []byte }
 
 // Map maps f, a regular file of size bytes, when it starts as a pcap or
-// pcapng file does; nil and no error when it does not (a compressed
-// capture, a log, an empty file), or when the file system cannot map it:
-// the caller reads it through NewReader.
-func Map(f *os.File, size int64) (*Mapped, error) {
+// pcapng file does; nil when it does not (a compressed capture, a log, an
+// empty file), when its start cannot be read, or when the file system
+// cannot map it: the caller reads it through NewReader, which says what is
+// wrong with it, if anything.
+func Map(f *os.File, size int64) *Mapped {
 	if size < 4 || int64(int(size)) != size {
-		return nil, nil
+		return nil
 	}
 	var magic [4]byte
-	if _, err := f.ReadAt(magic[:], 0); err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
-	}
-	if !IsCapture(magic[:]) {
-		return nil, nil
+	if _, err := f.ReadAt(magic[:], 0); err != nil || !IsCapture(magic[:]) {
+		return nil
 	}
 	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	unix.Madvise(b, unix.MADV_SEQUENTIAL) // advice: read-ahead, pages dropped behind
-	return &Mapped{b: b}, nil
+	return &Mapped{b: b}
 }
 
 // Reader reads the mapped capture. What it has read is released from the
