@@ -44,7 +44,8 @@ const hostileCycles = 2
 // TestHostileGuest runs, on one lab, a guest whose sample attacks the
 // containment (the beacon's -hostile modes: Host:-only names, frames
 // spoofing the neighbour's address and MAC towards the neighbour's
-// promoted C2, ARP claims on the gateway's and the neighbour's addresses,
+// promoted C2, and others from a routable IPv6 source and from 0.0.0.0,
+// ARP claims on the gateway's and the neighbour's addresses,
 // a periodic connection to an address it never resolved, a port and DNS
 // spray) next to a polite guest running the ordinary beacon with its C2,
 // each for two cycles at the same time, with captures on the uplink and
@@ -192,7 +193,7 @@ func TestHostileGuest(t *testing.T) {
 	checkC2Hits(t, l, goodCycles[1])
 	checkThirdPartyAnswered(t, l, badCycles[1])
 	checkNothingPromotedByName(t, st, book, bad.ID, badCycles)
-	checkForgedKeptOut(t, st, bad.ID, l.c2, sent, badCycles)
+	checkForgedKeptOut(t, st, bad.ID, l.c2, sent, badCycles, badMAC, goodIP, gateway)
 	// The polite guest sends nothing the bridge drops: its cycles are not
 	// "spoofing" for the chatter of an ordinary guest.
 	if forged := forgedOf(t, st, good.ID); forged != 0 {
@@ -242,12 +243,12 @@ func TestHostileGuest(t *testing.T) {
 	inForce["endpoint "+l.resolver+":53/tcp"] = true
 	var leaks []string
 	for _, f := range frames(t, uplink.file) {
+		if isSpoofSYN(f) {
+			v.add("a spoofed SYN left by the uplink", f)
+		}
 		ip, _ := f.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		if ip == nil {
 			continue
-		}
-		if isSpoofSYN(f) {
-			v.add("a spoofed SYN left by the uplink", f)
 		}
 		if src := addrOf(ip.SrcIP); src == goodIP || src == badIP {
 			v.add("a guest's own address left by the uplink, not translated", f)
@@ -262,24 +263,30 @@ func TestHostileGuest(t *testing.T) {
 }
 
 // checkForgedKeptOut asserts that the hostile lease's capture kept out
-// the frames the bridge dropped: each spoofed SYN its guest sent is
-// counted as forged in the lease's pcap artifacts, and no observable of
-// the lease names the neighbour's C2, which it reached with those frames
-// only (before, its tap's capture held them, and tb-parse made the C2 a
-// candidate of the hostile lease, "contacted 12 times"); each of its
-// cycles, all of which spoof, is classified "spoofing".
-func checkForgedKeptOut(t *testing.T, st *state.Store, lease, c2 string, sent []gopacket.Packet, cycles []*records.Cycle) {
+// the frames the bridge dropped: each spoofed SYN its guest sent (every
+// variant: the neighbour's address, its MAC, both; a routable IPv6
+// source; 0.0.0.0) and each ARP claim is counted as forged in the lease's
+// pcap artifacts, and no observable of the lease names the neighbour's
+// C2, which it reached with those frames only (before, its tap's capture
+// held them, and tb-parse made the C2 a candidate of the hostile lease,
+// "contacted 12 times"); each of its cycles, all of which spoof, is
+// classified "spoofing".
+func checkForgedKeptOut(t *testing.T, st *state.Store, lease, c2 string, sent []gopacket.Packet, cycles []*records.Cycle,
+	badMAC net.HardwareAddr, neighbour, gateway netip.Addr) {
 	t.Helper()
-	spoofed := 0
+	spoofed, claims := 0, 0
 	for _, f := range sent {
 		if isSpoofSYN(f) {
 			spoofed++
+		} else if _, ok := arpClaim(f, badMAC, neighbour, gateway); ok {
+			claims++
 		}
 	}
 	forged := forgedOf(t, st, lease)
-	t.Logf("the hostile lease's captures kept out %d forged frames (%d spoofed SYNs sent)", forged, spoofed)
-	if spoofed == 0 || forged < uint64(spoofed) {
-		t.Errorf("the hostile lease's captures counted %d forged frames, fewer than the %d spoofed SYNs its guest sent", forged, spoofed)
+	t.Logf("the hostile lease's captures kept out %d forged frames (%d spoofed SYNs and %d ARP claims sent)", forged, spoofed, claims)
+	if spoofed == 0 || forged < uint64(spoofed+claims) {
+		t.Errorf("the hostile lease's captures counted %d forged frames, fewer than the %d spoofed SYNs and %d ARP claims its guest sent",
+			forged, spoofed, claims)
 	}
 	named, err := state.FindBy(st, records.KindObservable, records.KeyLease, lease, func(o *records.Observable) bool {
 		return o.Value == c2 || strings.HasPrefix(o.Value, c2+":")
@@ -325,10 +332,8 @@ func checkAttacked(t *testing.T, sent []gopacket.Packet, badMAC net.HardwareAddr
 		if isSpoofSYN(f) {
 			seen["spoof "+beacon.SpoofVariants[f.Layer(layers.LayerTypeTCP).(*layers.TCP).Seq-beacon.SpoofSeq]]++
 		}
-		if arp, ok := f.Layer(layers.LayerTypeARP).(*layers.ARP); ok && arp.Operation == layers.ARPReply && slices.Equal(arp.SourceHwAddress, badMAC) {
-			if claimed := addrOf(arp.SourceProtAddress); claimed == gateway || claimed == neighbour {
-				seen["arp "+claimed.String()]++
-			}
+		if claimed, ok := arpClaim(f, badMAC, neighbour, gateway); ok {
+			seen["arp "+claimed.String()]++
 		}
 		if tcp, ok := f.Layer(layers.LayerTypeTCP).(*layers.TCP); ok {
 			for _, h := range beacon.UnresolvedHosts {
@@ -668,22 +673,38 @@ func isSpoofReply(p gopacket.Packet) bool {
 	return ok && tcp.ACK && tcp.Ack-beacon.SpoofSeq-1 < uint32(len(beacon.SpoofVariants))
 }
 
+// arpClaim reports whether a packet is one of the hostile beacon's ARP
+// replies, from the attacker's MAC claiming the gateway's address or the
+// neighbour's, and which it claims.
+func arpClaim(p gopacket.Packet, badMAC net.HardwareAddr, neighbour, gateway netip.Addr) (netip.Addr, bool) {
+	arp, ok := p.Layer(layers.LayerTypeARP).(*layers.ARP)
+	if !ok || arp.Operation != layers.ARPReply || !slices.Equal(arp.SourceHwAddress, badMAC) {
+		return netip.Addr{}, false
+	}
+	claimed := addrOf(arp.SourceProtAddress)
+	return claimed, claimed == gateway || claimed == neighbour
+}
+
 func addrOf(ip net.IP) netip.Addr {
 	a, _ := netip.AddrFromSlice(ip.To4())
 	return a
 }
 
-// endpointKey names a packet's destination as the allow-list does.
+// endpointKey names a packet's destination as the allow-list does (IPv4
+// or IPv6: the hostile beacon's spoofed SYNs are both); "" for no IP.
 func endpointKey(p gopacket.Packet) string {
-	ip := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-	dst := addrOf(ip.DstIP)
+	nl := p.NetworkLayer()
+	if nl == nil {
+		return ""
+	}
+	dst, _ := netip.AddrFromSlice(nl.NetworkFlow().Dst().Raw())
 	switch l4 := p.TransportLayer().(type) {
 	case *layers.TCP:
 		return "endpoint " + endpoint.New(dst, uint16(l4.DstPort), "tcp").String()
 	case *layers.UDP:
 		return "endpoint " + endpoint.New(dst, uint16(l4.DstPort), "udp").String()
 	}
-	return fmt.Sprintf("%s %s", ip.Protocol, dst)
+	return fmt.Sprintf("%s %s", nl.LayerType(), dst)
 }
 
 // violations counts the frames that break each assertion, so that a
@@ -741,12 +762,8 @@ func checkSensorKeptOut(t *testing.T, file string, sent []gopacket.Packet, badMA
 		return ok && !dns.QR && len(dns.Questions) == 1 && strings.HasSuffix(string(dns.Questions[0].Name), ".spray.example")
 	}
 	claim := func(f gopacket.Packet) bool {
-		arp, ok := f.Layer(layers.LayerTypeARP).(*layers.ARP)
-		if !ok || arp.Operation != layers.ARPReply || !slices.Equal(arp.SourceHwAddress, badMAC) {
-			return false
-		}
-		claimed := addrOf(arp.SourceProtAddress)
-		return claimed == gateway || claimed == neighbour
+		_, ok := arpClaim(f, badMAC, neighbour, gateway)
+		return ok
 	}
 	count := func(fs []gopacket.Packet) (spoofed, claims, queries int) {
 		for _, f := range fs {

@@ -29,7 +29,8 @@ const (
 	HostileNames = "names"
 	// HostileSpoof sends TCP SYNs from the guest's interface with the
 	// neighbour lease's IPv4 source, its MAC, and both, to the neighbour's
-	// C2 endpoint.
+	// C2 endpoint; and from its own MAC with sources the lab never gave
+	// it: a routable IPv6 one and 0.0.0.0 (SpoofVariants).
 	HostileSpoof = "spoof"
 	// HostileARP sends ARP replies claiming the gateway's address and the
 	// neighbour's.
@@ -58,8 +59,21 @@ const HostileRepeats = 3
 // the variant.
 const SpoofSeq uint32 = 0x54420000
 
-// SpoofVariants are what the spoofed frames forge, in SpoofSeq order.
-var SpoofVariants = []string{"ip", "mac", "ip+mac"}
+// SpoofVariants are what the spoofed frames forge, in SpoofSeq order: the
+// neighbour's IPv4 address, its MAC, both; an IPv6 source in the
+// documentation prefix (the neighbour's IPv4 address in its last 32 bits,
+// to the C2's likewise), which the lab gives no guest; 0.0.0.0, which only
+// a DHCP client or an ARP probe may claim.
+var SpoofVariants = []string{"ip", "mac", "ip+mac", "ipv6", "0.0.0.0"}
+
+// DocIPv6 is a in the last 32 bits of the IPv6 documentation prefix
+// 2001:db8::/32: the IPv6 addresses of the ipv6 spoof variant.
+func DocIPv6(a netip.Addr) netip.Addr {
+	b := [16]byte{0x20, 0x01, 0x0d, 0xb8}
+	v4 := a.As4()
+	copy(b[12:], v4[:])
+	return netip.AddrFrom16(b)
+}
 
 // Bounds that keep every mode small.
 const (
@@ -317,8 +331,10 @@ type SpoofFrame struct {
 }
 
 // SpoofFrames are the TCP SYNs HostileSpoof sends to the neighbour's C2
-// through the gateway: with the neighbour's IPv4 source, with its MAC, and
-// with both. Each carries SpoofSeq plus its index as sequence number.
+// through the gateway, one per SpoofVariants: with the neighbour's IPv4
+// source, with its MAC, with both; from the guest's MAC with an IPv6
+// source in the documentation prefix and with 0.0.0.0. Each carries
+// SpoofSeq plus its index as sequence number.
 func (h *Hostile) SpoofFrames(l guestLink, gatewayMAC net.HardwareAddr) ([]SpoofFrame, error) {
 	if !inNets(h.NeighbourC2.Addr(), docNets) {
 		return nil, fmt.Errorf("refusing %s: outside %s", h.NeighbourC2.Addr(), netsString(docNets))
@@ -326,20 +342,26 @@ func (h *Hostile) SpoofFrames(l guestLink, gatewayMAC net.HardwareAddr) ([]Spoof
 	if err := h.checkLink(l); err != nil {
 		return nil, err
 	}
-	own := l.Prefix.Addr()
+	own, c2 := l.Prefix.Addr(), h.NeighbourC2.Addr()
 	srcs := []struct {
 		mac net.HardwareAddr
 		ip  netip.Addr
-	}{{l.MAC, h.Neighbour}, {h.NeighbourMAC, own}, {h.NeighbourMAC, h.Neighbour}}
+	}{{l.MAC, h.Neighbour}, {h.NeighbourMAC, own}, {h.NeighbourMAC, h.Neighbour}, {l.MAC, DocIPv6(h.Neighbour)}, {l.MAC, netip.IPv4Unspecified()}}
 	var out []SpoofFrame
 	for i, s := range srcs {
 		eth := &layers.Ethernet{SrcMAC: s.mac, DstMAC: gatewayMAC, EthernetType: layers.EthernetTypeIPv4}
-		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: s.ip.AsSlice(), DstIP: h.NeighbourC2.Addr().AsSlice()}
 		tcp := &layers.TCP{SrcPort: layers.TCPPort(47000 + i), DstPort: layers.TCPPort(h.NeighbourC2.Port()), Seq: SpoofSeq + uint32(i), SYN: true, Window: 64240}
+		var ip gopacket.NetworkLayer
+		if s.ip.Is6() {
+			eth.EthernetType = layers.EthernetTypeIPv6
+			ip = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: s.ip.AsSlice(), DstIP: DocIPv6(c2).AsSlice()}
+		} else {
+			ip = &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: s.ip.AsSlice(), DstIP: c2.AsSlice()}
+		}
 		if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
 			return nil, err
 		}
-		b, err := serialize(eth, ip, tcp)
+		b, err := serialize(eth, ip.(gopacket.SerializableLayer), tcp)
 		if err != nil {
 			return nil, err
 		}

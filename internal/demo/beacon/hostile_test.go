@@ -98,29 +98,34 @@ func TestSpoofFramesForgeTheNeighboursSourceAndMAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []struct{ mac, ip string }{
-		{attackerMAC.String(), "10.213.1.3"},
-		{"52:54:00:00:00:03", "10.213.1.2"},
-		{"52:54:00:00:00:03", "10.213.1.3"},
+	want := []struct{ mac, src, dst string }{
+		{attackerMAC.String(), "10.213.1.3", "198.51.100.18"},
+		{"52:54:00:00:00:03", "10.213.1.2", "198.51.100.18"},
+		{"52:54:00:00:00:03", "10.213.1.3", "198.51.100.18"},
+		{attackerMAC.String(), "2001:db8::ad5:103", "2001:db8::c633:6412"},
+		{attackerMAC.String(), "0.0.0.0", "198.51.100.18"},
 	}
-	if len(frames) != len(want) {
-		t.Fatalf("%d frames", len(frames))
+	if len(frames) != len(want) || len(SpoofVariants) != len(want) {
+		t.Fatalf("%d frames, %d variants", len(frames), len(SpoofVariants))
 	}
 	for i, f := range frames {
 		p := gopacket.NewPacket(f.Frame, layers.LayerTypeEthernet, gopacket.Default)
 		eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
-		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
-		if eth == nil || ip == nil || tcp == nil {
+		if eth == nil || p.NetworkLayer() == nil || tcp == nil || p.ErrorLayer() != nil {
 			t.Fatalf("frame %d does not decode: %v", i, p)
 		}
+		src, dst := p.NetworkLayer().NetworkFlow().Endpoints()
 		if f.Variant != SpoofVariants[i] || eth.SrcMAC.String() != want[i].mac || eth.DstMAC.String() != gwMAC.String() ||
-			ip.SrcIP.String() != want[i].ip || ip.DstIP.String() != "198.51.100.18" ||
+			src.String() != want[i].src || dst.String() != want[i].dst ||
 			!tcp.SYN || tcp.ACK || tcp.DstPort != 80 || tcp.Seq != SpoofSeq+uint32(i) {
 			t.Errorf("frame %d (%s): %v", i, f.Variant, p)
 		}
-		if sum := ip.Checksum; sum == 0 {
+		if ip, ok := p.NetworkLayer().(*layers.IPv4); ok && ip.Checksum == 0 {
 			t.Errorf("frame %d: no IPv4 checksum", i)
+		}
+		if tcp.Checksum == 0 {
+			t.Errorf("frame %d: no TCP checksum", i)
 		}
 	}
 }

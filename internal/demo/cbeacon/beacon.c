@@ -1191,7 +1191,7 @@ static int find_link(const struct hostile *h, struct hostile_link *l, char *err,
 // send_frames sends every frame repeats times, one round every gap, from a
 // packet socket bound to the guest's lab link (protocol 0: it receives
 // nothing).
-static int send_frames(const struct hostile_link *l, unsigned char frames[3][MAX_FRAME], int repeats, int64_t gap, char *err, size_t errlen) {
+static int send_frames(const struct hostile_link *l, const struct frame *frames, int n, int repeats, int64_t gap, char *err, size_t errlen) {
 	struct sockaddr_ll sll = {0};
 	int pkt = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0), sent = 0;
 	sll.sll_family = AF_PACKET;
@@ -1203,8 +1203,8 @@ static int send_frames(const struct hostile_link *l, unsigned char frames[3][MAX
 		return -1;
 	}
 	for (int r = 0; r < repeats; r++) {
-		for (int i = 0; i < 3; i++) {
-			if (send(pkt, frames[i], FRAME_LEN, 0) != FRAME_LEN) {
+		for (int i = 0; i < n; i++) {
+			if (send(pkt, frames[i].b, frames[i].len, 0) != (ssize_t)frames[i].len) {
 				snprintf(err, errlen, "sending on interface %d: %s", l->index, strerror(errno));
 				close(pkt);
 				return -1;
@@ -1262,7 +1262,8 @@ static int gateway_mac(const struct hostile *h, unsigned char mac[6], char *err,
 
 static int hostile_spoof(const struct hostile *h, char *err, size_t errlen) {
 	struct hostile_link l;
-	unsigned char gw_mac[6], frames[3][MAX_FRAME];
+	unsigned char gw_mac[6];
+	struct frame frames[SPOOF_VARIANTS];
 	char c2[16];
 	if (find_link(h, &l, err, errlen) < 0)
 		return -1;
@@ -1273,14 +1274,14 @@ static int hostile_spoof(const struct hostile *h, char *err, size_t errlen) {
 	if (spoof_frames(h, &l, gw_mac, frames, err, errlen) < 0)
 		return -1;
 	ip_format(h->neighbour_c2, c2);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < SPOOF_VARIANTS; i++)
 		logf_("hostile spoof variant=%s to=%s:%d seq=%#x", spoof_variants[i], c2, h->neighbour_c2_port, SPOOF_SEQ + (unsigned)i);
-	return send_frames(&l, frames, SPOOF_REPEATS, SPOOF_GAP_NS, err, errlen);
+	return send_frames(&l, frames, SPOOF_VARIANTS, SPOOF_REPEATS, SPOOF_GAP_NS, err, errlen);
 }
 
 static int hostile_arp(const struct hostile *h, char *err, size_t errlen) {
 	struct hostile_link l;
-	unsigned char frames[3][MAX_FRAME];
+	struct frame frames[ARP_FRAMES];
 	char gw[16], nb[16], mac[18];
 	if (find_link(h, &l, err, errlen) < 0 || arp_frames(h, &l, frames, err, errlen) < 0)
 		return -1;
@@ -1288,7 +1289,7 @@ static int hostile_arp(const struct hostile *h, char *err, size_t errlen) {
 	ip_format(h->neighbour, nb);
 	mac_format(l.mac, mac);
 	logf_("hostile arp claiming %s and %s as %s", gw, nb, mac);
-	return send_frames(&l, frames, ARP_REPEATS, ARP_GAP_NS, err, errlen);
+	return send_frames(&l, frames, ARP_FRAMES, ARP_REPEATS, ARP_GAP_NS, err, errlen);
 }
 
 // request sends one raw HTTP request for host to -hostile-http and reads

@@ -335,7 +335,7 @@ func TestHostileFrames(t *testing.T) {
 			}
 		}
 		if tcp, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok {
-			tcp.SetNetworkLayerForChecksum(p.Layer(layers.LayerTypeIPv4).(*layers.IPv4))
+			tcp.SetNetworkLayerForChecksum(p.NetworkLayer())
 		}
 		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
 			t.Fatal(err)
@@ -347,20 +347,33 @@ func TestHostileFrames(t *testing.T) {
 	}
 
 	spoof := run(append([]string{"frames", "spoof", attacker, "10.213.1.2/24", gateway}, hostileArgs...)...)
-	want := []struct{ mac, ip string }{{attacker, "10.213.1.3"}, {"52:54:00:00:00:03", "10.213.1.2"}, {"52:54:00:00:00:03", "10.213.1.3"}}
-	if len(spoof) != len(want) {
+	want := []struct{ mac, src, dst string }{
+		{attacker, "10.213.1.3", "198.51.100.18"},
+		{"52:54:00:00:00:03", "10.213.1.2", "198.51.100.18"},
+		{"52:54:00:00:00:03", "10.213.1.3", "198.51.100.18"},
+		{attacker, "2001:db8::ad5:103", "2001:db8::c633:6412"},
+		{attacker, "0.0.0.0", "198.51.100.18"},
+	}
+	if len(spoof) != len(want) || len(beacon.SpoofVariants) != len(want) {
 		t.Fatalf("spoof frames: %q", spoof)
 	}
 	for i, line := range spoof {
 		p := decode(line)
 		eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
-		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
-		if eth == nil || ip == nil || tcp == nil {
+		if eth == nil || p.NetworkLayer() == nil || tcp == nil || p.ErrorLayer() != nil {
 			t.Fatalf("frame %d does not decode: %v", i, p)
 		}
-		if eth.SrcMAC.String() != want[i].mac || eth.DstMAC.String() != gateway || ip.SrcIP.String() != want[i].ip ||
-			ip.DstIP.String() != "198.51.100.18" || ip.TTL != 64 || !tcp.SYN || tcp.ACK || tcp.DstPort != 80 ||
+		src, dst := p.NetworkLayer().NetworkFlow().Endpoints()
+		hops := uint8(0)
+		switch ip := p.NetworkLayer().(type) {
+		case *layers.IPv4:
+			hops = ip.TTL
+		case *layers.IPv6:
+			hops = ip.HopLimit
+		}
+		if eth.SrcMAC.String() != want[i].mac || eth.DstMAC.String() != gateway || src.String() != want[i].src ||
+			dst.String() != want[i].dst || hops != 64 || !tcp.SYN || tcp.ACK || tcp.DstPort != 80 ||
 			tcp.SrcPort != layers.TCPPort(47000+i) || tcp.Seq != beacon.SpoofSeq+uint32(i) {
 			t.Errorf("frame %d (%s): %v", i, beacon.SpoofVariants[i], p)
 		}

@@ -192,7 +192,7 @@ const char *const proto_names[PROTO_COUNT] = {"http", "mirai", "gafgyt", "irc"};
 
 const char *const hostile_mode_names[HOSTILE_MODES] = {"names", "spoof", "arp", "aim", "spray"};
 const char *const unresolved_hosts[] = {"com", "a/b#c", "bad name.example", "cdn-update.example", NULL};
-const char *const spoof_variants[3] = {"ip", "mac", "ip+mac"};
+const char *const spoof_variants[SPOOF_VARIANTS] = {"ip", "mac", "ip+mac", "ipv6", "0.0.0.0"};
 
 // The hostile modes' networks: the documentation ranges, then the lab.
 static const struct net doc_nets[] = {NET(192, 0, 2, 0, 24), NET(198, 51, 100, 0, 24), NET(203, 0, 113, 0, 24)};
@@ -312,10 +312,19 @@ static unsigned char *put32(unsigned char *p, uint32_t v) {
 	return put16(put16(p, v >> 16), v & 0xffff);
 }
 
+// doc_ipv6 writes a in the last 32 bits of the IPv6 documentation prefix
+// 2001:db8::/32 (the Go beacon's DocIPv6).
+static void doc_ipv6(unsigned char out[16], uint32_t a) {
+	static const unsigned char prefix[4] = {0x20, 0x01, 0x0d, 0xb8};
+	memset(out, 0, 16);
+	memcpy(out, prefix, 4);
+	put32(out + 12, a);
+}
+
 // The checksums are computed here, as a kernel would: the frames are sent
 // whole from a packet socket.
 int spoof_frames(const struct hostile *h, const struct hostile_link *l, const unsigned char gw_mac[6],
-	unsigned char frames[3][MAX_FRAME], char *err, size_t errlen) {
+	struct frame frames[SPOOF_VARIANTS], char *err, size_t errlen) {
 	if (!hostile_doc_allowed(h->neighbour_c2)) {
 		char ip[16];
 		ip_format(h->neighbour_c2, ip);
@@ -324,44 +333,57 @@ int spoof_frames(const struct hostile *h, const struct hostile_link *l, const un
 	}
 	if (hostile_link_check(h, l->ip, l->bits, err, errlen) < 0)
 		return -1;
-	const unsigned char *macs[3] = {l->mac, h->neighbour_mac, h->neighbour_mac};
-	const uint32_t srcs[3] = {h->neighbour, l->ip, h->neighbour};
-	for (int i = 0; i < 3; i++) {
-		unsigned char *f = frames[i], *ip = f + 14, *tcp = ip + 20, pseudo[12];
+	const unsigned char *macs[SPOOF_VARIANTS] = {l->mac, h->neighbour_mac, h->neighbour_mac, l->mac, l->mac};
+	const uint32_t srcs[SPOOF_VARIANTS] = {h->neighbour, l->ip, h->neighbour, h->neighbour, 0};
+	for (int i = 0; i < SPOOF_VARIANTS; i++) {
+		int v6 = strcmp(spoof_variants[i], "ipv6") == 0;
+		unsigned char *f = frames[i].b, *ip = f + 14, *tcp = ip + (v6 ? 40 : 20);
+		uint32_t sum = 0;
 		memset(f, 0, MAX_FRAME);
 		memcpy(f, gw_mac, 6);
 		memcpy(f + 6, macs[i], 6);
-		put16(f + 12, 0x0800);
-		ip[0] = 0x45, ip[8] = 64, ip[9] = 6; // IPv4, 20-byte header; TTL; TCP
-		put16(ip + 2, 40);
-		put32(ip + 12, srcs[i]);
-		put32(ip + 16, h->neighbour_c2);
-		put16(ip + 10, checksum(ip, 20, 0));
+		if (v6) {
+			put16(f + 12, 0x86dd);
+			ip[0] = 6 << 4;
+			put16(ip + 4, 20); // payload length
+			ip[6] = 6, ip[7] = 64; // TCP; hop limit
+			doc_ipv6(ip + 8, srcs[i]);
+			doc_ipv6(ip + 24, h->neighbour_c2);
+			for (int j = 8; j < 40; j += 2) // the pseudo-header's addresses
+				sum += (uint32_t)ip[j] << 8 | ip[j + 1];
+			frames[i].len = 14 + 40 + 20;
+		} else {
+			put16(f + 12, 0x0800);
+			ip[0] = 0x45, ip[8] = 64, ip[9] = 6; // IPv4, 20-byte header; TTL; TCP
+			put16(ip + 2, 40);
+			put32(ip + 12, srcs[i]);
+			put32(ip + 16, h->neighbour_c2);
+			put16(ip + 10, checksum(ip, 20, 0));
+			for (int j = 12; j < 20; j += 2)
+				sum += (uint32_t)ip[j] << 8 | ip[j + 1];
+			frames[i].len = 60;
+		}
+		sum += 6 + 20; // the pseudo-header's protocol and TCP length
 		put16(tcp, 47000 + (uint32_t)i);
 		put16(tcp + 2, (uint32_t)h->neighbour_c2_port);
 		put32(tcp + 4, SPOOF_SEQ + (uint32_t)i);
 		tcp[12] = 5 << 4, tcp[13] = 0x02; // 20-byte header; SYN
 		put16(tcp + 14, 64240);
-		memcpy(pseudo, ip + 12, 8);
-		pseudo[8] = 0, pseudo[9] = 6;
-		put16(pseudo + 10, 20);
-		uint32_t sum = 0;
-		for (int j = 0; j < 12; j += 2)
-			sum += (uint32_t)pseudo[j] << 8 | pseudo[j + 1];
 		put16(tcp + 16, checksum(tcp, 20, sum));
 	}
 	return 0;
 }
 
-int arp_frames(const struct hostile *h, const struct hostile_link *l, unsigned char frames[3][MAX_FRAME], char *err, size_t errlen) {
+int arp_frames(const struct hostile *h, const struct hostile_link *l, struct frame frames[ARP_FRAMES], char *err, size_t errlen) {
 	static const unsigned char bcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 	if (hostile_link_check(h, l->ip, l->bits, err, errlen) < 0)
 		return -1;
-	const uint32_t claimed[3] = {h->gateway, h->gateway, h->neighbour}, target[3] = {h->gateway, h->neighbour, h->neighbour};
-	const unsigned char *dst[3] = {bcast, h->neighbour_mac, bcast};
-	for (int i = 0; i < 3; i++) {
-		unsigned char *f = frames[i], *arp = f + 14;
+	const uint32_t claimed[ARP_FRAMES] = {h->gateway, h->gateway, h->neighbour}, target[ARP_FRAMES] = {h->gateway, h->neighbour, h->neighbour};
+	const unsigned char *dst[ARP_FRAMES] = {bcast, h->neighbour_mac, bcast};
+	for (int i = 0; i < ARP_FRAMES; i++) {
+		unsigned char *f = frames[i].b, *arp = f + 14;
 		memset(f, 0, MAX_FRAME);
+		frames[i].len = 60;
 		memcpy(f, dst[i], 6);
 		memcpy(f + 6, l->mac, 6);
 		put16(f + 12, 0x0806);

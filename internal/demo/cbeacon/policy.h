@@ -33,7 +33,8 @@ extern const char *const hostile_mode_names[HOSTILE_MODES]; // the Go beacon's n
 #define MAX_AIM_COUNT 60
 #define MIN_AIM_INTERVAL_NS 500000000LL
 extern const char *const unresolved_hosts[]; // NULL-terminated: the names -hostile names sends
-extern const char *const spoof_variants[3];
+#define SPOOF_VARIANTS 5
+extern const char *const spoof_variants[SPOOF_VARIANTS];
 
 struct hostile {
 	int modes;             // HOSTILE_* bits; 0: no -hostile
@@ -131,20 +132,26 @@ struct hostile_link {
 
 // The raw modes' frames, built here so that a host test can decode them
 // (the beacon sends them): spoof_frames the TCP SYNs -hostile spoof sends
-// to the neighbour's C2 through the gateway, with the neighbour's IPv4
-// source, with its MAC and with both (spoof_variants), sequence numbers
-// SPOOF_SEQ on; arp_frames the ARP replies -hostile arp sends from the
-// guest's MAC: a gratuitous one claiming the gateway's address, one sent to
-// the neighbour claiming the gateway's, a gratuitous one claiming the
-// neighbour's. Every frame is FRAME_LEN bytes, padded to Ethernet's
-// minimum as the Go beacon's (gopacket) are. Each
+// to the neighbour's C2 through the gateway, one per spoof_variants: with
+// the neighbour's IPv4 source, with its MAC, with both; from the guest's
+// MAC with an IPv6 source in the documentation prefix 2001:db8::/32 (the
+// neighbour's IPv4 address in its last 32 bits, to the C2's likewise) and
+// with 0.0.0.0; sequence numbers SPOOF_SEQ on; arp_frames the ARP replies
+// -hostile arp sends from the guest's MAC: a gratuitous one claiming the
+// gateway's address, one sent to the neighbour claiming the gateway's, a
+// gratuitous one claiming the neighbour's. An IPv4 or ARP frame is padded
+// to Ethernet's minimum, 60 bytes, as the Go beacon's (gopacket) are. Each
 // returns 0, or -1 with err when a target is outside what a hostile mode
 // may aim at or the link is not the lab's (hostile_link_check).
-#define MAX_FRAME 64
-#define FRAME_LEN 60
+#define MAX_FRAME 80
+#define ARP_FRAMES 3
+struct frame {
+	unsigned char b[MAX_FRAME];
+	size_t len;
+};
 int spoof_frames(const struct hostile *h, const struct hostile_link *l, const unsigned char gw_mac[6],
-	unsigned char frames[3][MAX_FRAME], char *err, size_t errlen);
-int arp_frames(const struct hostile *h, const struct hostile_link *l, unsigned char frames[3][MAX_FRAME], char *err, size_t errlen);
+	struct frame frames[SPOOF_VARIANTS], char *err, size_t errlen);
+int arp_frames(const struct hostile *h, const struct hostile_link *l, struct frame frames[ARP_FRAMES], char *err, size_t errlen);
 
 // What -behave does is named as the Go beacon's (internal/demo/beacon,
 // behave.go), so that both leave the same trace: the process name it

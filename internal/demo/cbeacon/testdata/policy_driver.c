@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
 	}
 	if (strcmp(argv[1], "frames") == 0 && argc > 6) {
 		struct hostile_link l = {2, {0}, 0, 0};
-		unsigned char gw[6], frames[3][MAX_FRAME];
+		unsigned char gw[6];
+		struct frame frames[SPOOF_VARIANTS > ARP_FRAMES ? SPOOF_VARIANTS : ARP_FRAMES];
 		unsigned m[6];
 		char *slash = strchr(argv[4], '/');
 		if (!slash || sscanf(argv[3], "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6)
@@ -145,9 +146,9 @@ int main(int argc, char **argv) {
 			printf("error: %s\n", err);
 			return 0;
 		}
-		for (int i = 0; i < 3; i++) {
-			for (int j = 0; j < FRAME_LEN; j++)
-				printf("%02x", frames[i][j]);
+		for (int i = 0; i < (spoof ? SPOOF_VARIANTS : ARP_FRAMES); i++) {
+			for (size_t j = 0; j < frames[i].len; j++)
+				printf("%02x", frames[i].b[j]);
 			printf("\n");
 		}
 		return 0;
