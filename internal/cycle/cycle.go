@@ -97,6 +97,10 @@ type Runner struct {
 	// driving host, is the way a cancel is heard, the read a fallback for
 	// a lost one. Without a bell the record is read every Stream.
 	CancelRecheck time.Duration
+	// KillWait is how long a sample killed at its timeout is waited for
+	// (killed again every 5 s) before its cycle goes on without it,
+	// recording it as still running (default guestagent.Grace, 2 min).
+	KillWait time.Duration
 	// Cancels, when set, rings when a cancel of a cycle this runner
 	// drives may have been committed (a Worker rings it from
 	// state.FleetSignals.Cancels).

@@ -270,6 +270,51 @@ func TestTimeoutKillsTheSampleInTheGuest(t *testing.T) {
 	}
 }
 
+// TestASampleThatOutlivesItsKill: a sample still running after its kill
+// at the timeout is killed again; one that dies of the second kill ends
+// as killed; one that survives every kill (children forked past each
+// kill's walk of its tree, an agent that is the sample's) does not hold
+// its cycle for more than KillWait: the execution records it as still
+// running, and the analysis escalates. Before, the cycle waited an hour
+// and killed again, without end.
+func TestASampleThatOutlivesItsKill(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		survive int
+	}{{"dies at the second kill", 1}, {"survives every kill", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t, "out started\nhang")
+			e.g.survivesKills = tc.survive
+			e.r.KillWait = 400 * time.Millisecond
+			d := 30 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c, err := e.r.Create(ctx, Request{Plan: e.plan, Lease: e.lease, Timeout: &d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, err = e.r.Drive(ctx, c.ID); err != nil {
+				t.Fatalf("the cycle did not end: %v", err)
+			}
+			ex := get(t, e.st, c.Execution, &records.ExecutionSnapshot{})
+			a := get(t, e.st, c.Analysis, &records.RunAnalysis{})
+			if tc.survive > 0 {
+				if e.g.kills != 2 || ex.Running || ex.ExitCode == nil || *ex.ExitCode != 137 || slices.Contains(a.Classification, "survived-kill") {
+					t.Fatalf("%d kills, execution %+v, analysis %v", e.g.kills, ex, a.Classification)
+				}
+				return
+			}
+			if c.State != records.CycleTimedOut || !ex.TimedOut || !ex.Killed || !ex.Running || ex.ExitCode != nil || e.g.kills < 2 {
+				t.Fatalf("cycle %s, %d kills, execution %+v", c.State, e.g.kills, ex)
+			}
+			if a.Recommendation != records.RecommendEscalate || !slices.Contains(a.Classification, "survived-kill") ||
+				!strings.Contains(strings.Join(a.Reasons, ";"), "did not end after its kill") {
+				t.Fatalf("analysis %s %v %q", a.Recommendation, a.Classification, a.Reasons)
+			}
+		})
+	}
+}
+
 func TestASilentAgentWhileTheSampleRunsIsWaitedFor(t *testing.T) {
 	e := setup(t, "out started")
 	// Status, then the alive check (Status and a guest command): all unanswered.
@@ -280,12 +325,48 @@ func TestASilentAgentWhileTheSampleRunsIsWaitedFor(t *testing.T) {
 	}
 }
 
+// TestExecFormatErrorRecommendsReplanning: a sample the guest could not
+// execute (bash's "Exec format error", status 126, and nothing else: no
+// traffic, no trace) is a wrong architecture guess, to plan again.
 func TestExecFormatErrorRecommendsReplanning(t *testing.T) {
 	e := setup(t, "noexec")
-	c := e.run(t, Request{})
+	c := e.run(t, Request{Post: []string{}})
 	a := get(t, e.st, c.Analysis, &records.RunAnalysis{})
 	if c.State != records.CycleCompleted || *c.ExitCode != 126 || a.Recommendation != records.RecommendReplan || a.Classification[0] != "wrong-architecture" {
 		t.Fatalf("cycle %s exit %v, analysis %+v", c.State, c.ExitCode, a)
+	}
+}
+
+// TestExecFormatErrorFromASampleThatRan: a sample that prints bash's
+// "Exec format error" line and exits 126 itself, after it talked to the
+// network (the fake capture's domain and endpoints) or with a trace it
+// forged, is not filed as a wrong architecture guess: its traffic and its
+// tampering still decide the recommendation.
+func TestExecFormatErrorFromASampleThatRan(t *testing.T) {
+	for _, tc := range []struct {
+		name, tamper string
+		want         string
+	}{
+		{"traffic", "", ""},
+		{"forged trace", "forge", records.RecommendEscalate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t, "err tb-run: line 17: /var/tmp/sample: cannot execute binary file: Exec format error\nexit 126")
+			if tc.tamper != "" {
+				var p records.Plan
+				if err := e.st.Update(context.Background(), e.plan, &p, func(bool) error { p.Instrument = "pcap+trace"; p.Network.Promote = false; return nil }); err != nil {
+					t.Fatal(err)
+				}
+				e.g.tamper = tc.tamper
+				e.post.traceDropped = []string{}
+			}
+			c := e.run(t, Request{})
+			a := get(t, e.st, c.Analysis, &records.RunAnalysis{})
+			if c.State != records.CycleCompleted || *c.ExitCode != 126 || a.Recommendation == records.RecommendReplan ||
+				tc.want != "" && a.Recommendation != tc.want || slices.Contains(a.Classification, "wrong-architecture") {
+				t.Fatalf("cycle %s exit %v, analysis %s %v %q", c.State, c.ExitCode, a.Recommendation, a.Classification, a.Reasons)
+			}
+		})
 	}
 }
 

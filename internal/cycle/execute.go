@@ -118,6 +118,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 	}
 	cancelled := false
 	var unanswered time.Time // since when the agent has not answered
+	var killedAt time.Time   // the first kill at the timeout
 	for {
 		p, err := g.Status(ctx, c.GuestPID)
 		if err != nil {
@@ -156,12 +157,24 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 				ex.Running = true
 				break
 			}
+			if !killedAt.IsZero() && now.Sub(killedAt) >= r.killWait() {
+				// Whatever keeps it going (a child forked past each kill's
+				// walk of the tree, an agent that is the sample's), the
+				// cycle does not wait for it any longer: it is recorded
+				// as still running, and its analysis says so.
+				ex.Running = true
+				r.Log.Warn("the sample did not end after its kill; the cycle goes on without it", "cycle", c.ID, "guest_pid", c.GuestPID, "waited", now.Sub(killedAt).Round(time.Second))
+				break
+			}
 			if err := r.kill(ctx, g, c.GuestPID, spared(c.Tracer)); err != nil {
 				return c, err
 			}
+			if killedAt.IsZero() {
+				killedAt = now
+			}
 			ex.TimedOut, ex.Killed = true, true
 			wait = 5 * time.Millisecond
-			deadline = now.Add(time.Hour) // only the exit is awaited now
+			deadline = now.Add(min(killRetry, r.killWait()/4)) // only the exit is awaited now, and the kill tried again
 			continue
 		}
 		if now.Sub(lastStream) >= r.stream() {
@@ -259,8 +272,17 @@ func (r *Runner) findLaunch(ctx context.Context, g Guest, pidfile string) (int, 
 	}
 }
 
+// killRetry is how often a sample that has not ended since its kill is
+// killed again (a quarter of Runner.KillWait if that is less): a child it
+// forked after a kill's walk of its tree escaped that kill.
+const killRetry = 5 * time.Second
+
+func (r *Runner) killWait() time.Duration { return orDur(r.KillWait, guestagent.Grace) }
+
 func execSummary(ex *records.ExecutionSnapshot) string {
 	switch {
+	case ex.TimedOut && ex.Running:
+		return "timed out after " + ex.Duration.D().Round(time.Millisecond).String() + "; killed, and still running"
 	case ex.TimedOut:
 		return "timed out after " + ex.Duration.D().Round(time.Millisecond).String() + "; killed"
 	case ex.Running:

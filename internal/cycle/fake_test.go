@@ -49,6 +49,10 @@ type fakeGuest struct {
 	// noStrace: the guest has no strace, and the launcher says so in the
 	// trace.
 	noStrace bool
+	// survivesKills is how many kills a running sample survives (-1:
+	// every one), as one that forks past each kill's walk of its tree;
+	// kills counts the kills.
+	survivesKills, kills int
 }
 
 type fakeProc struct {
@@ -136,6 +140,11 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result
 		return &guestagent.Result{ExitCode: 3}, nil
 	case strings.Contains(strings.Join(argv, " "), "kill -KILL"):
 		pid, _ := strconv.Atoi(argv[4])
+		f.kills++
+		if f.survivesKills != 0 {
+			f.survivesKills--
+			return &guestagent.Result{}, nil
+		}
 		if p, ok := f.procs[pid]; ok && p.running {
 			p.running, p.killed, p.signal = false, true, 9
 			f.ended(pid, p)

@@ -277,7 +277,10 @@ func TestRealGuest(t *testing.T) {
 		// under strace (around the emulator for MIPS), kills its tracer or
 		// forges trace lines into the tracer's output; each leaves a
 		// "trace tampered" evasion, which escalates the analysis, and a
-		// clean run of the same binary leaves none.
+		// clean run of the same binary leaves none. Natively it also forges
+		// trace lines and then claims, as bash would, that the guest could
+		// not execute it (stderr's "Exec format error", status 126): still
+		// escalated, not filed as a wrong architecture guess to replan.
 		for _, arch := range []string{"amd64", "mips"} {
 			bin := filepath.Join(t.TempDir(), "beacon")
 			cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../demo/beacon/cmd/beacon")
@@ -296,7 +299,11 @@ func TestRealGuest(t *testing.T) {
 				}
 			})
 			timeout := 6 * time.Minute // the Go runtime under qemu-user under TCG: tens of seconds
-			for _, args := range [][]string{{"-behave-child"}, {"-tamper", "kill"}, {"-tamper", "forge"}} {
+			runs := [][]string{{"-behave-child"}, {"-tamper", "kill"}, {"-tamper", "forge"}}
+			if arch == "amd64" {
+				runs = append(runs, []string{"-tamper", "forge,noexec"})
+			}
+			for _, args := range runs {
 				c := run(Request{Plan: p, Args: args, Timeout: &timeout})
 				tampered, err := state.FindBy(st, records.KindObservable, records.KeyCycle, c.ID, func(o *records.Observable) bool {
 					return o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered
@@ -317,9 +324,13 @@ func TestRealGuest(t *testing.T) {
 					}
 					continue
 				}
-				if len(tampered) != 1 || c.State != records.CycleCompleted || a.Recommendation != records.RecommendEscalate {
+				if len(tampered) != 1 || c.State != records.CycleCompleted || a.Recommendation != records.RecommendEscalate ||
+					slices.Contains(a.Classification, "wrong-architecture") {
 					t.Errorf("%s %v: %s, %d tamper observables, analysis %s %q", arch, args, c.State, len(tampered), a.Recommendation, a.Reasons)
 					continue
+				}
+				if args[1] == "forge,noexec" && !strings.Contains(ex.StderrTail, "Exec format error") {
+					t.Errorf("%s %v: the claim is not in the sample's stderr, the attack did not happen: %q", arch, args, ex.StderrTail)
 				}
 				t.Logf("%s %v: seen %q", arch, args, tampered[0].Evasion.Paths)
 			}

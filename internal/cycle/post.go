@@ -238,7 +238,13 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 	for _, f := range a.Refused {
 		classes[f.Class] = true
 	}
-	wrongArch := strings.Contains(ex.StderrTail, "Exec format error") || (ex.ExitCode != nil && *ex.ExitCode == 126 && strings.Contains(ex.StderrTail, "cannot execute binary file"))
+	// The sample writes its stderr and chooses its exit status: bash's
+	// "Exec format error" in them says the guest could not run the sample
+	// only if nothing shows that it ran. Else a sample that printed the
+	// line would be filed as a wrong architecture guess, "replan", its
+	// traffic, tampering and persistence unremarked.
+	wrongArch := !sampleRan(a, tampered) &&
+		(strings.Contains(ex.StderrTail, "Exec format error") || (ex.ExitCode != nil && *ex.ExitCode == 126 && strings.Contains(ex.StderrTail, "cannot execute binary file")))
 	crashed := ex.ExitCode != nil && *ex.ExitCode > 128 && !ex.Killed
 	switch {
 	case wrongArch:
@@ -249,6 +255,10 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		a.Classification = append(a.Classification, "timed-out")
 	case ex.Running:
 		a.Classification = append(a.Classification, "running")
+	}
+	survived := ex.Killed && ex.Running
+	if survived {
+		a.Classification = append(a.Classification, "survived-kill")
 	}
 	if a.Observables[records.ObsDomain] > 0 || a.Observables[records.ObsHTTP] > 0 {
 		a.Classification = append(a.Classification, "network-active")
@@ -293,6 +303,12 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		// What the trace shows may be the sample's forgery: a person looks.
 		a.Recommendation = records.RecommendEscalate
 		a.Reasons = append(a.Reasons, "the behaviour trace was tampered with: "+strings.Join(tampered, "; "))
+	case survived:
+		// Something in the guest outlasted every kill: a person looks
+		// before the lease's guest is trusted with the next cycle.
+		a.Recommendation = records.RecommendEscalate
+		a.Reasons = append(a.Reasons, "the sample did not end after its kill at the timeout, nor after the kills that followed: "+
+			"it still runs in the guest (children forked past each kill, or a guest agent that is the sample's)")
 	case a.Observables[records.ObsC2Command] > 0:
 		// What the C2 orders is what the analysts are after.
 		a.Recommendation = records.RecommendEscalate
@@ -372,6 +388,22 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 }
 
 // behaviourOf adds a behaviour observable to the analysis's summary.
+// sampleRan reports whether the cycle shows its sample ran: traffic, a
+// trace it tampered with, or what its trace shows it did (files dropped,
+// persistence, evasion, connections tried, listeners). A sample the guest
+// could not execute leaves none of these; the process nodes alone do not
+// count (a traced failed exec has them).
+func sampleRan(a *records.RunAnalysis, tampered []string) bool {
+	for _, t := range []string{records.ObsDomain, records.ObsIP, records.ObsEndpoint, records.ObsScan, records.ObsHTTP, records.ObsTLS,
+		records.ObsICMP, records.ObsC2Channel, records.ObsC2Command, records.ObsAttack} {
+		if a.Observables[t] > 0 {
+			return true
+		}
+	}
+	b := a.Behaviour
+	return len(tampered) > 0 || b != nil && len(b.Dropped)+len(b.Persistence)+len(b.Evasion)+len(b.Tried)+len(b.Listening) > 0
+}
+
 func behaviourOf(a *records.RunAnalysis, o *records.Observable) {
 	if o.Process == nil && o.Path == nil && o.Netcall == nil && o.Persistence == nil && o.Evasion == nil {
 		return

@@ -6,45 +6,54 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// TamperModes are what -tamper MODE does to the beacon's own behaviour
-// trace, as a sample with root in its guest could (for the tests that the
-// trace then says it was tampered with): kill its tracer (strace, or under
-// qemu-user, where the tracer is the emulator itself, the launcher that
-// waits for it), or forge trace lines into the tracer's output, found
-// through /proc, and onto its own stdout.
-var TamperModes = []string{"kill", "forge"}
+// TamperModes are what -tamper MODE[,MODE] does to the evidence of the
+// beacon's own run, as a sample with root in its guest could (for the
+// tests that the sandbox sees through it): kill its tracer (strace, or
+// under qemu-user, where the tracer is the emulator itself, the launcher
+// that waits for it), or forge trace lines into the tracer's output,
+// found through /proc, and onto its own stdout; noexec, last, writes
+// bash's "cannot execute binary file: Exec format error" to its stderr
+// and exits 126, as if the guest could not run it (NoExec).
+var TamperModes = []string{"kill", "forge", "noexec"}
 
-// TamperArg takes "-tamper MODE" (or -tamper=MODE) out of args.
-func TamperArg(args []string) (rest []string, mode string, err error) {
+// TamperArg takes "-tamper MODE[,MODE]" (or -tamper=MODE[,MODE]) out of
+// args.
+func TamperArg(args []string) (rest, modes []string, err error) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		var list string
 		switch {
 		case a == "-tamper" || a == "--tamper":
 			if i+1 == len(args) {
-				return nil, "", errors.New("-tamper needs a mode: " + strings.Join(TamperModes, ", "))
+				return nil, nil, errors.New("-tamper needs a mode: " + strings.Join(TamperModes, ", "))
 			}
-			mode = args[i+1]
+			list = args[i+1]
 			i++
 		case strings.HasPrefix(a, "-tamper=") || strings.HasPrefix(a, "--tamper="):
-			_, mode, _ = strings.Cut(a, "=")
+			_, list, _ = strings.Cut(a, "=")
 		default:
 			rest = append(rest, a)
 			continue
 		}
-		if mode != "kill" && mode != "forge" {
-			return nil, "", fmt.Errorf("-tamper %q: the modes are %s", mode, strings.Join(TamperModes, ", "))
+		for _, m := range strings.Split(list, ",") {
+			if !slices.Contains(TamperModes, m) {
+				return nil, nil, fmt.Errorf("-tamper %q: the modes are %s", m, strings.Join(TamperModes, ", "))
+			}
+			modes = append(modes, m)
 		}
 	}
-	return rest, mode, nil
+	return rest, modes, nil
 }
 
-// Tamper does what -tamper mode says, logging one line to out.
+// Tamper does what -tamper mode says, logging one line to out; noexec is
+// NoExec's.
 func Tamper(mode string, out io.Writer) error {
 	tracer := tracerPID()
 	switch mode {
@@ -60,6 +69,16 @@ func Tamper(mode string, out io.Writer) error {
 	}
 	return fmt.Errorf("-tamper %q: unknown mode", mode)
 }
+
+// NoExec is -tamper noexec's claim, which the caller makes and then exits
+// with NoExecStatus: the line bash writes when the kernel refuses to
+// execute a file (a binary of another architecture).
+func NoExec(errOut io.Writer, self string) {
+	fmt.Fprintf(errOut, "bash: line 1: %s: cannot execute binary file: Exec format error\n", self)
+}
+
+// NoExecStatus is bash's status for a file it could not execute.
+const NoExecStatus = 126
 
 // tracerPID is the process tracing this one (0: none).
 func tracerPID() int {

@@ -21,11 +21,17 @@ func main() {
 		return // the child process of -behave: it only exists
 	}
 	args, tamper, err := beacon.TamperArg(os.Args[1:])
-	if err == nil && tamper != "" {
+	if err == nil && len(tamper) > 0 {
 		// Before anything else, as a sample hiding what it does next.
-		if err := beacon.Tamper(tamper, os.Stdout); err != nil {
-			os.Stderr.WriteString("beacon: " + err.Error() + "\n")
-			os.Exit(1)
+		for _, mode := range tamper {
+			if mode == "noexec" {
+				beacon.NoExec(os.Stderr, os.Args[0])
+				os.Exit(beacon.NoExecStatus)
+			}
+			if err := beacon.Tamper(mode, os.Stdout); err != nil {
+				os.Stderr.WriteString("beacon: " + err.Error() + "\n")
+				os.Exit(1)
+			}
 		}
 		if len(args) == 0 {
 			return
