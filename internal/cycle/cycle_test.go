@@ -275,16 +275,17 @@ func TestTimeoutKillsTheSampleInTheGuest(t *testing.T) {
 // as killed; one that survives every kill (children forked past each
 // kill's walk of its tree, an agent that is the sample's) does not hold
 // its cycle for more than KillWait: the execution records it as still
-// running, and the analysis escalates. Before, the cycle waited an hour
-// and killed again, without end.
+// running, and the analysis escalates, also when the kills after the
+// first fail (the agent's hiccup). Before, the cycle waited an hour and
+// killed again, without end.
 func TestASampleThatOutlivesItsKill(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		survive int
-	}{{"dies at the second kill", 1}, {"survives every kill", -1}} {
+		name             string
+		survive, failing int
+	}{{"dies at the second kill", 1, 0}, {"survives every kill", -1, 0}, {"the kills after the first fail", -1, 1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := setup(t, "out started\nhang")
-			e.g.survivesKills = tc.survive
+			e.g.survivesKills, e.g.failKillsAfter = tc.survive, tc.failing
 			e.r.KillWait = 400 * time.Millisecond
 			d := 30 * time.Millisecond
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

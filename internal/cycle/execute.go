@@ -167,7 +167,12 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 				break
 			}
 			if err := r.kill(ctx, g, c.GuestPID, spared(c.Tracer)); err != nil {
-				return c, err
+				if killedAt.IsZero() {
+					return c, err
+				}
+				// A kill again, for what the first may have missed: the
+				// agent's hiccup fails no cycle whose sample was killed.
+				r.Log.Warn("killing the sample again", "cycle", c.ID, "err", err)
 			}
 			if killedAt.IsZero() {
 				killedAt = now

@@ -51,8 +51,9 @@ type fakeGuest struct {
 	noStrace bool
 	// survivesKills is how many kills a running sample survives (-1:
 	// every one), as one that forks past each kill's walk of its tree;
-	// kills counts the kills.
-	survivesKills, kills int
+	// kills counts the kills; failKillsAfter, when set, fails every kill
+	// after that many.
+	survivesKills, kills, failKillsAfter int
 }
 
 type fakeProc struct {
@@ -141,6 +142,9 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result
 	case strings.Contains(strings.Join(argv, " "), "kill -KILL"):
 		pid, _ := strconv.Atoi(argv[4])
 		f.kills++
+		if f.failKillsAfter > 0 && f.kills > f.failKillsAfter {
+			return nil, errors.New("guest agent not ready: Guest agent is not responding")
+		}
 		if f.survivesKills != 0 {
 			f.survivesKills--
 			return &guestagent.Result{}, nil
