@@ -29,6 +29,7 @@ type Lab struct {
 	dir    string
 	// uplinkNS holds the far end of UpDocumentationLab's uplink.
 	uplinkNS string
+	tag      string // the names' suffix, and the owner record's name
 }
 
 // upUplink makes the uplink a veth whose peer is alone, down, in a
@@ -96,14 +97,12 @@ func upLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Pr
 		return nil, err
 	}
 	defer st.Close()
-	lock, err := os.OpenFile(netLock, os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := lockNets()
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return nil, err
-	}
+	reapStale(ctx)
 	freeLab, sinkNet, err := freeNets()
 	if err != nil {
 		return nil, err
@@ -114,7 +113,10 @@ func upLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Pr
 	cfg := netlab.Config{Name: "lt" + tag, HostNS: hostNS, Bridge: bridge, LabNet: labNet, SinkNS: "tblts" + tag,
 		SinkVeth: "tbltk" + tag, SinkNet: sinkNet, Table: "talkboxlt" + tag}
 	cfg.Defaults()
-	l := &Lab{Name: cfg.Name, Bridge: bridge, LabNet: labNet, SinkNS: cfg.SinkNS, dir: netlab.Dir(st, cfg.Name)}
+	l := &Lab{Name: cfg.Name, Bridge: bridge, LabNet: labNet, SinkNS: cfg.SinkNS, dir: netlab.Dir(st, cfg.Name), tag: tag}
+	if err := recordOwner(tag, stateDir, l.dir); err != nil {
+		return nil, err
+	}
 	if documentation {
 		cfg.Documentation, cfg.Uplink = true, "tbltu"+tag
 		if err := l.upUplink(cfg.Uplink, "tbltn"+tag); err != nil {
@@ -140,6 +142,20 @@ func (l *Lab) Down() {
 		// The veth goes with its peer's namespace.
 		netns.Delete(l.uplinkNS)
 	}
+	os.Remove(ownerPath(l.tag))
+}
+
+// lockNets takes netLock; closing the file lets it go.
+func lockNets() (*os.File, error) {
+	lock, err := os.OpenFile(netLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return lock, nil
 }
 
 // freeNets finds a lab and a sinkhole network no interface of this
