@@ -387,7 +387,6 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 	return a, nil
 }
 
-// behaviourOf adds a behaviour observable to the analysis's summary.
 // sampleRan reports whether the cycle shows its sample ran: traffic, a
 // trace it tampered with, or what its trace shows it did (files dropped,
 // persistence, evasion, connections tried, listeners). A sample the guest
@@ -404,6 +403,7 @@ func sampleRan(a *records.RunAnalysis, tampered []string) bool {
 	return len(tampered) > 0 || b != nil && len(b.Dropped)+len(b.Persistence)+len(b.Evasion)+len(b.Tried)+len(b.Listening) > 0
 }
 
+// behaviourOf adds a behaviour observable to the analysis's summary.
 func behaviourOf(a *records.RunAnalysis, o *records.Observable) {
 	if o.Process == nil && o.Path == nil && o.Netcall == nil && o.Persistence == nil && o.Evasion == nil {
 		return
