@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkbox-sandbox/talkbox/internal/capture"
 	"github.com/talkbox-sandbox/talkbox/internal/netlab"
+	"github.com/talkbox-sandbox/talkbox/internal/netlab/labtest"
 	"github.com/talkbox-sandbox/talkbox/internal/netns"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -102,7 +103,7 @@ func upLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Pr
 		return nil, err
 	}
 	defer lock.Close()
-	reapStale(ctx)
+	labtest.ReapStale(ctx, ownerKind, takeDown)
 	freeLab, sinkNet, err := freeNets()
 	if err != nil {
 		return nil, err
@@ -114,7 +115,7 @@ func upLab(ctx context.Context, stateDir, hostNS, bridge string, labNet netip.Pr
 		SinkVeth: "tbltk" + tag, SinkNet: sinkNet, Table: "talkboxlt" + tag}
 	cfg.Defaults()
 	l := &Lab{Name: cfg.Name, Bridge: bridge, LabNet: labNet, SinkNS: cfg.SinkNS, dir: netlab.Dir(st, cfg.Name), tag: tag}
-	if err := recordOwner(tag, stateDir, l.dir); err != nil {
+	if err := labtest.Own(labtest.Owner{Kind: ownerKind, State: stateDir, Dir: l.dir, Tag: tag}); err != nil {
 		return nil, err
 	}
 	if documentation {
@@ -142,7 +143,7 @@ func (l *Lab) Down() {
 		// The veth goes with its peer's namespace.
 		netns.Delete(l.uplinkNS)
 	}
-	os.Remove(ownerPath(l.tag))
+	labtest.Disown(l.tag)
 }
 
 // lockNets takes netLock; closing the file lets it go.

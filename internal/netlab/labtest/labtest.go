@@ -6,6 +6,7 @@
 package labtest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -72,6 +73,10 @@ func New(t TB) *Lab {
 	rand.Read(b[:])
 	id := "tbt" + hex.EncodeToString(b[:])
 	l := &Lab{T: t, ID: id, Internet: id + "i", InternetIf: "eth0"}
+	dir := filepath.Join(t.TempDir(), "lab")
+	ReapStale(context.Background(), "labtest", takeDown)
+	must(t, Own(Owner{Kind: "labtest", Dir: dir, Tag: id}))
+	t.Cleanup(func() { Disown(id) }) // last: after what the test's cleanups take down
 	host := id + "h"
 	for _, ns := range []string{host, l.Internet} {
 		if err := netns.Create(ns); err != nil {
@@ -83,7 +88,7 @@ func New(t TB) *Lab {
 	l.Config = netlab.Config{
 		Name: id, HostNS: host, Bridge: id + "br", SinkNS: id + "s", SinkVeth: id + "s0",
 		Table: "talkbox_" + id, Uplink: id + "up", Upstream: Resolver, Documentation: true,
-		Dir: filepath.Join(t.TempDir(), "lab"),
+		Dir: dir,
 	}
 	l.Config.Defaults()
 	// Uplink: a veth from the host into the internet namespace, which also
