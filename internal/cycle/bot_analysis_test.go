@@ -53,8 +53,8 @@ func TestAnalysisNamesForgedFrames(t *testing.T) {
 		}
 		return a
 	}
-	forged := "the guest sent 312 frames claiming a sender it is not (another MAC, IPv4 address or ARP sender, or a routable IPv6 source), which the lab's bridge dropped: kept out of the capture, they are evidence of nothing"
-	other := "the guest sent 25 frames the lab does not carry (IPv6 or another protocol than IPv4 and ARP, or cut short), which its bridge dropped: kept out of the capture"
+	forged := "the guest sent 312 frames claiming a sender it is not (another MAC, IPv4 address or ARP sender, 0.0.0.0 outside DHCP and ARP probes, or a routable IPv6 source), which the lab's bridge dropped: kept out of the capture, they are evidence of nothing"
+	other := "the guest sent 25 frames the lab does not carry (its own IPv6, another protocol than IPv4 and ARP, or cut short), which its bridge dropped: kept out of the capture"
 	// An artifact from before kept_out counted every frame kept out as forged.
 	a := analyse(&records.Artifact{}, &records.Artifact{Forged: 300}, &records.Artifact{KeptOut: 37, Forged: 12})
 	if !slices.Contains(a.Reasons, forged) || !slices.Contains(a.Reasons, other) || !slices.Contains(a.Classification, "spoofing") {

@@ -345,10 +345,10 @@ func Analyse(ctx context.Context, st *state.Store, c *records.Cycle) (*records.R
 		}
 	}
 	if forged > 0 {
-		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames claiming a sender it is not (another MAC, IPv4 address or ARP sender, or a routable IPv6 source), which the lab's bridge dropped: kept out of the capture, they are evidence of nothing", forged))
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames claiming a sender it is not (another MAC, IPv4 address or ARP sender, 0.0.0.0 outside DHCP and ARP probes, or a routable IPv6 source), which the lab's bridge dropped: kept out of the capture, they are evidence of nothing", forged))
 	}
 	if other := keptOut - forged; other > 0 {
-		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab does not carry (IPv6 or another protocol than IPv4 and ARP, or cut short), which its bridge dropped: kept out of the capture", other))
+		a.Reasons = append(a.Reasons, fmt.Sprintf("the guest sent %d frames the lab does not carry (its own IPv6, another protocol than IPv4 and ARP, or cut short), which its bridge dropped: kept out of the capture", other))
 	}
 	if len(carried) > 0 {
 		// What the bot did with what it was told; tb-parse's

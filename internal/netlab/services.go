@@ -415,7 +415,7 @@ func start(ctx context.Context, s service, argv []string, dir string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if pid := filePID(pidFile(dir, s.name)); pid > 0 {
-			st, alive := procStart(pid)
+			st, alive := ProcStart(pid)
 			if alive {
 				pending = dialIn(s.ns, pending)
 			}
@@ -487,7 +487,7 @@ func runningPID(dir, name string) int {
 	if err != nil {
 		return 0
 	}
-	if st, ok := procStart(pid); !ok || st != strings.TrimSpace(string(want)) {
+	if st, ok := ProcStart(pid); !ok || st != strings.TrimSpace(string(want)) {
 		return 0
 	}
 	return pid
@@ -505,9 +505,9 @@ func filePID(path string) int {
 	return pid
 }
 
-// procStart is a live, non-zombie process's start time (clock ticks since
+// ProcStart is a live, non-zombie process's start time (clock ticks since
 // boot), which with the pid identifies it.
-func procStart(pid int) (string, bool) {
+func ProcStart(pid int) (string, bool) {
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return "", false

@@ -52,7 +52,8 @@ type Capture struct {
 	// counted in KeptOut and not written, so that the capture holds only
 	// what reached the lab (a sample cannot forge its C2's answers into it);
 	// Forged counts those of them that claimed another identity (another
-	// MAC, IPv4 source or ARP sender: firewall.PortBinding.Forged).
+	// MAC, IPv4 source or ARP sender, 0.0.0.0 outside DHCP and ARP probes,
+	// a routable IPv6 source: firewall.PortBinding.Forged).
 	Bound     *PortBound `json:"bound,omitempty"`
 	KeptOut   uint64     `json:"kept_out,omitempty"`
 	Forged    uint64     `json:"forged,omitempty"`
@@ -124,8 +125,8 @@ type Artifact struct {
 	Drops uint64 `json:"drops"`
 	// KeptOut counts the frames from the guest kept out of this file: the
 	// lab's bridge dropped them (Capture.Bound). Forged counts those of
-	// them that claimed another identity; the rest (IPv6 and other
-	// ethertypes, frames cut short) claimed nobody's.
+	// them that claimed another identity; the rest (the guest's own IPv6,
+	// other ethertypes, frames cut short) claimed nobody's.
 	KeptOut uint64 `json:"kept_out,omitempty"`
 	Forged  uint64 `json:"forged,omitempty"`
 	// Reason is why the file was closed: rotate, size, time, stop, disk-full.

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/talkbox-sandbox/talkbox/internal/netlab"
 )
 
 // The tests of ReapStale (here and in leasetest) run the test binary again
@@ -96,6 +98,6 @@ func (c *Child) Kill() {
 // WaiterLeft reports whether the Child's Waiter still runs (a zombie has
 // ended).
 func (c *Child) WaiterLeft() bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.Waiter) + "/stat")
-	return err == nil && !strings.Contains(string(b), ") Z ")
+	_, ok := netlab.ProcStart(c.Waiter)
+	return ok
 }

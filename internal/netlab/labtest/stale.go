@@ -43,9 +43,9 @@ func OwnerPath(tag string) string { return filepath.Join(ownersDir, tag+".json")
 // made.
 func Own(o Owner) error {
 	o.PID = os.Getpid()
-	start, err := startTime(o.PID)
-	if err != nil {
-		return err
+	start, ok := netlab.ProcStart(o.PID)
+	if !ok {
+		return fmt.Errorf("/proc/%d/stat: unreadable", o.PID)
 	}
 	o.Start = start
 	b, err := json.Marshal(o)
@@ -61,29 +61,10 @@ func Own(o Owner) error {
 // Disown removes the record of a lab taken down.
 func Disown(tag string) { os.Remove(OwnerPath(tag)) }
 
-// startTime is a process's start time, in clock ticks since boot.
-func startTime(pid int) (string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", err
-	}
-	// The command name, in parentheses, may hold spaces: fields count
-	// from after its closing one (the state is the 3rd field).
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return "", fmt.Errorf("/proc/%d/stat: %q", pid, b)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return "", fmt.Errorf("/proc/%d/stat: %q", pid, b)
-	}
-	return f[19], nil
-}
-
 // alive reports whether o's test process still runs.
 func (o *Owner) alive() bool {
-	start, err := startTime(o.PID)
-	return err == nil && start == o.Start
+	start, ok := netlab.ProcStart(o.PID)
+	return ok && start == o.Start
 }
 
 // ReapStale takes down, with takeDown, the labs of kind whose test process
