@@ -252,6 +252,14 @@ func demoEndToEnd(t *testing.T, c demoCase, bin, goBin string) {
 		if ex.ExitCode == nil || ex.TimedOut || ex.StdoutBytes == 0 {
 			t.Fatalf("cycle %d execution = %+v", i+1, ex)
 		}
+		// The guest's agent sets its clock to the host's on every
+		// architecture (cycle 1's guest is the lease's restored clean
+		// state, with the clock it was saved with).
+		if gc := cs[i].GuestClock; gc == nil || gc.Left.D().Abs() > records.ClockTolerance {
+			t.Errorf("cycle %d: the guest's clock %+v, want it within %s of the host's", i+1, gc, records.ClockTolerance)
+		} else {
+			t.Logf("cycle %d: the guest's clock was %s off the host's, set to %s off", i+1, gc.Found, gc.Left)
+		}
 		if tracedDemo {
 			traced(t, st, &cs[i])
 		}

@@ -35,7 +35,8 @@ const TraceSet = "execve,?execveat,clone,?clone3,?fork,?vfork,exit,exit_group," 
 	"socket,connect,bind,listen,?accept,accept4,sendto,sendmsg," +
 	"?nanosleep,clock_nanosleep,?clock_nanosleep_time64," +
 	"?getuid,?geteuid,?getuid32,?geteuid32,?setuid,?setuid32,?setreuid,?setreuid32,?setresuid,?setresuid32," +
-	"?io_uring_setup"
+	"?io_uring_setup," +
+	"?settimeofday,?clock_settime,?clock_settime64,?stime,?adjtimex,?clock_adjtime,?clock_adjtime64"
 
 // StraceOptions are strace's options for the trace, which tb-run's guest
 // launcher passes with -o FILE: strace follows every descendant (-f) into one

@@ -92,9 +92,15 @@ func TestPersistenceAndEvasion(t *testing.T) {
 		t.Errorf("inject: %+v", p)
 	}
 
-	want = []string{"cpuinfo", "dmi", "io-uring", "ptrace", "self-delete", "sleep", "tracer-check"}
+	want = []string{"clock", "cpuinfo", "dmi", "io-uring", "ptrace", "self-delete", "sleep", "tracer-check"}
 	if got := values(sink, records.ObsEvasion); !slices.Equal(got, want) {
 		t.Errorf("evasion\n got %q\nwant %q", got, want)
+	}
+	// A read of the clock (adjtimex without modes) and a time zone's set
+	// are none; a refused try is one.
+	if p := get(records.ObsEvasion, "clock"); !slices.Equal(p.Targets, []string{"clock_settime 2026-11-25T06:00:00Z (EPERM)",
+		"clock_adjtime ADJ_SETOFFSET|ADJ_NANO", "settimeofday 2001-01-01T00:00:00Z"}) {
+		t.Errorf("clock: %+v", p)
 	}
 	if p := get(records.ObsEvasion, "ptrace"); !slices.Equal(p.Targets, []string{"PTRACE_SEIZE 500 (EPERM)"}) {
 		t.Errorf("ptrace: %+v", p)

@@ -575,6 +575,8 @@ func (e *ev) dispatch() {
 		e.setuid()
 	case "io_uring_setup":
 		e.ioUring()
+	case "settimeofday", "clock_settime", "clock_settime64", "stime", "adjtimex", "clock_adjtime", "clock_adjtime64":
+		e.setClock()
 	}
 }
 
@@ -1024,6 +1026,45 @@ func (e *ev) setuid() {
 
 func (e *ev) ioUring() {
 	e.t.tech(records.ObsEvasion, "io-uring", "io-uring", e.ts, e.line, e.p).add("", withErr("io_uring_setup", e.c), e.p)
+}
+
+// setClock notes a try to set a clock (evasion "clock"): a time bomb
+// brought forward or a date check dodged, and, for the host, a guest
+// timeline the sample wrote (tb-run sets the guest's clock to the host's
+// before each cycle, and records what it found). A read (adjtimex or
+// clock_adjtime without modes, settimeofday of the time zone alone) is
+// none. The target is the call and the time it set, when the trace shows
+// it.
+func (e *ev) setClock() {
+	call := e.name
+	var arg string
+	switch e.name {
+	case "settimeofday", "stime":
+		arg = e.arg(0)
+	case "clock_settime", "clock_settime64":
+		arg = e.arg(1)
+	default: // adjtimex, clock_adjtime
+		a := e.arg(0)
+		if e.name != "adjtimex" {
+			a = e.arg(1)
+		}
+		modes := field(a, "modes=")
+		if modes == "" || modes == "0" {
+			return
+		}
+		call += " " + modes
+	}
+	if arg == "NULL" || arg == "0" {
+		return
+	}
+	sec := field(arg, "tv_sec=")
+	if e.name == "stime" {
+		sec = strings.Trim(arg, "[] ")
+	}
+	if v, err := strconv.ParseInt(sec, 10, 64); err == nil {
+		call += " " + time.Unix(v, 0).UTC().Format(time.RFC3339)
+	}
+	e.t.tech(records.ObsEvasion, "clock", "clock", e.ts, e.line, e.p).add("", withErr(call, e.c), e.p)
 }
 
 // sleep counts a nanosleep or clock_nanosleep: the requested duration

@@ -889,3 +889,42 @@ func TestTamperedTraceIsEvidence(t *testing.T) {
 		})
 	}
 }
+
+// TestGuestClockSetToTheHosts: a guest clock years off (a restored clean
+// state, or a sample's earlier cycle set it) is set to the host's before
+// the sample runs, and the cycle records both; one within the tolerance is
+// left alone; one the agent cannot set is said in the record and the
+// cycle goes on.
+func TestGuestClockSetToTheHosts(t *testing.T) {
+	far := -time.Since(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name  string
+		skew  time.Duration
+		stuck bool
+		sets  int
+	}{{"years behind", far, false, 1}, {"within the tolerance", 200 * time.Millisecond, false, 0}, {"cannot be set", far, true, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t, "out started")
+			e.g.clock, e.g.clockStuck = tc.skew, tc.stuck
+			c := e.run(t, Request{})
+			if c.State != records.CycleCompleted {
+				t.Fatalf("cycle = %s: %s", c.State, c.Error)
+			}
+			gc := c.GuestClock
+			if gc == nil || e.g.clockSets != tc.sets || (gc.Found.D()-tc.skew).Abs() > 100*time.Millisecond {
+				t.Fatalf("guest clock %+v, %d sets, want found %s and %d sets", gc, e.g.clockSets, tc.skew, tc.sets)
+			}
+			switch {
+			case tc.stuck && ((gc.Left-gc.Found).D().Abs() > 100*time.Millisecond || !strings.Contains(gc.Error, "hwclock")):
+				t.Errorf("a clock that could not be set: %+v", gc)
+			case !tc.stuck && gc.Left.D().Abs() > records.ClockTolerance:
+				t.Errorf("the sample starts with a clock %s off the host's: %+v", gc.Left, gc)
+			case !tc.stuck && gc.Error != "":
+				t.Errorf("a clock that was set has an error: %+v", gc)
+			}
+			if _, ok := c.Timings["clock"]; !ok {
+				t.Errorf("no clock timing: %v", c.Timings)
+			}
+		})
+	}
+}

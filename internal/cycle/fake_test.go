@@ -54,6 +54,12 @@ type fakeGuest struct {
 	// kills counts the kills; failKillsAfter, when set, fails every kill
 	// after that many.
 	survivesKills, kills, failKillsAfter int
+	// clock is the guest's clock's offset from the host's; clockStuck
+	// makes setting it fail and leave it as it is; clockSets counts the
+	// sets.
+	clock      time.Duration
+	clockStuck bool
+	clockSets  int
 }
 
 type fakeProc struct {
@@ -79,7 +85,25 @@ func (f *fakeGuest) Ping(ctx context.Context) error {
 }
 
 func (f *fakeGuest) Addresses(ctx context.Context) ([]string, error) { return f.addrs, nil }
-func (f *fakeGuest) Close() error                                    { return nil }
+
+func (f *fakeGuest) Clock(ctx context.Context) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Now().Add(f.clock), nil
+}
+
+// SetClock sets the clock and fails, as Debian 12's qemu-ga does without
+// hwclock.
+func (f *fakeGuest) SetClock(ctx context.Context, t time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clockSets++
+	if !f.clockStuck {
+		f.clock = time.Until(t)
+	}
+	return errors.New("guest-set-time: GenericError: hwclock failed to set hardware clock to system time")
+}
+func (f *fakeGuest) Close() error { return nil }
 
 func (f *fakeGuest) WriteFile(ctx context.Context, path string, r io.Reader) (int64, error) {
 	b, err := io.ReadAll(r)

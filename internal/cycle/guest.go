@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/talkbox-sandbox/talkbox/internal/behave"
 	"github.com/talkbox-sandbox/talkbox/internal/fault"
@@ -33,6 +34,10 @@ type Guest interface {
 	// what it reads on its standard input.
 	Spawn(ctx context.Context, argv, env []string, stdin []byte) (int, error)
 	Status(ctx context.Context, pid int) (Proc, error)
+	// Clock reads the guest's wall clock; SetClock sets it (an error may
+	// come after the clock was set: Clock tells).
+	Clock(ctx context.Context) (time.Time, error)
+	SetClock(ctx context.Context, t time.Time) error
 	Close() error
 }
 

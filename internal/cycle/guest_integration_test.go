@@ -31,6 +31,7 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/elftest"
 	"github.com/talkbox-sandbox/talkbox/internal/guestagent"
 	"github.com/talkbox-sandbox/talkbox/internal/lease/leasetest"
+	"github.com/talkbox-sandbox/talkbox/internal/observe"
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 	"github.com/talkbox-sandbox/talkbox/internal/state"
 )
@@ -54,6 +55,22 @@ type realGuest struct {
 }
 
 func script(body string) []byte { return []byte("#!/bin/sh\n" + body + "\n") }
+
+// buildBeacon builds the demo beacon for a Go architecture.
+func buildBeacon(t *testing.T, arch string) []byte {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "beacon")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../demo/beacon/cmd/beacon")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+arch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the beacon: %v\n%s", err, out)
+	}
+	sample, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sample
+}
 
 func newRealGuest(t testing.TB) *realGuest {
 	t.Helper()
@@ -282,17 +299,7 @@ func TestRealGuest(t *testing.T) {
 		// not execute it (stderr's "Exec format error", status 126): still
 		// escalated, not filed as a wrong architecture guess to replan.
 		for _, arch := range []string{"amd64", "mips"} {
-			bin := filepath.Join(t.TempDir(), "beacon")
-			cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../demo/beacon/cmd/beacon")
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+arch)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("building the beacon: %v\n%s", err, out)
-			}
-			sample, err := os.ReadFile(bin)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := plan(sample, func(p *records.Plan) {
+			p := plan(buildBeacon(t, arch), func(p *records.Plan) {
 				p.Instrument = "pcap+trace"
 				if arch == "mips" {
 					p.Emulation = &records.Emulation{Mode: "user", Target: "mips", Emulator: "qemu-mips-static"}
@@ -334,6 +341,59 @@ func TestRealGuest(t *testing.T) {
 				}
 				t.Logf("%s %v: seen %q", arch, args, tampered[0].Evasion.Paths)
 			}
+		}
+	})
+
+	t.Run("a sample that sets the guest's clock", func(t *testing.T) {
+		// The beacon, root in its guest and traced, sets the guest's
+		// clock to 2001: its trace shows the call (evasion "clock"). The
+		// lease's next cycle finds the clock 25 years behind, sets it to
+		// the host's before its sample runs, and records both; that
+		// sample reads the host's date, not the one the beacon left.
+		p := plan(buildBeacon(t, "amd64"), func(p *records.Plan) { p.Instrument = "pcap+trace" })
+		c := run(Request{Plan: p, Args: []string{"-tamper", "clock"}})
+		ex := execOf(c)
+		if c.State != records.CycleCompleted || !strings.Contains(ex.StdoutTail, "tamper clock=2001-01-01T00:00:00Z") {
+			t.Fatalf("%s %q, stdout %q, stderr %q", c.State, c.Error, ex.StdoutTail, ex.StderrTail)
+		}
+		// The trace as the cycle's parse step reads it (this runner has
+		// no post-processing).
+		var set *records.TechniqueInfo
+		for _, id := range c.Artifacts {
+			if a := get(t, st, id, &records.Artifact{}); a.Type == ArtifactTrace {
+				sink := sinkFunc(func(o *records.Observable) {
+					if o.Evasion != nil && o.Evasion.Technique == "clock" {
+						set = o.Evasion
+					}
+				})
+				if _, err := behave.Parse(ctx, strings.NewReader(zstdBlob(t, st, a.SHA256)), observe.Origin{Cycle: c.ID}, sink,
+					behave.Options{Format: behave.FormatStrace, Exe: c.GuestPath}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if set == nil || !slices.Equal(set.Targets, []string{"settimeofday 2001-01-01T00:00:00Z"}) {
+			t.Errorf("the clock's evasion: %+v", set)
+			keepTrace(t, st, c)
+		}
+		c = run(Request{Plan: plan(script(`date +%s`), nil)})
+		if c.State != records.CycleCompleted {
+			t.Fatalf("%s %q", c.State, c.Error)
+		}
+		if gc := c.GuestClock; gc == nil || gc.Found.D() > -20*365*24*time.Hour || gc.Left.D().Abs() > records.ClockTolerance || gc.Error != "" {
+			t.Errorf("guest clock %+v: want found 25 years behind, left within %s", gc, records.ClockTolerance)
+		} else {
+			t.Logf("the next cycle found the guest's clock %s off the host's, left it %s off", gc.Found, gc.Left)
+		}
+		out := strings.TrimSpace(execOf(c).StdoutTail)
+		sec, err := strconv.ParseInt(out, 10, 64)
+		if err != nil {
+			t.Fatalf("the sample's date: %q", out)
+		}
+		// Under TCG the guest's clock runs fast under load: a minute is
+		// far beyond what it gains in one short cycle, and 25 years short.
+		if off := time.Unix(sec, 0).Sub(*c.LaunchedAt); off.Abs() > time.Minute {
+			t.Errorf("the sample read the date %s, %s off the host's at its launch", time.Unix(sec, 0).UTC(), off)
 		}
 	})
 
@@ -814,6 +874,11 @@ func BenchmarkTransfer(b *testing.B) {
 // keepTrace writes the trace of cycle c where it outlives the test, and
 // says where: a clean run seen as tampered has happened under load only,
 // and the trace is what tells why.
+// sinkFunc takes a trace's observables.
+type sinkFunc func(o *records.Observable)
+
+func (f sinkFunc) Add(o *records.Observable) { f(o) }
+
 func keepTrace(t *testing.T, st *state.Store, c *records.Cycle) {
 	t.Helper()
 	for _, id := range c.Artifacts {

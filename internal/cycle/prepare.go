@@ -26,8 +26,8 @@ func (r *Runner) connect(ctx context.Context, c *records.Cycle) (Guest, error) {
 	return g, nil
 }
 
-// prepare checks the guest is ready, makes sure the capture runs, and
-// pushes the sample (or finds the detached one of the previous cycle).
+// prepare checks the guest is ready, sets its clock to the host's, makes
+// sure the capture runs, and pushes the sample (or finds the detached one of the previous cycle).
 func (r *Runner) prepare(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
 	var l records.SandboxLease
 	if err := r.St.Get(c.Lease, &l); err != nil {
@@ -45,6 +45,9 @@ func (r *Runner) prepare(ctx context.Context, c *records.Cycle, g Guest) (*recor
 		return c, fmt.Errorf("guest of lease %s: network not up (want %s, has %v)", l.ID, l.IP, addrs)
 	}
 	if c, err = r.timed(ctx, c, "ready", start, nil); err != nil {
+		return c, err
+	}
+	if c, err = r.syncClock(ctx, c, g); err != nil {
 		return c, err
 	}
 	if slices.Contains(c.Post, StepRotate) && r.Post != nil {

@@ -12,12 +12,13 @@ import (
 // answers one command; the fake agent answers the others as qemu-ga
 // would.
 func FuzzReplies(f *testing.F) {
-	commands := []string{"guest-ping", "guest-exec", "guest-exec-status", "guest-file-open", "guest-file-seek", "guest-file-read", "guest-file-close", "guest-network-get-interfaces"}
+	commands := []string{"guest-ping", "guest-exec", "guest-exec-status", "guest-file-open", "guest-file-seek", "guest-file-read", "guest-file-close", "guest-network-get-interfaces", "guest-get-time", "guest-set-time"}
 	for i, reply := range []string{
 		`{"return":{}}`,
 		`{"return":{"pid":7}}`,
 		`{"return":{"exited":true,"exitcode":0,"out-data":"aGk=","err-data":""}}`,
 		`{"return":1000}`,
+		`{"return":1795500967108906000}`,
 		`{"return":{"position":10,"eof":false}}`,
 		`{"return":{"count":2,"buf-b64":"aGk=","eof":true}}`,
 		`{"error":{"class":"GenericError","desc":"no"}}`,
@@ -45,5 +46,7 @@ func FuzzReplies(f *testing.F) {
 		}
 		c.Interfaces(ctx)
 		c.Addresses(ctx)
+		c.Clock(ctx)
+		c.SetClock(ctx, time.Now())
 	})
 }

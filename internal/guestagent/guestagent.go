@@ -1,7 +1,8 @@
 // Package guestagent speaks the QEMU guest agent's protocol (qemu-ga, on a
 // virtio-serial channel): ping, processes (guest-exec, guest-exec-status)
 // with their exit status and output, files (guest-file-open, -read, -write,
-// -seek, -close) and network interfaces. It is the one agent client of
+// -seek, -close), network interfaces and the guest's clock (guest-get-time,
+// guest-set-time). It is the one agent client of
 // tb-build's smoke test, tb-lease and tb-run.
 //
 // A Transport carries one JSON command to a domain's agent and brings back

@@ -38,6 +38,10 @@ type fakeAgent struct {
 	lostExit       bool
 	// reply, when it returns true, replaces the answer to a command.
 	reply func(execute string, args map[string]any) (string, bool)
+	// clock is the guest's wall clock, nanoseconds since the epoch;
+	// guest-set-time sets it and then fails as Debian 12's qemu-ga does
+	// without hwclock.
+	clock int64
 }
 
 type handle struct {
@@ -104,6 +108,15 @@ func (f *fakeAgent) AgentCommand(ctx context.Context, domain, cmd string) (strin
 	switch req.Execute {
 	case "guest-ping":
 		return ok(map[string]any{})
+	case "guest-get-time":
+		return ok(f.clock)
+	case "guest-set-time":
+		t, isNum := a["time"].(float64)
+		if !isNum {
+			return "", fmt.Errorf("fake agent: guest-set-time without a time: %v", a)
+		}
+		f.clock = int64(t)
+		return "", errors.New("internal error: hwclock failed to set hardware clock to system time")
 	case "guest-file-open":
 		path, mode := a["path"].(string), a["mode"].(string)
 		switch mode {
@@ -641,5 +654,33 @@ func TestInterfaces(t *testing.T) {
 	addrs, err := c.Addresses(ctx)
 	if err != nil || strings.Join(addrs, " ") != "127.0.0.1/8 10.13.37.10/24 fe80::1/64" {
 		t.Fatalf("addresses: %v %v", addrs, err)
+	}
+}
+
+// TestClock: the guest's clock is read and set through the agent; a set
+// that qemu-ga reports failed after setting it (no hwclock) is an error
+// the caller checks with a read; a reply that is no time in nanoseconds
+// is an error, never a time.
+func TestClock(t *testing.T) {
+	ctx := context.Background()
+	fa := newFakeAgent()
+	fa.clock = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	c := New(fa, "g")
+	got, err := c.Clock(ctx)
+	if err != nil || !got.Equal(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("Clock: %v, %v", got, err)
+	}
+	want := time.Now()
+	if err := c.SetClock(ctx, want); err == nil || !strings.Contains(err.Error(), "hwclock") {
+		t.Errorf("SetClock: %v, want the agent's hwclock error", err)
+	}
+	if got, err := c.Clock(ctx); err != nil || got.Sub(want).Abs() > time.Microsecond {
+		t.Errorf("the clock after SetClock: %v (%v), want %v", got, err, want)
+	}
+	for _, reply := range []string{`{"return":1.5e30}`, `{"return":"now"}`, `{"return":1.5}`, `{"return":{}}`} {
+		fa.reply = func(execute string, _ map[string]any) (string, bool) { return reply, execute == "guest-get-time" }
+		if got, err := c.Clock(ctx); err == nil {
+			t.Errorf("reply %s: %v, want an error", reply, got)
+		}
 	}
 }

@@ -114,9 +114,12 @@ type Cycle struct {
 	Promoted  string   `json:"promoted,omitempty"`
 	Capture   string   `json:"capture,omitempty"`
 	Artifacts []string `json:"artifacts,omitempty"`
-	// Timings are the durations of each step ("lease", "ready", "push",
-	// "verify", "run", "rotate", "parse", "promote", …).
+	// Timings are the durations of each step ("lease", "ready", "clock",
+	// "push", "verify", "run", "rotate", "parse", "promote", …).
 	Timings map[string]Duration `json:"timings,omitempty"`
+	// GuestClock is the guest's clock against the host's when the cycle
+	// prepared it, before the sample ran.
+	GuestClock *GuestClock `json:"guest_clock,omitempty"`
 	// Seq counts transitions; the event of transition n carries Seq n.
 	Seq int `json:"seq"`
 	// Replaces is the cycle of a host that died which this one does again
@@ -230,3 +233,21 @@ type Event struct {
 	Detail  string    `json:"detail,omitempty"`
 	At      time.Time `json:"at"`
 }
+
+// GuestClock is a guest's wall clock against the host's at the start of a
+// cycle, guest minus host: Found, before tb-run set the guest's clock to the
+// host's (a revert's restored clock, drift under TCG, or what a sample set
+// it to); Left, what the sample starts with (Found when that was within
+// ClockTolerance and left alone, or when setting the clock failed).
+type GuestClock struct {
+	Found Duration `json:"found"`
+	Left  Duration `json:"left"`
+	// Error is why the clock could not be set, when Left is not within
+	// ClockTolerance.
+	Error string `json:"error,omitempty"`
+}
+
+// ClockTolerance is the difference between a guest's clock and the host's
+// that tb-run leaves alone: below what an agent's round trip under TCG
+// lets it measure.
+const ClockTolerance = time.Second

@@ -20,8 +20,13 @@ import (
 // that waits for it), or forge trace lines into the tracer's output,
 // found through /proc, and onto its own stdout; noexec, last, writes
 // bash's "cannot execute binary file: Exec format error" to its stderr
-// and exits 126, as if the guest could not run it (NoExec).
-var TamperModes = []string{"kill", "forge", "noexec"}
+// and exits 126, as if the guest could not run it (NoExec); clock sets
+// the system clock to ClockTamperTime (in a Talkbox guest only: see
+// setClock).
+var TamperModes = []string{"kill", "forge", "noexec", "clock"}
+
+// ClockTamperTime is what -tamper clock sets the guest's clock to.
+var ClockTamperTime = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // TamperArg takes "-tamper MODE[,MODE]" (or -tamper=MODE[,MODE]) out of
 // args.
@@ -66,8 +71,26 @@ func Tamper(mode string, out io.Writer) error {
 		return syscall.Kill(target, syscall.SIGKILL)
 	case "forge":
 		return forge(tracer, out)
+	case "clock":
+		return setClock(out)
 	}
 	return fmt.Errorf("-tamper %q: unknown mode", mode)
+}
+
+// setClock sets the system clock to ClockTamperTime, as a sample with root
+// does to dodge a date check or to break the sandbox's timeline. The
+// machine's own clock is at stake, so it refuses on any machine whose
+// kernel command line has no talkbox.net= (tb-lease boots every lease's
+// guest with one): run by mistake on a host, the beacon would set the
+// host's clock.
+func setClock(out io.Writer) error {
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil || !talkboxGuest(cmdline) {
+		return errors.New("-tamper clock: not a Talkbox guest (no talkbox.net= in /proc/cmdline); the clock is left alone")
+	}
+	tv := syscall.NsecToTimeval(ClockTamperTime.UnixNano())
+	fmt.Fprintf(out, "tamper clock=%s\n", ClockTamperTime.Format(time.RFC3339))
+	return syscall.Settimeofday(&tv)
 }
 
 // NoExec is -tamper noexec's claim, which the caller makes and then exits
@@ -159,4 +182,9 @@ func openForWriting(fdinfo string) bool {
 		}
 	}
 	return false
+}
+
+// talkboxGuest tells a lease's guest by its kernel command line.
+func talkboxGuest(cmdline []byte) bool {
+	return slices.ContainsFunc(strings.Fields(string(cmdline)), func(f string) bool { return strings.HasPrefix(f, "talkbox.net=") })
 }
