@@ -92,12 +92,17 @@ func TestPersistenceAndEvasion(t *testing.T) {
 		t.Errorf("inject: %+v", p)
 	}
 
-	want = []string{"clock", "cpuinfo", "dmi", "io-uring", "ptrace", "self-delete", "sleep", "tracer-check"}
+	want = []string{"cgroup", "clock", "cpuinfo", "dmi", "io-uring", "ptrace", "self-delete", "sleep", "tracer-check"}
 	if got := values(sink, records.ObsEvasion); !slices.Equal(got, want) {
 		t.Errorf("evasion\n got %q\nwant %q", got, want)
 	}
 	// A read of the clock (adjtimex without modes) and a time zone's set
 	// are none; a refused try is one.
+	// A write to cgroup.procs moves a process out of the sample's cgroup;
+	// a read of the cgroup's events is nothing.
+	if p := get(records.ObsEvasion, "cgroup"); !slices.Equal(p.Paths, []string{"/sys/fs/cgroup/cgroup.procs"}) {
+		t.Errorf("cgroup: %+v", p)
+	}
 	if p := get(records.ObsEvasion, "clock"); !slices.Equal(p.Targets, []string{"clock_settime 2026-11-25T06:00:00Z (EPERM)",
 		"clock_adjtime ADJ_SETOFFSET|ADJ_NANO", "settimeofday 2001-01-01T00:00:00Z"}) {
 		t.Errorf("clock: %+v", p)

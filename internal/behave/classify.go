@@ -80,6 +80,14 @@ func evasionRead(p string, own func(int) bool) string {
 	return ""
 }
 
+// cgroupMove tells a cgroup file that moves the processes written to it
+// into its cgroup: written, a way out of the cgroup tb-run kills a cycle's
+// sample through (wherever the sample mounted the cgroup file system).
+func cgroupMove(p string) bool {
+	base := path.Base(p)
+	return base == "cgroup.procs" || base == "cgroup.threads" || base == "tasks" && strings.Contains(p, "cgroup")
+}
+
 // procPID is the pid of a /proc/PID/... path.
 func procPID(p string) (int, bool) {
 	rest, ok := strings.CutPrefix(p, "/proc/")

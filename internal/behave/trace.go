@@ -850,6 +850,9 @@ func (t *trace) classifyOpen(e *ev, p string, write bool) {
 	}
 	if write {
 		t.persist(e, p)
+		if cgroupMove(p) {
+			t.tech(records.ObsEvasion, "cgroup", "cgroup", e.ts, e.line, e.p).add(withErr(p, e.c), "", e.p)
+		}
 	}
 	if tech := evasionRead(p, t.ours); tech != "" {
 		t.tech(records.ObsEvasion, tech, tech, e.ts, e.line, e.p).add(withErr(p, e.c), "", e.p)

@@ -49,7 +49,7 @@ func (r *Runner) cancel(ctx context.Context, id string, waitFor *[]string) error
 	if c.State == records.CycleExecuting && c.GuestPID != 0 && !c.Detach {
 		g, err := r.connect(ctx, c)
 		if err == nil {
-			err = r.kill(ctx, g, c.GuestPID, spared(c.Tracer))
+			err = r.kill(ctx, g, c)
 			g.Close()
 		}
 		if err != nil {

@@ -537,7 +537,7 @@ func TestDetachedSampleIsObservedAcrossCycles(t *testing.T) {
 		t.Fatalf("second window's output = %q (from %d)", got, c2.StdoutFrom)
 	}
 	// Once the sample is gone, the next detached cycle starts it again.
-	e.g.Run(context.Background(), killArgv(c1.GuestPID, 0)...)
+	e.g.Run(context.Background(), killArgv(c1.GuestPID, 0, sampleCgroup(c1))...)
 	c3 := e.run(t, Request{Detach: &yes, Window: &w})
 	if c3.Attached != "" || e.g.spawns != 2 {
 		t.Fatalf("third cycle = %+v", c3)
@@ -926,5 +926,39 @@ func TestGuestClockSetToTheHosts(t *testing.T) {
 				t.Errorf("no clock timing: %v", c.Timings)
 			}
 		})
+	}
+}
+
+// TestADaemonIsWatchedUntilTheTimeout: a sample that forks a daemon and
+// exits (as Mirai does) ended its cycle at its exit, its daemon unwatched
+// and never killed. Its cgroup says the daemon runs: the cycle watches it
+// until the timeout, then kills it through the cgroup.
+func TestADaemonIsWatchedUntilTheTimeout(t *testing.T) {
+	e := setup(t, "out started\ndaemon\nexit 0")
+	e.r.Stream = 20 * time.Millisecond
+	d := 300 * time.Millisecond
+	c := e.run(t, Request{Timeout: &d})
+	ex := get(t, e.st, c.Execution, &records.ExecutionSnapshot{})
+	if c.State != records.CycleTimedOut || !ex.TimedOut || !ex.Killed || ex.Running || ex.ExitCode == nil || *ex.ExitCode != 0 ||
+		e.g.kills != 1 || ex.Duration.D() < d {
+		t.Fatalf("cycle %s (%s), %d kills, execution %+v", c.State, c.Error, e.g.kills, ex)
+	}
+}
+
+// TestADetachedDaemonIsObservedAcrossCycles: a detached sample that forked
+// a daemon and exited is still the sample the next window observes (its
+// cgroup says the daemon runs), not one to start again beside it.
+func TestADetachedDaemonIsObservedAcrossCycles(t *testing.T) {
+	e := setup(t, "out first\ndaemon\nexit 0")
+	e.r.Stream = 20 * time.Millisecond
+	yes, w := true, 100*time.Millisecond
+	c1 := e.run(t, Request{Detach: &yes, Window: &w})
+	ex1 := get(t, e.st, c1.Execution, &records.ExecutionSnapshot{})
+	if c1.State != records.CycleCompleted || !ex1.Running || ex1.ExitCode == nil {
+		t.Fatalf("first cycle %s (%s), execution %+v", c1.State, c1.Error, ex1)
+	}
+	c2 := e.run(t, Request{Detach: &yes, Window: &w})
+	if c2.Attached != c1.ID || e.g.spawns != 1 {
+		t.Fatalf("second cycle attached to %q, %d spawns", c2.Attached, e.g.spawns)
 	}
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/talkbox-sandbox/talkbox/internal/records"
 )
 
-// attachable is the previous cycle whose detached sample still runs.
+// attachable is the previous cycle whose detached sample still runs (its
+// launcher, or what it started in its cgroup).
 func (r *Runner) attachable(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
 	prev, err := r.Get(c.Previous)
 	if err != nil {
@@ -23,6 +24,10 @@ func (r *Runner) attachable(ctx context.Context, c *records.Cycle, g Guest) (*re
 		return nil, nil
 	}
 	alive, err := r.alive(ctx, g, prev.GuestPID)
+	if err == nil && !alive {
+		// Its launcher ended, and what it started may run on in its cgroup.
+		alive, err = lingering(ctx, g, prev)
+	}
 	if err != nil || !alive {
 		return nil, err
 	}
@@ -119,37 +124,61 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 	cancelled := false
 	var unanswered time.Time // since when the agent has not answered
 	var killedAt time.Time   // the first kill at the timeout
+	// launcherEnded: the launcher exited (an untraced sample is its
+	// launcher; a traced one's waits for the tracer, which waits for every
+	// process it traces), its status is the execution's exit code, and
+	// what the sample started may still run without it: a daemon
+	// reparented to init, in the sample's cgroup, watched until it ends or
+	// the timeout kills it.
+	launcherEnded := false
 	for {
-		p, err := g.Status(ctx, c.GuestPID)
-		if err != nil {
-			alive, aerr := r.alive(ctx, g, c.GuestPID)
-			if aerr != nil {
-				// A slow guest (TCG, a busy sample) can leave its agent
-				// unanswered for a while: give it the agent's grace
-				// before the cycle fails.
-				if unanswered.IsZero() {
-					unanswered = time.Now()
-					r.Log.Warn("the guest agent does not answer; waiting", "cycle", c.ID, "err", aerr, "grace", guestagent.Grace)
-				}
-				if time.Since(unanswered) < guestagent.Grace && ctx.Err() == nil {
-					if err := guestagent.Pause(ctx, time.Second); err != nil {
-						return c, err
+		if !launcherEnded {
+			p, err := g.Status(ctx, c.GuestPID)
+			if err != nil {
+				alive, aerr := r.alive(ctx, g, c.GuestPID)
+				if aerr != nil {
+					// A slow guest (TCG, a busy sample) can leave its agent
+					// unanswered for a while: give it the agent's grace
+					// before the cycle fails.
+					if unanswered.IsZero() {
+						unanswered = time.Now()
+						r.Log.Warn("the guest agent does not answer; waiting", "cycle", c.ID, "err", aerr, "grace", guestagent.Grace)
 					}
-					continue
+					if time.Since(unanswered) < guestagent.Grace && ctx.Err() == nil {
+						if err := guestagent.Pause(ctx, time.Second); err != nil {
+							return c, err
+						}
+						continue
+					}
+					return c, fmt.Errorf("watching the sample: %v (%v; no answer for %s)", err, aerr, time.Since(unanswered).Round(time.Second))
 				}
-				return c, fmt.Errorf("watching the sample: %v (%v; no answer for %s)", err, aerr, time.Since(unanswered).Round(time.Second))
+				if !alive {
+					p = guestagent.Proc{Exited: true, ExitCode: -1}
+				}
 			}
-			if !alive {
-				p = guestagent.Proc{Exited: true, ExitCode: -1}
+			unanswered = time.Time{}
+			if p.Exited {
+				code := p.Code()
+				if code >= 0 {
+					ex.ExitCode = &code
+				}
+				launcherEnded = true
 			}
 		}
-		unanswered = time.Time{}
-		if p.Exited {
-			code := p.Code()
-			if code >= 0 {
-				ex.ExitCode = &code
+		if launcherEnded {
+			left, err := lingering(ctx, g, c)
+			if err != nil {
+				return c, err
 			}
-			break
+			if !left {
+				break
+			}
+			if wait < r.stream() && killedAt.IsZero() {
+				// Its exit code is in; what remains is watched for its end
+				// at the pace output is copied out.
+				r.Log.Info("the sample's launcher ended; processes it started still run, watched until they end or the timeout", "cycle", c.ID)
+				wait = r.stream()
+			}
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
@@ -166,7 +195,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 				r.Log.Warn("the sample did not end after its kill; the cycle goes on without it", "cycle", c.ID, "guest_pid", c.GuestPID, "waited", now.Sub(killedAt).Round(time.Second))
 				break
 			}
-			if err := r.kill(ctx, g, c.GuestPID, spared(c.Tracer)); err != nil {
+			if err := r.kill(ctx, g, c); err != nil {
 				if killedAt.IsZero() {
 					return c, err
 				}
@@ -202,7 +231,7 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 			}
 			if cur.Cancel {
 				cancelled = true
-				if err := r.kill(ctx, g, c.GuestPID, spared(c.Tracer)); err != nil {
+				if err := r.kill(ctx, g, c); err != nil {
 					return c, err
 				}
 				ex.Killed = true
@@ -214,7 +243,9 @@ func (r *Runner) execute(ctx context.Context, c *records.Cycle, g Guest) (*recor
 		if err := guestagent.Pause(ctx, min(wait, time.Until(deadline)+time.Millisecond)); err != nil {
 			return c, err
 		}
-		wait = min(2*wait, r.poll())
+		if !launcherEnded || !killedAt.IsZero() {
+			wait = min(2*wait, r.poll())
+		}
 	}
 	end := r.St.Now()
 	ex.EndedAt = &end
@@ -277,6 +308,29 @@ func (r *Runner) findLaunch(ctx context.Context, g Guest, pidfile string) (int, 
 	}
 }
 
+// lingering tells whether anything the sample started still runs in its
+// cgroup (sampleCgroup) once the launcher ended. A guest without the
+// cgroup (no cgroup v2 in its kernel) tells nothing: false, the launcher's
+// end is the sample's. The events file is the kernel's, but root in the
+// guest may mount something over it: a cgroup that claims to be populated
+// holds the cycle until its timeout, one that claims to be empty ends it
+// as a sample that moved itself out of the cgroup would.
+func lingering(ctx context.Context, g Guest, c *records.Cycle) (bool, error) {
+	b, err := g.ReadFileAt(ctx, sampleCgroup(c)+"/cgroup.events", 0, 256)
+	if err != nil {
+		if strings.Contains(err.Error(), "No such file or directory") {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading the sample's cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, _ := strings.Cut(line, " "); k == "populated" {
+			return v == "1", nil
+		}
+	}
+	return false, nil
+}
+
 // killRetry is how often a sample that has not ended since its kill is
 // killed again (a quarter of Runner.KillWait if that is less): a child it
 // forked after a kill's walk of its tree escaped that kill.
@@ -298,8 +352,9 @@ func execSummary(ex *records.ExecutionSnapshot) string {
 	return "exited"
 }
 
-func (r *Runner) kill(ctx context.Context, g Guest, pid, spare int) error {
-	res, err := g.Run(ctx, killArgv(pid, spare)...)
+func (r *Runner) kill(ctx context.Context, g Guest, c *records.Cycle) error {
+	pid := c.GuestPID
+	res, err := g.Run(ctx, killArgv(pid, spared(c.Tracer), sampleCgroup(c))...)
 	if err != nil {
 		return fmt.Errorf("killing the sample (guest pid %d): %w", pid, err)
 	}

@@ -173,6 +173,9 @@ func (f *fakeGuest) Run(ctx context.Context, argv ...string) (*guestagent.Result
 			f.survivesKills--
 			return &guestagent.Result{}, nil
 		}
+		if ev := argv[6] + "/cgroup.events"; f.files[ev] != nil {
+			f.files[ev] = []byte("populated 0\nfrozen 1\n")
+		}
 		if p, ok := f.procs[pid]; ok && p.running {
 			p.running, p.killed, p.signal = false, true, 9
 			f.ended(pid, p)
@@ -243,6 +246,11 @@ func (f *fakeGuest) Spawn(ctx context.Context, argv, env []string, stdin []byte)
 				f.ended(pid, p)
 				f.mu.Unlock()
 			})
+		case "daemon":
+			// Forks a child that goes on in the sample's cgroup after
+			// the launcher ends, until killed.
+			g := strings.TrimSuffix(pidfile, ".pid")
+			f.files[cgroupRoot+"/"+g[strings.LastIndex(g, "/")+1:]+"/cgroup.events"] = []byte("populated 1\nfrozen 0\n")
 		case "noexec":
 			f.files[errp] = append(f.files[errp], "tb-run: line 17: "+sample+": cannot execute binary file: Exec format error\n"...)
 			p.code = 126

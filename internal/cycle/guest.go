@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -81,10 +82,14 @@ func VirshGuest(ctx context.Context, l *records.SandboxLease) (Guest, error) {
 // cycle's end key on its standard input (trace.go), sends its own errors
 // to the sample's stderr file, records its PID (which an untraced sample
 // keeps through exec) before anything else, so that a resumed cycle can
-// tell whether the sample was started, then runs the sample in its working
-// directory (created if missing). Only builtins run before the sample
-// (mkdir only for a new working or trace directory): every fork costs tens
-// of milliseconds under TCG. bash, unlike dash, reports a binary it cannot
+// tell whether the sample was started, moves itself into the cycle's own
+// cgroup (sampleCgroup: cgroup v2, mounted if the guest's init did not,
+// with busybox's mount where the image has no util-linux one; without it
+// the sample runs as before, and the kill walks its tree only),
+// then runs the sample in its working directory (created if missing).
+// Only builtins run before the sample but the cgroup's mkdir (and mkdir
+// for a new working or trace directory): every fork costs tens of
+// milliseconds under TCG. bash, unlike dash, reports a binary it cannot
 // run ("Exec format error", status 126) instead of running it as a script.
 // A traced sample runs with strace at nice 10 (on a one-vCPU TCG guest a
 // traced Go bot otherwise left the guest agent unanswered for minutes), as
@@ -100,6 +105,8 @@ func VirshGuest(ctx context.Context, l *records.SandboxLease) (Guest, error) {
 const launcher = `IFS= read -r k
 exec 2>"$4" </dev/null || exit 125
 echo $$ > "$2" || exit 125
+g=${2%.pid} && g=` + cgroupRoot + `/${g##*/}
+{ [ -f /sys/fs/cgroup/cgroup.procs ] || mount -t cgroup2 cgroup2 /sys/fs/cgroup || busybox mount -t cgroup2 cgroup2 /sys/fs/cgroup; } 2>/dev/null && mkdir -p "$g" 2>/dev/null && echo $$ 2>/dev/null >"$g/cgroup.procs"
 [ -d "$1" ] || mkdir -p "$1" || exit 125
 cd "$1" || exit 125
 [ -x "$6" ] || chmod 0755 "$6" || exit 125
@@ -145,12 +152,27 @@ func launchArgv(workdir, pidfile, stdout, stderr, trace string, argv []string) [
 // writes the end record. The processes a spared tracer traces are killed
 // too, wherever they are in the tree: a daemon that left it (reparented
 // to init) would otherwise keep strace, and so the launcher, running.
-func killArgv(pid, spare int) []string {
-	return []string{"/bin/sh", "-c", `pids=$1 spare=$2 all= tracers=
+// Before all that, the sample's cgroup (sampleCgroup) is frozen: nothing in
+// it runs or forks while the tree is walked, so a sample that forks a
+// child and exits, without pause, is not one step ahead of the walk (the
+// walk found each process gone and missed its child); the spared
+// processes are moved out of it, and everything left in it is killed at
+// once (cgroup.kill). The walk still stops and kills what it finds: a
+// process that moved itself out of the cgroup (root can).
+func killArgv(pid, spare int, cgroup string) []string {
+	return []string{"/bin/sh", "-c", `pids=$1 spare=$2 g=$3 all= tracers= keep=
+if [ -w "$g/cgroup.freeze" ] && echo 1 2>/dev/null >"$g/cgroup.freeze"; then
+  n=0 f=
+  while [ "$f" != 1 ] && [ $n -lt 2000 ]; do
+    while read -r k v; do [ "$k" = frozen ] && f=$v; done <"$g/cgroup.events"
+    n=$((n + 1))
+  done
+fi
 while [ -n "$pids" ]; do
   next=
   for p in $pids; do
     if [ "$spare" -gt 0 ]; then
+      keep="$keep $p"
       [ "$spare" -eq 1 ] && tracers="$tracers $p"
       next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
     else
@@ -159,14 +181,28 @@ while [ -n "$pids" ]; do
   done
   spare=$((spare - 1)) pids=$next
 done
+if [ -w "$g/cgroup.kill" ]; then
+  for p in $keep; do echo "$p" 2>/dev/null >/sys/fs/cgroup/cgroup.procs; done
+  echo 1 2>/dev/null >"$g/cgroup.kill"
+fi
 for t in $tracers; do
   for s in $(grep -l "^TracerPid:[[:space:]]*$t\$" /proc/[0-9]*/status 2>/dev/null); do
     s=${s#/proc/} && kill -STOP "${s%/status}" 2>/dev/null && all="$all ${s%/status}"
   done
 done
 [ -n "$all" ] && kill -KILL $all 2>/dev/null
-true`, "tb-run", fmt.Sprint(pid), fmt.Sprint(spare)}
+true`, "tb-run", fmt.Sprint(pid), fmt.Sprint(spare), cgroup}
 }
+
+// cgroupRoot holds the cycles' cgroups in the guest.
+const cgroupRoot = "/sys/fs/cgroup/talkbox"
+
+// sampleCgroup is the cgroup the launcher moves itself into before it runs
+// the sample, so that the sample and everything it forks are in it however
+// they fork and whoever they are reparented to (unless, root, one moves
+// itself out): named by the cycle's guest files (an attached cycle's are
+// the first cycle's).
+func sampleCgroup(c *records.Cycle) string { return cgroupRoot + "/" + path.Base(c.GuestOut) }
 
 // spared is how many levels of the process tree from the launcher a kill
 // spares (killArgv): the launcher and its tracer when the sample is traced.

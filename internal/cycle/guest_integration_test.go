@@ -226,7 +226,7 @@ func TestRealGuest(t *testing.T) {
 		if alive, _ := r.alive(ctx, g, c1.GuestPID); !alive {
 			t.Fatal("the detached sample died")
 		}
-		if err := r.kill(ctx, g, c1.GuestPID, 0); err != nil {
+		if err := r.kill(ctx, g, c1); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -311,7 +311,19 @@ func TestRealGuest(t *testing.T) {
 				runs = append(runs, []string{"-tamper", "forge,noexec"})
 			}
 			for _, args := range runs {
-				c := run(Request{Plan: p, Args: args, Timeout: &timeout})
+				d := timeout
+				if args[0] == "-tamper" && args[1] == "kill" {
+					// The beacon's Go runtime crashes once it killed its
+					// tracer (calls the tracer held fail) and the crash
+					// hangs on a futex: the cycle watches it in its cgroup
+					// until the timeout, long enough for qemu-user to
+					// reach the kill.
+					d = 30 * time.Second
+					if arch == "mips" {
+						d = 90 * time.Second
+					}
+				}
+				c := run(Request{Plan: p, Args: args, Timeout: &d})
 				tampered, err := state.FindBy(st, records.KindObservable, records.KeyCycle, c.ID, func(o *records.Observable) bool {
 					return o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered
 				})
@@ -331,8 +343,8 @@ func TestRealGuest(t *testing.T) {
 					}
 					continue
 				}
-				if len(tampered) != 1 || c.State != records.CycleCompleted || a.Recommendation != records.RecommendEscalate ||
-					slices.Contains(a.Classification, "wrong-architecture") {
+				if len(tampered) != 1 || (c.State != records.CycleCompleted && c.State != records.CycleTimedOut) ||
+					a.Recommendation != records.RecommendEscalate || slices.Contains(a.Classification, "wrong-architecture") {
 					t.Errorf("%s %v: %s, %d tamper observables, analysis %s %q", arch, args, c.State, len(tampered), a.Recommendation, a.Reasons)
 					continue
 				}
@@ -394,6 +406,48 @@ func TestRealGuest(t *testing.T) {
 		// far beyond what it gains in one short cycle, and 25 years short.
 		if off := time.Unix(sec, 0).Sub(*c.LaunchedAt); off.Abs() > time.Minute {
 			t.Errorf("the sample read the date %s, %s off the host's at its launch", time.Unix(sec, 0).UTC(), off)
+		}
+	})
+
+	t.Run("a daemon outlives its launcher", func(t *testing.T) {
+		// The sample forks a daemon (a subshell looping on sleep) and
+		// exits 0, as Mirai does. Untraced, its launcher is the sample:
+		// the cycle used to end at its exit, the daemon running on
+		// unwatched, and a kill's walk from the launcher would not have
+		// found it (reparented to init). Now its cgroup keeps the cycle
+		// watching until the timeout, and the kill takes the cgroup whole.
+		// Traced, strace follows the daemon; the kill freezes the cgroup,
+		// moves the launcher and strace out of it and kills the rest:
+		// strace writes the kills and ends, the launcher its end record.
+		timeout := 8 * time.Second
+		r.KillWait = 20 * time.Second
+		defer func() { r.KillWait = 0 }()
+		for _, traced := range []bool{false, true} {
+			p := plan(script(fmt.Sprintf(`( while :; do sleep 1; done ) & echo started; exit 0 # traced %v`, traced)), func(p *records.Plan) {
+				if traced {
+					p.Instrument = "pcap+trace"
+				}
+			})
+			c := run(Request{Plan: p, Timeout: &timeout})
+			ex := execOf(c)
+			a := get(t, st, c.Analysis, &records.RunAnalysis{})
+			tampered, err := state.FindBy(st, records.KindObservable, records.KeyCycle, c.ID, func(o *records.Observable) bool {
+				return o.Evasion != nil && o.Evasion.Technique == behave.TechTraceTampered
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("traced %v: %s after %s, analysis %v", traced, c.State, ex.Duration.D(), a.Classification)
+			if c.State != records.CycleTimedOut || !ex.TimedOut || !ex.Killed || ex.Running || ex.ExitCode == nil || *ex.ExitCode != 0 ||
+				slices.Contains(a.Classification, "survived-kill") || len(tampered) != 0 {
+				t.Errorf("traced %v: %s %q, execution %+v, analysis %v, %d tamper observables", traced, c.State, c.Error, ex, a.Classification, len(tampered))
+			}
+			// Nothing of it is left: no process runs the sample's file.
+			sha := get(t, st, p, &records.Plan{}).SampleSHA256
+			left := run(Request{Plan: plan(script(`grep -l '[s]amples/`+sha+`' /proc/[0-9]*/cmdline 2>/dev/null; true`), nil)})
+			if out := strings.TrimSpace(execOf(left).StdoutTail); out != "" {
+				t.Errorf("traced %v: the sample still runs after its cycle: %s", traced, out)
+			}
 		}
 	})
 

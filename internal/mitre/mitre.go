@@ -65,7 +65,7 @@ var persistence = map[string]Technique{
 
 var evasion = map[string]Technique{
 	"self-delete": fileDeletion, "tracer-check": debuggerEvasion, "ptrace": debuggerEvasion,
-	"cpuinfo": systemChecks, "dmi": systemChecks, "sleep": timeEvasion, "clock": timeEvasion, "trace-tampered": disableTools,
+	"cpuinfo": systemChecks, "dmi": systemChecks, "sleep": timeEvasion, "clock": timeEvasion, "trace-tampered": disableTools, "cgroup": disableTools,
 }
 
 // standardPorts are the ports a C2 channel's protocol has by standard.
