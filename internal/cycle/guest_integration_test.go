@@ -422,8 +422,18 @@ func TestRealGuest(t *testing.T) {
 		timeout := 8 * time.Second
 		r.KillWait = 20 * time.Second
 		defer func() { r.KillWait = 0 }()
-		for _, traced := range []bool{false, true} {
-			p := plan(script(fmt.Sprintf(`( while :; do sleep 1; done ) & echo started; exit 0 # traced %v`, traced)), func(p *records.Plan) {
+		for _, tc := range []struct {
+			traced, escapes bool
+		}{{false, false}, {true, false}, {true, true}} {
+			traced := tc.traced
+			daemon := `( while :; do sleep 1; done ) &`
+			if tc.escapes {
+				// Root moves the daemon out of the sample's cgroup: the
+				// kill's walk of the processes strace traces takes it, and
+				// the trace shows the move.
+				daemon = `sh -c 'echo $$ >/sys/fs/cgroup/cgroup.procs; while :; do sleep 1; done' "$0" &`
+			}
+			p := plan(script(fmt.Sprintf(`%s echo started; exit 0 # traced %v`, daemon, traced)), func(p *records.Plan) {
 				if traced {
 					p.Instrument = "pcap+trace"
 				}
@@ -437,10 +447,29 @@ func TestRealGuest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("traced %v: %s after %s, analysis %v", traced, c.State, ex.Duration.D(), a.Classification)
+			t.Logf("%+v: %s after %s, analysis %v", tc, c.State, ex.Duration.D(), a.Classification)
 			if c.State != records.CycleTimedOut || !ex.TimedOut || !ex.Killed || ex.Running || ex.ExitCode == nil || *ex.ExitCode != 0 ||
 				slices.Contains(a.Classification, "survived-kill") || len(tampered) != 0 {
 				t.Errorf("traced %v: %s %q, execution %+v, analysis %v, %d tamper observables", traced, c.State, c.Error, ex, a.Classification, len(tampered))
+			}
+			if tc.escapes {
+				var moved *records.TechniqueInfo
+				for _, id := range c.Artifacts {
+					if a := get(t, st, id, &records.Artifact{}); a.Type == ArtifactTrace {
+						sink := sinkFunc(func(o *records.Observable) {
+							if o.Evasion != nil && o.Evasion.Technique == "cgroup" {
+								moved = o.Evasion
+							}
+						})
+						if _, err := behave.Parse(ctx, strings.NewReader(zstdBlob(t, st, a.SHA256)), observe.Origin{Cycle: c.ID}, sink,
+							behave.Options{Format: behave.FormatStrace, Exe: c.GuestPath}); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if moved == nil || !slices.Equal(moved.Paths, []string{"/sys/fs/cgroup/cgroup.procs"}) {
+					t.Errorf("the move out of the cgroup: %+v", moved)
+				}
 			}
 			// Nothing of it is left: no process runs the sample's file.
 			sha := get(t, st, p, &records.Plan{}).SampleSHA256
