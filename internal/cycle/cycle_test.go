@@ -925,6 +925,20 @@ func TestGuestClockSetToTheHosts(t *testing.T) {
 			if _, ok := c.Timings["clock"]; !ok {
 				t.Errorf("no clock timing: %v", c.Timings)
 			}
+			// The report says so when it was off.
+			sum, err := Summarise(context.Background(), e.st, c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			if err := sum.Text(&b); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"years behind": "s behind the host's at the start, set to within ",
+				"cannot be set": "s behind the host's at the start, not set (guest-set-time: GenericError: hwclock"}[tc.name]
+			if got := b.String(); want == "" && strings.Contains(got, "guest clock") || want != "" && !strings.Contains(got, want) {
+				t.Errorf("report, want %q:\n%q", want, got)
+			}
 		})
 	}
 }

@@ -87,9 +87,12 @@ func VirshGuest(ctx context.Context, l *records.SandboxLease) (Guest, error) {
 // with busybox's mount where the image has no util-linux one; without it
 // the sample runs as before, and the kill walks its tree only),
 // then runs the sample in its working directory (created if missing).
-// Only builtins run before the sample but the cgroup's mkdir (and mkdir
-// for a new working or trace directory): every fork costs tens of
-// milliseconds under TCG. bash, unlike dash, reports a binary it cannot
+// The earlier cycles' cgroups that are empty are removed first (rmdir
+// refuses the others): a lease's guest lives for thousands of cycles, and
+// each cgroup holds kernel memory until it is removed. Only builtins run
+// before the sample but the cgroups' rmdir and mkdir (and mkdir for a new
+// working or trace directory): every fork costs tens of milliseconds
+// under TCG. bash, unlike dash, reports a binary it cannot
 // run ("Exec format error", status 126) instead of running it as a script.
 // A traced sample runs with strace at nice 10 (on a one-vCPU TCG guest a
 // traced Go bot otherwise left the guest agent unanswered for minutes), as
@@ -106,7 +109,7 @@ const launcher = `IFS= read -r k
 exec 2>"$4" </dev/null || exit 125
 echo $$ > "$2" || exit 125
 g=${2%.pid} && g=` + cgroupRoot + `/${g##*/}
-{ [ -f /sys/fs/cgroup/cgroup.procs ] || mount -t cgroup2 cgroup2 /sys/fs/cgroup || busybox mount -t cgroup2 cgroup2 /sys/fs/cgroup; } 2>/dev/null && mkdir -p "$g" 2>/dev/null && echo $$ 2>/dev/null >"$g/cgroup.procs"
+{ [ -f /sys/fs/cgroup/cgroup.procs ] || mount -t cgroup2 cgroup2 /sys/fs/cgroup || busybox mount -t cgroup2 cgroup2 /sys/fs/cgroup; } 2>/dev/null && { rmdir "${g%/*}"/cycle_* 2>/dev/null; mkdir -p "$g" 2>/dev/null; } && echo $$ 2>/dev/null >"$g/cgroup.procs"
 [ -d "$1" ] || mkdir -p "$1" || exit 125
 cd "$1" || exit 125
 [ -x "$6" ] || chmod 0755 "$6" || exit 125

@@ -473,9 +473,11 @@ func TestRealGuest(t *testing.T) {
 			}
 			// Nothing of it is left: no process runs the sample's file.
 			sha := get(t, st, p, &records.Plan{}).SampleSHA256
-			left := run(Request{Plan: plan(script(`grep -l '[s]amples/`+sha+`' /proc/[0-9]*/cmdline 2>/dev/null; true`), nil)})
-			if out := strings.TrimSpace(execOf(left).StdoutTail); out != "" {
-				t.Errorf("traced %v: the sample still runs after its cycle: %s", traced, out)
+			// Nor of its cgroup: the next cycle's launcher removed the
+			// empty cgroups of the cycles before it.
+			left := run(Request{Plan: plan(script(`grep -l '[s]amples/`+sha+`' /proc/[0-9]*/cmdline 2>/dev/null; ls -d /sys/fs/cgroup/talkbox/cycle_* | wc -l`), nil)})
+			if out := strings.TrimSpace(execOf(left).StdoutTail); out != "1" {
+				t.Errorf("%+v: after its cycle, the processes running the sample and the count of cycle cgroups (want none, and 1: the checker's own): %q", tc, out)
 			}
 		}
 	})

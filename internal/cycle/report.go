@@ -25,6 +25,9 @@ type Summary struct {
 	Took     *records.Duration `json:"took,omitempty"`
 	Lease    string            `json:"lease"`
 	Previous string            `json:"previous,omitempty"`
+	// GuestClock is the guest's clock against the host's when the cycle
+	// prepared it (the cycle record's).
+	GuestClock *records.GuestClock `json:"guest_clock,omitempty"`
 	// Revision is the allow-list revision in force (none: everything
 	// sinkholed) and Allowed its active entries.
 	Revision string      `json:"revision,omitempty"`
@@ -67,7 +70,7 @@ func Summarise(ctx context.Context, st *state.Store, id string) (*Summary, error
 	if err := st.Get(id, &c); err != nil {
 		return nil, notFound("cycle", id, err)
 	}
-	r := &Summary{Cycle: c.ID, State: c.State, Lease: c.Lease, Previous: c.Previous,
+	r := &Summary{Cycle: c.ID, State: c.State, Lease: c.Lease, Previous: c.Previous, GuestClock: c.GuestClock,
 		Revision: c.Revision, Allowed: c.Allowed, Error: c.Error}
 	if c.StartedAt != nil && c.CompletedAt != nil {
 		d := records.Duration(c.CompletedAt.Sub(*c.StartedAt).Round(time.Millisecond))
@@ -125,6 +128,14 @@ func (r *Summary) Text(w io.Writer) error {
 	p("cycle %s: %s%s (lease %s)", r.Cycle, r.State, took, r.Lease)
 	if r.Previous != "" {
 		p("  follows %s", r.Previous)
+	}
+	if gc := r.GuestClock; gc != nil && gc.Found.D().Abs() > records.ClockTolerance {
+		// What a revert restored or a sample set: the dates it ran on.
+		set := "set to within " + gc.Left.D().Abs().Round(time.Millisecond).String()
+		if gc.Error != "" {
+			set = "not set (" + gc.Error + "): the sample ran on it"
+		}
+		p("  guest clock: %s the host's at the start, %s", clockOffset(gc.Found.D()), set)
 	}
 	if r.Revision != "" {
 		p("  allow-list in force: %s (%d active)", r.Revision, r.Allowed)
@@ -189,6 +200,15 @@ func (r *Summary) Text(w io.Writer) error {
 	p("  classification: %s", orNone(strings.Join(r.Classification, ", ")))
 	p("  recommendation: %s — %s", r.Recommendation, strings.Join(r.Reasons, "; "))
 	return werr
+}
+
+// clockOffset says how far and which way a guest's clock was off.
+func clockOffset(d time.Duration) string {
+	way := "ahead of"
+	if d < 0 {
+		way, d = "behind", -d
+	}
+	return d.Round(time.Second).String() + " " + way
 }
 
 // entryReasons maps "type value" keys of a revision's entries to the
