@@ -155,27 +155,40 @@ func launchArgv(workdir, pidfile, stdout, stderr, trace string, argv []string) [
 // writes the end record. The processes a spared tracer traces are killed
 // too, wherever they are in the tree: a daemon that left it (reparented
 // to init) would otherwise keep strace, and so the launcher, running.
-// Before all that, the sample's cgroup (sampleCgroup) is frozen: nothing in
-// it runs or forks while the tree is walked, so a sample that forks a
-// child and exits, without pause, is not one step ahead of the walk (the
-// walk found each process gone and missed its child); the spared
-// processes are moved out of it, and everything left in it is killed at
-// once (cgroup.kill). The walk still stops and kills what it finds: a
+// Before all that, the spared processes leave the sample's cgroup
+// (sampleCgroup), which is then frozen: nothing in it runs or forks while
+// the tree is walked, so a sample that forks a child and exits, without
+// pause, is not one step ahead of the walk (the walk found each process
+// gone and missed its child), while the tracer, never frozen, goes on
+// recording every fork and exit (frozen with its tracees, it had events
+// of theirs to catch up with when they died: under load, a trace read as
+// tampered, once in a make test); then everything left in the cgroup is
+// killed at once (cgroup.kill). The walk still stops and kills what it finds: a
 // process that moved itself out of the cgroup (root can).
 func killArgv(pid, spare int, cgroup string) []string {
-	return []string{"/bin/sh", "-c", `pids=$1 spare=$2 g=$3 all= tracers= keep=
-if [ -w "$g/cgroup.freeze" ] && echo 1 2>/dev/null >"$g/cgroup.freeze"; then
-  n=0 f=
-  while [ "$f" != 1 ] && [ $n -lt 2000 ]; do
-    while read -r k v; do [ "$k" = frozen ] && f=$v; done <"$g/cgroup.events"
-    n=$((n + 1))
+	return []string{"/bin/sh", "-c", `pids=$1 spare=$2 g=$3 all= tracers=
+if [ -w "$g/cgroup.freeze" ]; then
+  level=$pids s=$spare
+  while [ "$s" -gt 0 ] && [ -n "$level" ]; do
+    next=
+    for p in $level; do
+      echo "$p" 2>/dev/null >/sys/fs/cgroup/cgroup.procs
+      next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
+    done
+    s=$((s - 1)) level=$next
   done
+  if echo 1 2>/dev/null >"$g/cgroup.freeze"; then
+    n=0 f=
+    while [ "$f" != 1 ] && [ $n -lt 2000 ]; do
+      while read -r k v; do [ "$k" = frozen ] && f=$v; done <"$g/cgroup.events"
+      n=$((n + 1))
+    done
+  fi
 fi
 while [ -n "$pids" ]; do
   next=
   for p in $pids; do
     if [ "$spare" -gt 0 ]; then
-      keep="$keep $p"
       [ "$spare" -eq 1 ] && tracers="$tracers $p"
       next="$next $(cat /proc/$p/task/*/children 2>/dev/null)"
     else
@@ -184,10 +197,7 @@ while [ -n "$pids" ]; do
   done
   spare=$((spare - 1)) pids=$next
 done
-if [ -w "$g/cgroup.kill" ]; then
-  for p in $keep; do echo "$p" 2>/dev/null >/sys/fs/cgroup/cgroup.procs; done
-  echo 1 2>/dev/null >"$g/cgroup.kill"
-fi
+[ -w "$g/cgroup.kill" ] && echo 1 2>/dev/null >"$g/cgroup.kill"
 for t in $tracers; do
   for s in $(grep -l "^TracerPid:[[:space:]]*$t\$" /proc/[0-9]*/status 2>/dev/null); do
     s=${s#/proc/} && kill -STOP "${s%/status}" 2>/dev/null && all="$all ${s%/status}"

@@ -368,22 +368,7 @@ func TestRealGuest(t *testing.T) {
 		if c.State != records.CycleCompleted || !strings.Contains(ex.StdoutTail, "tamper clock=2001-01-01T00:00:00Z") {
 			t.Fatalf("%s %q, stdout %q, stderr %q", c.State, c.Error, ex.StdoutTail, ex.StderrTail)
 		}
-		// The trace as the cycle's parse step reads it (this runner has
-		// no post-processing).
-		var set *records.TechniqueInfo
-		for _, id := range c.Artifacts {
-			if a := get(t, st, id, &records.Artifact{}); a.Type == ArtifactTrace {
-				sink := sinkFunc(func(o *records.Observable) {
-					if o.Evasion != nil && o.Evasion.Technique == "clock" {
-						set = o.Evasion
-					}
-				})
-				if _, err := behave.Parse(ctx, strings.NewReader(zstdBlob(t, st, a.SHA256)), observe.Origin{Cycle: c.ID}, sink,
-					behave.Options{Format: behave.FormatStrace, Exe: c.GuestPath}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		set := traceEvasion(t, st, c, "clock")
 		if set == nil || !slices.Equal(set.Targets, []string{"settimeofday 2001-01-01T00:00:00Z"}) {
 			t.Errorf("the clock's evasion: %+v", set)
 			keepTrace(t, st, c)
@@ -453,20 +438,7 @@ func TestRealGuest(t *testing.T) {
 				t.Errorf("traced %v: %s %q, execution %+v, analysis %v, %d tamper observables", traced, c.State, c.Error, ex, a.Classification, len(tampered))
 			}
 			if tc.escapes {
-				var moved *records.TechniqueInfo
-				for _, id := range c.Artifacts {
-					if a := get(t, st, id, &records.Artifact{}); a.Type == ArtifactTrace {
-						sink := sinkFunc(func(o *records.Observable) {
-							if o.Evasion != nil && o.Evasion.Technique == "cgroup" {
-								moved = o.Evasion
-							}
-						})
-						if _, err := behave.Parse(ctx, strings.NewReader(zstdBlob(t, st, a.SHA256)), observe.Origin{Cycle: c.ID}, sink,
-							behave.Options{Format: behave.FormatStrace, Exe: c.GuestPath}); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
+				moved := traceEvasion(t, st, c, "cgroup")
 				if moved == nil || !slices.Equal(moved.Paths, []string{"/sys/fs/cgroup/cgroup.procs"}) {
 					t.Errorf("the move out of the cgroup: %+v", moved)
 				}
@@ -959,6 +931,27 @@ func BenchmarkTransfer(b *testing.B) {
 // keepTrace writes the trace of cycle c where it outlives the test, and
 // says where: a clean run seen as tampered has happened under load only,
 // and the trace is what tells why.
+// traceEvasion reads a cycle's trace as its parse step would (this
+// runner has no post-processing) and returns its evasion of a technique.
+func traceEvasion(t *testing.T, st *state.Store, c *records.Cycle, technique string) *records.TechniqueInfo {
+	t.Helper()
+	var found *records.TechniqueInfo
+	for _, id := range c.Artifacts {
+		if a := get(t, st, id, &records.Artifact{}); a.Type == ArtifactTrace {
+			sink := sinkFunc(func(o *records.Observable) {
+				if o.Evasion != nil && o.Evasion.Technique == technique {
+					found = o.Evasion
+				}
+			})
+			if _, err := behave.Parse(context.Background(), strings.NewReader(zstdBlob(t, st, a.SHA256)), observe.Origin{Cycle: c.ID}, sink,
+				behave.Options{Format: behave.FormatStrace, Exe: c.GuestPath}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return found
+}
+
 // sinkFunc takes a trace's observables.
 type sinkFunc func(o *records.Observable)
 
