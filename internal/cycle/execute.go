@@ -313,8 +313,10 @@ func (r *Runner) findLaunch(ctx context.Context, g Guest, pidfile string) (int, 
 // cgroup (no cgroup v2 in its kernel) tells nothing: false, the launcher's
 // end is the sample's. The events file is the kernel's, but root in the
 // guest may mount something over it: a cgroup that claims to be populated
-// holds the cycle until its timeout, one that claims to be empty ends it
-// as a sample that moved itself out of the cgroup would.
+// holds the cycle until its timeout and the kills' KillWait after it, then
+// the cycle goes on, survived-kill, as for a sample its kills missed
+// (TestASampleThatOutlivesItsKill); one that claims to be empty ends it as
+// a sample that moved itself out of the cgroup would.
 func lingering(ctx context.Context, g Guest, c *records.Cycle) (bool, error) {
 	b, err := g.ReadFileAt(ctx, sampleCgroup(c)+"/cgroup.events", 0, 256)
 	if err != nil {

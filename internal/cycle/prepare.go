@@ -27,7 +27,8 @@ func (r *Runner) connect(ctx context.Context, c *records.Cycle) (Guest, error) {
 }
 
 // prepare checks the guest is ready, sets its clock to the host's, makes
-// sure the capture runs, and pushes the sample (or finds the detached one of the previous cycle).
+// sure the capture runs, and pushes the sample (or finds the detached one
+// of the previous cycle).
 func (r *Runner) prepare(ctx context.Context, c *records.Cycle, g Guest) (*records.Cycle, error) {
 	var l records.SandboxLease
 	if err := r.St.Get(c.Lease, &l); err != nil {
